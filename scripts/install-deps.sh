@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# install-deps.sh [moto|localstack|smtp|all]...
+#
+# Installs what the local test harness (scripts/with-harness.sh) runs, only when it is missing,
+# so a second call takes well under a second:
+#   smtp       Debian's postfix (private instances only: the system service is never started)
+#              and swaks (a command-line SMTP client), plus curl.
+#   moto       a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-moto with moto[server]==5.2.5
+#              (Python from $COURIER_PYTHON, default python3; needs 3.9 or later).
+#   localstack delegates to localstack/install.sh.
+#   all        all three (the default).
+set -euo pipefail
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+CACHE=${COURIER_CACHE:-$REPO/.cache}
+MOTO_SPEC='moto[server]==5.2.5'
+
+log() { printf 'install-deps: %s\n' "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+APT_UPDATED=0
+apt_update_if_needed() {
+    # Refresh the package lists once, and only when they are missing or lack the packages asked for.
+    [ "$APT_UPDATED" -eq 1 ] && return 0
+    local pkg candidate need=0
+    for pkg in "$@"; do
+        candidate=$(apt-cache policy "$pkg" 2>/dev/null | awk '/Candidate:/ {print $2}')
+        if [ -z "$candidate" ] || [ "$candidate" = "(none)" ]; then need=1; fi
+    done
+    if [ "$need" -eq 1 ]; then
+        log "apt-get update"
+        as_root apt-get -o DPkg::Lock::Timeout=300 update -qq
+    fi
+    APT_UPDATED=1
+}
+
+apt_install() {
+    apt_update_if_needed "$@"
+    log "apt-get install $*"
+    as_root env DEBIAN_FRONTEND=noninteractive \
+        apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "$@" >&2
+}
+
+install_basics() {
+    local missing=()
+    command -v curl >/dev/null 2>&1 || missing+=(curl)
+    command -v python3 >/dev/null 2>&1 || missing+=(python3)
+    if [ "${#missing[@]}" -gt 0 ]; then apt_install "${missing[@]}"; fi
+}
+
+install_smtp() {
+    install_basics
+    if [ -x /usr/lib/postfix/sbin/master ] && [ -x /usr/sbin/smtp-sink ] \
+        && [ -x /usr/sbin/postmap ] && command -v swaks >/dev/null 2>&1; then
+        return 0
+    fi
+    # "No configuration": the package writes no main.cf, so the system instance has nothing
+    # to run; the harness runs its own instances from config directories of its own.
+    as_root debconf-set-selections <<'EOF'
+postfix postfix/main_mailer_type select No configuration
+postfix postfix/mailname string courier-harness.invalid
+EOF
+    # Keep maintainer scripts from starting the system service during the install.
+    local policy=/usr/sbin/policy-rc.d made_policy=0
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' | as_root tee "$policy" >/dev/null
+        as_root chmod 755 "$policy"
+        made_policy=1
+    fi
+    local rc=0
+    apt_install postfix swaks || rc=$?
+    if [ "$made_policy" -eq 1 ]; then as_root rm -f "$policy"; fi
+    [ "$rc" -eq 0 ] || die "apt-get install postfix swaks failed (exit $rc)"
+
+    # Never leave the system instance enabled or listening on port 25.
+    if [ -d /run/systemd/system ] && command -v systemctl >/dev/null 2>&1; then
+        as_root systemctl disable --now postfix.service >/dev/null 2>&1 || true
+    elif command -v update-rc.d >/dev/null 2>&1; then
+        as_root update-rc.d postfix disable >/dev/null 2>&1 || true
+    fi
+    if [ -s /var/spool/postfix/pid/master.pid ]; then
+        local pid
+        pid=$(tr -dc '0-9' </var/spool/postfix/pid/master.pid)
+        if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+            log "WARNING: the system postfix (pid $pid) is running; stop it with 'postfix stop'"
+        fi
+    fi
+    [ -x /usr/lib/postfix/sbin/master ] || die "postfix installed but /usr/lib/postfix/sbin/master is missing"
+}
+
+install_moto() {
+    install_basics
+    local venv=$CACHE/venv-moto stamp
+    stamp=$CACHE/venv-moto/.courier-installed
+    if [ -x "$venv/bin/moto_server" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$MOTO_SPEC" ]; then
+        return 0
+    fi
+    local py=${COURIER_PYTHON:-python3}
+    command -v "$py" >/dev/null 2>&1 || die "$py not found (set COURIER_PYTHON)"
+    "$py" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 9) else 1)' \
+        || die "$py is older than 3.9; moto 5.2.5 needs 3.9+ (set COURIER_PYTHON)"
+    if ! "$py" -c 'import venv, ensurepip' >/dev/null 2>&1; then
+        local ver
+        ver=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+        apt_install "python${ver}-venv"
+    fi
+    log "creating $venv with $MOTO_SPEC ($("$py" --version 2>&1))"
+    rm -rf "$venv"
+    mkdir -p "$CACHE"
+    "$py" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$MOTO_SPEC" >&2
+    [ -x "$venv/bin/moto_server" ] || die "pip finished but $venv/bin/moto_server is missing"
+    printf '%s\n' "$MOTO_SPEC" >"$stamp"
+}
+
+install_localstack() {
+    local script=$REPO/localstack/install.sh
+    [ -f "$script" ] || die "$script does not exist (LocalStack's installer is not in the tree yet)"
+    bash "$script"
+}
+
+main() {
+    [ "$#" -gt 0 ] || set -- all
+    local what
+    for what in "$@"; do
+        case $what in
+            smtp) install_smtp ;;
+            moto) install_moto ;;
+            localstack) install_localstack ;;
+            all) install_smtp; install_moto; install_localstack ;;
+            -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+            *) die "unknown component '$what' (expected moto, localstack, smtp or all)" ;;
+        esac
+    done
+}
+
+main "$@"

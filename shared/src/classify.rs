@@ -1,0 +1,1478 @@
+//! Error taxonomy and classification.
+//!
+//! Every failure Courier meets (an SMTP reply, an SES v2 API error, an SES event, a local error)
+//! becomes a [`Verdict`]: one [`ErrorClass`], whether a retry can help, whether the recipient must
+//! be suppressed, the rule that decided it, and the provider's raw code and text.
+//!
+//! SMTP replies are judged in three passes, most specific first:
+//! 1. wording rules: the real-world texts of major providers and MTAs, which win over codes that
+//!    are missing or misleading (Yahoo's `554 delivery error: dd This user doesn't have...`,
+//!    Microsoft's `550 5.4.1 ... Access denied. AS(201806281)`, `550 5.7.1 ... User unknown`);
+//! 2. the RFC 3463 enhanced status code (`class.subject.detail`);
+//! 3. the basic RFC 5321 reply code.
+//!
+//! The reply code's first digit still bounds the verdict: a `4xx` reply is never turned into a
+//! permanent class (the receiver said "later"), so a permanent-sounding text on a `4xx` is mapped
+//! to its transient counterpart.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The classes every failure falls into. The class alone decides retry, give-up or suppression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// Connection refused, reset or timed out; DNS failure of the relay; dropped connection.
+    Network,
+    /// TLS / STARTTLS handshake or certificate failure, or TLS required and not offered.
+    Tls,
+    /// The provider or receiver asks us to slow down (rate limits, quotas per second).
+    Throttled,
+    /// The provider or receiving system itself is unavailable or failed internally.
+    ProviderUnavailable,
+    /// Mailbox-level temporary condition: full, greylisted, deferred.
+    MailboxTemporary,
+    /// Unknown user or domain, disabled or moved mailbox: the address is dead.
+    RecipientPermanent,
+    /// Content or policy rejection: spam, virus, blocklisted, SPF/DKIM/DMARC, size.
+    ContentRejected,
+    /// Our sender or account is misconfigured: unverified sender, bad credentials, suspended.
+    SenderConfig,
+    /// The template could not be rendered (missing variable, syntax error, missing template).
+    Rendering,
+    /// The job broke the contract.
+    InvalidJob,
+    /// The payload is blocklisted or crashed the worker.
+    Poison,
+    /// Local: the provider's circuit breaker is open; nothing was sent.
+    CircuitOpen,
+    /// Nothing matched; handled conservatively (limited retries, then review).
+    Unknown,
+}
+
+impl ErrorClass {
+    pub const ALL: [ErrorClass; 13] = [
+        ErrorClass::Network,
+        ErrorClass::Tls,
+        ErrorClass::Throttled,
+        ErrorClass::ProviderUnavailable,
+        ErrorClass::MailboxTemporary,
+        ErrorClass::RecipientPermanent,
+        ErrorClass::ContentRejected,
+        ErrorClass::SenderConfig,
+        ErrorClass::Rendering,
+        ErrorClass::InvalidJob,
+        ErrorClass::Poison,
+        ErrorClass::CircuitOpen,
+        ErrorClass::Unknown,
+    ];
+
+    /// Stable snake_case name, as in JSON, metrics and the policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Network => "network",
+            ErrorClass::Tls => "tls",
+            ErrorClass::Throttled => "throttled",
+            ErrorClass::ProviderUnavailable => "provider_unavailable",
+            ErrorClass::MailboxTemporary => "mailbox_temporary",
+            ErrorClass::RecipientPermanent => "recipient_permanent",
+            ErrorClass::ContentRejected => "content_rejected",
+            ErrorClass::SenderConfig => "sender_config",
+            ErrorClass::Rendering => "rendering",
+            ErrorClass::InvalidJob => "invalid_job",
+            ErrorClass::Poison => "poison",
+            ErrorClass::CircuitOpen => "circuit_open",
+            ErrorClass::Unknown => "unknown",
+        }
+    }
+
+    /// Parses [`ErrorClass::as_str`] back.
+    pub fn parse(name: &str) -> Option<ErrorClass> {
+        ErrorClass::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+
+    /// Whether sending the same message again later can succeed without anyone changing anything.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorClass::Network
+                | ErrorClass::Tls
+                | ErrorClass::Throttled
+                | ErrorClass::ProviderUnavailable
+                | ErrorClass::MailboxTemporary
+                | ErrorClass::CircuitOpen
+                | ErrorClass::Unknown
+        )
+    }
+
+    /// Whether the recipient address must be put on the suppression list.
+    pub fn suppresses_recipient(self) -> bool {
+        self == ErrorClass::RecipientPermanent
+    }
+
+    /// Whether this failure says something about the provider's health (feeds the breaker).
+    /// Recipient- and content-level answers prove the provider is up.
+    pub fn counts_against_provider(self) -> bool {
+        matches!(
+            self,
+            ErrorClass::Network
+                | ErrorClass::Tls
+                | ErrorClass::Throttled
+                | ErrorClass::ProviderUnavailable
+        )
+    }
+
+    /// The transient counterpart of a class, used when a `4xx` reply carries permanent wording.
+    fn transient(self) -> ErrorClass {
+        match self {
+            ErrorClass::RecipientPermanent => ErrorClass::MailboxTemporary,
+            ErrorClass::ContentRejected => ErrorClass::Throttled,
+            ErrorClass::SenderConfig | ErrorClass::Unknown => ErrorClass::ProviderUnavailable,
+            other => other,
+        }
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where the classified failure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Smtp,
+    SesApi,
+    SesEvent,
+    Local,
+}
+
+/// The outcome of classification: a class, what to do about it, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub class: ErrorClass,
+    pub retryable: bool,
+    pub suppress_recipient: bool,
+    /// The rule that matched, e.g. `smtp.text.over-quota` or `smtp.enhanced.5.1.1`.
+    pub rule: String,
+    pub source: Source,
+    /// Provider's code as sent: `550 5.1.1`, `MessageRejected`, `Bounce/Permanent/General`.
+    pub raw_code: Option<String>,
+    /// Provider's text as sent (multi-line SMTP replies keep their lines).
+    pub raw_text: Option<String>,
+}
+
+impl Verdict {
+    fn new(class: ErrorClass, rule: impl Into<String>, source: Source) -> Verdict {
+        Verdict {
+            class,
+            retryable: class.is_retryable(),
+            suppress_recipient: class.suppresses_recipient(),
+            rule: rule.into(),
+            source,
+            raw_code: None,
+            raw_text: None,
+        }
+    }
+
+    fn with_raw(mut self, code: Option<String>, text: Option<String>) -> Verdict {
+        self.raw_code = code;
+        self.raw_text = text;
+        self
+    }
+
+    /// A verdict for a local failure (no provider involved).
+    pub fn local(class: ErrorClass, rule: &str, detail: impl Into<String>) -> Verdict {
+        Verdict::new(class, format!("local.{rule}"), Source::Local)
+            .with_raw(None, Some(detail.into()))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SMTP replies
+
+/// An RFC 3463 enhanced status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnhancedCode {
+    pub class: u8,
+    pub subject: u16,
+    pub detail: u16,
+}
+
+impl fmt::Display for EnhancedCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.class, self.subject, self.detail)
+    }
+}
+
+/// An SMTP reply split into its parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmtpReply {
+    /// Basic reply code, when the text starts with one (`550`).
+    pub code: Option<u16>,
+    pub enhanced: Option<EnhancedCode>,
+    /// The text of all lines without their codes, joined by `\n`.
+    pub text: String,
+}
+
+impl SmtpReply {
+    /// Parses a raw reply (`550-5.1.1 first line\n550 5.1.1 last line`), tolerating replies without
+    /// codes, with CRLF line ends, and with enhanced codes in the middle of the text (qmail's
+    /// `(#5.1.1)`).
+    pub fn parse(raw: &str) -> SmtpReply {
+        let mut code = None;
+        let mut enhanced = None;
+        let mut lines = Vec::new();
+        for line in raw.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let mut rest = line;
+            if let Some(c) = leading_reply_code(line) {
+                code.get_or_insert(c);
+                rest = line[3..].trim_start_matches(['-', ' ']).trim_start();
+            }
+            if let Some((e, after)) = leading_enhanced(rest) {
+                enhanced.get_or_insert(e);
+                rest = after.trim_start();
+            }
+            lines.push(rest);
+        }
+        let text = lines.join("\n");
+        if enhanced.is_none() {
+            enhanced = find_enhanced(&text);
+        }
+        // An enhanced code that contradicts the basic code's class is ignored (RFC 3463 s2: the
+        // class must agree with the reply code).
+        if let (Some(c), Some(e)) = (code, enhanced) {
+            if u16::from(e.class) != c / 100 {
+                enhanced = None;
+            }
+        }
+        SmtpReply {
+            code,
+            enhanced,
+            text,
+        }
+    }
+
+    /// The code as sent, e.g. `550 5.1.1`.
+    pub fn code_string(&self) -> Option<String> {
+        match (self.code, self.enhanced) {
+            (Some(c), Some(e)) => Some(format!("{c} {e}")),
+            (Some(c), None) => Some(c.to_string()),
+            (None, Some(e)) => Some(e.to_string()),
+            (None, None) => None,
+        }
+    }
+
+    /// The first digit of whichever code is present (2, 4 or 5).
+    fn class_digit(&self) -> Option<u8> {
+        self.code
+            .and_then(|c| u8::try_from(c / 100).ok())
+            .or(self.enhanced.map(|e| e.class))
+    }
+}
+
+fn leading_reply_code(line: &str) -> Option<u16> {
+    let bytes = line.as_bytes();
+    if bytes.len() < 3 || !bytes[..3].iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if bytes.len() > 3 && !matches!(bytes[3], b' ' | b'-') {
+        return None;
+    }
+    let code: u16 = line[..3].parse().ok()?;
+    (200..600).contains(&code).then_some(code)
+}
+
+fn parse_enhanced(token: &str) -> Option<EnhancedCode> {
+    let mut parts = token.split('.');
+    let class: u8 = parts.next()?.parse().ok()?;
+    let subject_s = parts.next()?;
+    let detail_s = parts.next()?;
+    if parts.next().is_some()
+        || !matches!(class, 2 | 4 | 5)
+        || subject_s.is_empty()
+        || subject_s.len() > 3
+        || detail_s.is_empty()
+        || detail_s.len() > 3
+    {
+        return None;
+    }
+    Some(EnhancedCode {
+        class,
+        subject: subject_s.parse().ok()?,
+        detail: detail_s.parse().ok()?,
+    })
+}
+
+fn leading_enhanced(text: &str) -> Option<(EnhancedCode, &str)> {
+    let end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    parse_enhanced(&text[..end]).map(|e| (e, &text[end..]))
+}
+
+/// Finds an enhanced code inside text, e.g. qmail's `(#5.1.1)` or `[5.2.2]`; never a piece of an
+/// IP address or version number.
+fn find_enhanced(text: &str) -> Option<EnhancedCode> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if matches!(bytes[i], b'2' | b'4' | b'5')
+            && (i == 0 || !(bytes[i - 1].is_ascii_digit() || bytes[i - 1] == b'.'))
+        {
+            let end = text[i..]
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .map_or(text.len(), |n| i + n);
+            let token = text[i..end].trim_end_matches('.');
+            let glued = text[end..]
+                .chars()
+                .next()
+                .is_some_and(char::is_alphanumeric);
+            if let Some(e) = parse_enhanced(token).filter(|_| !glued) {
+                return Some(e);
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
+/// A wording rule: a name, the class it implies, and phrases of which any one must appear in the
+/// lower-cased text (all phrases of a `&[&str]` inner list must appear together).
+struct TextRule {
+    name: &'static str,
+    class: ErrorClass,
+    any_of: &'static [&'static [&'static str]],
+}
+
+macro_rules! rule {
+    ($name:literal, $class:ident, [$([$($p:literal),+]),+ $(,)?]) => {
+        TextRule { name: $name, class: ErrorClass::$class, any_of: &[$(&[$($p),+]),+] }
+    };
+}
+
+/// Ordered: the first rule whose phrases appear wins. Specific provider wordings come before
+/// general words so that, e.g., a Spamhaus block in a `Service unavailable` reply is content, and
+/// a greylisting reply that mentions "policy" is still greylisting.
+static TEXT_RULES: &[TextRule] = &[
+    rule!(
+        "greylisted",
+        MailboxTemporary,
+        [
+            ["greylist"],
+            ["graylist"],
+            ["grey-list"],
+            ["gray-list"],
+            ["grey listed"],
+            ["greylisting"],
+            ["postgrey"],
+            ["try again in", "minutes"],
+            ["deferred for", "seconds"]
+        ]
+    ),
+    rule!(
+        "over-quota",
+        MailboxTemporary,
+        [
+            ["over quota"],
+            ["overquota"],
+            ["over the quota"],
+            ["quota exceeded"],
+            ["exceeded quota"],
+            ["exceeded its quota"],
+            ["exceeds quota"],
+            ["exceed the quota"],
+            ["quota full"],
+            ["mailbox full"],
+            ["mailbox is full"],
+            ["mailbox size limit"],
+            ["mailbox has exceeded"],
+            ["inbox is full"],
+            ["insufficient storage"],
+            ["insufficient system storage"],
+            ["exceeded storage"],
+            ["out of storage"],
+            ["storage allocation"],
+            ["mailfolder is full"],
+            ["mail quota"],
+            ["disk quota"],
+            ["user has exceeded"],
+            ["mailbox would exceed"],
+            ["not enough space"],
+            ["quota limit"],
+            ["over its quota"],
+            ["quota exceed"]
+        ]
+    ),
+    rule!(
+        "microsoft-access-denied-recipient",
+        RecipientPermanent,
+        [
+            ["recipient address rejected: access denied"],
+            ["as(201806281)"]
+        ]
+    ),
+    rule!(
+        "tls-required",
+        Tls,
+        [
+            ["starttls"],
+            ["tls required"],
+            ["tls is required"],
+            ["requires tls"],
+            ["must use tls"],
+            ["tls not available"],
+            ["tls negotiation"],
+            ["tls handshake"],
+            ["ssl handshake"],
+            ["encryption required"],
+            ["encryption is required"],
+            ["requiretls"],
+            ["certificate"]
+        ]
+    ),
+    rule!(
+        "receiver-rate-limit",
+        Throttled,
+        [
+            ["rate limit"],
+            ["ratelimit"],
+            ["rate-limit"],
+            ["rate limited"],
+            ["unusual rate"],
+            ["too many connections"],
+            ["too many concurrent"],
+            ["too many messages"],
+            ["too many recipients"],
+            ["too many sessions"],
+            ["too many mails"],
+            ["too many emails"],
+            ["too many requests"],
+            ["too many errors"],
+            ["too many invalid"],
+            ["connection limit"],
+            ["receiving mail at a rate"],
+            ["receiving mail too quickly"],
+            ["sending too fast"],
+            ["too fast"],
+            ["slow down"],
+            ["throttl"],
+            ["exceeded the rate"],
+            ["exceeded rate"],
+            ["temporarily deferred due to"],
+            ["[tss04]"],
+            ["[ts01]"],
+            ["[ts02]"],
+            ["[ts03]"],
+            ["server busy"],
+            ["sending rate"],
+            ["message rate"],
+            ["max message rate"],
+            ["mail flood"],
+            ["flooding"],
+            ["resources temporarily"],
+            ["try again later", "volume"],
+            ["deferred due to", "complaints"],
+            ["too much mail"],
+            ["sending quota"],
+            ["4.7.28"],
+            ["4.7.27", "rate"],
+            ["4.7.500"],
+            ["4.7.650"],
+            ["4.7.651"]
+        ]
+    ),
+    rule!(
+        "sender-rejected",
+        SenderConfig,
+        [
+            ["sender address rejected"],
+            ["sender rejected"],
+            ["sender domain"],
+            ["sender verify failed"],
+            ["sender verification failed"],
+            ["sender address is not"],
+            ["invalid sender"],
+            ["bad sender"],
+            ["sender not allowed"],
+            ["from address not"],
+            ["not verified"],
+            ["unverified sender"],
+            ["email address is not verified"],
+            ["identities failed the check"],
+            ["authentication required"],
+            ["authentication is required"],
+            ["must authenticate"],
+            ["authentication failed"],
+            ["authentication unsuccessful"],
+            ["auth failed"],
+            ["credentials invalid"],
+            ["invalid credentials"],
+            ["bad credentials"],
+            ["username and password not accepted"],
+            ["login failed"],
+            ["relay access denied"],
+            ["relaying denied"],
+            ["relay not permitted"],
+            ["relaying not allowed"],
+            ["not permitted to relay"],
+            ["unable to relay"],
+            ["relay denied"],
+            ["we do not relay"],
+            ["account suspended"],
+            ["account has been suspended"],
+            ["sending paused"],
+            ["sending has been paused"],
+            ["sending is paused"],
+            ["sender address has null mx"],
+            ["5.7.27"],
+            ["authenticated sender"],
+            ["sending account"]
+        ]
+    ),
+    rule!(
+        "recipient-unknown",
+        RecipientPermanent,
+        [
+            ["user unknown"],
+            ["unknown user"],
+            ["no such user"],
+            ["no such recipient"],
+            ["no such mailbox"],
+            ["no such address"],
+            ["unknown recipient"],
+            ["recipient unknown"],
+            ["recipient not found"],
+            ["recipientnotfound"],
+            ["recipient does not exist"],
+            ["user does not exist"],
+            ["user doesn't exist"],
+            ["mailbox does not exist"],
+            ["address does not exist"],
+            ["account does not exist"],
+            ["does not exist"],
+            ["doesn't exist"],
+            ["doesn't have a"],
+            ["not a valid mailbox"],
+            ["invalid mailbox"],
+            ["invalid recipient"],
+            ["mailbox not found"],
+            ["mailbox unknown"],
+            ["user not found"],
+            ["address not found"],
+            ["addressee unknown"],
+            ["address unknown"],
+            ["unknown address"],
+            ["no mailbox here"],
+            ["unrouteable address"],
+            ["unroutable address"],
+            ["bad destination mailbox"],
+            ["unknown or illegal alias"],
+            ["no such person"],
+            ["not our customer"],
+            ["is not a known user"],
+            ["user not local"],
+            ["not listed in"],
+            ["invalid address"],
+            ["recipient address rejected: unverified address"],
+            ["mailbox unavailable", "5.1.1"],
+            ["mailbox is disabled"],
+            ["account is disabled"],
+            ["account has been disabled"],
+            ["account disabled"],
+            ["mailbox disabled"],
+            ["account is inactive"],
+            ["inactive user"],
+            ["inactive mailbox"],
+            ["account inactive"],
+            ["account has been deactivated"],
+            ["mailbox has been deactivated"],
+            ["deactivated"],
+            ["no longer available"],
+            ["no longer active"],
+            ["account closed"],
+            ["mailbox closed"],
+            ["has moved"],
+            ["domain not found"],
+            ["domain does not exist"],
+            ["no mx"],
+            ["null mx"],
+            ["host not found"],
+            ["host or domain name not found"],
+            ["host unknown"],
+            ["unknown domain"],
+            ["domain unknown"],
+            ["name service error"],
+            ["nxdomain"],
+            ["recipient address rejected: domain"],
+            ["unable to route"],
+            ["no route to"],
+            ["the email account that you tried to reach"],
+            ["resolver.adr"],
+            ["dd not a valid"],
+            ["dd this user"],
+            ["mailbox not available"],
+            ["mailbox unavailable or not local"]
+        ]
+    ),
+    rule!(
+        "content-or-policy",
+        ContentRejected,
+        [
+            ["spam"],
+            ["virus"],
+            ["malware"],
+            ["phish"],
+            ["infected"],
+            ["unsolicited"],
+            ["junk"],
+            ["blocked"],
+            ["blacklist"],
+            ["blocklist"],
+            ["block list"],
+            ["black list"],
+            ["denylist"],
+            ["spamhaus"],
+            ["barracuda"],
+            ["sorbs"],
+            ["spamcop"],
+            ["uceprotect"],
+            ["surbl"],
+            ["dnsbl"],
+            ["rbl"],
+            ["listed at"],
+            ["listed on"],
+            ["listed in"],
+            ["reputation"],
+            ["dmarc"],
+            ["dkim"],
+            ["spf"],
+            ["unauthenticated"],
+            ["not authenticated"],
+            ["authentication check"],
+            ["sender policy framework"],
+            ["reverse dns"],
+            ["ptr record"],
+            ["rdns"],
+            ["content rejected"],
+            ["message content"],
+            ["content policy"],
+            ["rejected by policy"],
+            ["policy rejection"],
+            ["policy violation"],
+            ["policy reasons"],
+            ["due to policy"],
+            ["local policy"],
+            ["message rejected"],
+            ["message refused"],
+            ["not accepted"],
+            ["banned"],
+            ["prohibited"],
+            ["forbidden"],
+            ["denied"],
+            ["refused"],
+            ["message size"],
+            ["size exceeds"],
+            ["exceeds size"],
+            ["exceeds the maximum"],
+            ["message too large"],
+            ["message is too large"],
+            ["message too big"],
+            ["too big"],
+            ["size limit"],
+            ["attachment"],
+            ["bulk mail"],
+            ["suspicious"],
+            ["dangerous"],
+            ["not authorized"],
+            ["unauthorized"],
+            ["rejected for"],
+            ["mail rejected"],
+            ["abuse"],
+            ["[bl21]"],
+            ["[bl23]"],
+            ["[ph01]"],
+            ["s3150"],
+            ["s3140"],
+            ["5.7.606"],
+            ["5.7.511"],
+            ["5.7.26"],
+            ["5.7.25"],
+            ["5.7.23"]
+        ]
+    ),
+    rule!(
+        "provider-down",
+        ProviderUnavailable,
+        [
+            ["service unavailable"],
+            ["service not available"],
+            ["not accepting"],
+            ["temporary failure"],
+            ["temporarily unavailable"],
+            ["temporary problem"],
+            ["temporary error"],
+            ["local error"],
+            ["internal error"],
+            ["server error"],
+            ["system error"],
+            ["try again later"],
+            ["try later"],
+            ["please retry"],
+            ["shutting down"],
+            ["closing connection"],
+            ["timeout"],
+            ["timed out"],
+            ["queue file write error"],
+            ["resources unavailable"],
+            ["database"],
+            ["temporarily rejected"],
+            ["lookup failure"]
+        ]
+    ),
+];
+
+fn text_rule(lower: &str) -> Option<&'static TextRule> {
+    TEXT_RULES.iter().find(|rule| {
+        rule.any_of
+            .iter()
+            .any(|all| all.iter().all(|phrase| lower.contains(phrase)))
+    })
+}
+
+/// Maps an RFC 3463 enhanced status code to a class.
+fn enhanced_class(e: EnhancedCode) -> Option<ErrorClass> {
+    use ErrorClass::*;
+    let transient = e.class == 4;
+    let class = match (e.subject, e.detail) {
+        (1, 7 | 8) => SenderConfig,
+        (1, _) if transient => MailboxTemporary,
+        (1, 0..=4 | 6 | 10) => RecipientPermanent,
+        (2, 2) => MailboxTemporary,
+        (2, 3) if !transient => ContentRejected,
+        (2, _) if transient => MailboxTemporary,
+        (2, 1) => RecipientPermanent,
+        (2, _) => Unknown,
+        (3, 3 | 4) if !transient => ContentRejected,
+        (3, _) => ProviderUnavailable,
+        (4, 4) if !transient => RecipientPermanent,
+        (4, 7) if transient => MailboxTemporary,
+        (4, _) if transient => ProviderUnavailable,
+        (4, _) => Unknown,
+        (5, 3) => Throttled,
+        (5, _) if transient => ProviderUnavailable,
+        (5, _) => Unknown,
+        (6, _) if transient => Unknown,
+        (6, _) => ContentRejected,
+        (7, 0) if transient => Throttled,
+        (7, 0 | 8 | 9 | 12 | 13 | 14 | 27) => SenderConfig,
+        (7, 10 | 11 | 30) => Tls,
+        (7, 28) => Throttled,
+        (7, _) if transient => Throttled,
+        (7, _) => ContentRejected,
+        _ => return None,
+    };
+    Some(class)
+}
+
+/// Maps a basic RFC 5321 reply code to a class.
+fn basic_class(code: u16) -> Option<ErrorClass> {
+    use ErrorClass::*;
+    Some(match code {
+        421 => ProviderUnavailable,
+        450 | 452 => MailboxTemporary,
+        451 => ProviderUnavailable,
+        454 => Tls,
+        400..=499 => ProviderUnavailable,
+        530 | 534 | 535 => SenderConfig,
+        538 => Tls,
+        551 => RecipientPermanent,
+        552 => MailboxTemporary,
+        554 => ContentRejected,
+        500..=599 => Unknown,
+        _ => return None,
+    })
+}
+
+/// Classifies one SMTP reply (any number of lines, with or without codes).
+pub fn classify_smtp(raw: &str) -> Verdict {
+    let reply = SmtpReply::parse(raw);
+    let digit = reply.class_digit();
+    let lower = reply.text.to_lowercase();
+    let (class, rule) = if digit == Some(2) {
+        (
+            ErrorClass::Unknown,
+            "smtp.success-code-as-failure".to_owned(),
+        )
+    } else if let Some(rule) = text_rule(&lower) {
+        (rule.class, format!("smtp.text.{}", rule.name))
+    } else if let Some((e, class)) = reply
+        .enhanced
+        .and_then(|e| enhanced_class(e).map(|c| (e, c)))
+    {
+        (class, format!("smtp.enhanced.{e}"))
+    } else if let Some((c, class)) = reply.code.and_then(|c| basic_class(c).map(|k| (c, k))) {
+        (class, format!("smtp.basic.{c}"))
+    } else {
+        (ErrorClass::Unknown, "smtp.unrecognised".to_owned())
+    };
+    let class = if digit == Some(4) {
+        class.transient()
+    } else {
+        class
+    };
+    Verdict::new(class, rule, Source::Smtp).with_raw(reply.code_string(), Some(raw.to_owned()))
+}
+
+// ---------------------------------------------------------------------------------------------
+// SES v2 API errors
+
+/// How an SES v2 call failed, as seen after the SDK's own retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ApiFailureKind {
+    /// The service answered with an error (modelled or not).
+    Service,
+    /// The SDK gave up waiting (connect, read or operation timeout).
+    Timeout,
+    /// The request could not be sent or no response came (connection, DNS, TLS).
+    Dispatch,
+    /// A response came that could not be parsed.
+    Response,
+    /// The request could not be built (a bug or a bad input on our side).
+    Construction,
+}
+
+/// An SES v2 API failure reduced to what classification needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApiFailure {
+    pub kind: ApiFailureKind,
+    /// Error code (`MessageRejected`, `TooManyRequestsException`, ...).
+    pub code: Option<String>,
+    pub message: Option<String>,
+    pub http_status: Option<u16>,
+}
+
+/// Classifies an SES v2 API failure.
+pub fn classify_ses_api(failure: &ApiFailure) -> Verdict {
+    use ErrorClass::*;
+    let code = failure
+        .code
+        .as_deref()
+        .map(|c| c.trim_end_matches("Exception"))
+        .unwrap_or("");
+    let message = failure.message.as_deref().unwrap_or("").to_lowercase();
+    let (class, rule): (ErrorClass, String) = match failure.kind {
+        ApiFailureKind::Timeout => (Network, "ses.timeout".into()),
+        ApiFailureKind::Dispatch
+            if message.contains("tls")
+                || message.contains("certificate")
+                || message.contains("handshake") =>
+        {
+            (Tls, "ses.dispatch.tls".into())
+        }
+        ApiFailureKind::Dispatch => (Network, "ses.dispatch".into()),
+        ApiFailureKind::Response => (ProviderUnavailable, "ses.unparseable-response".into()),
+        ApiFailureKind::Construction => (InvalidJob, "ses.request-construction".into()),
+        ApiFailureKind::Service => match code {
+            "MessageRejected" => match text_rule(&message) {
+                Some(rule) if rule.class == SenderConfig => {
+                    (SenderConfig, "ses.MessageRejected.sender".into())
+                }
+                Some(rule) if rule.class == Throttled => {
+                    (Throttled, "ses.MessageRejected.rate".into())
+                }
+                _ if message.contains("illegal address") || message.contains("invalid address") => {
+                    (InvalidJob, "ses.MessageRejected.address".into())
+                }
+                _ => (ContentRejected, "ses.MessageRejected".into()),
+            },
+            "MailFromDomainNotVerified"
+            | "AccountSuspended"
+            | "SendingPaused"
+            | "NotFound"
+            | "AccessDenied"
+            | "InvalidClientTokenId"
+            | "UnrecognizedClient"
+            | "SignatureDoesNotMatch"
+            | "ExpiredToken"
+            | "MissingAuthenticationToken"
+            | "IncompleteSignature"
+            | "OptInRequired" => (SenderConfig, format!("ses.{code}")),
+            "TooManyRequests"
+            | "Throttling"
+            | "ThrottlingException"
+            | "RequestLimitExceeded"
+            | "LimitExceeded"
+            | "SlowDown" => (Throttled, format!("ses.{code}")),
+            "InternalFailure"
+            | "InternalServerError"
+            | "ServiceUnavailable"
+            | "RequestTimeout"
+            | "ServiceFailure" => (ProviderUnavailable, format!("ses.{code}")),
+            "BadRequest"
+            | "InvalidParameterValue"
+            | "ValidationError"
+            | "Validation"
+            | "SerializationException" => (InvalidJob, format!("ses.{code}")),
+            _ => match failure.http_status {
+                Some(429) => (Throttled, "ses.http.429".into()),
+                Some(s) if s >= 500 => (ProviderUnavailable, "ses.http.5xx".into()),
+                Some(403) => (SenderConfig, "ses.http.403".into()),
+                _ => (Unknown, "ses.unmodelled".into()),
+            },
+        },
+    };
+    let raw_code = match (&failure.code, failure.http_status) {
+        (Some(c), Some(s)) => Some(format!("{c} (HTTP {s})")),
+        (Some(c), None) => Some(c.clone()),
+        (None, Some(s)) => Some(format!("HTTP {s}")),
+        (None, None) => Some(format!("{:?}", failure.kind).to_lowercase()),
+    };
+    Verdict::new(class, rule, Source::SesApi).with_raw(raw_code, failure.message.clone())
+}
+
+// ---------------------------------------------------------------------------------------------
+// SES events
+
+/// The failure-bearing SES event kinds, with the fields classification needs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum SesFailureEvent {
+    Bounce {
+        bounce_type: String,
+        bounce_subtype: String,
+        diagnostic: Option<String>,
+    },
+    Complaint {
+        feedback_type: Option<String>,
+    },
+    DeliveryDelay {
+        delay_type: String,
+        diagnostic: Option<String>,
+    },
+    Reject {
+        reason: Option<String>,
+    },
+    RenderingFailure {
+        error: Option<String>,
+    },
+}
+
+/// Classifies an SES event that reports a failure.
+pub fn classify_ses_event(event: &SesFailureEvent) -> Verdict {
+    use ErrorClass::*;
+    match event {
+        SesFailureEvent::Bounce {
+            bounce_type,
+            bounce_subtype,
+            diagnostic,
+        } => {
+            let class = match (bounce_type.as_str(), bounce_subtype.as_str()) {
+                (
+                    "Permanent",
+                    "General" | "NoEmail" | "Suppressed" | "OnAccountSuppressionList",
+                ) => RecipientPermanent,
+                ("Permanent", _) => RecipientPermanent,
+                ("Transient", "MailboxFull") => MailboxTemporary,
+                ("Transient", "MessageTooLarge" | "ContentRejected" | "AttachmentRejected") => {
+                    ContentRejected
+                }
+                ("Transient", _) => MailboxTemporary,
+                _ => Unknown,
+            };
+            let mut v = Verdict::new(
+                class,
+                format!("ses.event.bounce.{bounce_type}.{bounce_subtype}"),
+                Source::SesEvent,
+            );
+            // A permanent bounce whose diagnostic is plainly a content/policy block must not
+            // suppress the recipient (SES files some blocklist rejections as Permanent/General).
+            if class == RecipientPermanent {
+                if let Some(d) = diagnostic {
+                    let smtp = classify_smtp(d);
+                    if smtp.class == ContentRejected && smtp.rule.starts_with("smtp.text") {
+                        v = Verdict::new(
+                            ContentRejected,
+                            format!(
+                                "ses.event.bounce.{bounce_type}.{bounce_subtype}+{}",
+                                smtp.rule
+                            ),
+                            Source::SesEvent,
+                        );
+                    }
+                }
+            }
+            v.with_raw(
+                Some(format!("Bounce/{bounce_type}/{bounce_subtype}")),
+                diagnostic.clone(),
+            )
+        }
+        SesFailureEvent::Complaint { feedback_type } => {
+            let mut v = Verdict::new(ContentRejected, "ses.event.complaint", Source::SesEvent);
+            v.suppress_recipient = true;
+            v.with_raw(
+                Some(format!(
+                    "Complaint/{}",
+                    feedback_type.as_deref().unwrap_or("unspecified")
+                )),
+                None,
+            )
+        }
+        SesFailureEvent::DeliveryDelay {
+            delay_type,
+            diagnostic,
+        } => {
+            let class = match delay_type.as_str() {
+                "InternalFailure" | "BYOIPHostNameLookupUnavailable" => ProviderUnavailable,
+                "MailboxFull" | "General" | "RecipientServerError" => MailboxTemporary,
+                "SpamDetected" | "IPFailure" => ContentRejected,
+                "TransientCommunicationFailure" => Network,
+                "SendingDeferral" => Throttled,
+                _ => Unknown,
+            };
+            // A delay is by definition not final: even SpamDetected is retried by SES itself.
+            let mut v = Verdict::new(
+                class,
+                format!("ses.event.delivery_delay.{delay_type}"),
+                Source::SesEvent,
+            );
+            v.retryable = true;
+            v.with_raw(
+                Some(format!("DeliveryDelay/{delay_type}")),
+                diagnostic.clone(),
+            )
+        }
+        SesFailureEvent::Reject { reason } => {
+            Verdict::new(ContentRejected, "ses.event.reject", Source::SesEvent)
+                .with_raw(Some("Reject".into()), reason.clone())
+        }
+        SesFailureEvent::RenderingFailure { error } => {
+            Verdict::new(Rendering, "ses.event.rendering_failure", Source::SesEvent)
+                .with_raw(Some("RenderingFailure".into()), error.clone())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_multiline_replies_and_codes() {
+        let r = SmtpReply::parse(
+            "550-5.1.1 The email account that you tried to reach does not exist.\r\n550 5.1.1 https://support.google.com/mail/?p=NoSuchUser x1si",
+        );
+        assert_eq!(r.code, Some(550));
+        assert_eq!(r.enhanced.map(|e| e.to_string()).as_deref(), Some("5.1.1"));
+        assert!(r.text.starts_with("The email account"));
+        assert!(r.text.contains('\n'));
+    }
+
+    #[test]
+    fn finds_enhanced_codes_inside_text_but_not_in_ips() {
+        assert_eq!(
+            SmtpReply::parse("Sorry, no mailbox here by that name. (#5.1.1)")
+                .enhanced
+                .map(|e| e.to_string()),
+            Some("5.1.1".into())
+        );
+        assert_eq!(
+            SmtpReply::parse("451 from 10.5.1.1 try later").enhanced,
+            None
+        );
+        assert_eq!(SmtpReply::parse("250 ok version 2.0.1x").enhanced, None);
+    }
+
+    #[test]
+    fn enhanced_class_contradicting_the_code_is_ignored() {
+        assert_eq!(SmtpReply::parse("450 5.1.1 odd").enhanced, None);
+    }
+
+    #[test]
+    fn four_xx_never_yields_a_permanent_class() {
+        for raw in [
+            "450 4.1.1 <a@b>: Recipient address rejected: User unknown in local recipient table",
+            "451 4.7.1 spam suspected",
+            "451 sender verify failed",
+            "450 something odd",
+        ] {
+            let v = classify_smtp(raw);
+            assert!(v.retryable, "{raw} -> {v:?}");
+            assert!(!v.suppress_recipient, "{raw} -> {v:?}");
+        }
+    }
+
+    #[test]
+    fn each_class_by_each_pass() {
+        use ErrorClass::*;
+        // GIVEN replies decided by text, by enhanced code and by basic code
+        let cases = [
+            (
+                "450 4.2.0 <g@x>: Recipient address rejected: Greylisted",
+                MailboxTemporary,
+                "smtp.text.greylisted",
+            ),
+            (
+                "552 5.2.2 mailbox full",
+                MailboxTemporary,
+                "smtp.text.over-quota",
+            ),
+            (
+                "550 5.1.1 <u@x>: Recipient address rejected: User unknown",
+                RecipientPermanent,
+                "smtp.text.recipient-unknown",
+            ),
+            (
+                "554 5.7.1 Service unavailable; Client host [192.0.2.1] blocked using zen.spamhaus.org",
+                ContentRejected,
+                "smtp.text.content-or-policy",
+            ),
+            (
+                "530 5.7.0 Must issue a STARTTLS command first",
+                Tls,
+                "smtp.text.tls-required",
+            ),
+            (
+                "421 4.7.28 unusual rate of unsolicited mail",
+                Throttled,
+                "smtp.text.receiver-rate-limit",
+            ),
+            (
+                "535 5.7.8 Error: authentication failed",
+                SenderConfig,
+                "smtp.text.sender-rejected",
+            ),
+            (
+                "421 4.3.2 System not accepting network messages",
+                ProviderUnavailable,
+                "smtp.text.provider-down",
+            ),
+            ("550 5.1.6 gone", RecipientPermanent, "smtp.enhanced.5.1.6"),
+            ("553 5.1.8 nope", SenderConfig, "smtp.enhanced.5.1.8"),
+            ("554 5.6.0 x", ContentRejected, "smtp.enhanced.5.6.0"),
+            ("452 4.5.3 x", Throttled, "smtp.enhanced.4.5.3"),
+            ("550 5.7.10 x", Tls, "smtp.enhanced.5.7.10"),
+            ("421 x", ProviderUnavailable, "smtp.basic.421"),
+            ("551 x", RecipientPermanent, "smtp.basic.551"),
+            ("500 x", Unknown, "smtp.basic.500"),
+            ("gibberish", Unknown, "smtp.unrecognised"),
+            (
+                "250 2.0.0 Ok: queued",
+                Unknown,
+                "smtp.success-code-as-failure",
+            ),
+        ];
+        for (raw, class, rule) in cases {
+            let v = classify_smtp(raw);
+            assert_eq!((v.class, v.rule.as_str()), (class, rule), "{raw}");
+            assert_eq!(v.raw_text.as_deref(), Some(raw));
+        }
+    }
+
+    #[test]
+    fn ses_api_errors() {
+        use ErrorClass::*;
+        let f = |kind, code: Option<&str>, msg: Option<&str>, status| ApiFailure {
+            kind,
+            code: code.map(str::to_owned),
+            message: msg.map(str::to_owned),
+            http_status: status,
+        };
+        let cases = [
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("MessageRejected"),
+                    Some(
+                        "Email address is not verified. The following identities failed the check in region US-EAST-1: a@b.c",
+                    ),
+                    Some(400),
+                ),
+                SenderConfig,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("MessageRejected"),
+                    Some("Illegal address"),
+                    Some(400),
+                ),
+                InvalidJob,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("MessageRejected"),
+                    Some("Message rejected"),
+                    Some(400),
+                ),
+                ContentRejected,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("TooManyRequestsException"),
+                    None,
+                    Some(429),
+                ),
+                Throttled,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("LimitExceededException"),
+                    Some("Maximum sending rate exceeded."),
+                    Some(400),
+                ),
+                Throttled,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("AccountSuspendedException"),
+                    None,
+                    Some(400),
+                ),
+                SenderConfig,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("SendingPausedException"),
+                    None,
+                    Some(400),
+                ),
+                SenderConfig,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("MailFromDomainNotVerifiedException"),
+                    None,
+                    Some(400),
+                ),
+                SenderConfig,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("NotFoundException"),
+                    Some("Configuration set does not exist"),
+                    Some(404),
+                ),
+                SenderConfig,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("BadRequestException"),
+                    None,
+                    Some(400),
+                ),
+                InvalidJob,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("InternalFailure"),
+                    None,
+                    Some(500),
+                ),
+                ProviderUnavailable,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("SomethingNew"),
+                    None,
+                    Some(503),
+                ),
+                ProviderUnavailable,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("SomethingNew"),
+                    None,
+                    Some(429),
+                ),
+                Throttled,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("SomethingNew"),
+                    None,
+                    Some(403),
+                ),
+                SenderConfig,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("SomethingNew"),
+                    None,
+                    Some(400),
+                ),
+                Unknown,
+            ),
+            (f(ApiFailureKind::Timeout, None, None, None), Network),
+            (
+                f(
+                    ApiFailureKind::Dispatch,
+                    None,
+                    Some("io error: connection refused"),
+                    None,
+                ),
+                Network,
+            ),
+            (
+                f(
+                    ApiFailureKind::Dispatch,
+                    None,
+                    Some("invalid peer certificate"),
+                    None,
+                ),
+                Tls,
+            ),
+            (
+                f(ApiFailureKind::Response, None, None, Some(200)),
+                ProviderUnavailable,
+            ),
+            (
+                f(ApiFailureKind::Construction, None, None, None),
+                InvalidJob,
+            ),
+        ];
+        for (failure, class) in cases {
+            let v = classify_ses_api(&failure);
+            assert_eq!(v.class, class, "{failure:?} -> {v:?}");
+            assert!(v.raw_code.is_some());
+        }
+    }
+
+    #[test]
+    fn ses_events() {
+        use ErrorClass::*;
+        let bounce = |t: &str, s: &str, d: Option<&str>| SesFailureEvent::Bounce {
+            bounce_type: t.into(),
+            bounce_subtype: s.into(),
+            diagnostic: d.map(str::to_owned),
+        };
+        let delay = |t: &str| SesFailureEvent::DeliveryDelay {
+            delay_type: t.into(),
+            diagnostic: None,
+        };
+        let cases = [
+            (
+                bounce("Permanent", "General", Some("smtp; 550 5.1.1 user unknown")),
+                RecipientPermanent,
+                true,
+            ),
+            (
+                bounce("Permanent", "NoEmail", None),
+                RecipientPermanent,
+                true,
+            ),
+            (
+                bounce("Permanent", "Suppressed", None),
+                RecipientPermanent,
+                true,
+            ),
+            (
+                bounce("Permanent", "OnAccountSuppressionList", None),
+                RecipientPermanent,
+                true,
+            ),
+            (
+                bounce(
+                    "Permanent",
+                    "General",
+                    Some("smtp; 554 5.7.1 blocked using spamhaus"),
+                ),
+                ContentRejected,
+                false,
+            ),
+            (
+                bounce("Transient", "MailboxFull", None),
+                MailboxTemporary,
+                false,
+            ),
+            (
+                bounce("Transient", "General", None),
+                MailboxTemporary,
+                false,
+            ),
+            (
+                bounce("Transient", "MessageTooLarge", None),
+                ContentRejected,
+                false,
+            ),
+            (
+                bounce("Transient", "ContentRejected", None),
+                ContentRejected,
+                false,
+            ),
+            (
+                bounce("Transient", "AttachmentRejected", None),
+                ContentRejected,
+                false,
+            ),
+            (bounce("Undetermined", "Undetermined", None), Unknown, false),
+            (
+                SesFailureEvent::Complaint {
+                    feedback_type: Some("abuse".into()),
+                },
+                ContentRejected,
+                true,
+            ),
+            (delay("InternalFailure"), ProviderUnavailable, false),
+            (delay("MailboxFull"), MailboxTemporary, false),
+            (delay("SpamDetected"), ContentRejected, false),
+            (delay("TransientCommunicationFailure"), Network, false),
+            (delay("SendingDeferral"), Throttled, false),
+            (delay("Undetermined"), Unknown, false),
+            (
+                SesFailureEvent::Reject {
+                    reason: Some("Bad content".into()),
+                },
+                ContentRejected,
+                false,
+            ),
+            (
+                SesFailureEvent::RenderingFailure {
+                    error: Some("Attribute 'name' is not present".into()),
+                },
+                Rendering,
+                false,
+            ),
+        ];
+        for (event, class, suppress) in cases {
+            let v = classify_ses_event(&event);
+            assert_eq!(
+                (v.class, v.suppress_recipient),
+                (class, suppress),
+                "{event:?}"
+            );
+        }
+        assert!(classify_ses_event(&delay("SpamDetected")).retryable);
+    }
+
+    #[test]
+    fn class_names_round_trip() {
+        for class in ErrorClass::ALL {
+            assert_eq!(ErrorClass::parse(class.as_str()), Some(class));
+            assert_eq!(
+                serde_json::to_value(class).unwrap(),
+                serde_json::Value::String(class.as_str().into())
+            );
+        }
+        assert_eq!(ErrorClass::parse("nope"), None);
+    }
+}

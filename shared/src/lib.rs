@@ -1,0 +1,21 @@
+//! Courier's shared library: the pure core every function, the CLI and the simulator use, and
+//! the adapters that connect it to AWS and SMTP.
+//!
+//! # Layout
+//! - [`job`]: the job contract (`EmailJob`), parsing and validation, payload fingerprints.
+//! - [`classify`]: the error taxonomy and the classifiers for SMTP replies, SES v2 API errors,
+//!   SES events and local failures.
+//! - [`policy`]: the retry policy matrix and the decision after a failure.
+//! - [`status`]: the forward-only job status machine.
+//! - [`breaker`]: the circuit breaker state machine.
+//! - [`random`]: seedable randomness passed into the core.
+//!
+//! Nothing in those modules touches the network, the clock or a random generator of its own:
+//! time and randomness come in as arguments.
+
+pub mod breaker;
+pub mod classify;
+pub mod job;
+pub mod policy;
+pub mod random;
+pub mod status;
