@@ -4,8 +4,8 @@
 #   localstack/start-host.sh PORT STATE_DIR
 #
 # The script execs into LocalStack, so the pid the caller started is LocalStack's. Stop it with
-# SIGTERM (or SIGINT) to that pid: LocalStack then stops DynamoDB Local (its only child here) and
-# exits, typically within 1-2 s. It prints "Ready." when it serves; poll
+# SIGTERM (or SIGINT) to that pid: LocalStack then stops DynamoDB Local (and kinesis-local, if
+# DynamoDB streams were used) and exits, in about 1-2 s. It prints "Ready." when it serves; poll
 # http://127.0.0.1:PORT/_localstack/health to know when it is up.
 # LocalStack starts DynamoDB Local in a session of its own, so killing LocalStack's process group
 # would miss it; it is started through the java/21/bin/java wrapper written by install.sh, which
@@ -50,7 +50,7 @@ export OVERRIDE_IN_DOCKER=0            # these machines have /.dockerenv; we are
 export FILESYSTEM_ROOT=$FS
 export GATEWAY_LISTEN=127.0.0.1:$PORT
 export LOCALSTACK_HOST=127.0.0.1:$PORT
-export SQS_ENDPOINT_STRATEGY=path      # queue URLs http://127.0.0.1:PORT/000000000000/NAME
+export SQS_ENDPOINT_STRATEGY=path      # queue URLs http://127.0.0.1:PORT/queue/REGION/ACCOUNT/NAME
 export DISABLE_EVENTS=1                # no analytics calls home
 export SKIP_SSL_CERT_DOWNLOAD=1        # no download attempt of LocalStack's TLS cert
 export DNS_ADDRESS=0                   # no DNS server on port 53 (would clash between instances)
@@ -59,4 +59,17 @@ export EAGER_SERVICE_LOADING=1
 export PERSISTENCE=0
 
 cd "$STATE_DIR"
-exec "$VENV/bin/python" -m localstack.runtime.main
+# = `python -m localstack.runtime.main`, then os._exit once LocalStack has shut itself down: the
+# interpreter's own teardown (garbage-collecting ~600 MB of objects) took another 2-7 s per stop.
+exec "$VENV/bin/python" -c '
+import os, runpy, sys
+code = 0
+try:
+    runpy.run_module("localstack.runtime.main", run_name="__main__", alter_sys=True)
+except SystemExit as e:
+    code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+except BaseException:
+    import traceback; traceback.print_exc(); code = 1
+sys.stdout.flush(); sys.stderr.flush()
+os._exit(code)
+'

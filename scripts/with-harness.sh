@@ -59,7 +59,7 @@ usage() {
 [ "$#" -ge 1 ] || usage
 MODE=$1
 shift
-case $MODE in moto | localstack) ;; -h | --help) sed -n '2,41p' "$0"; exit 0 ;; *) usage ;; esac
+case $MODE in moto | localstack) ;; -h | --help) sed -n '2,40p' "$0"; exit 0 ;; *) usage ;; esac
 [ "${1:-}" = "--" ] && shift
 [ "$#" -ge 1 ] || usage
 
@@ -100,6 +100,8 @@ fi
 STATE=$(cd "$STATE" && pwd)
 # Postfix's daemons run as user postfix and must be able to traverse into the queue directory.
 chmod 755 "$STATE"
+runuser -u postfix -- test -x "$STATE" 2>/dev/null \
+    || die "user postfix cannot enter $STATE: make its parent directories world-searchable (chmod o+x) or use another COURIER_HARNESS_DIR"
 LOGS=$STATE/logs
 mkdir -p "$LOGS"
 : >"$STATE/pids"
@@ -111,27 +113,49 @@ CMD_PID=
 now_ms() { local t=${EPOCHREALTIME//[.,]/}; echo $((t / 1000)); }
 secs_since() { local ms=$(($(now_ms) - $1)); printf '%d.%02d' $((ms / 1000)) $((ms % 1000 / 10)); }
 
-# Alive and not a zombie.
-proc_alive() {
-    local pid=$1 stat rest
-    [ -r "/proc/$pid/stat" ] || return 1
-    stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
-    rest=${stat##*) }
-    [ "${rest%% *}" != Z ]
+# Process table helpers (builtins only: no fork per process). Fields of /proc/PID/stat after
+# "comm) ": [0]=state [1]=ppid [2]=pgrp ... [19]=starttime.
+STAT_FIELDS=()
+read_stat() {
+    local line
+    { IFS= read -r line <"/proc/$1/stat"; } 2>/dev/null || return 1
+    read -r -a STAT_FIELDS <<<"${line##*) }"
 }
+
+# Alive and not a zombie.
+proc_alive() { read_stat "$1" && [ "${STAT_FIELDS[0]}" != Z ]; }
+
+# The same process as recorded ("pid:starttime"), still alive: a reused pid does not count.
+entry_alive() { read_stat "${1%%:*}" && [ "${STAT_FIELDS[0]}" != Z ] && [ "${STAT_FIELDS[19]}" = "${1#*:}" ]; }
 
 # Pids of live processes in process group $1 (the group our setsid'd server leads).
 group_members() {
-    local pg=$1 f stat rest fields
-    for f in /proc/[0-9]*/stat; do
-        stat=$(cat "$f" 2>/dev/null) || continue
-        rest=${stat##*) }
-        read -r -a fields <<<"$rest"
-        # fields: state ppid pgrp ...
-        if [ "${fields[2]}" = "$pg" ] && [ "${fields[0]}" != Z ]; then
-            f=${f#/proc/}
-            echo "${f%/stat}"
-        fi
+    local pg=$1 f pid
+    for f in /proc/[0-9]*; do
+        pid=${f#/proc/}
+        read_stat "$pid" || continue
+        if [ "${STAT_FIELDS[2]}" = "$pg" ] && [ "${STAT_FIELDS[0]}" != Z ]; then echo "$pid"; fi
+    done
+}
+
+# All live descendants of $1, as "pid:starttime", found by parent pid (this includes children
+# that left the process group, e.g. LocalStack's DynamoDB Local, which runs in its own session).
+descendants() {
+    local f pid entry queue=("$1") p
+    local -A kids=()
+    for f in /proc/[0-9]*; do
+        pid=${f#/proc/}
+        read_stat "$pid" || continue
+        [ "${STAT_FIELDS[0]}" != Z ] || continue
+        kids[${STAT_FIELDS[1]}]+="$pid:${STAT_FIELDS[19]} "
+    done
+    while [ "${#queue[@]}" -gt 0 ]; do
+        p=${queue[0]}
+        queue=("${queue[@]:1}")
+        for entry in ${kids[$p]:-}; do
+            echo "$entry"
+            queue+=("${entry%%:*}")
+        done
     done
 }
 
@@ -148,40 +172,66 @@ start_server() {
     LAST_PID=$pid
 }
 
-# fail_server NAME LOGFILE MESSAGE: report, show the log's tail, exit (the EXIT trap cleans up).
+# fail_server NAME MESSAGE LOGS...: report, show each log's tail, exit (the EXIT trap cleans up).
 fail_server() {
-    local name=$1 logfile=$2 msg=$3 extra
+    local name=$1 msg=$2 f
+    shift 2
     log "ERROR: $name $msg"
-    for extra in "$logfile" "${@:4}"; do
-        [ -f "$extra" ] || continue
-        log "---- last 40 lines of $extra ----"
-        tail -n 40 "$extra" >&2 || true
-        log "---- end of $extra ----"
+    for f in "$@"; do
+        [ -f "$f" ] || continue
+        log "---- last 40 lines of $f ----"
+        tail -n 40 "$f" >&2 || true
+        log "---- end of $f ----"
     done
     exit 1
 }
 
-# wait_ready NAME PID TIMEOUT LOGFILE CHECK...: poll CHECK until it succeeds.
+# wait_ready PID TIMEOUT CHECK...: poll CHECK until it succeeds. Returns 0 when ready, 1 when
+# the process exited first (its status in EXIT_STATUS), 2 on time-out.
 wait_ready() {
-    local name=$1 pid=$2 timeout=$3 logfile=$4 start
-    shift 4
+    local pid=$1 timeout=$2 start
+    shift 2
     start=$(now_ms)
     while :; do
         if ! proc_alive "$pid"; then
-            local rc=0
-            wait "$pid" 2>/dev/null || rc=$?
-            fail_server "$name" "$logfile" "exited during start-up (exit status $rc)" "${EXTRA_LOGS[@]}"
+            EXIT_STATUS=0
+            wait "$pid" 2>/dev/null || EXIT_STATUS=$?
+            return 1
         fi
-        if "$@" >/dev/null 2>&1; then
-            return 0
-        fi
-        if [ $(($(now_ms) - start)) -ge $((timeout * 1000)) ]; then
-            fail_server "$name" "$logfile" "did not become ready within ${timeout} s" "${EXTRA_LOGS[@]}"
-        fi
+        if "$@" >/dev/null 2>&1; then return 0; fi
+        [ $(($(now_ms) - start)) -lt $((timeout * 1000)) ] || return 2
         sleep 0.1
     done
 }
-EXTRA_LOGS=()
+EXIT_STATUS=0
+
+# bring_up NAME PORTVAR TIMEOUT LOGS...: runs spawn_NAME (which starts the server on port
+# ${!PORTVAR}) and waits for ready_NAME. If the server dies because another program took its
+# port in the meantime, picks a new port and tries again (3 tries). Otherwise fails the run
+# with the tail of each of LOGS.
+bring_up() {
+    local name=$1 portvar=$2 timeout=$3 attempt rc
+    shift 3
+    for attempt in 1 2 3; do
+        "spawn_$name"
+        rc=0
+        wait_ready "$LAST_PID" "$timeout" "ready_$name" || rc=$?
+        [ "$rc" -ne 0 ] || return 0
+        if [ "$rc" -eq 1 ] && [ "$attempt" -lt 3 ] \
+            && { grep -qis 'already in use' "$@" || ! port_free "${!portvar}"; }; then
+            log "$name: port ${!portvar} was taken by another program; retrying on a new port"
+            unset 'SERVER_NAMES[-1]' 'SERVER_PIDS[-1]'
+            printf -v "$portvar" '%s' "$(pick_ports 1)"
+            continue
+        fi
+        if [ "$rc" -eq 1 ]; then
+            [ "$name" != postfix ] || log "note: Postfix's master reports errors it meets before its" \
+                "log service runs (bad master.cf, ports) to syslog only; 'postfix -c $STATE/postfix/conf check' may help"
+            fail_server "$name" "exited during start-up (exit status $EXIT_STATUS)" "$@"
+        fi
+        fail_server "$name" "did not become ready within ${timeout} s" "$@"
+    done
+}
 
 # Free TCP ports on 127.0.0.1, all distinct (sockets held open until every port is chosen).
 pick_ports() {
@@ -196,79 +246,85 @@ print(" ".join(str(s.getsockname()[1]) for s in socks))
 EOF
 }
 
+# 127.0.0.1:$1 can be bound (nobody else holds it).
+port_free() {
+    python3 -c 'import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
+}
+
 http_ok() { curl -fsS -o /dev/null --max-time 2 "$1"; }
 
 # An SMTP server on 127.0.0.1:$1 sends a 220 greeting.
 smtp_greets() {
     local line=
     { exec 3<>"/dev/tcp/127.0.0.1/$1"; } 2>/dev/null || return 1
-    IFS= read -r -t 5 line <&3 || true
+    IFS= read -r -t 2 line <&3 || true
     printf 'QUIT\r\n' >&3 2>/dev/null || true
     exec 3>&- 3<&-
     [[ $line == 220* ]]
 }
 
 # ---------------------------------------------------------------- stopping
-# stop_pid NAME PID: SIGTERM, wait up to STOP_TIMEOUT, then SIGKILL; then the same for whatever
-# is left in the process group it leads (Postfix's daemons outlive master by about a second).
 STOP_FAILED=0
-stop_pid() {
-    local name=$1 pid=$2 start pgrp members
-    pgrp=$pid
-    if proc_alive "$pid"; then
+
+# wait_gone SECONDS ENTRY...: wait until none of the "pid:starttime" entries is alive.
+wait_gone() {
+    local secs=$1 start e left
+    shift
+    start=$(now_ms)
+    while :; do
+        left=0
+        for e in "$@"; do entry_alive "$e" && left=1 && break; done
+        [ "$left" -eq 1 ] || return 0
+        [ $(($(now_ms) - start)) -lt $((secs * 1000)) ] || return 1
+        sleep 0.1
+    done
+}
+
+# stop_tree NAME PID LEADS_GROUP: SIGTERM to PID, wait up to STOP_TIMEOUT, SIGKILL if needed;
+# then wait for its descendants (recorded before the signal) and, when PID leads its own process
+# group, for the rest of that group (Postfix's daemons outlive master by about a second), and
+# SIGKILL, by pid, whatever is left.
+stop_tree() {
+    local name=$1 pid=$2 leads_group=$3 me desc=() e survivors=()
+    read_stat "$pid" || { wait "$pid" 2>/dev/null || true; return 0; }
+    me=$pid:${STAT_FIELDS[19]}
+    mapfile -t desc < <(descendants "$pid")
+    for e in "${desc[@]}"; do printf '%s/child %s\n' "$name" "${e%%:*}" >>"$STATE/pids"; done
+    if entry_alive "$me"; then
         kill -TERM "$pid" 2>/dev/null || true
-        start=$(now_ms)
-        while proc_alive "$pid" && [ $(($(now_ms) - start)) -lt $((STOP_TIMEOUT * 1000)) ]; do
-            sleep 0.1
-        done
-        if proc_alive "$pid"; then
+        if ! wait_gone "$STOP_TIMEOUT" "$me"; then
             log "WARNING: $name (pid $pid) ignored SIGTERM for ${STOP_TIMEOUT} s; sending SIGKILL"
             kill -KILL "$pid" 2>/dev/null || true
         fi
     fi
     wait "$pid" 2>/dev/null || true
-    start=$(now_ms)
-    members=$(group_members "$pgrp")
-    while [ -n "$members" ] && [ $(($(now_ms) - start)) -lt $((STOP_TIMEOUT * 1000)) ]; do
-        sleep 0.1
-        members=$(group_members "$pgrp")
-    done
-    if [ -n "$members" ]; then
-        log "WARNING: $name left processes $(echo "$members" | tr '\n' ' ')in its group; sending SIGKILL"
-        kill -KILL -- "-$pgrp" 2>/dev/null || true
-        sleep 0.5
-        members=$(group_members "$pgrp")
-        if [ -n "$members" ]; then
-            log "ERROR: could not stop $name's processes: $(echo "$members" | tr '\n' ' ')"
+    if [ "$leads_group" = 1 ]; then
+        for e in $(group_members "$pid"); do
+            read_stat "$e" && desc+=("$e:${STAT_FIELDS[19]}")
+        done
+    fi
+    [ "${#desc[@]}" -gt 0 ] || return 0
+    if ! wait_gone "$STOP_TIMEOUT" "${desc[@]}"; then
+        for e in "${desc[@]}"; do entry_alive "$e" && survivors+=("${e%%:*}"); done
+        log "WARNING: $name left processes ${survivors[*]} running for ${STOP_TIMEOUT} s; sending SIGKILL"
+        kill -KILL "${survivors[@]}" 2>/dev/null || true
+        if ! wait_gone 2 "${desc[@]}"; then
+            log "ERROR: could not stop $name's processes ${survivors[*]}"
             STOP_FAILED=1
         fi
     fi
-}
-
-stop_command() {
-    [ -n "$CMD_PID" ] || return 0
-    if proc_alive "$CMD_PID"; then
-        kill -TERM "$CMD_PID" 2>/dev/null || true
-        local start
-        start=$(now_ms)
-        while proc_alive "$CMD_PID" && [ $(($(now_ms) - start)) -lt $((STOP_TIMEOUT * 1000)) ]; do
-            sleep 0.1
-        done
-        if proc_alive "$CMD_PID"; then
-            log "WARNING: the command (pid $CMD_PID) ignored SIGTERM; sending SIGKILL"
-            kill -KILL "$CMD_PID" 2>/dev/null || true
-        fi
-    fi
-    wait "$CMD_PID" 2>/dev/null || true
 }
 
 cleanup() {
     local rc=$? i
     trap '' INT TERM HUP
     set +e
-    stop_command
+    if [ -n "$CMD_PID" ]; then stop_tree command "$CMD_PID" 0; fi
     for ((i = ${#SERVER_PIDS[@]} - 1; i >= 0; i--)); do
-        stop_pid "${SERVER_NAMES[i]}" "${SERVER_PIDS[i]}"
+        stop_tree "${SERVER_NAMES[i]}" "${SERVER_PIDS[i]}" 1
     done
     if [ "${#SERVER_PIDS[@]}" -gt 0 ]; then
         log "stopped ${SERVER_NAMES[*]}"
@@ -297,26 +353,27 @@ trap 'on_signal HUP 129' HUP
 read -r MOTO_PORT SMTP_PORT DROP_PORT LS_PORT <<<"$(pick_ports 4)"
 HARNESS_START=$(now_ms)
 
-start_moto() {
-    local t0 url=http://127.0.0.1:$MOTO_PORT logfile=$LOGS/moto.log
-    t0=$(now_ms)
-    start_server moto "$logfile" "$MOTO_SERVER" -H 127.0.0.1 -p "$MOTO_PORT"
-    wait_ready moto "$LAST_PID" "$MOTO_TIMEOUT" "$logfile" http_ok "$url/moto-api/"
-    MOTO_READY_S=$(secs_since "$t0")
+spawn_moto() { start_server moto "$LOGS/moto.log" "$MOTO_SERVER" -H 127.0.0.1 -p "$MOTO_PORT"; }
+ready_moto() { http_ok "http://127.0.0.1:$MOTO_PORT/moto-api/"; }
 
+start_moto() {
+    local t0 url logfile=$LOGS/moto.log ready_s status
+    t0=$(now_ms)
+    bring_up moto MOTO_PORT "$MOTO_TIMEOUT" "$logfile"
+    ready_s=$(secs_since "$t0")
+    url=http://127.0.0.1:$MOTO_PORT
     # Step Functions only execute state machines once this is set (after every server start).
     curl -fsS -o /dev/null --max-time 10 -X POST "$url/moto-api/config" \
         -H 'Content-Type: application/json' -d '{"stepfunctions":{"execute_state_machine":true}}' \
-        || fail_server moto "$logfile" "rejected POST /moto-api/config"
+        || fail_server moto "rejected POST /moto-api/config" "$logfile"
     # GET /moto-api/config does not echo the stepfunctions section, so check the behaviour:
     # a one-state Pass machine must reach SUCCEEDED (it stays RUNNING when execution is off).
-    local status
-    status=$(moto_probe_sfn "$url") || fail_server moto "$logfile" "Step Functions probe failed: $status"
+    status=$(moto_probe_sfn "$url") || fail_server moto "Step Functions probe failed: $status" "$logfile"
     [ "$status" = SUCCEEDED ] \
-        || fail_server moto "$logfile" "Step Functions execution is not enabled (probe status: $status)"
+        || fail_server moto "Step Functions execution is not enabled (probe status: $status)" "$logfile"
     curl -fsS -o /dev/null --max-time 10 -X POST "$url/moto-api/reset" \
-        || fail_server moto "$logfile" "rejected POST /moto-api/reset"
-    log "moto ready in ${MOTO_READY_S} s at $url (Step Functions execution on; checked in $(secs_since "$t0") s total)"
+        || fail_server moto "rejected POST /moto-api/reset" "$logfile"
+    log "moto ready in $ready_s s at $url (Step Functions execution enabled and checked: $(secs_since "$t0") s in all)"
 }
 
 moto_probe_sfn() {
@@ -432,45 +489,45 @@ EOF
     # 2.5 s here); back-dating our freshly written files skips that wait.
     touch -d '1 minute ago' "$conf/main.cf" "$conf/master.cf" "$conf/recipient_access"
     postmap -c "$conf" "hash:$conf/recipient_access" >>"$LOGS/postfix-setup.log" 2>&1 \
-        || fail_server postfix "$LOGS/postfix-setup.log" "postmap failed"
+        || fail_server postfix "postmap failed" "$LOGS/postfix-setup.log"
     # Creates the queue's subdirectories with Postfix's own owners and modes, and checks the rest.
     postfix -c "$conf" check >>"$LOGS/postfix-setup.log" 2>&1 \
-        || fail_server postfix "$LOGS/postfix-setup.log" "'postfix check' failed" "$LOGS/postfix.log"
+        || fail_server postfix "'postfix check' failed" "$LOGS/postfix-setup.log" "$LOGS/postfix.log"
 }
 
-start_postfix() {
-    local t0 logfile=$LOGS/postfix-master.log
-    t0=$(now_ms)
+spawn_postfix() {
     write_postfix_config
-    EXTRA_LOGS=("$LOGS/postfix.log")
-    start_server postfix "$logfile" "$POSTFIX_MASTER" -d -c "$STATE/postfix/conf"
-    wait_ready postfix "$LAST_PID" "$SMTP_TIMEOUT" "$logfile" smtp_greets "$SMTP_PORT"
-    EXTRA_LOGS=()
-    log "postfix ready in $(secs_since "$t0") s at 127.0.0.1:$SMTP_PORT (log $LOGS/postfix.log)"
+    start_server postfix "$LOGS/postfix-master.log" "$POSTFIX_MASTER" -d -c "$STATE/postfix/conf"
 }
+ready_postfix() { smtp_greets "$SMTP_PORT"; }
 
-start_drop_sink() {
-    local t0 logfile=$LOGS/smtp-sink-drop.log
-    t0=$(now_ms)
-    start_server smtp-sink-drop "$logfile" "$SMTP_SINK" -4 -u nobody -h drop.courier.test \
-        -q "$DROP_COMMANDS" "127.0.0.1:$DROP_PORT" 64
-    wait_ready smtp-sink-drop "$LAST_PID" "$SMTP_TIMEOUT" "$logfile" smtp_greets "$DROP_PORT"
-    log "smtp-sink (drops after $DROP_COMMANDS) ready in $(secs_since "$t0") s at 127.0.0.1:$DROP_PORT"
+spawn_smtp-sink-drop() {
+    start_server smtp-sink-drop "$LOGS/smtp-sink-drop.log" "$SMTP_SINK" -4 -u nobody \
+        -h drop.courier.test -q "$DROP_COMMANDS" "127.0.0.1:$DROP_PORT" 64
 }
+ready_smtp-sink-drop() { smtp_greets "$DROP_PORT"; }
 
-start_localstack() {
-    local t0 url=http://127.0.0.1:$LS_PORT logfile=$LOGS/localstack.log
-    t0=$(now_ms)
+spawn_localstack() {
     mkdir -p "$STATE/localstack"
-    start_server localstack "$logfile" bash "$REPO/localstack/start-host.sh" "$LS_PORT" "$STATE/localstack"
-    wait_ready localstack "$LAST_PID" "$LOCALSTACK_TIMEOUT" "$logfile" http_ok "$url/_localstack/health"
-    log "localstack ready in $(secs_since "$t0") s at $url"
+    start_server localstack "$LOGS/localstack.log" bash "$REPO/localstack/start-host.sh" "$LS_PORT" "$STATE/localstack"
+}
+# LocalStack has printed "Ready." (all services loaded) and its health endpoint answers.
+ready_localstack() {
+    grep -qx 'Ready\.' "$LOGS/localstack.log" && http_ok "http://127.0.0.1:$LS_PORT/_localstack/health"
 }
 
-start_postfix
-start_drop_sink
+t0=$(now_ms)
+bring_up postfix SMTP_PORT "$SMTP_TIMEOUT" "$LOGS/postfix-master.log" "$LOGS/postfix.log"
+log "postfix ready in $(secs_since "$t0") s at 127.0.0.1:$SMTP_PORT (log $LOGS/postfix.log)"
+t0=$(now_ms)
+bring_up smtp-sink-drop DROP_PORT "$SMTP_TIMEOUT" "$LOGS/smtp-sink-drop.log"
+log "smtp-sink (drops after $DROP_COMMANDS) ready in $(secs_since "$t0") s at 127.0.0.1:$DROP_PORT"
 start_moto
-[ "$MODE" = localstack ] && start_localstack
+if [ "$MODE" = localstack ]; then
+    t0=$(now_ms)
+    bring_up localstack LS_PORT "$LOCALSTACK_TIMEOUT" "$LOGS/localstack.log"
+    log "localstack ready in $(secs_since "$t0") s at http://127.0.0.1:$LS_PORT"
+fi
 
 # ---------------------------------------------------------------- environment
 MOTO_URL=http://127.0.0.1:$MOTO_PORT

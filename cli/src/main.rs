@@ -1,1 +1,75 @@
-fn main() {}
+//! `courierctl`: Courier's operator CLI.
+//!
+//! # Layout
+//! - `classify`: classify SMTP replies, SES API errors and SES events (pure, offline).
+//! - `schema`: print the job contract's JSON Schema.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod classify_cmd;
+
+#[derive(Parser)]
+#[command(
+    name = "courierctl",
+    version,
+    about = "Operate Courier: classify failures, inspect the job contract.",
+    long_about = "Operate Courier: classify failures, inspect the job contract.\n\nExit codes: 0 success, 1 runtime failure, 2 bad input or usage."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Classify failure replies: prints class, retryable, suppress-recipient and the matched rule.
+    ///
+    /// Each argument (or, with no arguments, each stdin line) is either a raw SMTP reply
+    /// (write `\n` between the lines of a multi-line reply) or a JSON object:
+    ///   {"reply": "User unknown", "code": 550, "status": "5.1.1"}            (SMTP)
+    ///   {"source": "ses_api", "code": "MessageRejected", "message": "...", "http_status": 400}
+    ///   {"source": "ses_event", "event": {"type": "bounce", "bounce_type": "Permanent",
+    ///    "bounce_subtype": "General", "diagnostic": "smtp; 550 5.1.1 user unknown"}}
+    ///
+    /// Example: courierctl classify '452 4.2.2 The email account is over quota'
+    #[command(verbatim_doc_comment)]
+    Classify {
+        /// Replies to classify; read stdin when none are given.
+        replies: Vec<String>,
+        /// Print one JSON verdict per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the JSON Schema of the job contract (EmailJob v1).
+    Schema,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let result = match cli.command {
+        Command::Classify { replies, json } => classify_cmd::run(
+            &replies,
+            json,
+            &mut std::io::stdin().lock(),
+            &mut out,
+            &mut std::io::stderr(),
+        ),
+        Command::Schema => serde_json::to_writer_pretty(&mut out, &courier::job::EmailJob::json_schema())
+            .map_err(std::io::Error::other)
+            .and_then(|()| writeln!(out))
+            .map(|()| 0),
+    };
+    match result {
+        Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("courierctl: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

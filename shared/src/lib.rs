@@ -8,6 +8,7 @@
 //! - [`policy`]: the retry policy matrix and the decision after a failure.
 //! - [`status`]: the forward-only job status machine.
 //! - [`breaker`]: the circuit breaker state machine.
+//! - [`delay`]: the delay state machine definition and its input.
 //! - [`random`]: seedable randomness passed into the core.
 //!
 //! Nothing in those modules touches the network, the clock or a random generator of its own:
@@ -15,6 +16,7 @@
 
 pub mod breaker;
 pub mod classify;
+pub mod delay;
 pub mod job;
 pub mod policy;
 pub mod random;

@@ -5,12 +5,13 @@
 # In Docker (localstack/docker-compose.yml) LocalStack runs it from /etc/localstack/init/ready.d/,
 # with infra/ mounted at /opt/courier/infra and `awslocal` on the PATH.
 # On the host: AWS_ENDPOINT_URL=http://127.0.0.1:PORT localstack/init/ready.d/provision.sh
-# (uses `aws` from the LocalStack venv, or from PATH).
+# (uses `aws` from the LocalStack venv, or from PATH; without AWS_ENDPOINT_URL it targets
+# http://$LOCALSTACK_HOST, which LocalStack sets for its hooks, else http://localhost:4566).
 # Env: COURIER_TEMPLATE (template path), COURIER_STACK_NAME (default courier),
 #      COURIER_STACK_PARAMETERS (space-separated Key=Value pairs), COURIER_DEPLOY_TIMEOUT (s, 300).
 set -euo pipefail
 
-REPO=$(cd "$(dirname "$0")/../../.." && pwd)
+REPO=$(cd "$(dirname "$(readlink -f "$0")")/../../.." && pwd)
 
 die() { echo "provision.sh: ERROR: $*" >&2; exit 1; }
 
@@ -35,7 +36,7 @@ else
     aws_bin=${COURIER_CACHE:-$REPO/.cache}/venv-localstack/bin/aws
     [[ -x $aws_bin ]] || aws_bin=$(command -v aws) \
         || die "neither awslocal nor aws found (run localstack/install.sh for host mode)"
-    AWS=("$aws_bin" --endpoint-url "${AWS_ENDPOINT_URL:-http://localhost:4566}")
+    AWS=("$aws_bin" --endpoint-url "${AWS_ENDPOINT_URL:-http://${LOCALSTACK_HOST:-localhost:4566}}")
 fi
 
 # Same steps as `aws cloudformation deploy` (change set, execute, wait), but polling every second:

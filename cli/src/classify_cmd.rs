@@ -1,0 +1,206 @@
+//! `courierctl classify`: classify failure replies from arguments or stdin.
+
+use std::io::{BufRead, Write};
+
+use courier::classify::{
+    ApiFailure, ApiFailureKind, SesFailureEvent, Verdict, classify_ses_api, classify_ses_event,
+    classify_smtp,
+};
+use serde::Deserialize;
+
+/// One JSONL input line. `source` defaults to `smtp`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InputLine {
+    #[serde(default)]
+    source: Option<String>,
+    /// SMTP: the reply text (may already contain the codes).
+    #[serde(default)]
+    reply: Option<String>,
+    /// SMTP: basic reply code (`550`); SES API: the error code (`MessageRejected`).
+    #[serde(default)]
+    code: Option<serde_json::Value>,
+    /// SMTP: enhanced status code (`5.1.1`).
+    #[serde(default)]
+    status: Option<String>,
+    /// SES API: error message.
+    #[serde(default)]
+    message: Option<String>,
+    /// SES API: HTTP status.
+    #[serde(default)]
+    http_status: Option<u16>,
+    /// SES API: service | timeout | dispatch | response | construction (default service).
+    #[serde(default)]
+    kind: Option<ApiFailureKind>,
+    /// SES event: `{"type": "bounce", "bounce_type": "Permanent", ...}`.
+    #[serde(default)]
+    event: Option<SesFailureEvent>,
+}
+
+/// Why one input line could not be classified.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum InputError {
+    #[error("line {line}: not valid JSON input: {source}")]
+    Json {
+        line: usize,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("line {line}: {message}")]
+    Invalid { line: usize, message: String },
+}
+
+fn code_text(value: &serde_json::Value) -> String {
+    match value {
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Classifies one input: a raw SMTP reply, or a JSON object as described by [`InputLine`].
+pub(crate) fn classify_input(line_no: usize, raw: &str) -> Result<Verdict, InputError> {
+    let trimmed = raw.trim();
+    if !trimmed.starts_with('{') {
+        // Raw replies may carry escaped line breaks (`\n`) to stand for multi-line replies.
+        return Ok(classify_smtp(&trimmed.replace("\\n", "\n")));
+    }
+    let input: InputLine = serde_json::from_str(trimmed).map_err(|source| InputError::Json {
+        line: line_no,
+        source,
+    })?;
+    let invalid = |message: &str| InputError::Invalid {
+        line: line_no,
+        message: message.to_owned(),
+    };
+    match input.source.as_deref().unwrap_or("smtp") {
+        "smtp" => {
+            let mut text = String::new();
+            if let Some(code) = &input.code {
+                text.push_str(&code_text(code));
+                text.push(' ');
+            }
+            if let Some(status) = &input.status {
+                text.push_str(status);
+                text.push(' ');
+            }
+            text.push_str(input.reply.as_deref().unwrap_or(""));
+            if text.trim().is_empty() {
+                return Err(invalid("smtp input needs `reply`, `code` or `status`"));
+            }
+            Ok(classify_smtp(text.trim()))
+        }
+        "ses_api" => Ok(classify_ses_api(&ApiFailure {
+            kind: input.kind.unwrap_or(ApiFailureKind::Service),
+            code: input.code.as_ref().map(code_text),
+            message: input.message.or(input.reply),
+            http_status: input.http_status,
+        })),
+        "ses_event" => input
+            .event
+            .as_ref()
+            .map(classify_ses_event)
+            .ok_or_else(|| invalid("ses_event input needs `event`")),
+        other => Err(invalid(&format!(
+            "unknown source {other:?}; use smtp, ses_api or ses_event"
+        ))),
+    }
+}
+
+fn print_human(out: &mut dyn Write, input: &str, v: &Verdict) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{:<20} retryable={:<5} suppress={:<5} rule={}  <- {}",
+        v.class.as_str(),
+        v.retryable,
+        v.suppress_recipient,
+        v.rule,
+        input.trim().chars().take(100).collect::<String>()
+    )
+}
+
+/// Runs the command; returns the process exit code (0 ok, 2 when any input line was invalid).
+pub(crate) fn run(
+    replies: &[String],
+    json: bool,
+    stdin: &mut dyn BufRead,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> std::io::Result<i32> {
+    let mut inputs: Vec<String> = replies.to_vec();
+    if inputs.is_empty() {
+        for line in stdin.lines() {
+            let line = line?;
+            if !line.trim().is_empty() {
+                inputs.push(line);
+            }
+        }
+    }
+    let mut status = 0;
+    for (i, input) in inputs.iter().enumerate() {
+        match classify_input(i + 1, input) {
+            Ok(v) if json => {
+                serde_json::to_writer(&mut *out, &v).map_err(std::io::Error::other)?;
+                writeln!(out)?;
+            }
+            Ok(v) => print_human(out, input, &v)?,
+            Err(e) => {
+                writeln!(err, "courierctl classify: {e}")?;
+                status = 2;
+            }
+        }
+    }
+    Ok(status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_on(args: &[&str], stdin: &str, json: bool) -> (i32, String, String) {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let code = run(&args, json, &mut stdin.as_bytes(), &mut out, &mut err).unwrap();
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    }
+
+    #[test]
+    fn classifies_arguments_and_stdin_lines() {
+        let (code, out, _) = run_on(&["550 5.1.1 User unknown"], "", false);
+        assert_eq!(code, 0);
+        assert!(out.starts_with("recipient_permanent"), "{out}");
+        assert!(out.contains("suppress=true"));
+        let stdin = "452 4.2.2 Mailbox full\n\n{\"code\": 421, \"status\": \"4.7.0\", \"reply\": \"Too many connections\"}\n{\"source\": \"ses_api\", \"code\": \"TooManyRequestsException\", \"http_status\": 429}\n{\"source\": \"ses_event\", \"event\": {\"type\": \"bounce\", \"bounce_type\": \"Permanent\", \"bounce_subtype\": \"NoEmail\", \"diagnostic\": null}}\n";
+        let (code, out, _) = run_on(&[], stdin, true);
+        assert_eq!(code, 0);
+        let classes: Vec<String> = out
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["class"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(classes, ["mailbox_temporary", "throttled", "throttled", "recipient_permanent"]);
+    }
+
+    #[test]
+    fn escaped_newlines_make_multiline_replies() {
+        let (_, out, _) = run_on(&["550-5.1.1 The email account that you tried to reach does not exist.\\n550 5.1.1 https://support.google.com/mail/?p=NoSuchUser"], "", true);
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(v["raw_code"], "550 5.1.1");
+        assert!(v["raw_text"].as_str().unwrap().contains('\n'));
+    }
+
+    #[test]
+    fn bad_lines_are_reported_with_their_number_and_fail_the_exit_code() {
+        let stdin = "{\"code\": 550\n{\"source\": \"pigeon\"}\n{\"source\": \"ses_event\"}\n{}\n550 ok\n";
+        let (code, out, err) = run_on(&[], stdin, false);
+        assert_eq!(code, 2);
+        assert!(err.contains("line 1: not valid JSON"), "{err}");
+        assert!(err.contains("line 2: unknown source \"pigeon\""), "{err}");
+        assert!(err.contains("line 3: ses_event input needs `event`"), "{err}");
+        assert!(err.contains("line 4: smtp input needs"), "{err}");
+        assert_eq!(out.lines().count(), 1);
+    }
+}
