@@ -24,6 +24,9 @@
 #                              and Received headers are prepended to the message as sent).
 # On $COURIER_SMTP_DROP_PORT (smtp-sink -q): the connection is closed without a reply after RCPT
 #   (any recipient, e.g. drop@courier.test; COURIER_SMTP_DROP_COMMANDS changes the commands).
+#   drop@courier.test sent to $COURIER_SMTP_PORT is simply accepted like any other address.
+# All replies from $COURIER_SMTP_PORT read "<code> <dsn> <rcpt>: Recipient address rejected: <text>";
+# every SMTP event is logged in $COURIER_SMTP_LOG. No STARTTLS, no AUTH.
 #
 # Exported (also written to $COURIER_HARNESS_DIR/env as `export K=V` lines):
 #   AWS_ENDPOINT_URL AWS_ENDPOINT_URL_SESV2 AWS_REGION AWS_DEFAULT_REGION AWS_ACCESS_KEY_ID
@@ -37,7 +40,9 @@
 # COURIER_SMTP_DROP_COMMANDS (RCPT), COURIER_MOTO_TIMEOUT (30), COURIER_SMTP_TIMEOUT (30),
 # COURIER_LOCALSTACK_TIMEOUT (180), COURIER_HARNESS_SKIP_INSTALL=1 (do not run install-deps.sh),
 # COURIER_CACHE (where the moto venv lives, default $REPO/.cache).
-# The state dir also holds logs/ (one log per server) and pids ("name pid" per started process).
+# The state dir also holds logs/ (one log per server, kept with the dir when a run fails) and
+# pids ("name pid" per started process; "name/child pid" for the children found when stopping).
+# Not covered: a SIGKILL of this script itself leaves the servers running (kill them by the pids).
 # Functions below are called through traps and wait_ready "$@", which shellcheck cannot follow.
 # shellcheck disable=SC2317
 set -euo pipefail
@@ -59,7 +64,7 @@ usage() {
 [ "$#" -ge 1 ] || usage
 MODE=$1
 shift
-case $MODE in moto | localstack) ;; -h | --help) sed -n '2,40p' "$0"; exit 0 ;; *) usage ;; esac
+case $MODE in moto | localstack) ;; -h | --help) sed -n '2,45p' "$0"; exit 0 ;; *) usage ;; esac
 [ "${1:-}" = "--" ] && shift
 [ "$#" -ge 1 ] || usage
 

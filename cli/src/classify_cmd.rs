@@ -179,14 +179,33 @@ mod tests {
         assert_eq!(code, 0);
         let classes: Vec<String> = out
             .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["class"].as_str().unwrap().to_owned())
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l).unwrap()["class"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
             .collect();
-        assert_eq!(classes, ["mailbox_temporary", "throttled", "throttled", "recipient_permanent"]);
+        assert_eq!(
+            classes,
+            [
+                "mailbox_temporary",
+                "throttled",
+                "throttled",
+                "recipient_permanent"
+            ]
+        );
     }
 
     #[test]
     fn escaped_newlines_make_multiline_replies() {
-        let (_, out, _) = run_on(&["550-5.1.1 The email account that you tried to reach does not exist.\\n550 5.1.1 https://support.google.com/mail/?p=NoSuchUser"], "", true);
+        let (_, out, _) = run_on(
+            &[
+                "550-5.1.1 The email account that you tried to reach does not exist.\\n550 5.1.1 https://support.google.com/mail/?p=NoSuchUser",
+            ],
+            "",
+            true,
+        );
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         assert_eq!(v["raw_code"], "550 5.1.1");
         assert!(v["raw_text"].as_str().unwrap().contains('\n'));
@@ -194,12 +213,16 @@ mod tests {
 
     #[test]
     fn bad_lines_are_reported_with_their_number_and_fail_the_exit_code() {
-        let stdin = "{\"code\": 550\n{\"source\": \"pigeon\"}\n{\"source\": \"ses_event\"}\n{}\n550 ok\n";
+        let stdin =
+            "{\"code\": 550\n{\"source\": \"pigeon\"}\n{\"source\": \"ses_event\"}\n{}\n550 ok\n";
         let (code, out, err) = run_on(&[], stdin, false);
         assert_eq!(code, 2);
         assert!(err.contains("line 1: not valid JSON"), "{err}");
         assert!(err.contains("line 2: unknown source \"pigeon\""), "{err}");
-        assert!(err.contains("line 3: ses_event input needs `event`"), "{err}");
+        assert!(
+            err.contains("line 3: ses_event input needs `event`"),
+            "{err}"
+        );
         assert!(err.contains("line 4: smtp input needs"), "{err}");
         assert_eq!(out.lines().count(), 1);
     }

@@ -59,10 +59,12 @@ fn main() -> ExitCode {
             &mut out,
             &mut std::io::stderr(),
         ),
-        Command::Schema => serde_json::to_writer_pretty(&mut out, &courier::job::EmailJob::json_schema())
-            .map_err(std::io::Error::other)
-            .and_then(|()| writeln!(out))
-            .map(|()| 0),
+        Command::Schema => {
+            serde_json::to_writer_pretty(&mut out, &courier::job::EmailJob::json_schema())
+                .map_err(std::io::Error::other)
+                .and_then(|()| writeln!(out))
+                .map(|()| 0)
+        }
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

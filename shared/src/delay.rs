@@ -36,6 +36,9 @@ mod tests {
     fn definition_is_json_with_wait_then_send() {
         let v: serde_json::Value = serde_json::from_str(super::DEFINITION).unwrap();
         assert_eq!(v["States"]["Wait"]["SecondsPath"], "$.delay_seconds");
-        assert_eq!(v["States"]["Send"]["Resource"], "arn:aws:states:::sqs:sendMessage");
+        assert_eq!(
+            v["States"]["Send"]["Resource"],
+            "arn:aws:states:::sqs:sendMessage"
+        );
     }
 }

@@ -9,6 +9,9 @@
 //! - [`status`]: the forward-only job status machine.
 //! - [`breaker`]: the circuit breaker state machine.
 //! - [`delay`]: the delay state machine definition and its input.
+//! - [`envelope`]: the queue message format (bare jobs and retry envelopes).
+//! - [`render`]: strict template rendering.
+//! - [`ports`]: the narrow capabilities the pipeline needs; [`memory`] implements each in memory.
 //! - [`random`]: seedable randomness passed into the core.
 //!
 //! Nothing in those modules touches the network, the clock or a random generator of its own:
@@ -17,7 +20,11 @@
 pub mod breaker;
 pub mod classify;
 pub mod delay;
+pub mod envelope;
 pub mod job;
+pub mod memory;
 pub mod policy;
+pub mod ports;
 pub mod random;
+pub mod render;
 pub mod status;

@@ -189,6 +189,14 @@ fn allowed(from: Status, to: Status) -> bool {
     }
 }
 
+/// The statuses from which `to` may be applied (for conditional writes).
+pub fn predecessors(to: Status) -> Vec<Status> {
+    Status::ALL
+        .into_iter()
+        .filter(|from| allowed(*from, to))
+        .collect()
+}
+
 /// Checks one transition: allowed edges apply; repeats and late arrivals are absorbed.
 pub fn transition(from: Status, to: Status) -> Result<Transition, IllegalTransition> {
     if from == to {
@@ -260,6 +268,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn predecessors_match_the_table() {
+        assert_eq!(
+            predecessors(Status::Processing),
+            vec![Pending, Deferred, Unknown, BouncedTransient]
+        );
+        assert!(predecessors(Status::Suppressed).contains(&Pending));
+        assert!(!predecessors(Status::Suppressed).contains(&SentToProvider));
     }
 
     #[test]

@@ -306,10 +306,18 @@ async fn a_dropped_connection_and_a_slow_reply_fail_as_network_errors() {
         .send(message("drop@courier.test"))
         .await
         .expect_err("drop port accepted the message");
-    assert!(err.status().is_none(), "dropped connection gave a reply: {err}");
+    assert!(
+        err.status().is_none(),
+        "dropped connection gave a reply: {err}"
+    );
 
-    let slow_secs: u64 = require_env("COURIER_SMTP_SLOW_SECONDS").parse().expect("seconds");
-    assert!(slow_secs >= 3, "the slow reply must outlast the 2 s client timeout");
+    let slow_secs: u64 = require_env("COURIER_SMTP_SLOW_SECONDS")
+        .parse()
+        .expect("seconds");
+    assert!(
+        slow_secs >= 3,
+        "the slow reply must outlast the 2 s client timeout"
+    );
     // lettre's async transport applies its timeout to connecting only; a mailer bounds the whole
     // exchange itself, as the SMTP adapter does.
     let started = Instant::now();

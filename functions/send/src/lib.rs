@@ -1,1 +1,831 @@
-//! placeholder
+//! The send function: consumes SQS batches of email jobs and gives every record a known next
+//! home: sent, re-enqueued with a delay, dead-lettered with its full record, or a terminal status.
+//!
+//! # Layout
+//! - [`Pipeline`]: the ports and configuration, built once at INIT.
+//! - [`Pipeline::handle`]: one batch; records run concurrently (bounded), each in its own task
+//!   so a panic fails only its record; re-enqueues are sent with one batched call.
+//! - [`breakers`]: the circuit breakers with shared state and a short local cache.
+//! - [`metrics`]: CloudWatch Embedded Metric Format output.
+//!
+//! A record is acknowledged only after its next home is durably written; otherwise it is listed
+//! in `batchItemFailures` and SQS redelivers it (and redrives it to the DLQ after
+//! maxReceiveCount).
+
+pub mod breakers;
+pub mod config;
+pub mod metrics;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
+use chrono::{DateTime, Utc};
+use courier::breaker::Admission;
+use courier::classify::{ErrorClass, Verdict};
+use courier::envelope::{Incoming, next_body, parse_body};
+use courier::job::{Rejected, fingerprint, parse_mailbox};
+use courier::policy::{DeadLetterCategory, Decision, DelayMechanism, RetryPolicy};
+use courier::ports::{
+    AttemptRecord, ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, Mailer,
+    OutgoingEmail, PoisonList, Requeue, RetryScheduler, StatusStore, StatusUpdate, SuppressionList,
+    TemplateError, TemplateStore,
+};
+use courier::random::{RandomSource, SeededRandom};
+use courier::render::content_of;
+use courier::status::Status;
+use futures::StreamExt;
+use tracing::{Instrument, info, warn};
+
+pub use config::SendConfig;
+use metrics::{Metrics, Outcome};
+
+/// Everything the pipeline needs, wired once at start-up.
+pub struct Pipeline {
+    pub status: Arc<dyn StatusStore>,
+    /// Providers in failover order.
+    pub mailers: Vec<Arc<dyn Mailer>>,
+    pub scheduler: Arc<dyn RetryScheduler>,
+    pub dead_letters: Arc<dyn DeadLetterSink>,
+    pub suppression: Arc<dyn SuppressionList>,
+    pub poison: Arc<dyn PoisonList>,
+    pub templates: Arc<dyn TemplateStore>,
+    pub breakers: breakers::Breakers,
+    pub policy: RetryPolicy,
+    pub clock: Arc<dyn Clock>,
+    pub config: SendConfig,
+    pub rng: std::sync::Mutex<SeededRandom>,
+}
+
+/// One SQS record, reduced to what the pipeline reads.
+#[derive(Debug, Clone)]
+pub struct RecordIn {
+    pub sqs_message_id: String,
+    pub body: String,
+}
+
+/// What became of one record.
+#[derive(Debug)]
+enum Step {
+    /// Its next home is written: acknowledge.
+    Done(Outcome),
+    /// Must be redelivered (a write failed, or another invocation holds it).
+    Fail(String),
+    /// Acknowledge once this re-enqueue is written, then write `then` (status `deferred`).
+    Requeue {
+        requeue: Requeue,
+        then: Option<StatusUpdate>,
+        outcome: Outcome,
+    },
+}
+
+/// The result of one batch, for the caller and for tests.
+#[derive(Debug, Default)]
+pub struct BatchReport {
+    pub failures: Vec<String>,
+    pub metrics: Metrics,
+}
+
+impl BatchReport {
+    pub fn response(&self) -> SqsBatchResponse {
+        let mut response = SqsBatchResponse::default();
+        for id in &self.failures {
+            response.add_failure(id.clone());
+        }
+        response
+    }
+}
+
+/// Hash of an address for logs: recipients never appear in clear.
+pub fn hash_address(address: &str) -> String {
+    fingerprint(address.trim().to_lowercase().as_bytes())[..12].to_owned()
+}
+
+impl Pipeline {
+    /// Handles one SQS event; `deadline` is the invocation's deadline, `request_id` its id.
+    pub async fn handle(
+        self: &Arc<Self>,
+        event: SqsEvent,
+        deadline: DateTime<Utc>,
+        request_id: &str,
+    ) -> BatchReport {
+        let records: Vec<RecordIn> = event
+            .records
+            .into_iter()
+            .map(|r| RecordIn {
+                sqs_message_id: r.message_id.unwrap_or_default(),
+                body: r.body.unwrap_or_default(),
+            })
+            .collect();
+        self.handle_records(records, deadline, request_id).await
+    }
+
+    /// Handles records (the event-free core of [`Pipeline::handle`]).
+    pub async fn handle_records(
+        self: &Arc<Self>,
+        records: Vec<RecordIn>,
+        deadline: DateTime<Utc>,
+        request_id: &str,
+    ) -> BatchReport {
+        let mut report = BatchReport::default();
+        let total = records.len();
+        let steps: Vec<(String, Step)> = futures::stream::iter(records.into_iter().map(|record| {
+            let pipeline = Arc::clone(self);
+            let owner = format!("{request_id}/{}", record.sqs_message_id);
+            let id = record.sqs_message_id.clone();
+            async move {
+                let task =
+                    tokio::spawn(async move { pipeline.process(record, deadline, owner).await });
+                let step = match task.await {
+                    Ok(step) => step,
+                    Err(e) if e.is_panic() => Step::Fail("the record's task panicked".into()),
+                    Err(e) => Step::Fail(format!("the record's task failed: {e}")),
+                };
+                (id, step)
+            }
+        }))
+        .buffer_unordered(self.config.concurrency.max(1))
+        .collect()
+        .await;
+
+        let mut pending = Vec::new();
+        for (id, step) in steps {
+            match step {
+                Step::Done(outcome) => report.metrics.count(outcome),
+                Step::Fail(reason) => {
+                    warn!(sqs_message_id = %id, reason = %reason, "record left for redelivery");
+                    report.metrics.count(Outcome::Failed);
+                    report.failures.push(id);
+                }
+                Step::Requeue {
+                    requeue,
+                    then,
+                    outcome,
+                } => pending.push((id, requeue, then, outcome)),
+            }
+        }
+        for chunk in pending.chunks(10) {
+            let items: Vec<Requeue> = chunk.iter().map(|(_, r, _, _)| r.clone()).collect();
+            let results = self.scheduler.enqueue(&items).await;
+            for ((id, _, then, outcome), result) in chunk.iter().zip(results) {
+                match result {
+                    Ok(()) => {
+                        if let Some(update) = then {
+                            // The re-enqueued copy is the durable next home; a failed status
+                            // write only delays it (its claim takes a newer generation anyway).
+                            if let Err(e) = self.status.finish(update).await {
+                                warn!(sqs_message_id = %id, error = %e, "status write after re-enqueue failed");
+                            }
+                        }
+                        report.metrics.count(*outcome);
+                    }
+                    Err(e) => {
+                        warn!(sqs_message_id = %id, error = %e, "re-enqueue failed; record left for redelivery");
+                        if let Some(update) = then {
+                            // Release our lease so the redelivered copy can claim at once.
+                            let release = StatusUpdate {
+                                status: Status::Deferred,
+                                attempt: update.attempt.saturating_sub(1),
+                                ..update.clone()
+                            };
+                            let _ = self.status.finish(&release).await;
+                        }
+                        report.metrics.count(Outcome::Failed);
+                        report.failures.push(id.clone());
+                    }
+                }
+            }
+        }
+        if total > 0 && report.failures.len() == total {
+            warn!(records = total, "every record of the batch failed");
+        }
+        report
+    }
+
+    fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+
+    async fn process(&self, record: RecordIn, deadline: DateTime<Utc>, owner: String) -> Step {
+        let span = tracing::info_span!(
+            "record",
+            sqs_message_id = %record.sqs_message_id,
+            message_id = tracing::field::Empty,
+            campaign_id = tracing::field::Empty,
+            trace_id = tracing::field::Empty,
+        );
+        self.process_inner(record, deadline, owner, span.clone())
+            .instrument(span)
+            .await
+    }
+
+    async fn process_inner(
+        &self,
+        record: RecordIn,
+        deadline: DateTime<Utc>,
+        owner: String,
+        span: tracing::Span,
+    ) -> Step {
+        let now = self.now();
+        let print = fingerprint(record.body.as_bytes());
+        // 1. Parse and validate.
+        let incoming = match parse_body(record.body.as_bytes()) {
+            Ok(incoming) => incoming,
+            Err(rejected) => return self.reject(&record, &rejected, &print, now).await,
+        };
+        let job = &incoming.job;
+        span.record("message_id", job.message_id.as_str());
+        span.record("campaign_id", job.campaign_id.as_str());
+        if let Some(trace) = &job.trace_id {
+            span.record("trace_id", trace.as_str());
+        }
+        // 2. Poison blocklist (keyed on the application's original payload).
+        let original_print = fingerprint(incoming.original.as_bytes());
+        match self.poison.is_blocked(&original_print).await {
+            Ok(true) => {
+                let verdict = Verdict::local(
+                    ErrorClass::Poison,
+                    "blocklisted",
+                    "payload fingerprint is on the poison blocklist",
+                );
+                return self
+                    .dead_letter(
+                        &incoming,
+                        &verdict,
+                        DeadLetterCategory::Poison,
+                        "blocklisted payload".into(),
+                        None,
+                        now,
+                        None,
+                    )
+                    .await;
+            }
+            Ok(false) => {}
+            Err(e) => return Step::Fail(e.to_string()),
+        }
+        // 3. Suppression.
+        let recipients: Vec<String> = job.recipients().map(str::to_owned).collect();
+        let suppressed = match self.suppression.suppressed(&recipients).await {
+            Ok(s) => s,
+            Err(e) => return Step::Fail(e.to_string()),
+        };
+        if suppressed.len() == recipients.len() {
+            let update = self.update(
+                job.message_id.clone(),
+                owner,
+                Status::Suppressed,
+                incoming.attempt,
+                now,
+            );
+            return match self.status.record(&update).await {
+                Ok(()) => {
+                    info!(recipients = ?recipients.iter().map(|r| hash_address(r)).collect::<Vec<_>>(), "all recipients suppressed");
+                    Step::Done(Outcome::Suppressed)
+                }
+                Err(e) => Step::Fail(e.to_string()),
+            };
+        }
+        // 4. Idempotent claim.
+        let lease_end = (now
+            + chrono::Duration::from_std(self.config.max_lease).unwrap_or_default())
+        .min(deadline - chrono::Duration::from_std(self.config.lease_margin).unwrap_or_default());
+        let claim = ClaimRequest {
+            message_id: job.message_id.clone(),
+            attempt: incoming.attempt,
+            owner: owner.clone(),
+            now,
+            lease_until: lease_end.max(now + chrono::Duration::seconds(1)),
+            grace: chrono::Duration::from_std(self.config.ambiguity_grace).unwrap_or_default(),
+        };
+        match self.status.claim(&claim).await {
+            Ok(ClaimOutcome::Claimed) => {}
+            Ok(ClaimOutcome::Duplicate(status)) => {
+                info!(%status, "duplicate delivery acknowledged without sending");
+                return Step::Done(Outcome::Duplicate);
+            }
+            Ok(ClaimOutcome::Stale { current_attempt }) => {
+                info!(
+                    current_attempt,
+                    copy_attempt = incoming.attempt,
+                    "stale copy dropped"
+                );
+                return Step::Done(Outcome::Stale);
+            }
+            Ok(ClaimOutcome::Busy { lease_until }) => {
+                return Step::Fail(format!("leased by another invocation until {lease_until}"));
+            }
+            Ok(ClaimOutcome::Ambiguous { resolve_at }) => {
+                // Same generation, back after the grace window: provider events may resolve it.
+                let wait = (resolve_at - now).num_seconds().max(1) as u64;
+                return self.requeue_same(&record, &incoming, wait).await;
+            }
+            Err(e) => return Step::Fail(e.to_string()),
+        }
+        // 5-8. Provider, render, send, act.
+        let step = self.attempt(&incoming, &suppressed, now, &owner).await;
+        if let Step::Fail(_) = &step {
+            // Release the lease so the redelivered copy need not wait for it to expire.
+            let release = self.update(
+                job.message_id.clone(),
+                owner,
+                Status::Deferred,
+                incoming.attempt,
+                self.now(),
+            );
+            if let Err(e) = self.status.finish(&release).await {
+                warn!(error = %e, "could not release the lease");
+            }
+        }
+        step
+    }
+
+    async fn attempt(
+        &self,
+        incoming: &Incoming,
+        suppressed: &[String],
+        now: DateTime<Utc>,
+        owner: &str,
+    ) -> Step {
+        let job = &incoming.job;
+        // 6. Render (before choosing a provider: a rendering failure costs no provider call).
+        let stored = match &job.template {
+            Some(t) => match self.templates.get(&t.id).await {
+                Ok(stored) => Some(stored),
+                Err(TemplateError::NotFound(id)) => {
+                    let verdict = Verdict::local(
+                        ErrorClass::Rendering,
+                        "template-not-found",
+                        format!("template {id:?} does not exist"),
+                    );
+                    return self
+                        .after_failure(incoming, verdict, None, now, owner)
+                        .await;
+                }
+                Err(TemplateError::Store(e)) => return Step::Fail(e.to_string()),
+            },
+            None => None,
+        };
+        let content = match content_of(job, stored.as_ref()) {
+            Ok(c) => c,
+            Err(e) => {
+                let verdict = Verdict::local(ErrorClass::Rendering, "render", e.to_string());
+                return self
+                    .after_failure(incoming, verdict, None, now, owner)
+                    .await;
+            }
+        };
+        let email = match build_email(incoming, suppressed, content) {
+            Ok(email) => email,
+            Err(e) => {
+                let verdict = Verdict::local(ErrorClass::InvalidJob, "build", e);
+                return self
+                    .after_failure(incoming, verdict, None, now, owner)
+                    .await;
+            }
+        };
+        // 5. Breaker per provider, in failover order (the job's hint first).
+        let mut order: Vec<&Arc<dyn Mailer>> = self.mailers.iter().collect();
+        if let Some(hint) = job.provider {
+            let name = match hint {
+                courier::job::ProviderHint::Ses => "ses",
+                courier::job::ProviderHint::Smtp => "smtp",
+            };
+            order.sort_by_key(|m| m.name() != name);
+        }
+        let mut earliest_retry: Option<DateTime<Utc>> = None;
+        for mailer in order {
+            let name = mailer.name().to_owned();
+            match self.breakers.admit(&name, now).await {
+                Admission::Reject { retry_at } => {
+                    earliest_retry = Some(earliest_retry.map_or(retry_at, |t| t.min(retry_at)));
+                    continue;
+                }
+                Admission::Allow | Admission::Probe => {}
+            }
+            // 7. Send.
+            let started = std::time::Instant::now();
+            let result = mailer.send(&email).await;
+            let latency = started.elapsed();
+            let done = self.now();
+            return match result {
+                Ok(receipt) => {
+                    self.breakers.record(&name, false, done).await;
+                    let mut update = self.update(
+                        job.message_id.clone(),
+                        owner.to_owned(),
+                        Status::SentToProvider,
+                        incoming.attempt,
+                        done,
+                    );
+                    update.provider = Some(name.clone());
+                    update.provider_message_id = Some(receipt.provider_message_id.clone());
+                    match self.status.finish(&update).await {
+                        Ok(()) => {
+                            info!(provider = %name, provider_message_id = %receipt.provider_message_id, latency_ms = latency.as_millis() as u64, "sent");
+                            Step::Done(Outcome::Sent { latency })
+                        }
+                        // The mail is out; the lease will expire into `unknown`, which the
+                        // provider's events resolve. Redelivery must not resend blindly.
+                        Err(e) => Step::Fail(format!("sent, but the status write failed: {e}")),
+                    }
+                }
+                Err(failure) => {
+                    let counts = failure.verdict.class.counts_against_provider();
+                    self.breakers.record(&name, counts, done).await;
+                    if failure.ambiguous {
+                        let update = self.update(
+                            job.message_id.clone(),
+                            owner.to_owned(),
+                            Status::Unknown,
+                            incoming.attempt,
+                            done,
+                        );
+                        if let Err(e) = self.status.finish(&update).await {
+                            return Step::Fail(e.to_string());
+                        }
+                        warn!(provider = %name, class = %failure.verdict.class, "outcome ambiguous; waiting for provider evidence");
+                        let wait = self.config.ambiguity_grace.as_secs().max(1);
+                        return self
+                            .requeue_same_incoming(incoming, wait, Outcome::Ambiguous)
+                            .await;
+                    }
+                    self.after_failure(incoming, failure.verdict, Some(name), done, owner)
+                        .await
+                }
+            };
+        }
+        let retry_at = earliest_retry.unwrap_or(now);
+        let verdict = Verdict::local(
+            ErrorClass::CircuitOpen,
+            "breaker-open",
+            format!("every provider's circuit is open until {retry_at}"),
+        );
+        self.after_failure(incoming, verdict, None, now, owner)
+            .await
+    }
+
+    /// Classifies and acts on a failure (steps 8): retry, dead letter or terminal status.
+    async fn after_failure(
+        &self,
+        incoming: &Incoming,
+        verdict: Verdict,
+        provider: Option<String>,
+        now: DateTime<Utc>,
+        owner: &str,
+    ) -> Step {
+        let job = &incoming.job;
+        let decision = {
+            let mut rng = self
+                .rng
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.policy.decide(
+                job.priority,
+                verdict.class,
+                &incoming.retry,
+                now,
+                job.not_after,
+                &mut *rng as &mut dyn RandomSource,
+            )
+        };
+        match decision {
+            Decision::Retry {
+                delay,
+                mechanism,
+                spends_attempt,
+            } => {
+                let mut retry = incoming.retry.clone();
+                retry.record(verdict.class, spends_attempt, delay.as_secs(), now);
+                let mut history = incoming.history.clone();
+                history.push(attempt_record(
+                    &verdict,
+                    provider.clone(),
+                    now,
+                    spends_attempt,
+                    Some(delay.as_secs()),
+                ));
+                let requeue = Requeue {
+                    message_id: job.message_id.clone(),
+                    body: next_body(incoming, retry, history),
+                    delay_secs: delay.as_secs(),
+                };
+                let mut then = self.update(
+                    job.message_id.clone(),
+                    owner.to_owned(),
+                    Status::Deferred,
+                    incoming.attempt + 1,
+                    now,
+                );
+                then.provider = provider;
+                info!(class = %verdict.class, rule = %verdict.rule, delay_s = delay.as_secs(), ?mechanism, "retry scheduled");
+                let outcome = Outcome::Retried(verdict.class);
+                match mechanism {
+                    DelayMechanism::QueueDelay => Step::Requeue {
+                        requeue,
+                        then: Some(then),
+                        outcome,
+                    },
+                    DelayMechanism::StateMachine => match self.scheduler.start_wait(&requeue).await
+                    {
+                        Ok(()) => {
+                            if let Err(e) = self.status.finish(&then).await {
+                                warn!(error = %e, "status write after starting the wait failed");
+                            }
+                            Step::Done(outcome)
+                        }
+                        Err(e) => Step::Fail(e.to_string()),
+                    },
+                }
+            }
+            Decision::DeadLetter { category, reason } => {
+                self.dead_letter(
+                    incoming,
+                    &verdict,
+                    category,
+                    reason,
+                    provider,
+                    now,
+                    Some(owner),
+                )
+                .await
+            }
+            Decision::Finish {
+                status,
+                suppress_recipient,
+            } => {
+                if suppress_recipient && job.recipients().count() == 1 {
+                    for address in job.recipients() {
+                        if let Err(e) = self
+                            .suppression
+                            .suppress(
+                                address,
+                                &format!(
+                                    "{}: {}",
+                                    verdict.rule,
+                                    verdict.raw_code.as_deref().unwrap_or("")
+                                ),
+                                now,
+                            )
+                            .await
+                        {
+                            return Step::Fail(e.to_string());
+                        }
+                    }
+                }
+                let mut update = self.update(
+                    job.message_id.clone(),
+                    owner.to_owned(),
+                    status,
+                    incoming.attempt,
+                    now,
+                );
+                update.provider = provider;
+                match self.status.finish(&update).await {
+                    Ok(()) => {
+                        info!(%status, class = %verdict.class, rule = %verdict.rule, "finished");
+                        Step::Done(Outcome::Bounced)
+                    }
+                    Err(e) => Step::Fail(e.to_string()),
+                }
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn dead_letter(
+        &self,
+        incoming: &Incoming,
+        verdict: &Verdict,
+        category: DeadLetterCategory,
+        reason: String,
+        provider: Option<String>,
+        now: DateTime<Utc>,
+        owner: Option<&str>,
+    ) -> Step {
+        let job = &incoming.job;
+        let mut history = incoming.history.clone();
+        history.push(attempt_record(verdict, provider.clone(), now, true, None));
+        let letter = DeadLetter {
+            id: job.message_id.clone(),
+            category,
+            reason,
+            message_id: Some(job.message_id.clone()),
+            campaign_id: Some(job.campaign_id.clone()),
+            trace_id: job.trace_id.clone(),
+            recipients: job.recipients().map(str::to_owned).collect(),
+            provider: provider.clone(),
+            class: verdict.class,
+            rule: verdict.rule.clone(),
+            raw_code: verdict.raw_code.clone(),
+            raw_text: verdict.raw_text.clone(),
+            attempts: incoming.retry.spent + 1,
+            first_failure_at: history.first().map_or(now, |h| h.at),
+            last_failure_at: now,
+            history,
+            fingerprint: fingerprint(incoming.original.as_bytes()),
+            payload: Some(incoming.original.clone()),
+            payload_base64: None,
+        };
+        if let Err(e) = self.dead_letters.put(&letter).await {
+            return Step::Fail(e.to_string());
+        }
+        if let Some(owner) = owner {
+            let mut update = self.update(
+                job.message_id.clone(),
+                owner.to_owned(),
+                Status::DeadLettered,
+                incoming.attempt,
+                now,
+            );
+            update.provider = provider;
+            if let Err(e) = self.status.finish(&update).await {
+                // The letter is durable; the job's record still says processing and will turn
+                // `unknown` then be resolved as a duplicate by the dead-letter status on replay.
+                warn!(error = %e, "status write after dead-lettering failed");
+            }
+        }
+        warn!(category = category.as_str(), class = %verdict.class, rule = %verdict.rule, "dead-lettered");
+        Step::Done(Outcome::DeadLettered(category))
+    }
+
+    /// An unparseable or invalid payload: dead letter with whatever ids could be salvaged.
+    async fn reject(
+        &self,
+        record: &RecordIn,
+        rejected: &Rejected,
+        print: &str,
+        now: DateTime<Utc>,
+    ) -> Step {
+        let verdict = Verdict::local(
+            ErrorClass::InvalidJob,
+            rejected.error.code(),
+            rejected.error.to_string(),
+        );
+        let letter = DeadLetter {
+            id: rejected
+                .message_id
+                .clone()
+                .unwrap_or_else(|| print.to_owned()),
+            category: DeadLetterCategory::InvalidJob,
+            reason: rejected.error.to_string(),
+            message_id: rejected.message_id.clone(),
+            campaign_id: rejected.campaign_id.clone(),
+            trace_id: rejected.trace_id.clone(),
+            recipients: Vec::new(),
+            provider: None,
+            class: ErrorClass::InvalidJob,
+            rule: verdict.rule.clone(),
+            raw_code: Some(rejected.error.code().to_owned()),
+            raw_text: verdict.raw_text.clone(),
+            attempts: 0,
+            history: Vec::new(),
+            first_failure_at: now,
+            last_failure_at: now,
+            fingerprint: print.to_owned(),
+            payload: Some(record.body.clone()),
+            payload_base64: None,
+        };
+        match self.dead_letters.put(&letter).await {
+            Ok(()) => {
+                warn!(code = rejected.error.code(), error = %rejected.error, "invalid job dead-lettered");
+                Step::Done(Outcome::DeadLettered(DeadLetterCategory::InvalidJob))
+            }
+            Err(e) => Step::Fail(e.to_string()),
+        }
+    }
+
+    async fn requeue_same(&self, record: &RecordIn, incoming: &Incoming, wait: u64) -> Step {
+        let requeue = Requeue {
+            message_id: incoming.job.message_id.clone(),
+            body: record.body.clone(),
+            delay_secs: wait,
+        };
+        self.schedule_same(requeue, Outcome::Ambiguous).await
+    }
+
+    async fn requeue_same_incoming(
+        &self,
+        incoming: &Incoming,
+        wait: u64,
+        outcome: Outcome,
+    ) -> Step {
+        // Same generation: the copy's claim will find `unknown` and honour the grace window.
+        let body = if incoming.attempt == 0 {
+            incoming.original.clone()
+        } else {
+            let mut again = incoming.clone();
+            again.attempt -= 1;
+            next_body(&again, incoming.retry.clone(), incoming.history.clone())
+        };
+        let requeue = Requeue {
+            message_id: incoming.job.message_id.clone(),
+            body,
+            delay_secs: wait,
+        };
+        self.schedule_same(requeue, outcome).await
+    }
+
+    async fn schedule_same(&self, requeue: Requeue, outcome: Outcome) -> Step {
+        if requeue.delay_secs <= courier::policy::MAX_QUEUE_DELAY_SECS {
+            Step::Requeue {
+                requeue,
+                then: None,
+                outcome,
+            }
+        } else {
+            match self.scheduler.start_wait(&requeue).await {
+                Ok(()) => Step::Done(outcome),
+                Err(e) => Step::Fail(e.to_string()),
+            }
+        }
+    }
+
+    fn update(
+        &self,
+        message_id: String,
+        owner: String,
+        status: Status,
+        attempt: u32,
+        now: DateTime<Utc>,
+    ) -> StatusUpdate {
+        StatusUpdate {
+            message_id,
+            owner,
+            status,
+            attempt,
+            provider: None,
+            provider_message_id: None,
+            now,
+        }
+    }
+}
+
+fn attempt_record(
+    verdict: &Verdict,
+    provider: Option<String>,
+    at: DateTime<Utc>,
+    spent: bool,
+    delay_secs: Option<u64>,
+) -> AttemptRecord {
+    AttemptRecord {
+        at,
+        provider,
+        class: verdict.class,
+        rule: verdict.rule.clone(),
+        code: verdict.raw_code.clone(),
+        text: verdict
+            .raw_text
+            .as_deref()
+            .map(|t| t.chars().take(500).collect()),
+        spent,
+        delay_secs,
+    }
+}
+
+fn build_email(
+    incoming: &Incoming,
+    suppressed: &[String],
+    content: courier::job::Content,
+) -> Result<OutgoingEmail, String> {
+    let job = &incoming.job;
+    let keep = |list: &[String], field: &str| -> Result<Vec<courier::ports::Mailbox>, String> {
+        list.iter()
+            .filter(|a| !suppressed.iter().any(|s| s.eq_ignore_ascii_case(a)))
+            .map(|a| parse_mailbox(field, a).map_err(|e| e.to_string()))
+            .collect()
+    };
+    let to = keep(&job.to, "to")?;
+    let cc = keep(&job.cc, "cc")?;
+    let bcc = keep(&job.bcc, "bcc")?;
+    if to.is_empty() && cc.is_empty() && bcc.is_empty() {
+        return Err("every recipient is suppressed".into());
+    }
+    Ok(OutgoingEmail {
+        message_id: job.message_id.clone(),
+        campaign_id: job.campaign_id.clone(),
+        from: parse_mailbox("from", &job.from).map_err(|e| e.to_string())?,
+        to,
+        cc,
+        bcc,
+        subject: content.subject,
+        text: content.text,
+        html: content.html,
+        headers: job
+            .headers
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    })
+}
+
+/// The invocation's deadline as a UTC instant.
+pub fn deadline_of(ctx: &lambda_runtime::Context) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(i64::try_from(ctx.deadline).unwrap_or(i64::MAX))
+        .unwrap_or_else(|| Utc::now() + chrono::Duration::seconds(60))
+}
+
+/// Default visibility-timeout-friendly lease when the deadline is far (or unknown).
+pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(120);
+
+#[cfg(test)]
+mod tests;

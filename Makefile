@@ -1,0 +1,53 @@
+# Courier's commands. `make demo` and `make test` are the README's two; the rest are parts.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+CARGO ?= cargo
+IT := $(CARGO) test -p courier-integration -- --test-threads=4
+export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
+
+.PHONY: test demo fmt-check clippy unit it-moto it-localstack deps schema bench smoke
+
+## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack).
+test:
+	@mkdir -p target && rm -f "$$COURIER_PHASES_FILE"
+	@scripts/phase.sh "install test dependencies" scripts/install-deps.sh all
+	@scripts/phase.sh "cargo fmt --check" $(MAKE) --no-print-directory fmt-check
+	@scripts/phase.sh "clippy -D warnings" $(MAKE) --no-print-directory clippy
+	@scripts/phase.sh "unit tests" $(MAKE) --no-print-directory unit
+	@scripts/phase.sh "integration tests on moto" $(MAKE) --no-print-directory it-moto
+	@scripts/phase.sh "integration tests on LocalStack" $(MAKE) --no-print-directory it-localstack
+	@scripts/phase.sh --summary
+
+## make demo: run Courier's send pipeline locally on the emulators and the SMTP server.
+demo:
+	@scripts/install-deps.sh moto smtp
+	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(CARGO) run -q -p courierctl -- demo
+
+fmt-check:
+	$(CARGO) fmt --all --check
+
+clippy:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --exclude courier-integration
+
+it-moto:
+	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(IT)
+
+it-localstack:
+	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh localstack -- $(IT)
+
+deps:
+	scripts/install-deps.sh all
+
+## make schema: regenerate the published JSON Schema of the job contract.
+schema:
+	$(CARGO) run -q -p courierctl -- schema > schema/email-job.v1.json
+
+## make bench: print benchmark figures (medians) for the core.
+bench:
+	$(CARGO) run --release -q -p courier-bench
+
+smoke:
+	scripts/harness-smoke.sh

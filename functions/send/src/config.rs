@@ -1,0 +1,247 @@
+//! Configuration, parsed once at INIT from the environment (see the README's configuration
+//! reference). `from_lookup` lets tests avoid the process environment.
+
+use std::time::Duration;
+
+use courier::breaker::BreakerConfig;
+use courier::policy::{PolicyError, RetryPolicy, parse_duration};
+
+/// The send function's settings.
+#[derive(Debug, Clone)]
+pub struct SendConfig {
+    /// Records processed at once within a batch.
+    pub concurrency: usize,
+    /// Longest lease taken on a job.
+    pub max_lease: Duration,
+    /// The lease ends this long before the invocation's deadline.
+    pub lease_margin: Duration,
+    /// How long an ambiguous outcome waits for provider evidence before a resend.
+    pub ambiguity_grace: Duration,
+    /// How long breaker state is cached per instance.
+    pub breaker_cache: Duration,
+    pub breaker: BreakerConfig,
+}
+
+impl Default for SendConfig {
+    fn default() -> Self {
+        SendConfig {
+            concurrency: 10,
+            max_lease: crate::DEFAULT_MAX_LEASE,
+            lease_margin: Duration::from_secs(5),
+            ambiguity_grace: Duration::from_secs(900),
+            breaker_cache: Duration::from_secs(2),
+            breaker: BreakerConfig::default(),
+        }
+    }
+}
+
+/// A setting that cannot be used, naming the variable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{name} is required")]
+    Missing { name: &'static str },
+    #[error("{name}={value:?} is invalid: {problem}")]
+    Invalid {
+        name: &'static str,
+        value: String,
+        problem: String,
+    },
+    #[error(transparent)]
+    Policy(#[from] PolicyError),
+}
+
+/// Names of the resources the function talks to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resources {
+    pub queue_url: String,
+    pub dead_letter_queue_url: String,
+    pub status_table: String,
+    pub suppression_table: String,
+    pub breaker_table: String,
+    pub template_bucket: String,
+    pub delay_state_machine_arn: String,
+    /// Providers in failover order: `ses`, `smtp`.
+    pub providers: Vec<String>,
+    pub ses_configuration_set: Option<String>,
+    pub smtp: Option<SmtpSettings>,
+}
+
+/// SMTP relay settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmtpSettings {
+    pub host: String,
+    pub port: u16,
+    /// `none`, `starttls` (required) or `tls` (implicit).
+    pub tls: String,
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub timeout: Duration,
+}
+
+fn duration(
+    lookup: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: Duration,
+) -> Result<Duration, ConfigError> {
+    match lookup(name) {
+        None => Ok(default),
+        Some(v) => parse_duration(&v)
+            .map(Duration::from_secs)
+            .map_err(|problem| ConfigError::Invalid {
+                name,
+                value: v,
+                problem,
+            }),
+    }
+}
+
+fn required(
+    lookup: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+) -> Result<String, ConfigError> {
+    lookup(name)
+        .filter(|v| !v.is_empty())
+        .ok_or(ConfigError::Missing { name })
+}
+
+impl SendConfig {
+    pub fn from_lookup(
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<(SendConfig, Resources, RetryPolicy), ConfigError> {
+        let mut config = SendConfig::default();
+        if let Some(v) = lookup("COURIER_CONCURRENCY") {
+            config.concurrency = v
+                .parse()
+                .ok()
+                .filter(|n| (1..=100).contains(n))
+                .ok_or_else(|| ConfigError::Invalid {
+                    name: "COURIER_CONCURRENCY",
+                    value: v.clone(),
+                    problem: "must be a whole number in 1..=100".into(),
+                })?;
+        }
+        config.max_lease = duration(&lookup, "COURIER_MAX_LEASE", config.max_lease)?;
+        config.lease_margin = duration(&lookup, "COURIER_LEASE_MARGIN", config.lease_margin)?;
+        config.ambiguity_grace =
+            duration(&lookup, "COURIER_AMBIGUITY_GRACE", config.ambiguity_grace)?;
+        config.breaker_cache = duration(&lookup, "COURIER_BREAKER_CACHE", config.breaker_cache)?;
+        let providers: Vec<String> = lookup("COURIER_PROVIDERS")
+            .unwrap_or_else(|| "ses".into())
+            .split(',')
+            .map(|p| p.trim().to_lowercase())
+            .filter(|p| !p.is_empty())
+            .collect();
+        if providers.is_empty() || providers.iter().any(|p| p != "ses" && p != "smtp") {
+            return Err(ConfigError::Invalid {
+                name: "COURIER_PROVIDERS",
+                value: providers.join(","),
+                problem: "a comma-separated list of ses and smtp".into(),
+            });
+        }
+        let smtp = if providers.iter().any(|p| p == "smtp") {
+            let port_text = lookup("COURIER_SMTP_PORT").unwrap_or_else(|| "587".into());
+            let port = port_text.parse().map_err(|_| ConfigError::Invalid {
+                name: "COURIER_SMTP_PORT",
+                value: port_text.clone(),
+                problem: "must be a port number".into(),
+            })?;
+            let tls = lookup("COURIER_SMTP_TLS").unwrap_or_else(|| "starttls".into());
+            if !matches!(tls.as_str(), "none" | "starttls" | "tls") {
+                return Err(ConfigError::Invalid {
+                    name: "COURIER_SMTP_TLS",
+                    value: tls,
+                    problem: "one of none, starttls, tls".into(),
+                });
+            }
+            Some(SmtpSettings {
+                host: required(&lookup, "COURIER_SMTP_HOST")?,
+                port,
+                tls,
+                username: lookup("COURIER_SMTP_USERNAME"),
+                password: lookup("COURIER_SMTP_PASSWORD"),
+                timeout: duration(&lookup, "COURIER_SMTP_TIMEOUT", Duration::from_secs(30))?,
+            })
+        } else {
+            None
+        };
+        let resources = Resources {
+            queue_url: required(&lookup, "COURIER_QUEUE_URL")?,
+            dead_letter_queue_url: required(&lookup, "COURIER_DEAD_LETTER_QUEUE_URL")?,
+            status_table: required(&lookup, "COURIER_STATUS_TABLE")?,
+            suppression_table: required(&lookup, "COURIER_SUPPRESSION_TABLE")?,
+            breaker_table: required(&lookup, "COURIER_BREAKER_TABLE")?,
+            template_bucket: required(&lookup, "COURIER_TEMPLATE_BUCKET")?,
+            delay_state_machine_arn: required(&lookup, "COURIER_DELAY_STATE_MACHINE_ARN")?,
+            providers,
+            ses_configuration_set: lookup("COURIER_SES_CONFIGURATION_SET"),
+            smtp,
+        };
+        let policy = RetryPolicy::from_lookup(&lookup)?;
+        Ok((config, resources, policy))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn base() -> HashMap<&'static str, String> {
+        [
+            ("COURIER_QUEUE_URL", "q"),
+            ("COURIER_DEAD_LETTER_QUEUE_URL", "dlq"),
+            ("COURIER_STATUS_TABLE", "s"),
+            ("COURIER_SUPPRESSION_TABLE", "sup"),
+            ("COURIER_BREAKER_TABLE", "b"),
+            ("COURIER_TEMPLATE_BUCKET", "t"),
+            ("COURIER_DELAY_STATE_MACHINE_ARN", "arn"),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k, v.to_owned()))
+        .collect()
+    }
+
+    fn parse(
+        env: &HashMap<&'static str, String>,
+    ) -> Result<(SendConfig, Resources, RetryPolicy), ConfigError> {
+        SendConfig::from_lookup(|k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let (config, resources, _) = parse(&base()).unwrap();
+        assert_eq!(config.concurrency, 10);
+        assert_eq!(resources.providers, vec!["ses"]);
+        let mut env = base();
+        env.insert("COURIER_AMBIGUITY_GRACE", "20m".into());
+        env.insert("COURIER_PROVIDERS", "smtp, ses".into());
+        env.insert("COURIER_SMTP_HOST", "relay".into());
+        let (config, resources, _) = parse(&env).unwrap();
+        assert_eq!(config.ambiguity_grace, Duration::from_secs(1200));
+        assert_eq!(resources.providers, vec!["smtp", "ses"]);
+        assert_eq!(resources.smtp.unwrap().port, 587);
+    }
+
+    #[test]
+    fn errors_name_the_variable() {
+        let cases: Vec<(&'static str, &str, &str)> = vec![
+            ("COURIER_CONCURRENCY", "0", "COURIER_CONCURRENCY"),
+            ("COURIER_AMBIGUITY_GRACE", "soon", "COURIER_AMBIGUITY_GRACE"),
+            ("COURIER_PROVIDERS", "pigeon", "COURIER_PROVIDERS"),
+            ("COURIER_PROVIDERS", "smtp", "COURIER_SMTP_HOST"),
+            ("COURIER_RETRY_POLICY_JSON", "{", "retry policy"),
+        ];
+        for (k, v, needle) in cases {
+            let mut env = base();
+            env.insert(k, v.into());
+            let err = parse(&env).unwrap_err().to_string();
+            assert!(err.contains(needle), "{k}={v}: {err}");
+        }
+        let mut env = base();
+        env.remove("COURIER_STATUS_TABLE");
+        assert_eq!(
+            parse(&env).unwrap_err().to_string(),
+            "COURIER_STATUS_TABLE is required"
+        );
+    }
+}

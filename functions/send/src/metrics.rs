@@ -1,0 +1,115 @@
+//! Per-batch counters, emitted as one CloudWatch Embedded Metric Format document per batch.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use courier::classify::ErrorClass;
+use courier::policy::DeadLetterCategory;
+
+/// What happened to one record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Sent { latency: Duration },
+    Retried(ErrorClass),
+    DeadLettered(DeadLetterCategory),
+    Bounced,
+    Suppressed,
+    Duplicate,
+    Stale,
+    Ambiguous,
+    Failed,
+}
+
+/// Counters for one batch.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Metrics {
+    pub counts: BTreeMap<String, u64>,
+    pub send_latency_ms: Vec<f64>,
+}
+
+impl Metrics {
+    pub fn count(&mut self, outcome: Outcome) {
+        let name = match outcome {
+            Outcome::Sent { latency } => {
+                self.send_latency_ms.push(latency.as_secs_f64() * 1000.0);
+                "Sent".to_owned()
+            }
+            Outcome::Retried(class) => format!("Retried_{class}"),
+            Outcome::DeadLettered(category) => format!("DeadLettered_{}", category.as_str()),
+            Outcome::Bounced => "BouncedPermanent".into(),
+            Outcome::Suppressed => "Suppressed".into(),
+            Outcome::Duplicate => "DuplicatesSkipped".into(),
+            Outcome::Stale => "StaleCopiesDropped".into(),
+            Outcome::Ambiguous => "AmbiguousOutcomes".into(),
+            Outcome::Failed => "RecordsFailed".into(),
+        };
+        *self.counts.entry(name).or_default() += 1;
+    }
+
+    /// The EMF document (namespace `Courier`, dimension `Function`).
+    pub fn to_emf(
+        &self,
+        function: &str,
+        timestamp_ms: i64,
+        breaker_changes: &[(String, String)],
+    ) -> serde_json::Value {
+        let mut root = serde_json::Map::new();
+        let mut metrics = Vec::new();
+        for (name, value) in &self.counts {
+            metrics.push(serde_json::json!({"Name": name, "Unit": "Count"}));
+            root.insert(name.clone(), (*value).into());
+        }
+        if !self.send_latency_ms.is_empty() {
+            metrics.push(serde_json::json!({"Name": "SendLatency", "Unit": "Milliseconds"}));
+            root.insert(
+                "SendLatency".into(),
+                serde_json::json!(self.send_latency_ms),
+            );
+        }
+        if !breaker_changes.is_empty() {
+            metrics.push(serde_json::json!({"Name": "BreakerTransitions", "Unit": "Count"}));
+            root.insert(
+                "BreakerTransitions".into(),
+                (breaker_changes.len() as u64).into(),
+            );
+            root.insert("BreakerChanges".into(), serde_json::json!(breaker_changes));
+        }
+        root.insert("Function".into(), function.into());
+        root.insert(
+            "_aws".into(),
+            serde_json::json!({
+                "Timestamp": timestamp_ms,
+                "CloudWatchMetrics": [{"Namespace": "Courier", "Dimensions": [["Function"]], "Metrics": metrics}]
+            }),
+        );
+        serde_json::Value::Object(root)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emf_document_lists_every_metric() {
+        let mut m = Metrics::default();
+        m.count(Outcome::Sent {
+            latency: Duration::from_millis(12),
+        });
+        m.count(Outcome::Retried(ErrorClass::Throttled));
+        m.count(Outcome::Retried(ErrorClass::Throttled));
+        m.count(Outcome::DeadLettered(DeadLetterCategory::Poison));
+        let doc = m.to_emf("send", 1, &[("ses".into(), "closed->open".into())]);
+        assert_eq!(doc["Retried_throttled"], 2);
+        assert_eq!(doc["DeadLettered_poison"], 1);
+        assert_eq!(doc["SendLatency"][0], 12.0);
+        assert_eq!(doc["BreakerTransitions"], 1);
+        let names: Vec<&str> = doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["Name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"Sent") && names.contains(&"SendLatency"));
+    }
+}

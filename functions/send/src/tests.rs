@@ -1,0 +1,412 @@
+//! Handler tests on in-memory ports.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use courier::breaker::BreakerConfig;
+use courier::classify::{ErrorClass, classify_smtp};
+use courier::memory::*;
+use courier::policy::{DeadLetterCategory, RetryPolicy};
+use courier::ports::{Receipt, SendFailure, Template};
+use courier::random::SeededRandom;
+use courier::status::Status;
+
+use super::*;
+
+struct World {
+    pipeline: Arc<Pipeline>,
+    status: Arc<MemoryStatusStore>,
+    mailer: Arc<MemoryMailer>,
+    scheduler: Arc<MemoryScheduler>,
+    dead: Arc<MemoryDeadLetters>,
+    suppression: Arc<MemorySuppressionList>,
+    poison: Arc<MemoryPoisonList>,
+    clock: Arc<ManualClock>,
+}
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+fn world_with(mailer: MemoryMailer) -> World {
+    let status = Arc::new(MemoryStatusStore::default());
+    let mailer = Arc::new(mailer);
+    let scheduler = Arc::new(MemoryScheduler::default());
+    let dead = Arc::new(MemoryDeadLetters::default());
+    let suppression = Arc::new(MemorySuppressionList::default());
+    let poison = Arc::new(MemoryPoisonList::default());
+    let templates = Arc::new(MemoryTemplates::default());
+    templates.templates.lock().unwrap().insert(
+        "welcome".into(),
+        Template {
+            subject: "Hi {{ name }}".into(),
+            text: Some("Welcome {{ name }}".into()),
+            html: None,
+        },
+    );
+    let clock = Arc::new(ManualClock::new(t0()));
+    let pipeline = Arc::new(Pipeline {
+        status: status.clone(),
+        mailers: vec![mailer.clone()],
+        scheduler: scheduler.clone(),
+        dead_letters: dead.clone(),
+        suppression: suppression.clone(),
+        poison: poison.clone(),
+        templates,
+        breakers: breakers::Breakers::new(
+            Arc::new(MemoryBreakerStore::default()),
+            BreakerConfig::default(),
+            std::time::Duration::from_secs(0),
+        ),
+        policy: RetryPolicy::default(),
+        clock: clock.clone(),
+        config: SendConfig::default(),
+        rng: std::sync::Mutex::new(SeededRandom::new(1)),
+    });
+    World {
+        pipeline,
+        status,
+        mailer,
+        scheduler,
+        dead,
+        suppression,
+        poison,
+        clock,
+    }
+}
+
+fn job(id: &str, to: &str) -> String {
+    serde_json::json!({
+        "version": 1, "message_id": id, "campaign_id": "c", "from": "shop@example.com",
+        "to": [to], "content": {"subject": "Hi", "text": "Hello"}
+    })
+    .to_string()
+}
+
+fn rec(id: &str, body: String) -> RecordIn {
+    RecordIn {
+        sqs_message_id: id.into(),
+        body,
+    }
+}
+
+impl World {
+    async fn run(&self, records: Vec<RecordIn>) -> BatchReport {
+        let deadline = self.clock.now() + chrono::Duration::seconds(60);
+        self.pipeline
+            .handle_records(records, deadline, "req-1")
+            .await
+    }
+
+    fn status_of(&self, id: &str) -> Option<Status> {
+        self.status
+            .records
+            .lock()
+            .unwrap()
+            .get(id)
+            .map(|r| r.status)
+    }
+}
+
+fn smtp_failure(reply: &'static str) -> MemoryMailer {
+    MemoryMailer::with(
+        "smtp",
+        Box::new(move |_| {
+            Err(SendFailure {
+                verdict: classify_smtp(reply),
+                ambiguous: false,
+                source: None,
+            })
+        }),
+    )
+}
+
+#[tokio::test]
+async fn a_good_job_is_sent_once_and_duplicates_are_acknowledged() {
+    let w = world_with(MemoryMailer::accepting("ses"));
+    let report = w
+        .run(vec![
+            rec("a", job("m1", "ann@example.org")),
+            rec("b", job("m1", "ann@example.org")),
+        ])
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("m1"), Some(Status::SentToProvider));
+    assert_eq!(report.metrics.counts.get("Sent"), Some(&1));
+    // A later redelivery is a duplicate too.
+    w.run(vec![rec("c", job("m1", "ann@example.org"))]).await;
+    assert_eq!(w.mailer.sent_count(), 1);
+}
+
+#[tokio::test]
+async fn bad_input_is_dead_lettered_without_disturbing_neighbours() {
+    let w = world_with(MemoryMailer::accepting("ses"));
+    let report = w
+        .run(vec![
+            rec("bad1", "{not json".into()),
+            rec("bad2", String::from_utf8_lossy(b"\xff\xfe").into_owned()),
+            rec("bad3", job("m2", "not-an-address")),
+            rec("good", job("m3", "bob@example.org")),
+        ])
+        .await;
+    assert!(report.failures.is_empty());
+    let letters = w.dead.letters.lock().unwrap();
+    assert_eq!(letters.len(), 3);
+    assert!(
+        letters
+            .iter()
+            .all(|l| l.category == DeadLetterCategory::InvalidJob)
+    );
+    assert_eq!(
+        letters
+            .iter()
+            .find(|l| l.id == "m2")
+            .unwrap()
+            .raw_code
+            .as_deref(),
+        Some("invalid_address")
+    );
+    assert_eq!(w.status_of("m3"), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn a_failed_dead_letter_write_fails_only_that_record() {
+    let w = world_with(MemoryMailer::accepting("ses"));
+    w.dead.fail_puts.set(1);
+    let report = w
+        .run(vec![
+            rec("bad", "[]".into()),
+            rec("good", job("m4", "c@example.org")),
+        ])
+        .await;
+    assert_eq!(report.failures, vec!["bad".to_owned()]);
+    assert_eq!(w.status_of("m4"), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn blocklisted_payloads_go_to_poison() {
+    let w = world_with(MemoryMailer::accepting("ses"));
+    let body = job("m5", "d@example.org");
+    w.poison
+        .fingerprints
+        .lock()
+        .unwrap()
+        .insert(courier::job::fingerprint(body.as_bytes()));
+    w.run(vec![rec("p", body)]).await;
+    assert_eq!(w.mailer.sent_count(), 0);
+    assert_eq!(
+        w.dead.letters.lock().unwrap()[0].category,
+        DeadLetterCategory::Poison
+    );
+}
+
+#[tokio::test]
+async fn suppressed_recipients_are_not_sent_to() {
+    let w = world_with(MemoryMailer::accepting("ses"));
+    w.suppression
+        .entries
+        .lock()
+        .unwrap()
+        .insert("e@example.org".into(), "bounce".into());
+    w.run(vec![rec("s", job("m6", "E@example.org"))]).await;
+    assert_eq!(w.mailer.sent_count(), 0);
+    assert_eq!(w.status_of("m6"), Some(Status::Suppressed));
+}
+
+#[tokio::test]
+async fn unknown_users_bounce_permanently_and_are_suppressed() {
+    let w = world_with(smtp_failure(
+        "550 5.1.1 <u@x>: Recipient address rejected: User unknown",
+    ));
+    w.run(vec![rec("u", job("m7", "u@example.org"))]).await;
+    assert_eq!(w.status_of("m7"), Some(Status::BouncedPermanent));
+    assert!(
+        w.suppression
+            .entries
+            .lock()
+            .unwrap()
+            .contains_key("u@example.org")
+    );
+}
+
+#[tokio::test]
+async fn greylisting_is_re_enqueued_with_history_and_a_new_generation() {
+    let w = world_with(smtp_failure(
+        "450 4.2.0 <g@x>: Recipient address rejected: Greylisted",
+    ));
+    let report = w.run(vec![rec("g", job("m8", "g@example.org"))]).await;
+    assert!(report.failures.is_empty());
+    // 15 min plus jitter is past SQS's 900 s, so the state machine waits.
+    let waits = w.scheduler.waits.lock().unwrap().clone();
+    let queued = w.scheduler.queued.lock().unwrap().clone();
+    let requeue = waits.first().or(queued.first()).expect("a retry").clone();
+    assert!(requeue.delay_secs >= 900);
+    let next = courier::envelope::parse_body(requeue.body.as_bytes()).unwrap();
+    assert_eq!(next.attempt, 1);
+    assert_eq!(next.history[0].class, ErrorClass::MailboxTemporary);
+    assert_eq!(w.status_of("m8"), Some(Status::Deferred));
+    assert_eq!(
+        report.metrics.counts.get("Retried_mailbox_temporary"),
+        Some(&1)
+    );
+}
+
+#[tokio::test]
+async fn throttling_uses_the_queue_delay_in_one_batched_call() {
+    let w = world_with(smtp_failure("421 4.7.0 Too many connections, slow down"));
+    let records = (0..10)
+        .map(|i| rec(&format!("r{i}"), job(&format!("t{i}"), "x@example.org")))
+        .collect();
+    let report = w.run(records).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(w.scheduler.queued.lock().unwrap().len(), 10);
+    assert_eq!(
+        w.scheduler
+            .batches
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[tokio::test]
+async fn a_failed_re_enqueue_reports_the_record_and_releases_its_lease() {
+    let w = world_with(smtp_failure("421 4.7.0 Too many connections, slow down"));
+    w.scheduler.fail_enqueues.set(1);
+    let report = w.run(vec![rec("f", job("m9", "x@example.org"))]).await;
+    assert_eq!(report.failures, vec!["f".to_owned()]);
+    assert_eq!(w.status_of("m9"), Some(Status::Deferred));
+    // The redelivered copy can claim at once and is re-enqueued this time.
+    let report = w.run(vec![rec("f", job("m9", "x@example.org"))]).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(w.scheduler.queued.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn content_rejections_and_rendering_failures_go_to_review() {
+    let w = world_with(smtp_failure(
+        "554 5.7.1 <p@x>: Recipient address rejected: message rejected by policy",
+    ));
+    w.run(vec![rec("p", job("m10", "p@example.org"))]).await;
+    let template_job = serde_json::json!({
+        "version": 1, "message_id": "m11", "campaign_id": "c", "from": "shop@example.com",
+        "to": ["r@example.org"], "template": {"id": "welcome", "variables": {}}
+    })
+    .to_string();
+    w.run(vec![rec("r", template_job)]).await;
+    let letters = w.dead.letters.lock().unwrap();
+    assert_eq!(letters.len(), 2);
+    assert!(
+        letters
+            .iter()
+            .all(|l| l.category == DeadLetterCategory::NeedsReview)
+    );
+    assert_eq!(letters[1].class, ErrorClass::Rendering);
+    assert_eq!(w.status_of("m10"), Some(Status::DeadLettered));
+    // Only the policy rejection reached the provider; the rendering failure cost no send.
+    assert_eq!(w.mailer.sent_count(), 1);
+}
+
+#[tokio::test]
+async fn a_live_lease_leaves_the_record_for_later_and_an_expired_one_is_ambiguous() {
+    let w = world_with(MemoryMailer::accepting("ses"));
+    // GIVEN another invocation leased the job and crashed mid-send
+    w.status.records.lock().unwrap().insert(
+        "m12".into(),
+        courier::ports::JobRecord {
+            message_id: "m12".into(),
+            status: Status::Processing,
+            attempt: 0,
+            lease_owner: Some("other".into()),
+            lease_until: Some(t0() + chrono::Duration::seconds(30)),
+            unknown_since: None,
+            provider: None,
+            provider_message_id: None,
+            updated_at: t0(),
+        },
+    );
+    let report = w.run(vec![rec("x", job("m12", "y@example.org"))]).await;
+    assert_eq!(report.failures, vec!["x".to_owned()]);
+    // WHEN the lease has expired THEN the job becomes unknown and waits out the grace window
+    w.clock.advance(31);
+    let report = w.run(vec![rec("x", job("m12", "y@example.org"))]).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(w.status_of("m12"), Some(Status::Unknown));
+    assert_eq!(w.mailer.sent_count(), 0);
+    // AND after the grace window without evidence it is sent again
+    w.clock.advance(901);
+    w.run(vec![rec("x", job("m12", "y@example.org"))]).await;
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("m12"), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn a_panicking_provider_fails_only_its_record() {
+    let w = world_with(MemoryMailer::with(
+        "ses",
+        Box::new(|e| {
+            if e.message_id == "boom" {
+                panic!("provider adapter bug");
+            }
+            Ok(Receipt {
+                provider_message_id: "ok".into(),
+            })
+        }),
+    ));
+    let report = w
+        .run(vec![
+            rec("a", job("boom", "a@example.org")),
+            rec("b", job("fine", "b@example.org")),
+        ])
+        .await;
+    assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert_eq!(w.status_of("fine"), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn an_open_circuit_waits_without_spending_an_attempt() {
+    let w = world_with(smtp_failure(
+        "421 4.3.2 System not accepting network messages",
+    ));
+    // Ten provider failures open the circuit (min_calls 10, ratio 0.5).
+    let records = (0..10)
+        .map(|i| rec(&format!("o{i}"), job(&format!("o{i}"), "x@example.org")))
+        .collect();
+    w.run(records).await;
+    let before = w.mailer.sent_count();
+    let report = w.run(vec![rec("n", job("n1", "x@example.org"))]).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(
+        w.mailer.sent_count(),
+        before,
+        "sent through an open circuit"
+    );
+    assert_eq!(report.metrics.counts.get("Retried_circuit_open"), Some(&1));
+    let queued = w.scheduler.queued.lock().unwrap();
+    let last = courier::envelope::parse_body(queued.last().unwrap().body.as_bytes()).unwrap();
+    assert_eq!(last.retry.spent, 0);
+}
+
+#[tokio::test]
+async fn an_ambiguous_send_is_marked_unknown_not_resent() {
+    let w = world_with(MemoryMailer::with(
+        "ses",
+        Box::new(|_| {
+            Err(SendFailure {
+                verdict: courier::classify::Verdict::local(
+                    ErrorClass::Network,
+                    "timeout",
+                    "timed out after sending",
+                ),
+                ambiguous: true,
+                source: None,
+            })
+        }),
+    ));
+    let report = w.run(vec![rec("a", job("amb", "a@example.org"))]).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(w.status_of("amb"), Some(Status::Unknown));
+    let queued = w.scheduler.queued.lock().unwrap();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(queued[0].delay_secs, 900);
+}

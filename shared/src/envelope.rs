@@ -1,0 +1,150 @@
+//! The queue message format. Applications enqueue a bare [`EmailJob`]; Courier re-enqueues a
+//! retry as an [`Envelope`] that wraps the original job with its attempt counters and history.
+
+use serde::{Deserialize, Serialize};
+
+use crate::job::{EmailJob, JobError, Rejected};
+use crate::policy::RetryState;
+use crate::ports::AttemptRecord;
+
+/// Marker key of an envelope (a job never has it: jobs deny unknown fields).
+pub const ENVELOPE_KEY: &str = "courier_envelope";
+/// Attempt history kept in an envelope; older entries are dropped (their counts stay in
+/// [`RetryState`]).
+pub const MAX_HISTORY: usize = 20;
+
+/// A re-enqueued job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Envelope {
+    pub courier_envelope: u32,
+    /// Generation: 0 for the application's copy, +1 at each re-enqueue.
+    pub attempt: u32,
+    pub retry: RetryState,
+    #[serde(default)]
+    pub history: Vec<AttemptRecord>,
+    /// The job exactly as the application sent it.
+    pub job: serde_json::Value,
+}
+
+/// A parsed queue message: the job and where it stands.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Incoming {
+    pub job: EmailJob,
+    pub attempt: u32,
+    pub retry: RetryState,
+    pub history: Vec<AttemptRecord>,
+    /// The application's original job payload (for dead letters and fingerprints).
+    pub original: String,
+}
+
+/// Parses an SQS body: a bare job or an envelope.
+pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
+    let text = std::str::from_utf8(body).map_err(|e| {
+        Box::new(Rejected {
+            error: JobError::NotUtf8 {
+                offset: e.valid_up_to(),
+            },
+            message_id: None,
+            campaign_id: None,
+            trace_id: None,
+        })
+    })?;
+    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
+        Box::new(Rejected {
+            error: JobError::MalformedJson {
+                message: e.to_string(),
+            },
+            message_id: None,
+            campaign_id: None,
+            trace_id: None,
+        })
+    })?;
+    if value.get(ENVELOPE_KEY).is_some() {
+        let envelope: Envelope = serde_json::from_value(value).map_err(|e| {
+            Box::new(Rejected {
+                error: JobError::Schema {
+                    message: format!("bad retry envelope: {e}"),
+                },
+                message_id: None,
+                campaign_id: None,
+                trace_id: None,
+            })
+        })?;
+        let original = envelope.job.to_string();
+        let job = EmailJob::from_value(envelope.job)?;
+        return Ok(Incoming {
+            job,
+            attempt: envelope.attempt,
+            retry: envelope.retry,
+            history: envelope.history,
+            original,
+        });
+    }
+    Ok(Incoming {
+        job: EmailJob::from_value(value)?,
+        attempt: 0,
+        retry: RetryState::default(),
+        history: Vec::new(),
+        original: text.to_owned(),
+    })
+}
+
+/// Builds the body of the next generation's queue message.
+pub fn next_body(incoming: &Incoming, retry: RetryState, history: Vec<AttemptRecord>) -> String {
+    let job = serde_json::from_str(&incoming.original).unwrap_or(serde_json::Value::Null);
+    let skip = history.len().saturating_sub(MAX_HISTORY);
+    let envelope = Envelope {
+        courier_envelope: 1,
+        attempt: incoming.attempt + 1,
+        retry,
+        history: history.into_iter().skip(skip).collect(),
+        job,
+    };
+    serde_json::to_string(&envelope).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::classify::ErrorClass;
+
+    const JOB: &str = r#"{"version":1,"message_id":"m","campaign_id":"c","from":"a@b.co","to":["x@y.co"],"content":{"subject":"s","text":"t"}}"#;
+
+    #[test]
+    fn bare_jobs_start_at_attempt_zero_and_envelopes_round_trip() {
+        let first = parse_body(JOB.as_bytes()).unwrap();
+        assert_eq!(first.attempt, 0);
+        let mut retry = RetryState::default();
+        let at = chrono::DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        retry.record(ErrorClass::Network, true, 5, at);
+        let history: Vec<AttemptRecord> = (0..30)
+            .map(|i| AttemptRecord {
+                at,
+                provider: Some("smtp".into()),
+                class: ErrorClass::Network,
+                rule: "x".into(),
+                code: None,
+                text: None,
+                spent: true,
+                delay_secs: Some(i),
+            })
+            .collect();
+        let body = next_body(&first, retry.clone(), history);
+        let second = parse_body(body.as_bytes()).unwrap();
+        assert_eq!(second.attempt, 1);
+        assert_eq!(second.retry, retry);
+        assert_eq!(second.history.len(), MAX_HISTORY);
+        assert_eq!(second.history.last().unwrap().delay_secs, Some(29));
+        assert_eq!(second.job, first.job);
+    }
+
+    #[test]
+    fn a_broken_envelope_or_job_inside_it_is_rejected() {
+        let err = parse_body(br#"{"courier_envelope":1,"attempt":"x"}"#).unwrap_err();
+        assert_eq!(err.error.code(), "schema");
+        let err = parse_body(br#"{"courier_envelope":1,"attempt":1,"retry":{"spent":0},"job":{"version":1,"message_id":"m"}}"#).unwrap_err();
+        assert_eq!(err.error.code(), "schema");
+        assert_eq!(err.message_id.as_deref(), Some("m"));
+    }
+}

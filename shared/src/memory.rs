@@ -1,0 +1,355 @@
+//! In-memory adapters of every port, for unit tests of the pure logic and for benchmarks.
+//! They follow the same rules as the AWS adapters (the claim uses [`judge_claim`]).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use chrono::{DateTime, Utc};
+
+use crate::breaker::BreakerState;
+use crate::ports::{
+    BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink,
+    JobRecord, Mailer, OutgoingEmail, PoisonList, Receipt, Requeue, RetryScheduler, SendFailure,
+    StatusStore, StatusUpdate, StoreError, SuppressionList, Template, TemplateError, TemplateStore,
+    judge_claim,
+};
+use crate::status::Status;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A switch to make the next calls of an adapter fail, for error-path tests.
+#[derive(Debug, Default)]
+pub struct FailNext(AtomicUsize);
+
+impl FailNext {
+    pub fn set(&self, calls: usize) {
+        self.0.store(calls, Ordering::SeqCst);
+    }
+
+    fn take(&self, operation: &'static str) -> Result<(), StoreError> {
+        let left = self.0.load(Ordering::SeqCst);
+        if left > 0 {
+            self.0.store(left - 1, Ordering::SeqCst);
+            return Err(StoreError::msg(operation, "injected failure"));
+        }
+        Ok(())
+    }
+}
+
+/// Status records in a map.
+#[derive(Debug, Default)]
+pub struct MemoryStatusStore {
+    pub records: Mutex<HashMap<String, JobRecord>>,
+    pub fail_claims: FailNext,
+    pub fail_finishes: FailNext,
+    pub writes: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl StatusStore for MemoryStatusStore {
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.fail_claims.take("claim")?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut records = lock(&self.records);
+        let existing = records.get(&req.message_id).cloned();
+        match judge_claim(existing.as_ref(), req) {
+            ClaimJudgement::Take => {
+                records.insert(
+                    req.message_id.clone(),
+                    JobRecord {
+                        message_id: req.message_id.clone(),
+                        status: Status::Processing,
+                        attempt: req.attempt,
+                        lease_owner: Some(req.owner.clone()),
+                        lease_until: Some(req.lease_until),
+                        unknown_since: None,
+                        provider: existing.and_then(|r| r.provider),
+                        provider_message_id: None,
+                        updated_at: req.now,
+                    },
+                );
+                Ok(ClaimOutcome::Claimed)
+            }
+            ClaimJudgement::Refuse(outcome) => Ok(outcome),
+            ClaimJudgement::MarkUnknown => {
+                if let Some(rec) = records.get_mut(&req.message_id) {
+                    rec.status = Status::Unknown;
+                    rec.unknown_since = Some(req.now);
+                    rec.lease_owner = None;
+                    rec.updated_at = req.now;
+                }
+                Ok(ClaimOutcome::Ambiguous {
+                    resolve_at: req.now + req.grace,
+                })
+            }
+        }
+    }
+
+    async fn finish(&self, update: &StatusUpdate) -> Result<(), StoreError> {
+        self.fail_finishes.take("finish")?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut records = lock(&self.records);
+        let rec = records
+            .get_mut(&update.message_id)
+            .ok_or_else(|| StoreError::msg("finish", "no record"))?;
+        let ours = rec.lease_owner.as_deref() == Some(update.owner.as_str());
+        if !ours && rec.status != Status::Unknown {
+            return Err(StoreError::msg("finish", "lease lost"));
+        }
+        apply(rec, update);
+        Ok(())
+    }
+
+    async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError> {
+        self.fail_finishes.take("record")?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut records = lock(&self.records);
+        if let Some(rec) = records.get(&update.message_id) {
+            if crate::status::transition(rec.status, update.status)
+                != Ok(crate::status::Transition::Applied)
+            {
+                return Ok(());
+            }
+        }
+        let rec = records
+            .entry(update.message_id.clone())
+            .or_insert_with(|| JobRecord {
+                message_id: update.message_id.clone(),
+                status: update.status,
+                attempt: update.attempt,
+                lease_owner: None,
+                lease_until: None,
+                unknown_since: None,
+                provider: None,
+                provider_message_id: None,
+                updated_at: update.now,
+            });
+        apply(rec, update);
+        Ok(())
+    }
+
+    async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
+        Ok(lock(&self.records).get(message_id).cloned())
+    }
+}
+
+fn apply(rec: &mut JobRecord, update: &StatusUpdate) {
+    if update.status == Status::Unknown {
+        rec.unknown_since = Some(update.now);
+    }
+    rec.status = update.status;
+    rec.attempt = rec.attempt.max(update.attempt);
+    rec.lease_owner = None;
+    rec.lease_until = None;
+    rec.updated_at = update.now;
+    if update.provider.is_some() {
+        rec.provider.clone_from(&update.provider);
+    }
+    if update.provider_message_id.is_some() {
+        rec.provider_message_id
+            .clone_from(&update.provider_message_id);
+    }
+}
+
+/// What a [`MemoryMailer`] does with a message.
+pub type Behaviour = Box<dyn Fn(&OutgoingEmail) -> Result<Receipt, SendFailure> + Send + Sync>;
+
+/// A mailer that records what it was asked to send and answers per a behaviour function.
+pub struct MemoryMailer {
+    name: String,
+    behaviour: Behaviour,
+    pub sent: Mutex<Vec<OutgoingEmail>>,
+}
+
+impl MemoryMailer {
+    /// Accepts everything instantly.
+    pub fn accepting(name: &str) -> MemoryMailer {
+        MemoryMailer::with(
+            name,
+            Box::new(|e| {
+                Ok(Receipt {
+                    provider_message_id: format!("mem-{}", e.message_id),
+                })
+            }),
+        )
+    }
+
+    pub fn with(name: &str, behaviour: Behaviour) -> MemoryMailer {
+        MemoryMailer {
+            name: name.to_owned(),
+            behaviour,
+            sent: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn sent_count(&self) -> usize {
+        lock(&self.sent).len()
+    }
+}
+
+#[async_trait::async_trait]
+impl Mailer for MemoryMailer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure> {
+        lock(&self.sent).push(email.clone());
+        (self.behaviour)(email)
+    }
+}
+
+/// Records re-enqueues and started waits.
+#[derive(Debug, Default)]
+pub struct MemoryScheduler {
+    pub queued: Mutex<Vec<Requeue>>,
+    pub waits: Mutex<Vec<Requeue>>,
+    pub fail_enqueues: FailNext,
+    pub batches: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl RetryScheduler for MemoryScheduler {
+    async fn enqueue(&self, items: &[Requeue]) -> Vec<Result<(), StoreError>> {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        items
+            .iter()
+            .map(|item| {
+                self.fail_enqueues.take("enqueue")?;
+                lock(&self.queued).push(item.clone());
+                Ok(())
+            })
+            .collect()
+    }
+
+    async fn start_wait(&self, item: &Requeue) -> Result<(), StoreError> {
+        self.fail_enqueues.take("start_wait")?;
+        lock(&self.waits).push(item.clone());
+        Ok(())
+    }
+}
+
+/// Collects dead letters.
+#[derive(Debug, Default)]
+pub struct MemoryDeadLetters {
+    pub letters: Mutex<Vec<DeadLetter>>,
+    pub fail_puts: FailNext,
+}
+
+#[async_trait::async_trait]
+impl DeadLetterSink for MemoryDeadLetters {
+    async fn put(&self, letter: &DeadLetter) -> Result<(), StoreError> {
+        self.fail_puts.take("dead_letter")?;
+        lock(&self.letters).push(letter.clone());
+        Ok(())
+    }
+}
+
+/// A suppression list in a map (lower-cased addresses -> reason).
+#[derive(Debug, Default)]
+pub struct MemorySuppressionList {
+    pub entries: Mutex<BTreeMap<String, String>>,
+}
+
+#[async_trait::async_trait]
+impl SuppressionList for MemorySuppressionList {
+    async fn suppressed(&self, addresses: &[String]) -> Result<Vec<String>, StoreError> {
+        let entries = lock(&self.entries);
+        Ok(addresses
+            .iter()
+            .filter(|a| entries.contains_key(&a.to_lowercase()))
+            .cloned()
+            .collect())
+    }
+
+    async fn suppress(
+        &self,
+        address: &str,
+        reason: &str,
+        _now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        lock(&self.entries).insert(address.to_lowercase(), reason.to_owned());
+        Ok(())
+    }
+}
+
+/// A poison blocklist in a set.
+#[derive(Debug, Default)]
+pub struct MemoryPoisonList {
+    pub fingerprints: Mutex<HashSet<String>>,
+}
+
+#[async_trait::async_trait]
+impl PoisonList for MemoryPoisonList {
+    async fn is_blocked(&self, fingerprint: &str) -> Result<bool, StoreError> {
+        Ok(lock(&self.fingerprints).contains(fingerprint))
+    }
+}
+
+/// Templates in a map.
+#[derive(Debug, Default)]
+pub struct MemoryTemplates {
+    pub templates: Mutex<HashMap<String, Template>>,
+}
+
+#[async_trait::async_trait]
+impl TemplateStore for MemoryTemplates {
+    async fn get(&self, id: &str) -> Result<Template, TemplateError> {
+        lock(&self.templates)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| TemplateError::NotFound(id.to_owned()))
+    }
+}
+
+/// Breaker states in a map, with the same version check as DynamoDB's conditional write.
+#[derive(Debug, Default)]
+pub struct MemoryBreakerStore {
+    pub states: Mutex<HashMap<String, BreakerState>>,
+}
+
+#[async_trait::async_trait]
+impl BreakerStore for MemoryBreakerStore {
+    async fn load(&self, provider: &str) -> Result<Option<BreakerState>, StoreError> {
+        Ok(lock(&self.states).get(provider).cloned())
+    }
+
+    async fn save(
+        &self,
+        provider: &str,
+        state: &BreakerState,
+        expected: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let mut states = lock(&self.states);
+        let current = states.get(provider).map(|s| s.version);
+        if current != expected {
+            return Ok(false);
+        }
+        states.insert(provider.to_owned(), state.clone());
+        Ok(true)
+    }
+}
+
+/// A clock that stands still until moved.
+#[derive(Debug)]
+pub struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl ManualClock {
+    pub fn new(at: DateTime<Utc>) -> ManualClock {
+        ManualClock(Mutex::new(at))
+    }
+
+    pub fn advance(&self, secs: i64) {
+        let mut t = lock(&self.0);
+        *t += chrono::Duration::seconds(secs);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *lock(&self.0)
+    }
+}
