@@ -13,7 +13,8 @@
 //!
 //! The reply code's first digit still bounds the verdict: a `4xx` reply is never turned into a
 //! permanent class (the receiver said "later"), so a permanent-sounding text on a `4xx` is mapped
-//! to its transient counterpart.
+//! to its transient counterpart. The one exception is `sender_config`: a `4xx` about our own
+//! sender (domain not found, no PTR) stays `sender_config`, for review, and never suppresses.
 
 use std::fmt;
 
@@ -124,11 +125,16 @@ impl ErrorClass {
     }
 
     /// The transient counterpart of a class, used when a `4xx` reply carries permanent wording.
+    ///
+    /// [`ErrorClass::SenderConfig`] deliberately stays itself: a `4xx` about our own sender
+    /// (`450 4.1.8 Sender address rejected: Domain not found`, a missing PTR) is our mistake, so
+    /// it must neither feed the provider breaker as `provider_unavailable` nor be retried blindly;
+    /// it goes to review like its `5xx` form. It never suppresses the recipient.
     fn transient(self) -> ErrorClass {
         match self {
             ErrorClass::RecipientPermanent => ErrorClass::MailboxTemporary,
             ErrorClass::ContentRejected => ErrorClass::Throttled,
-            ErrorClass::SenderConfig | ErrorClass::Unknown => ErrorClass::ProviderUnavailable,
+            ErrorClass::Unknown => ErrorClass::ProviderUnavailable,
             other => other,
         }
     }
@@ -244,10 +250,10 @@ impl SmtpReply {
         }
         // An enhanced code that contradicts the basic code's class is ignored (RFC 3463 s2: the
         // class must agree with the reply code).
-        if let (Some(c), Some(e)) = (code, enhanced) {
-            if u16::from(e.class) != c / 100 {
-                enhanced = None;
-            }
+        if let (Some(c), Some(e)) = (code, enhanced)
+            && u16::from(e.class) != c / 100
+        {
+            enhanced = None;
         }
         SmtpReply {
             code,
@@ -356,10 +362,129 @@ macro_rules! rule {
     };
 }
 
-/// Ordered: the first rule whose phrases appear wins. Specific provider wordings come before
-/// general words so that, e.g., a Spamhaus block in a `Service unavailable` reply is content, and
-/// a greylisting reply that mentions "policy" is still greylisting.
+/// Ordered: the first rule whose phrases appear wins. The rules read [`rule_text`]: the lower-cased
+/// reply text with whitespace (and line breaks) collapsed, prefixed with the enhanced code, so a
+/// provider's code (`5.7.708`, `IB607`, `AUP#CDRBL`, `OFR_417`) can be written as a phrase.
+///
+/// Order, most specific first:
+/// 1. relay reports and our own socket/DNS errors (`network`), before any word such as "refused";
+/// 2. provider code tables, which beat the generic words around them (Spectrum/Cox's
+///    `sender rejected ... AUP#...`, GoDaddy's `5.1.1 ... IB607`);
+/// 3. mailbox-level temporary conditions (greylisting, quota, per-mailbox receive limits);
+/// 4. TLS, then our own sending infrastructure (PTR, HELO, sender domain DNS), then limits on us;
+/// 5. sender wording before recipient wording (`Sender address rejected: User unknown`,
+///    `Domain of sender address ... does not exist`), then content/policy, then the receiver's own
+///    trouble. A Spamhaus block in a `Service unavailable` reply is thus content, and a greylisting
+///    reply that mentions "policy" is still greylisting.
+///
+/// Generic words that state no cause ("try again later", "closing connection", bare "denied" or
+/// "refused") are deliberately absent: the enhanced or basic code decides those replies.
 static TEXT_RULES: &[TextRule] = &[
+    // A relay reporting that *it* could not reach the destination (Exchange's queue expiry, even
+    // when it quotes a socket error): the receiving side's routing, not our connection.
+    rule!(
+        "relay-gave-up",
+        ProviderUnavailable,
+        [["queue.expired"], ["message expired"], ["5.4.316"]]
+    ),
+    // Our own socket or resolver failed (local client errors, session timeouts between us and the
+    // peer). "Host not found, try again" is a temporary DNS failure; plain "Host not found" is an
+    // authoritative NXDOMAIN and stays with the recipient rules.
+    rule!(
+        "network",
+        Network,
+        [
+            ["connection refused"],
+            ["connection reset"],
+            ["connection timed out"],
+            ["connection aborted"],
+            ["lost connection"],
+            ["broken pipe"],
+            ["network is unreachable"],
+            ["no route to host"],
+            ["host not found, try again"],
+            ["temporary failure in name resolution"],
+            ["4.4.2", "timeout"],
+            ["4.4.2", "timed out"]
+        ]
+    ),
+    // Provider code tables (README decision 15): the code names the cause, whatever the words.
+    rule!(
+        "provider-code-throttled",
+        Throttled,
+        [
+            ["aup#in-13"],
+            ["ib607"],
+            ["[ts01]"],
+            ["[ts02]"],
+            ["[ts03]"],
+            ["[tss04]"],
+            ["[gl01]"],
+            ["rp-001"],
+            ["ofr", "_104"],
+            ["lpn", "_104"],
+            ["5.7.508"],
+            ["5.2.121"],
+            ["4.7.500"],
+            ["4.7.650"],
+            ["4.7.651"]
+        ]
+    ),
+    rule!(
+        "provider-code-content",
+        ContentRejected,
+        [
+            ["aup#cdrbl"],
+            ["ib508"],
+            ["[bl21]"],
+            ["[bl23]"],
+            ["[ph01]"],
+            ["[tss09]"],
+            ["s3150"],
+            ["s3140"],
+            ["5.7.509"],
+            ["5.7.511"],
+            ["5.7.515"],
+            ["5.7.606"],
+            ["resolver.rst.authrequired"],
+            ["ofr", "_102"],
+            ["ofr", "_517"],
+            ["lpn", "_517"]
+        ]
+    ),
+    rule!(
+        "provider-code-sender",
+        SenderConfig,
+        [
+            ["5.7.705"],
+            ["5.7.708"],
+            ["5.7.750"],
+            ["ib401"],
+            ["ib506"],
+            ["ib108"],
+            ["lpn", "_402"]
+        ]
+    ),
+    rule!(
+        "provider-code-recipient",
+        RecipientPermanent,
+        [
+            ["s2017062302"],
+            ["ofr", "_416"],
+            ["lpn", "_416"],
+            ["lpn", "_420"]
+        ]
+    ),
+    rule!(
+        "provider-code-mailbox",
+        MailboxTemporary,
+        [["5.2.122"], ["ofr", "_417"], ["lpn", "_417"]]
+    ),
+    rule!(
+        "provider-code-unavailable",
+        ProviderUnavailable,
+        [["ofr", "_505"], ["lpn", "_505"]]
+    ),
     rule!(
         "greylisted",
         MailboxTemporary,
@@ -371,9 +496,27 @@ static TEXT_RULES: &[TextRule] = &[
             ["grey listed"],
             ["greylisting"],
             ["postgrey"],
+            ["not yet authorized to deliver mail"],
+            ["internal resource temporarily unavailable"],
             ["try again in", "minutes"],
             ["deferred for", "seconds"]
         ]
+    ),
+    // Limits on our own account that are worded as a quota (SES): not the recipient's mailbox.
+    rule!(
+        "sending-quota",
+        Throttled,
+        [
+            ["throttling failure"],
+            ["daily message quota"],
+            ["sending quota"]
+        ]
+    ),
+    // Gmail's OverQuotaPerm: full *and* abandoned (README decision 3).
+    rule!(
+        "over-quota-inactive",
+        RecipientPermanent,
+        [["out of storage space and inactive"], ["overquotaperm"]]
     ),
     rule!(
         "over-quota",
@@ -392,9 +535,9 @@ static TEXT_RULES: &[TextRule] = &[
             ["mailbox is full"],
             ["mailbox size limit"],
             ["mailbox has exceeded"],
+            ["mailbox exceeds"],
             ["inbox is full"],
             ["insufficient storage"],
-            ["insufficient system storage"],
             ["exceeded storage"],
             ["out of storage"],
             ["storage allocation"],
@@ -417,6 +560,20 @@ static TEXT_RULES: &[TextRule] = &[
             ["as(201806281)"]
         ]
     ),
+    // A limit or lock on this one mailbox, whoever sends (README decision 4): not a limit on us.
+    rule!(
+        "mailbox-receive-limit",
+        MailboxTemporary,
+        [
+            ["receiving mail too quickly"],
+            ["receiving mail at a rate"],
+            ["messages to", "deferred due to excessive volume"],
+            ["limit for the number of messages they can receive"],
+            ["too many concurrent deliveries for user"],
+            ["temporary locked"],
+            ["temporarily locked"]
+        ]
+    ),
     rule!(
         "tls-required",
         Tls,
@@ -426,14 +583,40 @@ static TEXT_RULES: &[TextRule] = &[
             ["tls is required"],
             ["requires tls"],
             ["must use tls"],
+            ["over a tls connection"],
+            ["requires encryption"],
             ["tls not available"],
+            ["cannot start tls"],
             ["tls negotiation"],
             ["tls handshake"],
             ["ssl handshake"],
+            ["handshake failure"],
             ["encryption required"],
             ["encryption is required"],
             ["requiretls"],
+            ["4.7.29"],
             ["certificate"]
+        ]
+    ),
+    // Our sending infrastructure (README decisions 10, 12, 20): PTR/rDNS, HELO name, the DNS of
+    // our sender domain, a host that must use a smarthost. Before the rate rules because Yahoo says
+    // "temporarily deferred" about an unresolvable sender domain.
+    rule!(
+        "sender-infrastructure",
+        SenderConfig,
+        [
+            ["ptr record"],
+            ["ptr resource record"],
+            ["reverse dns"],
+            ["rdns"],
+            ["cannot find your hostname"],
+            ["ip name lookup failed"],
+            ["helo command rejected"],
+            ["fully-qualified hostname"],
+            ["fully qualified hostname"],
+            ["non-fqdn"],
+            ["send email directly"],
+            ["unresolvable", "from domain"]
         ]
     ),
     rule!(
@@ -447,30 +630,34 @@ static TEXT_RULES: &[TextRule] = &[
             ["unusual rate"],
             ["too many connections"],
             ["too many concurrent"],
+            ["concurrent connections"],
             ["too many messages"],
             ["too many recipients"],
+            ["maximum number of recipients"],
             ["too many sessions"],
             ["too many mails"],
             ["too many emails"],
             ["too many requests"],
             ["too many errors"],
             ["too many invalid"],
+            ["too many login"],
+            ["too frequent"],
+            ["frequency limited"],
             ["connection limit"],
-            ["receiving mail at a rate"],
-            ["receiving mail too quickly"],
+            ["per connection"],
+            ["submission rate"],
             ["sending too fast"],
             ["too fast"],
             ["slow down"],
             ["throttl"],
             ["exceeded the rate"],
             ["exceeded rate"],
-            ["temporarily deferred due to"],
-            ["[tss04]"],
-            ["[ts01]"],
-            ["[ts02]"],
-            ["[ts03]"],
-            ["server busy"],
+            ["exceeded permitted limits"],
+            ["limits for how many messages"],
+            ["temporarily deferred"],
             ["sending rate"],
+            ["sending limit"],
+            ["relay limit"],
             ["message rate"],
             ["max message rate"],
             ["mail flood"],
@@ -479,14 +666,13 @@ static TEXT_RULES: &[TextRule] = &[
             ["try again later", "volume"],
             ["deferred due to", "complaints"],
             ["too much mail"],
-            ["sending quota"],
+            ["violating our security policies", "chkuser"],
             ["4.7.28"],
-            ["4.7.27", "rate"],
-            ["4.7.500"],
-            ["4.7.650"],
-            ["4.7.651"]
+            ["4.7.27", "rate"]
         ]
     ),
+    // Before the recipient rules: `Sender address rejected: User unknown`, `Domain of sender address
+    // ... does not exist` and `Unrouteable address ... Sender verify failed` are about our sender.
     rule!(
         "sender-rejected",
         SenderConfig,
@@ -494,11 +680,17 @@ static TEXT_RULES: &[TextRule] = &[
             ["sender address rejected"],
             ["sender rejected"],
             ["sender domain"],
+            ["domain of sender address"],
+            ["unroutable sender"],
+            ["unrouteable sender"],
             ["sender verify failed"],
             ["sender verification failed"],
             ["sender address is not"],
+            ["sender address is invalid"],
+            ["sender address has invalid"],
             ["invalid sender"],
             ["bad sender"],
+            ["bad outbound sender"],
             ["sender not allowed"],
             ["from address not"],
             ["not verified"],
@@ -516,14 +708,18 @@ static TEXT_RULES: &[TextRule] = &[
             ["bad credentials"],
             ["username and password not accepted"],
             ["login failed"],
+            ["send anonymous mail"],
+            ["sendasdenied"],
             ["relay access denied"],
             ["relaying denied"],
             ["relay not permitted"],
             ["relaying not allowed"],
+            ["relaying disallowed"],
             ["not permitted to relay"],
             ["unable to relay"],
             ["relay denied"],
             ["we do not relay"],
+            ["rcpthosts"],
             ["account suspended"],
             ["account has been suspended"],
             ["sending paused"],
@@ -580,7 +776,7 @@ static TEXT_RULES: &[TextRule] = &[
             ["not listed in"],
             ["invalid address"],
             ["recipient address rejected: unverified address"],
-            ["mailbox unavailable", "5.1.1"],
+            ["mailbox not available"],
             ["mailbox is disabled"],
             ["account is disabled"],
             ["account has been disabled"],
@@ -595,8 +791,10 @@ static TEXT_RULES: &[TextRule] = &[
             ["deactivated"],
             ["no longer available"],
             ["no longer active"],
+            ["no longer valid"],
             ["account closed"],
             ["mailbox closed"],
+            ["archived recipient"],
             ["has moved"],
             ["domain not found"],
             ["domain does not exist"],
@@ -615,9 +813,7 @@ static TEXT_RULES: &[TextRule] = &[
             ["the email account that you tried to reach"],
             ["resolver.adr"],
             ["dd not a valid"],
-            ["dd this user"],
-            ["mailbox not available"],
-            ["mailbox unavailable or not local"]
+            ["dd this user"]
         ]
     ),
     rule!(
@@ -655,27 +851,30 @@ static TEXT_RULES: &[TextRule] = &[
             ["unauthenticated"],
             ["not authenticated"],
             ["authentication check"],
+            ["authentication level"],
             ["sender policy framework"],
-            ["reverse dns"],
-            ["ptr record"],
-            ["rdns"],
+            ["purported responsible address"],
+            ["spoofing"],
             ["content rejected"],
+            ["content denied"],
             ["message content"],
             ["content policy"],
             ["rejected by policy"],
+            ["denied by policy"],
             ["policy rejection"],
             ["policy violation"],
+            ["violates", "policy"],
             ["policy reasons"],
             ["due to policy"],
             ["local policy"],
+            ["security policies"],
             ["message rejected"],
             ["message refused"],
             ["not accepted"],
+            ["host network not allowed"],
             ["banned"],
             ["prohibited"],
             ["forbidden"],
-            ["denied"],
-            ["refused"],
             ["message size"],
             ["size exceeds"],
             ["exceeds size"],
@@ -685,6 +884,8 @@ static TEXT_RULES: &[TextRule] = &[
             ["message too big"],
             ["too big"],
             ["size limit"],
+            ["line limit exceeded"],
+            ["line too long"],
             ["attachment"],
             ["bulk mail"],
             ["suspicious"],
@@ -694,17 +895,17 @@ static TEXT_RULES: &[TextRule] = &[
             ["rejected for"],
             ["mail rejected"],
             ["abuse"],
-            ["[bl21]"],
-            ["[bl23]"],
-            ["[ph01]"],
-            ["s3150"],
-            ["s3140"],
-            ["5.7.606"],
-            ["5.7.511"],
             ["5.7.26"],
-            ["5.7.25"],
             ["5.7.23"]
         ]
+    ),
+    // RFC 5321's default 550 text, which Outlook.com, Hotmail and GMX use for "no such user"
+    // (README decision 14); after the content rule so that "mailbox unavailable: spam" stays
+    // content. The 450 form becomes mailbox_temporary.
+    rule!(
+        "mailbox-unavailable",
+        RecipientPermanent,
+        [["mailbox unavailable"]]
     ),
     rule!(
         "provider-down",
@@ -712,6 +913,7 @@ static TEXT_RULES: &[TextRule] = &[
         [
             ["service unavailable"],
             ["service not available"],
+            ["service refuse"],
             ["not accepting"],
             ["temporary failure"],
             ["temporarily unavailable"],
@@ -721,11 +923,7 @@ static TEXT_RULES: &[TextRule] = &[
             ["internal error"],
             ["server error"],
             ["system error"],
-            ["try again later"],
-            ["try later"],
-            ["please retry"],
             ["shutting down"],
-            ["closing connection"],
             ["timeout"],
             ["timed out"],
             ["queue file write error"],
@@ -736,6 +934,25 @@ static TEXT_RULES: &[TextRule] = &[
         ]
     ),
 ];
+
+/// The text the wording rules read: the enhanced code (if any) and the reply text, lower-cased,
+/// with runs of whitespace (line breaks of multi-line replies included) collapsed to one space.
+fn rule_text(enhanced: Option<EnhancedCode>, text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 12);
+    if let Some(e) = enhanced {
+        out.push_str(&e.to_string());
+        out.push(' ');
+    }
+    let mut words = text.split_whitespace();
+    if let Some(first) = words.next() {
+        out.push_str(first);
+        for word in words {
+            out.push(' ');
+            out.push_str(word);
+        }
+    }
+    out.to_lowercase()
+}
 
 fn text_rule(lower: &str) -> Option<&'static TextRule> {
     TEXT_RULES.iter().find(|rule| {
@@ -759,9 +976,13 @@ fn enhanced_class(e: EnhancedCode) -> Option<ErrorClass> {
         (2, 1) => RecipientPermanent,
         (2, _) => Unknown,
         (3, 3 | 4) if !transient => ContentRejected,
-        (3, _) => ProviderUnavailable,
+        (3, _) if transient => ProviderUnavailable,
+        // A permanent "system not accepting messages" (postscreen's 521 5.3.2) is a drop with its
+        // reason hidden, not an outage.
+        (3, _) => Unknown,
         (4, 4) if !transient => RecipientPermanent,
-        (4, 7) if transient => MailboxTemporary,
+        // 4.4.2 bad connection: the session between us and the peer broke or timed out.
+        (4, 2) if transient => Network,
         (4, _) if transient => ProviderUnavailable,
         (4, _) => Unknown,
         (5, 3) => Throttled,
@@ -770,10 +991,13 @@ fn enhanced_class(e: EnhancedCode) -> Option<ErrorClass> {
         (6, _) if transient => Unknown,
         (6, _) => ContentRejected,
         (7, 0) if transient => Throttled,
-        (7, 0 | 8 | 9 | 12 | 13 | 14 | 27) => SenderConfig,
+        (7, 0 | 8 | 9 | 12 | 13 | 14 | 25 | 27) => SenderConfig,
         (7, 10 | 11 | 30) => Tls,
         (7, 28) => Throttled,
         (7, _) if transient => Throttled,
+        // 5.7.1 alone is used for every kind of refusal (sender, IP, recipient, content): the
+        // wording rules must say which.
+        (7, 1) => Unknown,
         (7, _) => ContentRejected,
         _ => return None,
     };
@@ -793,7 +1017,6 @@ fn basic_class(code: u16) -> Option<ErrorClass> {
         538 => Tls,
         551 => RecipientPermanent,
         552 => MailboxTemporary,
-        554 => ContentRejected,
         500..=599 => Unknown,
         _ => return None,
     })
@@ -803,7 +1026,7 @@ fn basic_class(code: u16) -> Option<ErrorClass> {
 pub fn classify_smtp(raw: &str) -> Verdict {
     let reply = SmtpReply::parse(raw);
     let digit = reply.class_digit();
-    let lower = reply.text.to_lowercase();
+    let lower = rule_text(reply.enhanced, &reply.text);
     let (class, rule) = if digit == Some(2) {
         (
             ErrorClass::Unknown,
@@ -993,19 +1216,19 @@ pub fn classify_ses_event(event: &SesFailureEvent) -> Verdict {
             );
             // A permanent bounce whose diagnostic is plainly a content/policy block must not
             // suppress the recipient (SES files some blocklist rejections as Permanent/General).
-            if class == RecipientPermanent {
-                if let Some(d) = diagnostic {
-                    let smtp = classify_smtp(d);
-                    if smtp.class == ContentRejected && smtp.rule.starts_with("smtp.text") {
-                        v = Verdict::new(
-                            ContentRejected,
-                            format!(
-                                "ses.event.bounce.{bounce_type}.{bounce_subtype}+{}",
-                                smtp.rule
-                            ),
-                            Source::SesEvent,
-                        );
-                    }
+            if class == RecipientPermanent
+                && let Some(d) = diagnostic
+            {
+                let smtp = classify_smtp(d);
+                if smtp.class == ContentRejected && smtp.rule.starts_with("smtp.text") {
+                    v = Verdict::new(
+                        ContentRejected,
+                        format!(
+                            "ses.event.bounce.{bounce_type}.{bounce_subtype}+{}",
+                            smtp.rule
+                        ),
+                        Source::SesEvent,
+                    );
                 }
             }
             v.with_raw(
@@ -1099,11 +1322,23 @@ mod tests {
         for raw in [
             "450 4.1.1 <a@b>: Recipient address rejected: User unknown in local recipient table",
             "451 4.7.1 spam suspected",
-            "451 sender verify failed",
             "450 something odd",
+            "450 Requested mail action not taken: mailbox unavailable",
         ] {
             let v = classify_smtp(raw);
             assert!(v.retryable, "{raw} -> {v:?}");
+            assert!(!v.suppress_recipient, "{raw} -> {v:?}");
+            assert_ne!(v.class, ErrorClass::RecipientPermanent, "{raw}");
+        }
+        // The deliberate exception: a 4xx about our own sender stays sender_config (review, no
+        // retry, no suppression) instead of feeding the provider breaker.
+        for raw in [
+            "451 sender verify failed",
+            "450 4.1.8 <b@x>: Sender address rejected: Domain not found",
+        ] {
+            let v = classify_smtp(raw);
+            assert_eq!(v.class, ErrorClass::SenderConfig, "{raw}");
+            assert!(!v.retryable, "{raw} -> {v:?}");
             assert!(!v.suppress_recipient, "{raw} -> {v:?}");
         }
     }
@@ -1153,14 +1388,33 @@ mod tests {
                 ProviderUnavailable,
                 "smtp.text.provider-down",
             ),
+            (
+                "Connection reset by peer (os error 104)",
+                Network,
+                "smtp.text.network",
+            ),
+            (
+                "550 5.1.1 <u@x> - 192.0.2.1 has sent to too many recipients this hour. IB607",
+                Throttled,
+                "smtp.text.provider-code-throttled",
+            ),
+            (
+                "550 5.4.1 Recipient address rejected: Access denied",
+                RecipientPermanent,
+                "smtp.text.microsoft-access-denied-recipient",
+            ),
             ("550 5.1.6 gone", RecipientPermanent, "smtp.enhanced.5.1.6"),
             ("553 5.1.8 nope", SenderConfig, "smtp.enhanced.5.1.8"),
             ("554 5.6.0 x", ContentRejected, "smtp.enhanced.5.6.0"),
             ("452 4.5.3 x", Throttled, "smtp.enhanced.4.5.3"),
             ("550 5.7.10 x", Tls, "smtp.enhanced.5.7.10"),
+            ("550 5.7.1 Access denied", Unknown, "smtp.enhanced.5.7.1"),
+            ("521 5.3.2 x", Unknown, "smtp.enhanced.5.3.2"),
+            ("421 4.4.2 x", Network, "smtp.enhanced.4.4.2"),
             ("421 x", ProviderUnavailable, "smtp.basic.421"),
             ("551 x", RecipientPermanent, "smtp.basic.551"),
             ("500 x", Unknown, "smtp.basic.500"),
+            ("554 x", Unknown, "smtp.basic.554"),
             ("gibberish", Unknown, "smtp.unrecognised"),
             (
                 "250 2.0.0 Ok: queued",

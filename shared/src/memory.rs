@@ -107,12 +107,11 @@ impl StatusStore for MemoryStatusStore {
         self.fail_finishes.take("record")?;
         self.writes.fetch_add(1, Ordering::Relaxed);
         let mut records = lock(&self.records);
-        if let Some(rec) = records.get(&update.message_id) {
-            if crate::status::transition(rec.status, update.status)
+        if let Some(rec) = records.get(&update.message_id)
+            && crate::status::transition(rec.status, update.status)
                 != Ok(crate::status::Transition::Applied)
-            {
-                return Ok(());
-            }
+        {
+            return Ok(());
         }
         let rec = records
             .entry(update.message_id.clone())

@@ -356,13 +356,13 @@ impl RetryPolicy {
                         }
                     }
                 }
-                if let Jitter::Proportional { ratio } = rule.jitter {
-                    if !(ratio.is_finite() && (0.0..=10.0).contains(&ratio)) {
-                        return Err(bad(
-                            name,
-                            format!("jitter ratio must be in 0..=10, is {ratio}"),
-                        ));
-                    }
+                if let Jitter::Proportional { ratio } = rule.jitter
+                    && !(ratio.is_finite() && (0.0..=10.0).contains(&ratio))
+                {
+                    return Err(bad(
+                        name,
+                        format!("jitter ratio must be in 0..=10, is {ratio}"),
+                    ));
                 }
                 if rule.horizon == 0 || rule.horizon > MAX_DELAY_SECS {
                     return Err(bad(
@@ -465,10 +465,10 @@ impl RetryPolicy {
                 rule.horizon
             ));
         }
-        if let Some(deadline) = not_after {
-            if next > deadline {
-                return exhausted(format!("next try would be past not_after {deadline}"));
-            }
+        if let Some(deadline) = not_after
+            && next > deadline
+        {
+            return exhausted(format!("next try would be past not_after {deadline}"));
         }
         Decision::Retry {
             delay: Duration::from_secs(delay),
@@ -1027,7 +1027,7 @@ mod tests {
                     Decision::Retry { delay, mechanism, spends_attempt } => {
                         let rule = &policy.tier(tier).classes[&class];
                         let secs = delay.as_secs();
-                        prop_assert!(secs >= 1 && secs <= MAX_DELAY_SECS);
+                        prop_assert!((1..=MAX_DELAY_SECS).contains(&secs));
                         prop_assert_eq!(mechanism == DelayMechanism::QueueDelay, secs <= MAX_QUEUE_DELAY_SECS);
                         let next = now + chrono::Duration::seconds(secs as i64);
                         prop_assert!(next <= start + chrono::Duration::seconds(rule.horizon as i64));

@@ -1,6 +1,7 @@
 //! Proves the harness: every emulated AWS behaviour Courier relies on, and every scripted SMTP
 //! reply, works on the emulator this run targets.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{
