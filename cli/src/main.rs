@@ -3,6 +3,7 @@
 //! # Layout
 //! - `classify`: classify SMTP replies, SES API errors and SES events (pure, offline).
 //! - `schema`: print the job contract's JSON Schema.
+//! - `demo`: a demo campaign through the send pipeline against a real SMTP server.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -10,6 +11,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod classify_cmd;
+mod demo;
 
 #[derive(Parser)]
 #[command(
@@ -45,6 +47,13 @@ enum Command {
     },
     /// Print the JSON Schema of the job contract (EmailJob v1).
     Schema,
+    /// Run a demo campaign through the send pipeline against the harness's SMTP server
+    /// (use `make demo`, which starts it).
+    Demo {
+        /// Number of jobs in the campaign.
+        #[arg(long, default_value_t = 300)]
+        jobs: usize,
+    },
 }
 
 fn main() -> ExitCode {
@@ -59,6 +68,10 @@ fn main() -> ExitCode {
             &mut out,
             &mut std::io::stderr(),
         ),
+        Command::Demo { jobs } => demo::run(jobs).or_else(|e| {
+            eprintln!("courierctl demo: {e}");
+            Ok(1)
+        }),
         Command::Schema => {
             serde_json::to_writer_pretty(&mut out, &courier::job::EmailJob::json_schema())
                 .map_err(std::io::Error::other)

@@ -12,6 +12,7 @@
 //! - [`envelope`]: the queue message format (bare jobs and retry envelopes).
 //! - [`render`]: strict template rendering.
 //! - [`ports`]: the narrow capabilities the pipeline needs; [`memory`] implements each in memory.
+//! - [`smtp`]: the SMTP mailer adapter (lettre).
 //! - [`random`]: seedable randomness passed into the core.
 //!
 //! Nothing in those modules touches the network, the clock or a random generator of its own:
@@ -27,4 +28,5 @@ pub mod policy;
 pub mod ports;
 pub mod random;
 pub mod render;
+pub mod smtp;
 pub mod status;
