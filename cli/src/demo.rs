@@ -36,7 +36,7 @@ fn job(i: usize, to: &str, extra: serde_json::Value) -> String {
         "version": 1,
         "message_id": format!("demo-{i:04}"),
         "campaign_id": "demo-campaign",
-        "priority": if i % 3 == 0 { "transactional" } else { "bulk" },
+        "priority": if i.is_multiple_of(3) { "transactional" } else { "bulk" },
         "from": "Courier Demo <demo@courier.test>",
         "to": [to],
         "template": {"id": "welcome", "variables": {"name": format!("Reader {i}")}}
@@ -197,7 +197,7 @@ pub(crate) fn run(size: usize) -> Result<i32, DemoError> {
         for r in requeued {
             queue.push((now + chrono::Duration::seconds(r.delay_secs as i64), r.body));
         }
-        if batches % 10 == 0 {
+        if batches.is_multiple_of(10) {
             println!(
                 "  {batches:>4} batches, {:>4} messages waiting, simulated clock +{}",
                 queue.len(),
