@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::{EmailJob, JobError, Rejected};
+use crate::job::{EmailJob, JobError, Rejected, parse_json};
 use crate::policy::RetryState;
 use crate::ports::AttemptRecord;
 
@@ -40,26 +40,7 @@ pub struct Incoming {
 
 /// Parses an SQS body: a bare job or an envelope.
 pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
-    let text = std::str::from_utf8(body).map_err(|e| {
-        Box::new(Rejected {
-            error: JobError::NotUtf8 {
-                offset: e.valid_up_to(),
-            },
-            message_id: None,
-            campaign_id: None,
-            trace_id: None,
-        })
-    })?;
-    let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-        Box::new(Rejected {
-            error: JobError::MalformedJson {
-                message: e.to_string(),
-            },
-            message_id: None,
-            campaign_id: None,
-            trace_id: None,
-        })
-    })?;
+    let (text, value) = parse_json(body)?;
     if value.get(ENVELOPE_KEY).is_some() {
         let envelope: Envelope = serde_json::from_value(value).map_err(|e| {
             Box::new(Rejected {

@@ -214,6 +214,29 @@ pub fn fingerprint(payload: &[u8]) -> String {
     out
 }
 
+/// The first two parsing stages shared by jobs and retry envelopes: UTF-8, then JSON.
+pub fn parse_json(bytes: &[u8]) -> Result<(&str, serde_json::Value), Box<Rejected>> {
+    let unsalvaged = |error| {
+        Box::new(Rejected {
+            error,
+            message_id: None,
+            campaign_id: None,
+            trace_id: None,
+        })
+    };
+    let text = std::str::from_utf8(bytes).map_err(|e| {
+        unsalvaged(JobError::NotUtf8 {
+            offset: e.valid_up_to(),
+        })
+    })?;
+    let value = serde_json::from_str(text).map_err(|e| {
+        unsalvaged(JobError::MalformedJson {
+            message: e.to_string(),
+        })
+    })?;
+    Ok((text, value))
+}
+
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
 fn json_kind(value: &serde_json::Value) -> &'static str {
@@ -238,27 +261,7 @@ fn salvage(value: &serde_json::Value, key: &str) -> Option<String> {
 impl EmailJob {
     /// Parses and validates raw bytes (an SQS body) into a job.
     pub fn parse(bytes: &[u8]) -> Result<EmailJob, Box<Rejected>> {
-        let text = std::str::from_utf8(bytes).map_err(|e| {
-            Box::new(Rejected {
-                error: JobError::NotUtf8 {
-                    offset: e.valid_up_to(),
-                },
-                message_id: None,
-                campaign_id: None,
-                trace_id: None,
-            })
-        })?;
-        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| {
-            Box::new(Rejected {
-                error: JobError::MalformedJson {
-                    message: e.to_string(),
-                },
-                message_id: None,
-                campaign_id: None,
-                trace_id: None,
-            })
-        })?;
-        Self::from_value(value)
+        Self::from_value(parse_json(bytes)?.1)
     }
 
     /// Validates an already-parsed JSON value into a job.
