@@ -678,6 +678,8 @@ static TEXT_RULES: &[TextRule] = &[
         SenderConfig,
         [
             ["sender address rejected"],
+            ["authority to send from"],
+            ["not authorized to send from"],
             ["sender rejected"],
             ["sender domain"],
             ["domain of sender address"],
@@ -1458,6 +1460,15 @@ mod tests {
                     Some(400),
                 ),
                 InvalidJob,
+            ),
+            (
+                f(
+                    ApiFailureKind::Service,
+                    Some("MessageRejected"),
+                    Some("Did not have authority to send from email a@b.c"),
+                    Some(400),
+                ),
+                SenderConfig,
             ),
             (
                 f(

@@ -12,12 +12,14 @@
 //! - [`envelope`]: the queue message format (bare jobs and retry envelopes).
 //! - [`render`]: strict template rendering.
 //! - [`ports`]: the narrow capabilities the pipeline needs; [`memory`] implements each in memory.
+//! - [`aws`]: adapters over the AWS SDK (DynamoDB, SQS, Step Functions, S3, SES v2).
 //! - [`smtp`]: the SMTP mailer adapter (lettre).
 //! - [`random`]: seedable randomness passed into the core.
 //!
 //! Nothing in those modules touches the network, the clock or a random generator of its own:
 //! time and randomness come in as arguments.
 
+pub mod aws;
 pub mod breaker;
 pub mod classify;
 pub mod delay;

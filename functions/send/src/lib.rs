@@ -7,6 +7,8 @@
 //!   so a panic fails only its record; re-enqueues are sent with one batched call.
 //! - [`breakers`]: the circuit breakers with shared state and a short local cache.
 //! - [`metrics`]: CloudWatch Embedded Metric Format output.
+//! - [`wiring`]: builds the pipeline from the environment at INIT.
+//! - [`driver`]: a local event-source driver with Lambda's SQS semantics (tests, demo).
 //!
 //! A record is acknowledged only after its next home is durably written; otherwise it is listed
 //! in `batchItemFailures` and SQS redelivers it (and redrives it to the DLQ after
@@ -14,7 +16,9 @@
 
 pub mod breakers;
 pub mod config;
+pub mod driver;
 pub mod metrics;
+pub mod wiring;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -816,6 +820,34 @@ fn build_email(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
     })
+}
+
+/// The Lambda handler: one batch in, the partial batch response out, metrics as EMF on stdout.
+pub async fn function_handler(
+    pipeline: &Arc<Pipeline>,
+    event: lambda_runtime::LambdaEvent<SqsEvent>,
+) -> Result<SqsBatchResponse, lambda_runtime::Error> {
+    let deadline = deadline_of(&event.context);
+    let report = pipeline
+        .handle(event.payload, deadline, &event.context.request_id)
+        .await;
+    let changes: Vec<(String, String)> = pipeline
+        .breakers
+        .changes
+        .lock()
+        .map(|mut c| {
+            c.drain(..)
+                .map(|(p, m)| (p, format!("{:?}->{:?}", m.from, m.to)))
+                .collect()
+        })
+        .unwrap_or_default();
+    println!(
+        "{}",
+        report
+            .metrics
+            .to_emf("send", Utc::now().timestamp_millis(), &changes)
+    );
+    Ok(report.response())
 }
 
 /// The invocation's deadline as a UTC instant.

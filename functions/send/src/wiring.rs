@@ -1,0 +1,113 @@
+//! Builds the pipeline from the environment at INIT: configuration parsed once, SDK clients and
+//! adapters created once and reused by every invocation of the warm instance.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::aws::{
+    DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList, S3TemplateStore, SesMailer,
+    SqsDeadLetterSink, SqsRetryScheduler,
+};
+use courier::ports::{Mailer, SystemClock};
+use courier::random::SeededRandom;
+use courier::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity, SmtpSetupError};
+
+use crate::Pipeline;
+use crate::breakers::Breakers;
+use crate::config::{ConfigError, Resources, SendConfig};
+
+/// Why the function could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WiringError {
+    #[error("configuration: {0}")]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Smtp(#[from] SmtpSetupError),
+}
+
+/// Status records are kept this long after their last write (DynamoDB TTL).
+pub const STATUS_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// Wires the pipeline from the process environment.
+pub async fn from_env() -> Result<Pipeline, WiringError> {
+    let (config, resources, policy) = SendConfig::from_lookup(|k| std::env::var(k).ok())?;
+    let sdk = courier::aws::sdk_config().await;
+    wire(&sdk, config, &resources, policy)
+}
+
+/// Wires the pipeline from parsed settings and an SDK configuration (tests pass their own).
+pub fn wire(
+    sdk: &aws_config::SdkConfig,
+    config: SendConfig,
+    resources: &Resources,
+    policy: courier::policy::RetryPolicy,
+) -> Result<Pipeline, WiringError> {
+    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let control = Arc::new(DynamoDbControlTable::new(
+        dynamodb.clone(),
+        &resources.breaker_table,
+        Duration::from_secs(60),
+    ));
+    let mut mailers: Vec<Arc<dyn Mailer>> = Vec::new();
+    for provider in &resources.providers {
+        match provider.as_str() {
+            "ses" => mailers.push(Arc::new(SesMailer::new(
+                aws_sdk_sesv2::Client::new(sdk),
+                resources.ses_configuration_set.clone(),
+            ))),
+            "smtp" => {
+                if let Some(smtp) = &resources.smtp {
+                    let security = match smtp.tls.as_str() {
+                        "none" => SmtpSecurity::None,
+                        "tls" => SmtpSecurity::Tls,
+                        _ => SmtpSecurity::StartTls,
+                    };
+                    let credentials = smtp.username.clone().zip(smtp.password.clone());
+                    mailers.push(Arc::new(SmtpMailer::new(&SmtpOptions {
+                        host: smtp.host.clone(),
+                        port: smtp.port,
+                        security,
+                        credentials,
+                        timeout: smtp.timeout,
+                        pool_size: u32::try_from(config.concurrency).unwrap_or(10),
+                    })?));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(Pipeline {
+        status: Arc::new(DynamoDbStatusStore::new(
+            dynamodb.clone(),
+            &resources.status_table,
+            STATUS_RETENTION,
+        )),
+        mailers,
+        scheduler: Arc::new(SqsRetryScheduler::new(
+            sqs.clone(),
+            aws_sdk_sfn::Client::new(sdk),
+            &resources.queue_url,
+            &resources.delay_state_machine_arn,
+        )),
+        dead_letters: Arc::new(SqsDeadLetterSink::new(
+            sqs,
+            &resources.dead_letter_queue_url,
+        )),
+        suppression: Arc::new(DynamoDbSuppressionList::new(
+            dynamodb,
+            &resources.suppression_table,
+        )),
+        poison: control.clone(),
+        templates: Arc::new(S3TemplateStore::new(
+            aws_sdk_s3::Client::new(sdk),
+            &resources.template_bucket,
+            Duration::from_secs(60),
+        )),
+        breakers: Breakers::new(control, config.breaker, config.breaker_cache),
+        policy,
+        clock: Arc::new(SystemClock),
+        config,
+        rng: std::sync::Mutex::new(SeededRandom::from_entropy()),
+    })
+}

@@ -1,0 +1,538 @@
+//! DynamoDB adapters: the status table (claims), the suppression table, and the control table
+//! (breaker state and the poison blocklist).
+//!
+//! Times are stored as epoch milliseconds (`N`), so conditions compare numbers.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, KeysAndAttributes, ReturnValuesOnConditionCheckFailure,
+};
+use chrono::{DateTime, Utc};
+
+use super::store_error as err;
+use crate::breaker::BreakerState;
+use crate::ports::{
+    BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, JobRecord, PoisonList, StatusStore,
+    StatusUpdate, StoreError, SuppressionList, judge_claim,
+};
+use crate::status::{Status, predecessors};
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn get_s(item: &HashMap<String, AttributeValue>, key: &str) -> Option<String> {
+    item.get(key).and_then(|v| v.as_s().ok()).cloned()
+}
+
+fn get_n(item: &HashMap<String, AttributeValue>, key: &str) -> Option<i64> {
+    item.get(key)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+fn time(item: &HashMap<String, AttributeValue>, key: &str) -> Option<DateTime<Utc>> {
+    get_n(item, key).and_then(DateTime::from_timestamp_millis)
+}
+
+/// Reads a status item back into a record; `None` when it is not one of ours.
+pub fn record_of(item: &HashMap<String, AttributeValue>) -> Option<JobRecord> {
+    Some(JobRecord {
+        message_id: get_s(item, "message_id")?,
+        status: Status::parse(&get_s(item, "status")?)?,
+        attempt: u32::try_from(get_n(item, "attempt").unwrap_or(0)).unwrap_or(0),
+        lease_owner: get_s(item, "lease_owner"),
+        lease_until: time(item, "lease_until"),
+        unknown_since: time(item, "unknown_since"),
+        provider: get_s(item, "provider"),
+        provider_message_id: get_s(item, "provider_message_id"),
+        updated_at: time(item, "updated_at").unwrap_or_default(),
+    })
+}
+
+/// The status / idempotency table: key `message_id` (S); TTL attribute `expires_at`.
+pub struct DynamoDbStatusStore {
+    client: Client,
+    table: String,
+    /// How long records are kept (TTL) after their last write.
+    retention: Duration,
+}
+
+impl DynamoDbStatusStore {
+    pub fn new(client: Client, table: impl Into<String>, retention: Duration) -> Self {
+        DynamoDbStatusStore {
+            client,
+            table: table.into(),
+            retention,
+        }
+    }
+
+    fn expires_at(&self, now: DateTime<Utc>) -> AttributeValue {
+        n(now.timestamp() + i64::try_from(self.retention.as_secs()).unwrap_or(i64::MAX / 2))
+    }
+
+    async fn read(
+        &self,
+        message_id: &str,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("message_id", s(message_id))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(err("status get"))?;
+        Ok(out.item)
+    }
+
+    async fn mark_unknown(&self, req: &ClaimRequest, old: &JobRecord) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(&req.message_id))
+            .update_expression("SET #s = :unknown, unknown_since = :now, updated_at = :now REMOVE lease_owner, lease_until")
+            .condition_expression("#s = :processing AND attempt = :a AND lease_until = :old_lease")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":unknown", s(Status::Unknown.as_str()))
+            .expression_attribute_values(":processing", s(Status::Processing.as_str()))
+            .expression_attribute_values(":now", n(ms(req.now)))
+            .expression_attribute_values(":a", n(old.attempt))
+            .expression_attribute_values(":old_lease", n(old.lease_until.map_or(0, ms)))
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(err("status mark unknown")(e)),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl StatusStore for DynamoDbStatusStore {
+    /// One conditional PutItem; the condition is [`judge_claim`]'s `Take` written as an
+    /// expression, and a refusal returns the old item (ReturnValuesOnConditionCheckFailure) so a
+    /// duplicate costs no extra read.
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        for _ in 0..3 {
+            let result = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .item("message_id", s(&req.message_id))
+                .item("status", s(Status::Processing.as_str()))
+                .item("attempt", n(req.attempt))
+                .item("lease_owner", s(&req.owner))
+                .item("lease_until", n(ms(req.lease_until)))
+                .item("updated_at", n(ms(req.now)))
+                .item("expires_at", self.expires_at(req.now))
+                .condition_expression(
+                    "attribute_not_exists(message_id) \
+                     OR (attempt <= :a AND (#s = :pending OR #s = :deferred)) \
+                     OR (attempt <= :a AND #s = :unknown AND unknown_since <= :cutoff) \
+                     OR (attempt < :a AND #s = :processing AND lease_until <= :now)",
+                )
+                .expression_attribute_names("#s", "status")
+                .expression_attribute_values(":a", n(req.attempt))
+                .expression_attribute_values(":pending", s(Status::Pending.as_str()))
+                .expression_attribute_values(":deferred", s(Status::Deferred.as_str()))
+                .expression_attribute_values(":unknown", s(Status::Unknown.as_str()))
+                .expression_attribute_values(":processing", s(Status::Processing.as_str()))
+                .expression_attribute_values(":cutoff", n(ms(req.now - req.grace)))
+                .expression_attribute_values(":now", n(ms(req.now)))
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            let old_item = match result {
+                Ok(_) => return Ok(ClaimOutcome::Claimed),
+                Err(e) => match e.as_service_error() {
+                    Some(service) if service.is_conditional_check_failed_exception() => {
+                        let returned = match &service {
+                            aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
+                            _ => None,
+                        };
+                        match returned {
+                            Some(item) => Some(item),
+                            None => self.read(&req.message_id).await?,
+                        }
+                    }
+                    _ => return Err(err("status claim")(e)),
+                },
+            };
+            let old = old_item.as_ref().and_then(record_of);
+            match judge_claim(old.as_ref(), req) {
+                ClaimJudgement::Refuse(outcome) => return Ok(outcome),
+                ClaimJudgement::MarkUnknown => {
+                    if let Some(old) = &old
+                        && self.mark_unknown(req, old).await?
+                    {
+                        return Ok(ClaimOutcome::Ambiguous {
+                            resolve_at: req.now + req.grace,
+                        });
+                    }
+                    // Someone else changed it first: judge again.
+                }
+                // The item changed between the write and the read: try again.
+                ClaimJudgement::Take => {}
+            }
+        }
+        Err(StoreError::msg(
+            "status claim",
+            "the record kept changing under three claim attempts",
+        ))
+    }
+
+    async fn finish(&self, update: &StatusUpdate) -> Result<(), StoreError> {
+        let mut set = vec![
+            "#s = :s",
+            "attempt = :a",
+            "updated_at = :now",
+            "expires_at = :exp",
+        ];
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(&update.message_id))
+            .condition_expression("lease_owner = :owner OR #s = :unknown")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":s", s(update.status.as_str()))
+            .expression_attribute_values(":a", n(update.attempt))
+            .expression_attribute_values(":now", n(ms(update.now)))
+            .expression_attribute_values(":exp", self.expires_at(update.now))
+            .expression_attribute_values(":owner", s(&update.owner))
+            .expression_attribute_values(":unknown", s(Status::Unknown.as_str()));
+        if let Some(p) = &update.provider {
+            set.push("provider = :p");
+            req = req.expression_attribute_values(":p", s(p));
+        }
+        if let Some(id) = &update.provider_message_id {
+            set.push("provider_message_id = :pid");
+            req = req.expression_attribute_values(":pid", s(id));
+        }
+        if update.status == Status::Unknown {
+            set.push("unknown_since = :now");
+        }
+        let expression = format!("SET {} REMOVE lease_owner, lease_until", set.join(", "));
+        req.update_expression(expression)
+            .send()
+            .await
+            .map_err(|e| {
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception())
+                {
+                    StoreError::msg("status finish", "the lease is no longer ours")
+                } else {
+                    err("status finish")(e)
+                }
+            })?;
+        Ok(())
+    }
+
+    async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError> {
+        let sources = predecessors(update.status);
+        let placeholders: Vec<String> = (0..sources.len()).map(|i| format!(":from{i}")).collect();
+        let condition = if placeholders.is_empty() {
+            "attribute_not_exists(message_id)".to_owned()
+        } else {
+            format!(
+                "attribute_not_exists(message_id) OR #s IN ({})",
+                placeholders.join(", ")
+            )
+        };
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(&update.message_id))
+            .update_expression("SET #s = :s, attempt = if_not_exists(attempt, :a), updated_at = :now, expires_at = :exp")
+            .condition_expression(condition)
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":s", s(update.status.as_str()))
+            .expression_attribute_values(":a", n(update.attempt))
+            .expression_attribute_values(":now", n(ms(update.now)))
+            .expression_attribute_values(":exp", self.expires_at(update.now));
+        for (placeholder, status) in placeholders.iter().zip(&sources) {
+            req = req.expression_attribute_values(placeholder, s(status.as_str()));
+        }
+        match req.send().await {
+            Ok(_) => Ok(()),
+            // Not allowed from the current status: a late or duplicate write, absorbed.
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(err("status record")(e)),
+        }
+    }
+
+    async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
+        Ok(self.read(message_id).await?.as_ref().and_then(record_of))
+    }
+}
+
+/// The suppression list: key `address` (S, lower-cased), with `reason` and `suppressed_at`.
+pub struct DynamoDbSuppressionList {
+    client: Client,
+    table: String,
+}
+
+impl DynamoDbSuppressionList {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoDbSuppressionList {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl SuppressionList for DynamoDbSuppressionList {
+    async fn suppressed(&self, addresses: &[String]) -> Result<Vec<String>, StoreError> {
+        let mut wanted: Vec<String> = addresses.iter().map(|a| a.trim().to_lowercase()).collect();
+        wanted.sort();
+        wanted.dedup();
+        let mut found = std::collections::HashSet::new();
+        for chunk in wanted.chunks(100) {
+            let mut keys = KeysAndAttributes::builder().projection_expression("address");
+            for a in chunk {
+                keys = keys.keys(HashMap::from([("address".to_owned(), s(a))]));
+            }
+            let mut request = HashMap::from([(
+                self.table.clone(),
+                keys.build()
+                    .map_err(|e| StoreError::new("suppression lookup", e))?,
+            )]);
+            for round in 0..5 {
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .set_request_items(Some(request))
+                    .send()
+                    .await
+                    .map_err(err("suppression lookup"))?;
+                for item in out
+                    .responses
+                    .unwrap_or_default()
+                    .remove(&self.table)
+                    .unwrap_or_default()
+                {
+                    if let Some(a) = get_s(&item, "address") {
+                        found.insert(a);
+                    }
+                }
+                match out.unprocessed_keys.filter(|u| !u.is_empty()) {
+                    Some(rest) if round < 4 => {
+                        tokio::time::sleep(Duration::from_millis(50 << round)).await;
+                        request = rest;
+                    }
+                    Some(_) => {
+                        return Err(StoreError::msg(
+                            "suppression lookup",
+                            "unprocessed keys after 5 rounds",
+                        ));
+                    }
+                    None => break,
+                }
+            }
+        }
+        Ok(addresses
+            .iter()
+            .filter(|a| found.contains(&a.trim().to_lowercase()))
+            .cloned()
+            .collect())
+    }
+
+    async fn suppress(
+        &self,
+        address: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item("address", s(address.trim().to_lowercase()))
+            .item("reason", s(reason))
+            .item("suppressed_at", n(ms(now)))
+            .send()
+            .await
+            .map_err(err("suppress"))?;
+        Ok(())
+    }
+}
+
+/// The control table: key `pk` (S) + `sk` (S). Breaker state lives at (`breaker`, provider),
+/// poison fingerprints at (`poison`, fingerprint).
+pub struct DynamoDbControlTable {
+    client: Client,
+    table: String,
+    poison_ttl: Duration,
+    poison_cache: Mutex<Option<(Instant, std::collections::HashSet<String>)>>,
+}
+
+impl DynamoDbControlTable {
+    pub fn new(client: Client, table: impl Into<String>, poison_ttl: Duration) -> Self {
+        DynamoDbControlTable {
+            client,
+            table: table.into(),
+            poison_ttl,
+            poison_cache: Mutex::new(None),
+        }
+    }
+
+    /// Adds a fingerprint to the poison blocklist.
+    pub async fn block(
+        &self,
+        fingerprint: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s("poison"))
+            .item("sk", s(fingerprint))
+            .item("reason", s(reason))
+            .item("blocked_at", n(ms(now)))
+            .send()
+            .await
+            .map_err(err("poison block"))?;
+        if let Ok(mut cache) = self.poison_cache.lock() {
+            *cache = None;
+        }
+        Ok(())
+    }
+
+    async fn load_poison(&self) -> Result<std::collections::HashSet<String>, StoreError> {
+        let mut set = std::collections::HashSet::new();
+        let mut start: Option<HashMap<String, AttributeValue>> = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :p")
+                .expression_attribute_values(":p", s("poison"))
+                .projection_expression("sk")
+                .set_exclusive_start_key(start)
+                .send()
+                .await
+                .map_err(err("poison list"))?;
+            for item in out.items.unwrap_or_default() {
+                if let Some(fp) = get_s(&item, "sk") {
+                    set.insert(fp);
+                }
+            }
+            match out.last_evaluated_key {
+                Some(key) if !key.is_empty() => start = Some(key),
+                _ => return Ok(set),
+            }
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl PoisonList for DynamoDbControlTable {
+    /// The blocklist is small and changes rarely: it is read whole and cached for `poison_ttl`,
+    /// so the hot path makes no call per message.
+    async fn is_blocked(&self, fingerprint: &str) -> Result<bool, StoreError> {
+        let cached = self.poison_cache.lock().ok().and_then(|c| {
+            c.as_ref()
+                .filter(|(at, _)| at.elapsed() < self.poison_ttl)
+                .map(|(_, set)| set.contains(fingerprint))
+        });
+        if let Some(hit) = cached {
+            return Ok(hit);
+        }
+        let set = self.load_poison().await?;
+        let hit = set.contains(fingerprint);
+        if let Ok(mut cache) = self.poison_cache.lock() {
+            *cache = Some((Instant::now(), set));
+        }
+        Ok(hit)
+    }
+}
+
+#[async_trait::async_trait]
+impl BreakerStore for DynamoDbControlTable {
+    async fn load(&self, provider: &str) -> Result<Option<BreakerState>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s("breaker"))
+            .key("sk", s(provider))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(err("breaker load"))?;
+        let Some(item) = out.item else {
+            return Ok(None);
+        };
+        let Some(json) = get_s(&item, "state") else {
+            return Ok(None);
+        };
+        serde_json::from_str(&json)
+            .map(Some)
+            .map_err(|e| StoreError::new("breaker load", e))
+    }
+
+    async fn save(
+        &self,
+        provider: &str,
+        state: &BreakerState,
+        expected: Option<u64>,
+    ) -> Result<bool, StoreError> {
+        let json = serde_json::to_string(state).map_err(|e| StoreError::new("breaker save", e))?;
+        let mut req = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s("breaker"))
+            .item("sk", s(provider))
+            .item("state", s(json))
+            .item("mode", s(format!("{:?}", state.mode).to_lowercase()))
+            .item("version", n(state.version));
+        req = match expected {
+            None => req.condition_expression("attribute_not_exists(pk)"),
+            Some(v) => req
+                .condition_expression("version = :v")
+                .expression_attribute_values(":v", n(v)),
+        };
+        match req.send().await {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(err("breaker save")(e)),
+        }
+    }
+}

@@ -1,0 +1,559 @@
+//! Port contracts: one suite per port, run against the in-memory adapter and the real adapter on
+//! the emulator, so the memory adapters the unit tests rely on behave like the real ones.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use courier::aws::{
+    DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList, S3TemplateStore, SesMailer,
+    SqsDeadLetterSink, SqsRetryScheduler,
+};
+use courier::breaker::{BreakerConfig, BreakerState};
+use courier::classify::ErrorClass;
+use courier::memory::*;
+use courier::policy::DeadLetterCategory;
+use courier::ports::*;
+use courier::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity};
+use courier::status::Status;
+use courier_integration::{Stack, require_env, unique};
+
+fn now() -> DateTime<Utc> {
+    // Whole milliseconds: DynamoDB stores epoch milliseconds.
+    DateTime::from_timestamp_millis(Utc::now().timestamp_millis()).unwrap()
+}
+
+fn claim(id: &str, attempt: u32, owner: &str, at: DateTime<Utc>, lease_secs: i64) -> ClaimRequest {
+    ClaimRequest {
+        message_id: id.into(),
+        attempt,
+        owner: owner.into(),
+        now: at,
+        lease_until: at + chrono::Duration::seconds(lease_secs),
+        grace: chrono::Duration::seconds(600),
+    }
+}
+
+fn update(id: &str, owner: &str, status: Status, attempt: u32, at: DateTime<Utc>) -> StatusUpdate {
+    StatusUpdate {
+        message_id: id.into(),
+        owner: owner.into(),
+        status,
+        attempt,
+        provider: Some("ses".into()),
+        provider_message_id: (status == Status::SentToProvider).then(|| "pmid".into()),
+        now: at,
+    }
+}
+
+async fn status_store_contract(store: &dyn StatusStore) {
+    let t = now();
+    let id = unique("job");
+    // GIVEN a new job WHEN claimed THEN ours; a second claim while the lease lives is Busy
+    assert_eq!(
+        store.claim(&claim(&id, 0, "a", t, 60)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert!(matches!(
+        store.claim(&claim(&id, 0, "b", t, 60)).await.unwrap(),
+        ClaimOutcome::Busy { .. }
+    ));
+    // finishing with someone else's lease fails
+    assert!(
+        store
+            .finish(&update(&id, "b", Status::SentToProvider, 0, t))
+            .await
+            .is_err()
+    );
+    store
+        .finish(&update(&id, "a", Status::SentToProvider, 0, t))
+        .await
+        .unwrap();
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.status, rec.provider_message_id.as_deref()),
+        (Status::SentToProvider, Some("pmid"))
+    );
+    assert_eq!(rec.lease_owner, None);
+    // a duplicate delivery is refused as a duplicate
+    assert_eq!(
+        store.claim(&claim(&id, 0, "c", t, 60)).await.unwrap(),
+        ClaimOutcome::Duplicate(Status::SentToProvider)
+    );
+    // a late suppression does not overwrite a sent job
+    store
+        .record(&update(&id, "x", Status::Suppressed, 0, t))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().status,
+        Status::SentToProvider
+    );
+
+    // Retry generations: deferred at attempt 2 refuses a stale copy of attempt 1.
+    let id = unique("job");
+    store.claim(&claim(&id, 0, "a", t, 60)).await.unwrap();
+    store
+        .finish(&update(&id, "a", Status::Deferred, 2, t))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&claim(&id, 1, "b", t, 60)).await.unwrap(),
+        ClaimOutcome::Stale { current_attempt: 2 }
+    );
+    assert_eq!(
+        store.claim(&claim(&id, 2, "b", t, 60)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+
+    // A lease that expired mid-send: ambiguous, then claimable after the grace window.
+    let id = unique("job");
+    store.claim(&claim(&id, 0, "a", t, 1)).await.unwrap();
+    let later = t + chrono::Duration::seconds(5);
+    assert!(matches!(
+        store.claim(&claim(&id, 0, "b", later, 60)).await.unwrap(),
+        ClaimOutcome::Ambiguous { .. }
+    ));
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().status,
+        Status::Unknown
+    );
+    assert!(matches!(
+        store
+            .claim(&claim(
+                &id,
+                0,
+                "c",
+                later + chrono::Duration::seconds(10),
+                60
+            ))
+            .await
+            .unwrap(),
+        ClaimOutcome::Ambiguous { .. }
+    ));
+    let after_grace = later + chrono::Duration::seconds(601);
+    assert_eq!(
+        store
+            .claim(&claim(&id, 0, "d", after_grace, 60))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    // the original holder's late success still lands: its evidence resolves the job
+    store
+        .finish(&update(&id, "d", Status::Unknown, 0, after_grace))
+        .await
+        .unwrap();
+    store
+        .finish(&update(&id, "a", Status::SentToProvider, 0, after_grace))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().status,
+        Status::SentToProvider
+    );
+
+    // A newer generation may take over an expired lease (the holder re-enqueued it).
+    let id = unique("job");
+    store.claim(&claim(&id, 0, "a", t, 1)).await.unwrap();
+    assert_eq!(
+        store.claim(&claim(&id, 1, "b", later, 60)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+
+    // Suppressed before any claim: recorded, and then a duplicate.
+    let id = unique("job");
+    store
+        .record(&update(&id, "x", Status::Suppressed, 0, t))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&claim(&id, 0, "a", t, 60)).await.unwrap(),
+        ClaimOutcome::Duplicate(Status::Suppressed)
+    );
+    assert_eq!(store.get("never-seen").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn status_store_memory_and_dynamodb() {
+    status_store_contract(&MemoryStatusStore::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let store = DynamoDbStatusStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    );
+    status_store_contract(&store).await;
+}
+
+#[tokio::test]
+async fn two_racing_claims_have_exactly_one_winner() {
+    let stack = Stack::create(&["ses"]).await;
+    let store = std::sync::Arc::new(DynamoDbStatusStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    ));
+    for round in 0..5 {
+        let id = format!("race-{round}");
+        let t = now();
+        let tasks: Vec<_> = (0..4)
+            .map(|i| {
+                let store = store.clone();
+                let req = claim(&id, 0, &format!("owner-{i}"), t, 60);
+                tokio::spawn(async move { store.claim(&req).await.unwrap() })
+            })
+            .collect();
+        let mut claimed = 0;
+        for task in tasks {
+            match task.await.unwrap() {
+                ClaimOutcome::Claimed => claimed += 1,
+                ClaimOutcome::Busy { .. } => {}
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert_eq!(claimed, 1, "round {round}");
+    }
+}
+
+async fn suppression_contract(list: &dyn SuppressionList) {
+    let t = now();
+    list.suppress("Gone@Example.org", "550 5.1.1", t)
+        .await
+        .unwrap();
+    let many: Vec<String> = (0..150).map(|i| format!("user{i}@example.org")).collect();
+    let mut asked = many.clone();
+    asked.push("gone@example.org".into());
+    asked.push("GONE@example.org".into());
+    let found = list.suppressed(&asked).await.unwrap();
+    assert_eq!(
+        found,
+        vec!["gone@example.org".to_owned(), "GONE@example.org".to_owned()]
+    );
+    assert!(list.suppressed(&[]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn suppression_list_memory_and_dynamodb() {
+    suppression_contract(&MemorySuppressionList::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let list = DynamoDbSuppressionList::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.suppression_table,
+    );
+    suppression_contract(&list).await;
+}
+
+async fn breaker_store_contract(store: &dyn BreakerStore) {
+    let t = now();
+    assert_eq!(store.load("ses").await.unwrap(), None);
+    let mut state = BreakerState::new(t, &BreakerConfig::default());
+    state.version = 1;
+    assert!(store.save("ses", &state, None).await.unwrap());
+    assert!(
+        !store.save("ses", &state, None).await.unwrap(),
+        "a second create must conflict"
+    );
+    let mut next = state.clone();
+    next.version = 2;
+    next.failures = 3;
+    assert!(store.save("ses", &next, Some(1)).await.unwrap());
+    assert!(
+        !store.save("ses", &next, Some(1)).await.unwrap(),
+        "a stale version must conflict"
+    );
+    assert_eq!(store.load("ses").await.unwrap(), Some(next));
+    assert_eq!(store.load("smtp").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn breaker_store_and_poison_list_memory_and_dynamodb() {
+    breaker_store_contract(&MemoryBreakerStore::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let control = DynamoDbControlTable::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.breaker_table,
+        Duration::from_secs(60),
+    );
+    breaker_store_contract(&control).await;
+    assert!(!control.is_blocked("abc").await.unwrap());
+    control
+        .block("abc", "crashed the worker", now())
+        .await
+        .unwrap();
+    assert!(
+        control.is_blocked("abc").await.unwrap(),
+        "block must invalidate the cache"
+    );
+    assert!(!control.is_blocked("abd").await.unwrap());
+}
+
+#[tokio::test]
+async fn s3_templates_are_read_cached_and_refreshed() {
+    let stack = Stack::create(&["ses"]).await;
+    let s3 = aws_sdk_s3::Client::new(&stack.sdk);
+    let put = |subject: &'static str| {
+        s3.put_object()
+            .bucket(&stack.resources.template_bucket)
+            .key(S3TemplateStore::key("welcome"))
+            .body(
+                format!(r#"{{"subject": "{subject}", "text": "Hello {{{{ name }}}}"}}"#)
+                    .into_bytes()
+                    .into(),
+            )
+            .send()
+    };
+    put("v1").await.unwrap();
+    let store = S3TemplateStore::new(
+        s3.clone(),
+        &stack.resources.template_bucket,
+        Duration::from_millis(0),
+    );
+    let t = store.get("welcome").await.unwrap();
+    assert_eq!(
+        (t.subject.as_str(), t.text.as_deref()),
+        ("v1", Some("Hello {{ name }}"))
+    );
+    put("v2").await.unwrap();
+    assert_eq!(
+        store.get("welcome").await.unwrap().subject,
+        "v2",
+        "a changed template is picked up"
+    );
+    assert_eq!(
+        store.get("welcome").await.unwrap().subject,
+        "v2",
+        "an unchanged one stays"
+    );
+    assert!(matches!(
+        store.get("missing").await,
+        Err(TemplateError::NotFound(_))
+    ));
+    s3.put_object()
+        .bucket(&stack.resources.template_bucket)
+        .key(S3TemplateStore::key("broken"))
+        .body(b"not json".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.get("broken").await,
+        Err(TemplateError::Store(_))
+    ));
+}
+
+#[tokio::test]
+async fn sqs_scheduler_batches_and_waits_through_the_state_machine() {
+    let stack = Stack::create(&["ses"]).await;
+    let scheduler = SqsRetryScheduler::new(
+        stack.sqs(),
+        aws_sdk_sfn::Client::new(&stack.sdk),
+        &stack.resources.queue_url,
+        &stack.resources.delay_state_machine_arn,
+    );
+    let items: Vec<Requeue> = (0..12)
+        .map(|i| Requeue {
+            message_id: format!("m{i}"),
+            body: format!("body-{i}"),
+            delay_secs: 0,
+        })
+        .collect();
+    let results = scheduler.enqueue(&items).await;
+    assert_eq!(results.len(), 12);
+    assert!(results.iter().all(Result::is_ok));
+    let wait = Requeue {
+        message_id: "w".into(),
+        body: "waited".into(),
+        delay_secs: 1,
+    };
+    scheduler.start_wait(&wait).await.unwrap();
+    let mut bodies: Vec<String> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while bodies.len() < 13 && std::time::Instant::now() < deadline {
+        bodies.extend(
+            stack
+                .drain(&stack.resources.queue_url)
+                .await
+                .into_iter()
+                .filter_map(|m| m.body),
+        );
+    }
+    assert_eq!(bodies.len(), 13, "received only {bodies:?}");
+    assert!(bodies.contains(&"waited".to_owned()));
+
+    // A broken queue URL fails every item of the batch, each reported.
+    let broken = SqsRetryScheduler::new(
+        stack.sqs(),
+        aws_sdk_sfn::Client::new(&stack.sdk),
+        format!("{}-nope", stack.resources.queue_url),
+        "arn:aws:states:us-east-1:000000000000:stateMachine:nope",
+    );
+    let results = broken.enqueue(&items[..3]).await;
+    assert_eq!(results.len(), 3);
+    assert!(results.iter().all(Result::is_err));
+    assert!(broken.start_wait(&wait).await.is_err());
+}
+
+#[tokio::test]
+async fn dead_letters_land_on_their_queue_with_attributes() {
+    let stack = Stack::create(&["ses"]).await;
+    let sink = SqsDeadLetterSink::new(stack.sqs(), &stack.resources.dead_letter_queue_url);
+    let t = now();
+    let letter = DeadLetter {
+        id: "m-1".into(),
+        category: DeadLetterCategory::NeedsReview,
+        reason: "content_rejected is not retried".into(),
+        message_id: Some("m-1".into()),
+        campaign_id: Some("spring".into()),
+        trace_id: None,
+        recipients: vec!["a@example.org".into()],
+        provider: Some("smtp".into()),
+        class: ErrorClass::ContentRejected,
+        rule: "smtp.text.content-or-policy".into(),
+        raw_code: Some("554 5.7.1".into()),
+        raw_text: Some("554 5.7.1 rejected".into()),
+        attempts: 1,
+        history: vec![],
+        first_failure_at: t,
+        last_failure_at: t,
+        fingerprint: "f".into(),
+        payload: Some("{}".into()),
+        payload_base64: None,
+    };
+    sink.put(&letter).await.unwrap();
+    let got = stack.drain(&stack.resources.dead_letter_queue_url).await;
+    assert_eq!(got.len(), 1);
+    let back: DeadLetter = serde_json::from_str(got[0].body.as_deref().unwrap()).unwrap();
+    assert_eq!(back, letter);
+    let attrs = got[0].message_attributes.as_ref().unwrap();
+    assert_eq!(
+        attrs["courier-category"].string_value.as_deref(),
+        Some("needs_review")
+    );
+    assert_eq!(
+        attrs["courier-campaign"].string_value.as_deref(),
+        Some("spring")
+    );
+}
+
+fn email(from: &str, to: &str, id: &str) -> OutgoingEmail {
+    OutgoingEmail {
+        message_id: id.into(),
+        campaign_id: "contract".into(),
+        from: from.parse().unwrap(),
+        to: vec![to.parse().unwrap()],
+        cc: vec![],
+        bcc: vec![],
+        subject: "contract".into(),
+        text: Some(format!("hello {id}")),
+        html: None,
+        headers: vec![],
+    }
+}
+
+#[tokio::test]
+async fn ses_mailer_sends_from_verified_and_classifies_unverified_senders() {
+    let stack = Stack::create(&["ses"]).await;
+    let mailer = SesMailer::new(aws_sdk_sesv2::Client::new(&stack.sdk), None);
+    let receipt = mailer
+        .send(&email(&stack.sender, "ann@example.org", "ses-1"))
+        .await
+        .unwrap();
+    assert!(!receipt.provider_message_id.is_empty());
+    let moto = require_env("COURIER_MOTO_URL");
+    let data = reqwest_free_get(&format!("{moto}/moto-api/data.json")).await;
+    assert!(data.contains("ses-1"), "moto has no record of the message");
+    let failure = mailer
+        .send(&email(
+            "nobody@unverified.example",
+            "ann@example.org",
+            "ses-2",
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        failure.verdict.class,
+        ErrorClass::SenderConfig,
+        "{:?}",
+        failure.verdict
+    );
+    assert!(!failure.ambiguous);
+}
+
+/// A GET over a plain TCP socket (the emulator is on loopback; no HTTP client crate needed).
+async fn reqwest_free_get(url: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url.strip_prefix("http://").unwrap();
+    let (host, path) = rest.split_once('/').unwrap();
+    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
+    stream
+        .write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn smtp_mailer(port_var: &str, timeout: Duration) -> SmtpMailer {
+    SmtpMailer::new(&SmtpOptions {
+        host: require_env("COURIER_SMTP_HOST"),
+        port: require_env(port_var).parse().unwrap(),
+        security: SmtpSecurity::None,
+        credentials: None,
+        timeout,
+        pool_size: 2,
+    })
+    .unwrap()
+}
+
+#[tokio::test]
+async fn smtp_mailer_classifies_every_scripted_reply() {
+    let mailer = smtp_mailer("COURIER_SMTP_PORT", Duration::from_secs(10));
+    let ok = mailer
+        .send(&email(
+            "s@courier.test",
+            &format!("{}@courier.test", unique("ok")),
+            "smtp-1",
+        ))
+        .await
+        .unwrap();
+    assert!(ok.provider_message_id.contains("queued"), "{ok:?}");
+    for (rcpt, class) in [
+        ("unknown@courier.test", ErrorClass::RecipientPermanent),
+        ("full@courier.test", ErrorClass::MailboxTemporary),
+        ("insufficient@courier.test", ErrorClass::MailboxTemporary),
+        ("greylist@courier.test", ErrorClass::MailboxTemporary),
+        ("policy@courier.test", ErrorClass::ContentRejected),
+        ("busy@courier.test", ErrorClass::Throttled),
+    ] {
+        let failure = mailer
+            .send(&email("s@courier.test", rcpt, "smtp-x"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            failure.verdict.class, class,
+            "{rcpt}: {:?}",
+            failure.verdict
+        );
+        assert!(!failure.ambiguous);
+        assert!(failure.verdict.raw_code.is_some(), "{rcpt}: raw code kept");
+    }
+    let dropped = smtp_mailer("COURIER_SMTP_DROP_PORT", Duration::from_secs(10))
+        .send(&email("s@courier.test", "drop@courier.test", "smtp-d"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        dropped.verdict.class,
+        ErrorClass::Network,
+        "{:?}",
+        dropped.verdict
+    );
+    let slow = smtp_mailer("COURIER_SMTP_SLOW_PORT", Duration::from_secs(2))
+        .send(&email("s@courier.test", "slow@courier.test", "smtp-s"))
+        .await
+        .unwrap_err();
+    assert_eq!(slow.verdict.class, ErrorClass::Network);
+    assert!(slow.ambiguous, "a timeout mid-exchange is ambiguous");
+}
