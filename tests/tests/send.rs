@@ -1,0 +1,450 @@
+//! The send function end to end on the emulators and the real SMTP server: jobs go on the SQS
+//! queue, the local driver runs the handler with Lambda's event-source semantics, and every job
+//! must end where its class says.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use courier::aws::{DynamoDbControlTable, DynamoDbStatusStore, S3TemplateStore};
+use courier::classify::ErrorClass;
+use courier::policy::RetryPolicy;
+use courier::ports::{ClaimOutcome, ClaimRequest, DeadLetter, StatusStore};
+use courier::status::Status;
+use courier_integration::{MAX_RECEIVE_COUNT, Stack, require_env, unique};
+use courier_send::config::SendConfig;
+use courier_send::driver::Driver;
+use courier_send::{Pipeline, wiring};
+
+/// Short waits so retries come back within the test.
+fn fast_policy() -> RetryPolicy {
+    RetryPolicy::from_json(
+        r#"{
+        "transactional": {"classes": {
+            "throttled": {"retries": 1, "schedule": {"delays": [1]}, "jitter": {"kind": "none"}, "spends_attempt": false, "horizon": "1h"},
+            "mailbox_temporary": {"retries": 1, "schedule": {"delays": ["16m"]}, "jitter": {"kind": "none"}, "spends_attempt": true, "horizon": "1d"},
+            "network": {"retries": 1, "schedule": {"delays": [1]}, "jitter": {"kind": "none"}, "spends_attempt": true, "horizon": "1h"},
+            "circuit_open": {"retries": 3, "schedule": {"delays": [1]}, "jitter": {"kind": "none"}, "spends_attempt": false, "horizon": "1h"}
+        }}
+    }"#,
+    )
+    .unwrap()
+}
+
+fn config() -> SendConfig {
+    SendConfig {
+        ambiguity_grace: Duration::from_secs(3),
+        ..SendConfig::default()
+    }
+}
+
+fn pipeline(stack: &Stack, config: SendConfig) -> Arc<Pipeline> {
+    Arc::new(wiring::wire(&stack.sdk, config, &stack.resources, fast_policy()).unwrap())
+}
+
+fn driver(stack: &Stack) -> Driver {
+    Driver {
+        sqs: stack.sqs(),
+        queue_url: stack.resources.queue_url.clone(),
+        queue_arn: stack.queue_arn.clone(),
+        batch_size: 10,
+        visibility_timeout: 2,
+        wait_seconds: 1,
+        function_timeout: Duration::from_secs(30),
+    }
+}
+
+fn job(stack: &Stack, id: &str, to: &str) -> serde_json::Value {
+    serde_json::json!({
+        "version": 1, "message_id": id, "campaign_id": "e2e", "from": stack.sender,
+        "to": [to], "content": {"subject": "Hello", "text": format!("hello {id}")}
+    })
+}
+
+async fn enqueue(stack: &Stack, bodies: &[String]) {
+    let sqs = stack.sqs();
+    for body in bodies {
+        sqs.send_message()
+            .queue_url(&stack.resources.queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+}
+
+/// Polls until `done` holds or `timeout` passes.
+async fn run_until(
+    stack: &Stack,
+    pipeline: &Arc<Pipeline>,
+    timeout: Duration,
+    mut done: impl AsyncFnMut() -> bool,
+) {
+    let d = driver(stack);
+    let start = Instant::now();
+    while start.elapsed() < timeout {
+        d.poll_once(pipeline, "e2e").await.unwrap();
+        if done().await {
+            return;
+        }
+    }
+}
+
+fn store(stack: &Stack) -> DynamoDbStatusStore {
+    DynamoDbStatusStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    )
+}
+
+async fn status_of(stack: &Stack, id: &str) -> Option<Status> {
+    store(stack).get(id).await.unwrap().map(|r| r.status)
+}
+
+async fn letters(stack: &Stack) -> Vec<DeadLetter> {
+    stack
+        .drain(&stack.resources.dead_letter_queue_url)
+        .await
+        .into_iter()
+        .map(|m| serde_json::from_str(m.body.as_deref().unwrap()).unwrap())
+        .collect()
+}
+
+fn captured(to: &str) -> usize {
+    let dir = require_env("COURIER_SMTP_CAPTURE_DIR");
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter(|e| {
+                    std::fs::read_to_string(e.path())
+                        .is_ok_and(|t| t.contains(&format!("Delivered-To: {to}")))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn every_smtp_class_ends_where_it_should() {
+    let stack = Stack::create(&["smtp"]).await;
+    let control = DynamoDbControlTable::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.breaker_table,
+        Duration::from_secs(60),
+    );
+    let ok_rcpt = format!("{}@courier.test", unique("ok"));
+    let poison_body = job(&stack, "poisoned", "p@courier.test").to_string();
+    control
+        .block(
+            &courier::job::fingerprint(poison_body.as_bytes()),
+            "crashed the worker",
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+    aws_sdk_s3::Client::new(&stack.sdk)
+        .put_object()
+        .bucket(&stack.resources.template_bucket)
+        .key(S3TemplateStore::key("welcome"))
+        .body(
+            br#"{"subject": "Welcome {{ name }}", "text": "Hi {{ name }}"}"#
+                .to_vec()
+                .into(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let mut templated = job(&stack, "templated", &format!("t-{ok_rcpt}"));
+    templated.as_object_mut().unwrap().remove("content");
+    templated["template"] = serde_json::json!({"id": "welcome", "variables": {"name": "Ann"}});
+    let mut unrenderable = templated.clone();
+    unrenderable["message_id"] = "unrenderable".into();
+    unrenderable["template"]["variables"] = serde_json::json!({});
+    let bodies = vec![
+        job(&stack, "ok", &ok_rcpt).to_string(),
+        templated.to_string(),
+        job(&stack, "unknown", "unknown@courier.test").to_string(),
+        job(&stack, "full", "full@courier.test").to_string(),
+        job(&stack, "greylist", "greylist@courier.test").to_string(),
+        job(&stack, "policy", "policy@courier.test").to_string(),
+        job(&stack, "busy", "busy@courier.test").to_string(),
+        unrenderable.to_string(),
+        poison_body,
+        "{\"version\": 1, \"message_id\": \"broken\"".to_owned(),
+        job(&stack, "bad-address", "not-an-address").to_string(),
+    ];
+    enqueue(&stack, &bodies).await;
+    let p = pipeline(&stack, config());
+    run_until(&stack, &p, Duration::from_secs(40), async || {
+        status_of(&stack, "busy").await == Some(Status::DeadLettered)
+    })
+    .await;
+
+    assert_eq!(status_of(&stack, "ok").await, Some(Status::SentToProvider));
+    assert_eq!(
+        status_of(&stack, "templated").await,
+        Some(Status::SentToProvider)
+    );
+    assert_eq!(captured(&ok_rcpt), 1);
+    assert_eq!(
+        status_of(&stack, "unknown").await,
+        Some(Status::BouncedPermanent)
+    );
+    let suppressed = courier::aws::DynamoDbSuppressionList::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.suppression_table,
+    );
+    use courier::ports::SuppressionList;
+    assert_eq!(
+        suppressed
+            .suppressed(&["unknown@courier.test".into()])
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // Soft bounces wait 16 minutes: longer than SQS allows, so the delay state machine holds them.
+    assert_eq!(status_of(&stack, "full").await, Some(Status::Deferred));
+    assert_eq!(status_of(&stack, "greylist").await, Some(Status::Deferred));
+    let sfn = aws_sdk_sfn::Client::new(&stack.sdk);
+    let executions = sfn
+        .list_executions()
+        .state_machine_arn(&stack.resources.delay_state_machine_arn)
+        .send()
+        .await
+        .unwrap()
+        .executions;
+    assert!(
+        executions.len() >= 2,
+        "expected delay executions, got {}",
+        executions.len()
+    );
+
+    let letters = letters(&stack).await;
+    let by_id: HashMap<String, &DeadLetter> = letters.iter().map(|l| (l.id.clone(), l)).collect();
+    let category = |id: &str| by_id.get(id).map(|l| l.category.as_str()).unwrap_or("none");
+    assert_eq!(category("policy"), "needs_review");
+    assert_eq!(category("unrenderable"), "needs_review");
+    assert_eq!(by_id["unrenderable"].class, ErrorClass::Rendering);
+    assert_eq!(category("poisoned"), "poison");
+    assert_eq!(category("bad-address"), "invalid_job");
+    assert_eq!(category("busy"), "retries_exhausted");
+    assert_eq!(
+        by_id["busy"].history.len(),
+        2,
+        "a retry and the final failure"
+    );
+    assert!(
+        by_id["busy"]
+            .raw_code
+            .as_deref()
+            .unwrap()
+            .starts_with("421")
+    );
+    assert!(
+        letters.iter().any(|l| l.category.as_str() == "invalid_job"
+            && l.raw_code.as_deref() == Some("malformed_json"))
+    );
+    assert_eq!(
+        by_id["policy"].recipients,
+        vec!["policy@courier.test".to_owned()]
+    );
+    assert!(
+        by_id["policy"]
+            .payload
+            .as_deref()
+            .unwrap()
+            .contains("\"policy\"")
+    );
+}
+
+#[tokio::test]
+async fn ses_sends_and_an_unverified_sender_goes_to_review() {
+    let stack = Stack::create(&["ses"]).await;
+    let mut bad = job(&stack, "unverified", "ann@example.org");
+    bad["from"] = "nobody@unverified.example".into();
+    enqueue(
+        &stack,
+        &[
+            job(&stack, "via-ses", "ann@example.org").to_string(),
+            bad.to_string(),
+        ],
+    )
+    .await;
+    let p = pipeline(&stack, config());
+    run_until(&stack, &p, Duration::from_secs(20), async || {
+        status_of(&stack, "unverified").await == Some(Status::DeadLettered)
+    })
+    .await;
+    let rec = store(&stack).get("via-ses").await.unwrap().unwrap();
+    assert_eq!(
+        (rec.status, rec.provider.as_deref()),
+        (Status::SentToProvider, Some("ses"))
+    );
+    assert!(rec.provider_message_id.is_some());
+    let letters = letters(&stack).await;
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        (letters[0].class, letters[0].category.as_str()),
+        (ErrorClass::SenderConfig, "needs_review")
+    );
+}
+
+#[tokio::test]
+async fn duplicate_deliveries_and_racing_invocations_send_once() {
+    let stack = Stack::create(&["smtp"]).await;
+    let rcpt = format!("{}@courier.test", unique("dup"));
+    let body = job(&stack, "dup", &rcpt).to_string();
+    // Two invocations get the same job at the same moment (SQS delivered it twice).
+    let a = pipeline(&stack, config());
+    let b = pipeline(&stack, config());
+    let deadline = chrono::Utc::now() + chrono::Duration::seconds(30);
+    let rec = |id: &str| courier_send::RecordIn {
+        sqs_message_id: id.into(),
+        body: body.clone(),
+    };
+    let (ra, rb) = tokio::join!(
+        a.handle_records(vec![rec("x")], deadline, "inv-a"),
+        b.handle_records(vec![rec("y")], deadline, "inv-b")
+    );
+    // One sent; the other found a live lease and was left for redelivery (or saw the result).
+    assert!(ra.failures.len() + rb.failures.len() <= 1);
+    // The redelivery after the winner finished is acknowledged as a duplicate.
+    enqueue(&stack, &[body.clone(), body.clone()]).await;
+    run_until(&stack, &a, Duration::from_secs(10), async || false).await;
+    assert_eq!(captured(&rcpt), 1, "sent more than once");
+    assert_eq!(status_of(&stack, "dup").await, Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn a_crash_between_send_and_status_write_is_ambiguous_then_resolved() {
+    let stack = Stack::create(&["smtp"]).await;
+    let rcpt = format!("{}@courier.test", unique("crash"));
+    // GIVEN an invocation claimed the job (and crashed after sending) with a 1 s lease
+    let now = chrono::Utc::now();
+    let outcome = store(&stack)
+        .claim(&ClaimRequest {
+            message_id: "crashed".into(),
+            attempt: 0,
+            owner: "dead-invocation".into(),
+            now,
+            lease_until: now + chrono::Duration::seconds(1),
+            grace: chrono::Duration::seconds(3),
+        })
+        .await
+        .unwrap();
+    assert_eq!(outcome, ClaimOutcome::Claimed);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // WHEN SQS redelivers it THEN it is marked unknown and not sent within the grace window
+    enqueue(&stack, &[job(&stack, "crashed", &rcpt).to_string()]).await;
+    let p = pipeline(&stack, config());
+    driver(&stack).poll_once(&p, "after-crash").await.unwrap();
+    assert_eq!(status_of(&stack, "crashed").await, Some(Status::Unknown));
+    assert_eq!(captured(&rcpt), 0);
+    // AND after the grace window with no provider evidence it is sent
+    run_until(&stack, &p, Duration::from_secs(20), async || {
+        status_of(&stack, "crashed").await == Some(Status::SentToProvider)
+    })
+    .await;
+    assert_eq!(
+        status_of(&stack, "crashed").await,
+        Some(Status::SentToProvider)
+    );
+    assert_eq!(captured(&rcpt), 1);
+}
+
+#[tokio::test]
+async fn a_failing_provider_opens_the_breaker_and_traffic_fails_over() {
+    let mut stack = Stack::create(&["smtp", "ses"]).await;
+    // SMTP points at the port that drops every connection.
+    if let Some(smtp) = stack.resources.smtp.as_mut() {
+        smtp.port = require_env("COURIER_SMTP_DROP_PORT").parse().unwrap();
+    }
+    let mut config = config();
+    config.breaker.min_calls = 3;
+    config.breaker_cache = Duration::from_millis(0);
+    let bodies: Vec<String> = (0..12)
+        .map(|i| job(&stack, &format!("fo-{i}"), "ann@example.org").to_string())
+        .collect();
+    enqueue(&stack, &bodies).await;
+    let p = pipeline(&stack, config);
+    run_until(&stack, &p, Duration::from_secs(30), async || {
+        let mut sent = 0;
+        for i in 0..12 {
+            if status_of(&stack, &format!("fo-{i}")).await == Some(Status::SentToProvider) {
+                sent += 1;
+            }
+        }
+        sent == 12
+    })
+    .await;
+    let mut via_ses = 0;
+    for i in 0..12 {
+        let rec = store(&stack)
+            .get(&format!("fo-{i}"))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(rec.status, Status::SentToProvider, "fo-{i}");
+        if rec.provider.as_deref() == Some("ses") {
+            via_ses += 1;
+        }
+    }
+    assert_eq!(via_ses, 12, "every job ended up sent through SES");
+    let control = DynamoDbControlTable::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.breaker_table,
+        Duration::from_secs(60),
+    );
+    use courier::ports::BreakerStore;
+    let smtp = control
+        .load("smtp")
+        .await
+        .unwrap()
+        .expect("smtp breaker state");
+    assert_ne!(
+        smtp.mode,
+        courier::breaker::Mode::Closed,
+        "the smtp circuit opened"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_re_enqueue_leaves_the_record_on_the_queue() {
+    let mut stack = Stack::create(&["smtp"]).await;
+    let real_queue = stack.resources.queue_url.clone();
+    // Re-enqueues go to a queue that does not exist: the write fails.
+    stack.resources.queue_url = format!("{real_queue}-missing");
+    let p = pipeline(&stack, config());
+    stack.resources.queue_url = real_queue;
+    enqueue(
+        &stack,
+        &[job(&stack, "requeue-fails", "busy@courier.test").to_string()],
+    )
+    .await;
+    let (stats, report) = driver(&stack).poll_once(&p, "inv").await.unwrap();
+    assert_eq!((stats.received, stats.deleted, stats.failed), (1, 0, 1));
+    assert_eq!(report.failures.len(), 1);
+    // The lease was released, so the redelivered copy is claimable; after maxReceiveCount
+    // receives SQS redrives it to the raw DLQ, never losing it.
+    let d = driver(&stack);
+    let start = Instant::now();
+    let mut redriven = Vec::new();
+    while redriven.is_empty() && start.elapsed() < Duration::from_secs(40) {
+        d.poll_once(&p, "inv").await.unwrap();
+        redriven = stack.drain(&stack.redrive_dlq_url).await;
+    }
+    assert_eq!(
+        redriven.len(),
+        1,
+        "not redriven after {MAX_RECEIVE_COUNT} receives"
+    );
+    assert_eq!(
+        status_of(&stack, "requeue-fails").await,
+        Some(Status::Deferred)
+    );
+}
