@@ -1,28 +1,58 @@
-//! `courierctl demo`: runs the send pipeline over a demo campaign against the real SMTP server
-//! the harness started (Postfix with scripted recipients). AWS-side state (status table, queues,
-//! suppression list) is held in memory until the AWS adapters land (issue 4), and retry waits
-//! run on a simulated clock so a 6-hour soft-bounce schedule takes seconds.
+//! `courierctl demo`: the local run. Provisions Courier's resources on the emulator the harness
+//! started (moto by default), enqueues a demo campaign with a realistic failure mix, runs the send
+//! function's real handler through the local event-source driver (several concurrent "instances",
+//! Lambda's batch, visibility-timeout and partial-failure semantics) against the real SMTP server,
+//! shows live progress and ends with a report.
+//!
+//! Retry waits use a compressed policy ([`DEMO_POLICY`]) so the run takes about a minute; the
+//! production defaults wait minutes to hours.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use courier::breaker::BreakerConfig;
-use courier::memory::*;
+use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use courier::aws::DynamoDbControlTable;
+use courier::aws::provision::{QueueSettings, provision};
 use courier::policy::RetryPolicy;
-use courier::ports::{Clock, Template};
-use courier::random::SeededRandom;
-use courier::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity};
-use courier::status::Status;
-use courier_send::{Pipeline, RecordIn, SendConfig, breakers::Breakers};
+use courier::ports::DeadLetter;
+use courier_send::config::{Resources, SendConfig, SmtpSettings};
+use courier_send::driver::Driver;
+use courier_send::wiring;
+
+/// The compressed retry policy of the demo (same classes as production, waits in seconds).
+pub(crate) const DEMO_POLICY: &str = r#"{
+  "transactional": {"classes": {
+    "throttled": {"retries": 3, "schedule": {"delays": [2]}, "jitter": {"kind": "proportional", "ratio": 1.0}, "spends_attempt": false, "horizon": "10m"},
+    "mailbox_temporary": {"retries": 2, "schedule": {"delays": [3, 6]}, "jitter": {"kind": "proportional", "ratio": 0.2}, "spends_attempt": true, "horizon": "10m"},
+    "network": {"retries": 2, "schedule": {"delays": [1, 2]}, "jitter": {"kind": "equal"}, "spends_attempt": true, "horizon": "10m"},
+    "circuit_open": {"retries": 20, "schedule": {"delays": [2]}, "jitter": {"kind": "equal"}, "spends_attempt": false, "horizon": "10m"}
+  }},
+  "bulk": {"classes": {
+    "throttled": {"retries": 3, "schedule": {"delays": [2]}, "jitter": {"kind": "proportional", "ratio": 1.0}, "spends_attempt": false, "horizon": "10m"},
+    "mailbox_temporary": {"retries": 2, "schedule": {"delays": [3, 6]}, "jitter": {"kind": "proportional", "ratio": 0.2}, "spends_attempt": true, "horizon": "10m"},
+    "network": {"retries": 2, "schedule": {"delays": [1, 2]}, "jitter": {"kind": "equal"}, "spends_attempt": true, "horizon": "10m"},
+    "circuit_open": {"retries": 20, "schedule": {"delays": [2]}, "jitter": {"kind": "equal"}, "spends_attempt": false, "horizon": "10m"}
+  }}
+}"#;
+
+/// Concurrent driver loops, standing in for concurrent Lambda instances.
+const INSTANCES: usize = 4;
 
 /// Why the demo could not run.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DemoError {
-    #[error("{0} is not set: run the demo through `make demo` (it starts the SMTP server)")]
+    #[error(
+        "{0} is not set: run the demo through `make demo` (it starts the emulator and the SMTP server)"
+    )]
     Env(&'static str),
-    #[error(transparent)]
-    Smtp(#[from] courier::smtp::SmtpSetupError),
+    #[error("setting up: {0}")]
+    Store(#[from] courier::ports::StoreError),
+    #[error("wiring the send function: {0}")]
+    Wiring(#[from] courier_send::wiring::WiringError),
+    #[error("demo policy: {0}")]
+    Policy(#[from] courier::policy::PolicyError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[from] std::io::Error),
 }
@@ -31,229 +61,320 @@ fn env(name: &'static str) -> Result<String, DemoError> {
     std::env::var(name).map_err(|_| DemoError::Env(name))
 }
 
-fn job(i: usize, to: &str, extra: serde_json::Value) -> String {
-    let mut job = serde_json::json!({
+fn job(i: usize, from: &str, to: &str) -> serde_json::Value {
+    serde_json::json!({
         "version": 1,
-        "message_id": format!("demo-{i:04}"),
-        "campaign_id": "demo-campaign",
-        "priority": if i.is_multiple_of(3) { "transactional" } else { "bulk" },
-        "from": "Courier Demo <demo@courier.test>",
+        "message_id": format!("demo-{i:05}"),
+        "campaign_id": if i % 2 == 0 { "winter-sale" } else { "newsletter" },
+        "priority": if i % 3 == 0 { "transactional" } else { "bulk" },
+        "from": from,
         "to": [to],
         "template": {"id": "welcome", "variables": {"name": format!("Reader {i}")}}
-    });
-    if let (Some(obj), Some(extra)) = (job.as_object_mut(), extra.as_object()) {
-        for (k, v) in extra {
-            obj.insert(k.clone(), v.clone());
-        }
-    }
-    job.to_string()
+    })
 }
 
 /// The campaign: mostly good addresses, plus every scripted failure and some bad input.
-fn campaign(size: usize) -> Vec<String> {
-    let scripted = [
-        "unknown",
-        "full",
-        "insufficient",
-        "greylist",
-        "policy",
-        "busy",
-    ];
+/// Per 100 jobs: 82 good, 3 unknown users (two later ones hit the suppression list), 2 busy
+/// (throttling), 3 greylisted, 2 mailbox full, 2 policy rejections, 1 rendering failure,
+/// 2 malformed, 1 invalid address, 1 poison, 1 duplicate of an earlier job.
+fn campaign(size: usize, from: &str) -> (Vec<String>, Vec<String>) {
     let mut jobs = Vec::with_capacity(size);
+    let mut poison = Vec::new();
     for i in 0..size {
-        let body = match i % 50 {
-            n @ 0..=5 => job(
-                i,
-                &format!("{}@courier.test", scripted[n]),
-                serde_json::json!({}),
-            ),
-            6 => job(
-                i,
-                &format!("reader{i}@courier.test"),
-                serde_json::json!({"template": {"id": "welcome", "variables": {}}}),
-            ),
-            7 => format!("{{\"version\": 1, \"message_id\": \"broken-{i}\""),
-            8 => job(i, "not-an-address", serde_json::json!({})),
-            9 => job(
-                i,
-                "poison@courier.test",
-                serde_json::json!({"campaign_id": "poisoned"}),
-            ),
-            _ => job(i, &format!("reader{i}@courier.test"), serde_json::json!({})),
+        let scripted = |name: &str| job(i, from, &format!("{name}@courier.test")).to_string();
+        let body = match i % 100 {
+            0..=2 => scripted("unknown"),
+            3 | 4 => scripted("busy"),
+            5..=7 => scripted("greylist"),
+            8 | 9 => scripted("full"),
+            10 | 11 => scripted("policy"),
+            12 => {
+                let mut j = job(i, from, &format!("reader{i}@courier.test"));
+                j["template"]["variables"] = serde_json::json!({});
+                j.to_string()
+            }
+            13 => format!("{{\"version\": 1, \"message_id\": \"demo-{i:05}\""),
+            14 => String::from_utf8_lossy(b"\xff\xfe garbage").into_owned(),
+            15 => job(i, from, "not an address").to_string(),
+            16 => {
+                let body = job(i, from, &format!("reader{i}@courier.test")).to_string();
+                poison.push(body.clone());
+                body
+            }
+            17 if i >= 100 => job(
+                i - 100 + 20,
+                from,
+                &format!("reader{}@courier.test", i - 100 + 20),
+            )
+            .to_string(),
+            _ => job(i, from, &format!("reader{i}@courier.test")).to_string(),
         };
         jobs.push(body);
     }
-    jobs
+    (jobs, poison)
 }
 
 pub(crate) fn run(size: usize) -> Result<i32, DemoError> {
-    let host = env("COURIER_SMTP_HOST")?;
-    let port: u16 = env("COURIER_SMTP_PORT")?
-        .parse()
-        .map_err(|_| DemoError::Env("COURIER_SMTP_PORT"))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     // lettre's connection pool spawns its reaper on the runtime it is built in.
     let _entered = runtime.enter();
-    let mailer = Arc::new(SmtpMailer::new(&SmtpOptions {
-        host,
-        port,
-        security: SmtpSecurity::None,
-        credentials: None,
-        timeout: Duration::from_secs(10),
-        pool_size: 4,
-    })?);
-    let status = Arc::new(MemoryStatusStore::default());
-    let scheduler = Arc::new(MemoryScheduler::default());
-    let dead = Arc::new(MemoryDeadLetters::default());
-    let suppression = Arc::new(MemorySuppressionList::default());
-    let poison = Arc::new(MemoryPoisonList::default());
-    let templates = Arc::new(MemoryTemplates::default());
-    if let Ok(mut t) = templates.templates.lock() {
-        t.insert(
-            "welcome".into(),
-            Template {
-                subject: "Welcome, {{ name }}".into(),
-                text: Some("Hello {{ name }}, thanks for joining.".into()),
-                html: Some("<p>Hello {{ name }}, thanks for joining.</p>".into()),
-            },
-        );
-    }
-    let jobs = campaign(size);
-    // The operator blocklisted the poisoned payloads' fingerprints earlier.
-    if let Ok(mut p) = poison.fingerprints.lock() {
-        for body in jobs.iter().filter(|b| b.contains("\"poisoned\"")) {
-            p.insert(courier::job::fingerprint(body.as_bytes()));
-        }
-    }
-    let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
-    let pipeline = Arc::new(Pipeline {
-        status: status.clone(),
-        mailers: vec![mailer],
-        scheduler: scheduler.clone(),
-        dead_letters: dead.clone(),
-        suppression: suppression.clone(),
-        poison,
-        templates,
-        breakers: Breakers::new(
-            Arc::new(MemoryBreakerStore::default()),
-            BreakerConfig::default(),
-            Duration::from_secs(2),
-        ),
-        policy: RetryPolicy::default(),
-        clock: clock.clone(),
-        config: SendConfig::default(),
-        rng: std::sync::Mutex::new(SeededRandom::from_entropy()),
-    });
+    runtime.block_on(run_async(size))
+}
 
-    // The local queue: (due time, body), received in batches of 10 like Lambda's event source.
-    let start_time = clock.now();
-    let mut queue: Vec<(chrono::DateTime<chrono::Utc>, String)> =
-        jobs.into_iter().map(|b| (start_time, b)).collect();
+async fn run_async(size: usize) -> Result<i32, DemoError> {
+    env("AWS_ENDPOINT_URL")?;
+    let smtp_host = env("COURIER_SMTP_HOST")?;
+    let smtp_port: u16 = env("COURIER_SMTP_PORT")?
+        .parse()
+        .map_err(|_| DemoError::Env("COURIER_SMTP_PORT"))?;
     let started = Instant::now();
-    let mut batches = 0usize;
-    let mut counts: BTreeMap<String, u64> = BTreeMap::new();
-    let mut seq = 0usize;
+    let sdk = courier::aws::sdk_config().await;
+    let prefix = format!("courier-demo-{}", std::process::id());
+    let stack = provision(
+        &sdk,
+        &prefix,
+        "arn:aws:iam::123456789012:role/courier-demo",
+        QueueSettings {
+            max_receive_count: 5,
+            visibility_timeout: Duration::from_secs(30),
+        },
+    )
+    .await?;
     println!(
-        "courier demo: {} jobs -> SMTP {}:{}",
-        queue.len(),
-        env("COURIER_SMTP_HOST")?,
-        env("COURIER_SMTP_PORT")?
+        "provisioned {prefix}: queue, redrive DLQ, dead-letter queue, 3 tables, bucket, delay state machine ({:.1} s)",
+        started.elapsed().as_secs_f64()
     );
-    while !queue.is_empty() {
-        queue.sort_by_key(|(due, _)| *due);
-        let now = clock.now();
-        if queue[0].0 > now {
-            let secs = (queue[0].0 - now).num_seconds().max(1);
-            clock.advance(secs);
-            continue;
+    aws_sdk_s3::Client::new(&sdk)
+        .put_object()
+        .bucket(&stack.template_bucket)
+        .key(courier::aws::S3TemplateStore::key("welcome"))
+        .body(br#"{"subject": "Welcome, {{ name }}", "text": "Hello {{ name }}, thanks for joining.", "html": "<p>Hello {{ name }}, thanks for joining.</p>"}"#.to_vec().into())
+        .send()
+        .await
+        .map_err(courier::aws::store_error("upload template"))?;
+    let from = "Courier Demo <demo@courier.test>";
+    let (jobs, poison) = campaign(size, from);
+    let control = DynamoDbControlTable::new(
+        aws_sdk_dynamodb::Client::new(&sdk),
+        &stack.control_table,
+        Duration::from_secs(60),
+    );
+    for body in &poison {
+        control
+            .block(
+                &courier::job::fingerprint(body.as_bytes()),
+                "demo: blocklisted by an operator",
+                chrono::Utc::now(),
+            )
+            .await?;
+    }
+    let resources = Resources {
+        queue_url: stack.queue_url.clone(),
+        dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
+        status_table: stack.status_table.clone(),
+        suppression_table: stack.suppression_table.clone(),
+        breaker_table: stack.control_table.clone(),
+        template_bucket: stack.template_bucket.clone(),
+        delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
+        providers: vec!["smtp".into()],
+        ses_configuration_set: None,
+        smtp: Some(SmtpSettings {
+            host: smtp_host.clone(),
+            port: smtp_port,
+            tls: "none".into(),
+            username: None,
+            password: None,
+            timeout: Duration::from_secs(10),
+        }),
+    };
+    let config = SendConfig {
+        ambiguity_grace: Duration::from_secs(30),
+        ..SendConfig::default()
+    };
+    let pipeline = Arc::new(wiring::wire(
+        &sdk,
+        config,
+        &resources,
+        RetryPolicy::from_json(DEMO_POLICY)?,
+    )?);
+
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    for (chunk_no, chunk) in jobs.chunks(10).enumerate() {
+        let mut request = sqs.send_message_batch().queue_url(&stack.queue_url);
+        for (i, body) in chunk.iter().enumerate() {
+            let entry = SendMessageBatchRequestEntry::builder()
+                .id(format!("{chunk_no}-{i}"))
+                .message_body(body)
+                .build()
+                .map_err(|e| courier::ports::StoreError::new("enqueue", e))?;
+            request = request.entries(entry);
         }
-        let due = queue.iter().take_while(|(d, _)| *d <= now).count().min(10);
-        let batch: Vec<RecordIn> = queue
-            .drain(..due)
-            .map(|(_, body)| {
-                seq += 1;
-                RecordIn {
-                    sqs_message_id: format!("sqs-{seq}"),
-                    body,
+        request
+            .send()
+            .await
+            .map_err(courier::aws::store_error("enqueue"))?;
+    }
+    println!(
+        "enqueued {} jobs -> SMTP {smtp_host}:{smtp_port}; {INSTANCES} driver instances, batches of 10",
+        jobs.len()
+    );
+
+    let totals: Arc<std::sync::Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for instance in 0..INSTANCES {
+        let driver = Driver {
+            sqs: sqs.clone(),
+            queue_url: stack.queue_url.clone(),
+            queue_arn: stack.queue_arn.clone(),
+            batch_size: 10,
+            visibility_timeout: 30,
+            wait_seconds: 1,
+            function_timeout: Duration::from_secs(30),
+        };
+        let pipeline = Arc::clone(&pipeline);
+        let totals = Arc::clone(&totals);
+        let stop = Arc::clone(&stop);
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                match driver
+                    .poll_once(&pipeline, &format!("instance-{instance}-{n}"))
+                    .await
+                {
+                    Ok((_, report)) => {
+                        if let Ok(mut t) = totals.lock() {
+                            for (k, v) in report.metrics.counts {
+                                *t.entry(k).or_default() += v;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("instance {instance}: {e}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
                 }
+            }
+        }));
+    }
+
+    let finals = |t: &BTreeMap<String, u64>| -> u64 {
+        t.iter()
+            .filter(|(k, _)| {
+                k.as_str() == "Sent"
+                    || k.as_str() == "BouncedPermanent"
+                    || k.as_str() == "Suppressed"
+                    || k.starts_with("DeadLettered")
+                    || k.as_str() == "DuplicatesSkipped"
             })
-            .collect();
-        let deadline = now + chrono::Duration::seconds(60);
-        let report = runtime.block_on(pipeline.handle_records(batch, deadline, "demo"));
-        batches += 1;
-        for (k, v) in report.metrics.counts {
-            *counts.entry(k).or_default() += v;
-        }
-        let mut requeued = Vec::new();
-        if let Ok(mut q) = scheduler.queued.lock() {
-            requeued.append(&mut q);
-        }
-        if let Ok(mut w) = scheduler.waits.lock() {
-            requeued.append(&mut w);
-        }
-        for r in requeued {
-            queue.push((now + chrono::Duration::seconds(r.delay_secs as i64), r.body));
-        }
-        if batches.is_multiple_of(10) {
+            .map(|(_, v)| *v)
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut last_line = Instant::now();
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let snapshot = totals.lock().map(|t| t.clone()).unwrap_or_default();
+        let done = finals(&snapshot);
+        if last_line.elapsed() >= Duration::from_secs(2) || done >= jobs.len() as u64 {
+            last_line = Instant::now();
+            let retried: u64 = snapshot
+                .iter()
+                .filter(|(k, _)| k.starts_with("Retried"))
+                .map(|(_, v)| v)
+                .sum();
             println!(
-                "  {batches:>4} batches, {:>4} messages waiting, simulated clock +{}",
-                queue.len(),
-                humanize((clock.now() - start_time).num_seconds())
+                "  {:>5.1} s  finished {done:>5}/{}  sent {:>5}  retries {retried:>4}  dead letters {:>4}",
+                started.elapsed().as_secs_f64(),
+                jobs.len(),
+                snapshot.get("Sent").copied().unwrap_or(0),
+                snapshot
+                    .iter()
+                    .filter(|(k, _)| k.starts_with("DeadLettered"))
+                    .map(|(_, v)| v)
+                    .sum::<u64>(),
             );
         }
+        if done >= jobs.len() as u64 || Instant::now() > deadline {
+            break;
+        }
     }
-    let records = status.records.lock().map(|r| r.clone()).unwrap_or_default();
-    let mut by_status: BTreeMap<&str, usize> = BTreeMap::new();
-    for rec in records.values() {
-        *by_status.entry(rec.status.as_str()).or_default() += 1;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        let _ = task.await;
     }
+    let totals = totals.lock().map(|t| t.clone()).unwrap_or_default();
+    let letters = drain_letters(&sqs, &stack.dead_letter_queue_url).await?;
+    report(&totals, &letters, jobs.len(), started.elapsed());
+    Ok(if finals(&totals) >= jobs.len() as u64 {
+        0
+    } else {
+        1
+    })
+}
+
+async fn drain_letters(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Vec<DeadLetter>, DemoError> {
+    let mut letters = Vec::new();
+    loop {
+        let out = sqs
+            .receive_message()
+            .queue_url(url)
+            .max_number_of_messages(10)
+            .wait_time_seconds(1)
+            .visibility_timeout(60)
+            .send()
+            .await
+            .map_err(courier::aws::store_error("read dead letters"))?;
+        let batch = out.messages.unwrap_or_default();
+        if batch.is_empty() {
+            return Ok(letters);
+        }
+        letters.extend(
+            batch
+                .iter()
+                .filter_map(|m| m.body.as_deref())
+                .filter_map(|b| serde_json::from_str(b).ok()),
+        );
+    }
+}
+
+fn report(totals: &BTreeMap<String, u64>, letters: &[DeadLetter], jobs: usize, took: Duration) {
+    println!("\nreport: {jobs} jobs in {:.1} s", took.as_secs_f64());
+    let get = |k: &str| totals.get(k).copied().unwrap_or(0);
+    println!("  sent to provider            {:>6}", get("Sent"));
     println!(
-        "\nreport after {batches} batches, {:.1} s real time, {} simulated",
-        started.elapsed().as_secs_f64(),
-        humanize((clock.now() - start_time).num_seconds())
+        "  bounced permanently         {:>6}  (recipient suppressed)",
+        get("BouncedPermanent")
     );
-    println!("  outcomes per delivery attempt:");
-    for (k, v) in &counts {
-        println!("    {k:<36} {v:>6}");
+    println!("  suppressed before sending   {:>6}", get("Suppressed"));
+    println!(
+        "  duplicates acknowledged     {:>6}",
+        get("DuplicatesSkipped")
+    );
+    println!("  retried, by class:");
+    for (k, v) in totals.iter().filter(|(k, _)| k.starts_with("Retried_")) {
+        println!("    {:<26}{v:>6}", k.trim_start_matches("Retried_"));
     }
-    println!("  final status of jobs:");
-    for (k, v) in &by_status {
-        println!("    {k:<36} {v:>6}");
-    }
-    let letters = dead.letters.lock().map(|l| l.clone()).unwrap_or_default();
     let mut by_category: BTreeMap<&str, usize> = BTreeMap::new();
-    for l in &letters {
+    for l in letters {
         *by_category.entry(l.category.as_str()).or_default() += 1;
     }
-    println!("  dead letters by category:");
+    println!("  dead-lettered, by category (read back from the dead-letter queue):");
     for (k, v) in &by_category {
-        println!("    {k:<36} {v:>6}");
+        println!("    {k:<26}{v:>6}");
     }
     println!(
-        "  suppressed addresses: {}",
-        suppression.entries.lock().map(|e| e.len()).unwrap_or(0)
+        "  archived                    {:>6}  (the archiver is not built yet)",
+        0
     );
-    if let Some(sample) = letters.iter().find(|l| l.attempts > 1) {
+    if let Some(sample) = letters.iter().find(|l| l.history.len() > 1) {
         println!(
-            "  a dead letter, as an operator sees it:\n{}",
+            "\na dead letter as an operator sees it:\n{}",
             serde_json::to_string_pretty(sample).unwrap_or_default()
         );
     }
-    let delivered = by_status
-        .get(Status::SentToProvider.as_str())
-        .copied()
-        .unwrap_or(0);
-    Ok(if delivered == 0 { 1 } else { 0 })
-}
-
-fn humanize(secs: i64) -> String {
-    format!(
-        "{}h{:02}m{:02}s",
-        secs / 3600,
-        (secs % 3600) / 60,
-        secs % 60
-    )
 }

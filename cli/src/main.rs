@@ -47,11 +47,11 @@ enum Command {
     },
     /// Print the JSON Schema of the job contract (EmailJob v1).
     Schema,
-    /// Run a demo campaign through the send pipeline against the harness's SMTP server
-    /// (use `make demo`, which starts it).
+    /// The local run: provision Courier on the emulator, enqueue a demo campaign with a realistic
+    /// failure mix, drive the send handler against the real SMTP server, report (use `make demo`).
     Demo {
         /// Number of jobs in the campaign.
-        #[arg(long, default_value_t = 300)]
+        #[arg(long, default_value_t = 1000)]
         jobs: usize,
     },
 }

@@ -79,114 +79,23 @@ pub struct Stack {
 }
 
 /// maxReceiveCount of the send queue in tests.
-pub const MAX_RECEIVE_COUNT: i32 = 3;
+pub const MAX_RECEIVE_COUNT: u32 = 3;
 
 #[allow(clippy::expect_used)]
 impl Stack {
     pub async fn create(providers: &[&str]) -> Stack {
-        use aws_sdk_dynamodb::types::{
-            AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
-        };
-        use aws_sdk_sqs::types::QueueAttributeName;
         let sdk = aws_config().await;
-        let sqs = aws_sdk_sqs::Client::new(&sdk);
-        let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-        let id = unique("courier");
-        let queue = |name: String, attrs: Vec<(QueueAttributeName, String)>| {
-            let sqs = sqs.clone();
-            async move {
-                let mut req = sqs.create_queue().queue_name(name);
-                for (k, v) in attrs {
-                    req = req.attributes(k, v);
-                }
-                req.send()
-                    .await
-                    .expect("create_queue")
-                    .queue_url
-                    .expect("queue url")
-            }
-        };
-        let arn_of = |url: String| {
-            let sqs = sqs.clone();
-            async move {
-                sqs.get_queue_attributes()
-                    .queue_url(url)
-                    .attribute_names(QueueAttributeName::QueueArn)
-                    .send()
-                    .await
-                    .expect("queue attributes")
-                    .attributes
-                    .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-                    .expect("queue arn")
-            }
-        };
-        let redrive_dlq_url = queue(format!("{id}-redrive"), vec![]).await;
-        let redrive_arn = arn_of(redrive_dlq_url.clone()).await;
-        let queue_url = queue(
-            format!("{id}-send"),
-            vec![(
-                QueueAttributeName::RedrivePolicy,
-                format!(r#"{{"deadLetterTargetArn":"{redrive_arn}","maxReceiveCount":"{MAX_RECEIVE_COUNT}"}}"#),
-            )],
+        let stack = courier::aws::provision::provision(
+            &sdk,
+            &unique("courier"),
+            &role_arn(),
+            courier::aws::provision::QueueSettings {
+                max_receive_count: MAX_RECEIVE_COUNT,
+                visibility_timeout: Duration::from_secs(30),
+            },
         )
-        .await;
-        let queue_arn = arn_of(queue_url.clone()).await;
-        let dead_letter_queue_url = queue(format!("{id}-letters"), vec![]).await;
-        let table = |name: String, keys: Vec<(&'static str, KeyType)>| {
-            let dynamodb = dynamodb.clone();
-            async move {
-                let mut req = dynamodb
-                    .create_table()
-                    .table_name(&name)
-                    .billing_mode(BillingMode::PayPerRequest);
-                for (attr, kind) in keys {
-                    req = req
-                        .attribute_definitions(
-                            AttributeDefinition::builder()
-                                .attribute_name(attr)
-                                .attribute_type(ScalarAttributeType::S)
-                                .build()
-                                .expect("attr"),
-                        )
-                        .key_schema(
-                            KeySchemaElement::builder()
-                                .attribute_name(attr)
-                                .key_type(kind)
-                                .build()
-                                .expect("key"),
-                        );
-                }
-                req.send().await.expect("create_table");
-                name
-            }
-        };
-        let status_table = table(format!("{id}-status"), vec![("message_id", KeyType::Hash)]).await;
-        let suppression_table = table(
-            format!("{id}-suppression"),
-            vec![("address", KeyType::Hash)],
-        )
-        .await;
-        let breaker_table = table(
-            format!("{id}-control"),
-            vec![("pk", KeyType::Hash), ("sk", KeyType::Range)],
-        )
-        .await;
-        let template_bucket = id.to_lowercase();
-        aws_sdk_s3::Client::new(&sdk)
-            .create_bucket()
-            .bucket(&template_bucket)
-            .send()
-            .await
-            .expect("create_bucket");
-        let delay_state_machine_arn = aws_sdk_sfn::Client::new(&sdk)
-            .create_state_machine()
-            .name(format!("{id}-delay"))
-            .definition(courier::delay::DEFINITION)
-            .role_arn(role_arn())
-            .send()
-            .await
-            .expect("create_state_machine")
-            .state_machine_arn;
+        .await
+        .expect("provision");
         let sender = format!("sender-{}@courier.test", std::process::id());
         aws_sdk_sesv2::Client::new(&sdk)
             .create_email_identity()
@@ -207,19 +116,19 @@ impl Stack {
         Stack {
             sdk,
             resources: courier_send::config::Resources {
-                queue_url,
-                dead_letter_queue_url,
-                status_table,
-                suppression_table,
-                breaker_table,
-                template_bucket,
-                delay_state_machine_arn,
+                queue_url: stack.queue_url,
+                dead_letter_queue_url: stack.dead_letter_queue_url,
+                status_table: stack.status_table,
+                suppression_table: stack.suppression_table,
+                breaker_table: stack.control_table,
+                template_bucket: stack.template_bucket,
+                delay_state_machine_arn: stack.delay_state_machine_arn,
                 providers: providers.iter().map(|p| (*p).to_owned()).collect(),
                 ses_configuration_set: None,
                 smtp,
             },
-            redrive_dlq_url,
-            queue_arn,
+            redrive_dlq_url: stack.redrive_dlq_url,
+            queue_arn: stack.queue_arn,
             sender,
         }
     }

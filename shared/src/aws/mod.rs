@@ -4,6 +4,7 @@
 //! the same code runs against the emulators and AWS.
 
 pub mod dynamodb;
+pub mod provision;
 pub mod s3;
 pub mod ses;
 pub mod sqs;
