@@ -65,8 +65,8 @@ fn job(i: usize, from: &str, to: &str) -> serde_json::Value {
     serde_json::json!({
         "version": 1,
         "message_id": format!("demo-{i:05}"),
-        "campaign_id": if i % 2 == 0 { "winter-sale" } else { "newsletter" },
-        "priority": if i % 3 == 0 { "transactional" } else { "bulk" },
+        "campaign_id": if i.is_multiple_of(2) { "winter-sale" } else { "newsletter" },
+        "priority": if i.is_multiple_of(3) { "transactional" } else { "bulk" },
         "from": from,
         "to": [to],
         "template": {"id": "welcome", "variables": {"name": format!("Reader {i}")}}
