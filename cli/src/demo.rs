@@ -195,7 +195,7 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
         ..SendConfig::default()
     };
     let pipeline = Arc::new(wiring::wire(
-        &sdk,
+        &courier::aws::Clients::new(&sdk),
         config,
         &resources,
         RetryPolicy::from_json(DEMO_POLICY)?,

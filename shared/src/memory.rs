@@ -39,10 +39,11 @@ impl FailNext {
     }
 }
 
-/// Status records in a map.
+/// Status records in a map; claims check `suppression` like the DynamoDB store's transaction.
 #[derive(Debug, Default)]
 pub struct MemoryStatusStore {
     pub records: Mutex<HashMap<String, JobRecord>>,
+    pub suppression: Option<std::sync::Arc<MemorySuppressionList>>,
     pub fail_claims: FailNext,
     pub fail_finishes: FailNext,
     pub writes: AtomicUsize,
@@ -55,7 +56,22 @@ impl StatusStore for MemoryStatusStore {
         self.writes.fetch_add(1, Ordering::Relaxed);
         let mut records = lock(&self.records);
         let existing = records.get(&req.message_id).cloned();
-        match judge_claim(existing.as_ref(), req) {
+        let judgement = judge_claim(existing.as_ref(), req);
+        if !matches!(judgement, ClaimJudgement::Refuse(_))
+            && let Some(list) = &self.suppression
+        {
+            let entries = lock(&list.entries);
+            let hit: Vec<String> = req
+                .check_suppressed
+                .iter()
+                .filter(|a| entries.contains_key(&a.trim().to_lowercase()))
+                .cloned()
+                .collect();
+            if !hit.is_empty() {
+                return Ok(ClaimOutcome::Suppressed(hit));
+            }
+        }
+        match judgement {
             ClaimJudgement::Take => {
                 records.insert(
                     req.message_id.clone(),
@@ -259,7 +275,7 @@ impl SuppressionList for MemorySuppressionList {
         let entries = lock(&self.entries);
         Ok(addresses
             .iter()
-            .filter(|a| entries.contains_key(&a.to_lowercase()))
+            .filter(|a| entries.contains_key(&a.trim().to_lowercase()))
             .cloned()
             .collect())
     }
@@ -270,7 +286,7 @@ impl SuppressionList for MemorySuppressionList {
         reason: &str,
         _now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        lock(&self.entries).insert(address.to_lowercase(), reason.to_owned());
+        lock(&self.entries).insert(address.trim().to_lowercase(), reason.to_owned());
         Ok(())
     }
 }
@@ -308,11 +324,15 @@ impl TemplateStore for MemoryTemplates {
 #[derive(Debug, Default)]
 pub struct MemoryBreakerStore {
     pub states: Mutex<HashMap<String, BreakerState>>,
+    /// Reads and writes made (the shared state's cost).
+    pub loads: AtomicUsize,
+    pub saves: AtomicUsize,
 }
 
 #[async_trait::async_trait]
 impl BreakerStore for MemoryBreakerStore {
     async fn load(&self, provider: &str) -> Result<Option<BreakerState>, StoreError> {
+        self.loads.fetch_add(1, Ordering::Relaxed);
         Ok(lock(&self.states).get(provider).cloned())
     }
 
@@ -322,6 +342,7 @@ impl BreakerStore for MemoryBreakerStore {
         state: &BreakerState,
         expected: Option<u64>,
     ) -> Result<bool, StoreError> {
+        self.saves.fetch_add(1, Ordering::Relaxed);
         let mut states = lock(&self.states);
         let current = states.get(provider).map(|s| s.version);
         if current != expected {

@@ -69,6 +69,9 @@ pub struct ClaimRequest {
     pub lease_until: DateTime<Utc>,
     /// How long an ambiguous outcome waits for provider evidence before a resend.
     pub grace: chrono::Duration,
+    /// Recipients to check against the suppression list in the same write (one transaction:
+    /// no separate read per job). Empty: no check.
+    pub check_suppressed: Vec<String>,
 }
 
 /// What a claim found.
@@ -84,6 +87,9 @@ pub enum ClaimOutcome {
     Busy { lease_until: DateTime<Utc> },
     /// A send may have happened; wait for provider evidence until `resolve_at`.
     Ambiguous { resolve_at: DateTime<Utc> },
+    /// These recipients (from `check_suppressed`, as given) are on the suppression list; nothing
+    /// was written. Claim again without them to send to the rest.
+    Suppressed(Vec<String>),
 }
 
 /// What the claim's conditional write decides, given the record as it stands. Both the memory
@@ -365,6 +371,7 @@ mod tests {
             now: t(now),
             lease_until: t(now + 60),
             grace: chrono::Duration::seconds(600),
+            check_suppressed: Vec::new(),
         }
     }
 

@@ -32,6 +32,7 @@ fn claim(id: &str, attempt: u32, owner: &str, at: DateTime<Utc>, lease_secs: i64
         now: at,
         lease_until: at + chrono::Duration::seconds(lease_secs),
         grace: chrono::Duration::seconds(600),
+        check_suppressed: Vec::new(),
     }
 }
 
@@ -185,6 +186,59 @@ async fn status_store_memory_and_dynamodb() {
         Duration::from_secs(3600),
     );
     status_store_contract(&store).await;
+}
+
+async fn claim_with_suppression_contract(store: &dyn StatusStore, list: &dyn SuppressionList) {
+    let t = now();
+    list.suppress("blocked@example.org", "550 5.1.1", t)
+        .await
+        .unwrap();
+    let id = unique("job");
+    let mut req = claim(&id, 0, "a", t, 60);
+    req.check_suppressed = vec![
+        "ok@example.org".into(),
+        "Blocked@Example.org".into(),
+        "ok@example.org".into(),
+    ];
+    // GIVEN one suppressed recipient WHEN claimed THEN refused naming it, nothing written
+    assert_eq!(
+        store.claim(&req).await.unwrap(),
+        ClaimOutcome::Suppressed(vec!["Blocked@Example.org".into()])
+    );
+    assert_eq!(store.get(&id).await.unwrap(), None);
+    // THEN a claim without it succeeds
+    req.check_suppressed = vec!["ok@example.org".into()];
+    assert_eq!(store.claim(&req).await.unwrap(), ClaimOutcome::Claimed);
+    // AND a duplicate outranks suppression
+    store
+        .finish(&update(&id, "a", Status::SentToProvider, 0, t))
+        .await
+        .unwrap();
+    req.check_suppressed = vec!["blocked@example.org".into()];
+    assert_eq!(
+        store.claim(&req).await.unwrap(),
+        ClaimOutcome::Duplicate(Status::SentToProvider)
+    );
+}
+
+#[tokio::test]
+async fn claims_check_the_suppression_list_in_the_same_write() {
+    let memory_list = std::sync::Arc::new(MemorySuppressionList::default());
+    let memory = MemoryStatusStore {
+        suppression: Some(memory_list.clone()),
+        ..MemoryStatusStore::default()
+    };
+    claim_with_suppression_contract(&memory, memory_list.as_ref()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let client = aws_sdk_dynamodb::Client::new(&stack.sdk);
+    let store = DynamoDbStatusStore::new(
+        client.clone(),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    )
+    .with_suppression_table(&stack.resources.suppression_table);
+    let list = DynamoDbSuppressionList::new(client, &stack.resources.suppression_table);
+    claim_with_suppression_contract(&store, &list).await;
 }
 
 #[tokio::test]

@@ -41,7 +41,15 @@ fn config() -> SendConfig {
 }
 
 fn pipeline(stack: &Stack, config: SendConfig) -> Arc<Pipeline> {
-    Arc::new(wiring::wire(&stack.sdk, config, &stack.resources, fast_policy()).unwrap())
+    Arc::new(
+        wiring::wire(
+            &courier::aws::Clients::new(&stack.sdk),
+            config,
+            &stack.resources,
+            fast_policy(),
+        )
+        .unwrap(),
+    )
 }
 
 fn driver(stack: &Stack) -> Driver {
@@ -85,7 +93,10 @@ async fn run_until(
     let d = driver(stack);
     let start = Instant::now();
     while start.elapsed() < timeout {
-        d.poll_once(pipeline, "e2e").await.unwrap();
+        let (_, report) = d.poll_once(pipeline, "e2e").await.unwrap();
+        if std::env::var("COURIER_DEBUG").is_ok() && !report.failures.is_empty() {
+            eprintln!("failures: {:?}", report.reasons);
+        }
         if done().await {
             return;
         }
@@ -334,6 +345,7 @@ async fn a_crash_between_send_and_status_write_is_ambiguous_then_resolved() {
             now,
             lease_until: now + chrono::Duration::seconds(1),
             grace: chrono::Duration::seconds(3),
+            check_suppressed: Vec::new(),
         })
         .await
         .unwrap();
@@ -447,4 +459,146 @@ async fn a_failed_re_enqueue_leaves_the_record_on_the_queue() {
         status_of(&stack, "requeue-fails").await,
         Some(Status::Deferred)
     );
+}
+
+/// Counts every AWS request (driver receive and delete included) per job: the figures behind the
+/// README's cost section. Counts are deterministic, so they are asserted; nothing is timed.
+#[tokio::test]
+async fn aws_api_calls_per_job() {
+    let stack = Stack::create(&["ses"]).await;
+    let counter = courier::aws::CallCounter::default();
+    let clients = courier::aws::Clients::counted(&stack.sdk, &counter);
+    let p = Arc::new(wiring::wire(&clients, config(), &stack.resources, fast_policy()).unwrap());
+    let d = Driver {
+        sqs: clients.sqs.clone(),
+        ..driver(&stack)
+    };
+    // A warm instance: one batch first fills the caches it keeps (breaker state, poison list).
+    let warm: Vec<String> = (0..10)
+        .map(|i| job(&stack, &format!("warm-{i}"), "w@example.org").to_string())
+        .collect();
+    enqueue(&stack, &warm).await;
+    let mut handled = 0;
+    while handled < 10 {
+        handled += d.poll_once(&p, "warm").await.unwrap().0.received;
+    }
+    let jobs = 50;
+    let bodies: Vec<String> = (0..jobs)
+        .map(|i| job(&stack, &format!("count-{i}"), &format!("r{i}@example.org")).to_string())
+        .collect();
+    enqueue(&stack, &bodies).await;
+    counter.reset();
+    let started = Instant::now();
+    let mut empty_receives = 0;
+    let mut handled = 0;
+    while handled < jobs {
+        let (stats, _) = d.poll_once(&p, "count").await.unwrap();
+        if stats.received == 0 {
+            empty_receives += 1;
+        }
+        handled += stats.received;
+    }
+    let elapsed = started.elapsed();
+    let mut calls = counter.snapshot();
+    let empty = u64::try_from(empty_receives).unwrap();
+    *calls.get_mut("SQS.ReceiveMessage").unwrap() -= empty;
+    // The instance re-reads breaker state once per provider per cache period (2 s), whatever
+    // the volume: a cost per second, not per job. Reported apart.
+    let refreshes = calls.remove("DynamoDB.GetItem").unwrap_or(0);
+    let periods = elapsed.as_secs() / 2 + 1;
+    assert!(
+        refreshes <= periods,
+        "{refreshes} breaker reads in {elapsed:?}"
+    );
+    let total: u64 = calls.values().sum();
+    let per_job = total as f64 / jobs as f64;
+    println!(
+        "first-attempt delivery: {per_job:.2} AWS calls per job ({calls:?}; plus {refreshes} breaker refresh reads in {:.1} s; {empty} empty polls not counted)",
+        elapsed.as_secs_f64()
+    );
+    // Claim (with the suppression check) + send + status write per job, one receive and one
+    // delete per batch of 10.
+    assert!(per_job <= 3.2, "{per_job:.2} calls per job: {calls:?}");
+    assert_eq!(calls.get("SESv2.SendEmail"), Some(&50));
+
+    // One retry each: the provider throttles each job's first attempt (fast policy: 1 s wait),
+    // then accepts. The provider is an in-memory stand-in counted as one SendEmail per attempt;
+    // every other call is a real request to the emulator.
+    let stack = Stack::create(&["ses"]).await;
+    let counter = courier::aws::CallCounter::default();
+    let clients = courier::aws::Clients::counted(&stack.sdk, &counter);
+    // Throttling every first attempt would open the circuit (correctly); keep it closed here.
+    let mut quiet = config();
+    quiet.breaker.min_calls = 1_000;
+    let mut pipeline = wiring::wire(&clients, quiet, &stack.resources, fast_policy()).unwrap();
+    let seen = std::sync::Mutex::new(std::collections::HashSet::new());
+    let flaky = Arc::new(courier::memory::MemoryMailer::with(
+        "ses",
+        Box::new(move |email| {
+            if seen.lock().unwrap().insert(email.message_id.clone()) {
+                Err(courier::ports::SendFailure {
+                    verdict: courier::classify::classify_ses_api(&courier::classify::ApiFailure {
+                        kind: courier::classify::ApiFailureKind::Service,
+                        code: Some("TooManyRequestsException".into()),
+                        message: None,
+                        http_status: Some(429),
+                    }),
+                    ambiguous: false,
+                    source: None,
+                })
+            } else {
+                Ok(courier::ports::Receipt {
+                    provider_message_id: format!("p-{}", email.message_id),
+                })
+            }
+        }),
+    ));
+    pipeline.mailers = vec![flaky.clone()];
+    let p = Arc::new(pipeline);
+    let d = Driver {
+        sqs: clients.sqs.clone(),
+        ..driver(&stack)
+    };
+    // Warm the instance first, as above (its warm-up jobs are throttled once too).
+    enqueue(&stack, &[job(&stack, "warm", "w@example.org").to_string()]).await;
+    while status_of(&stack, "warm").await != Some(Status::SentToProvider) {
+        d.poll_once(&p, "warm").await.unwrap();
+    }
+    let jobs = 20;
+    let bodies: Vec<String> = (0..jobs)
+        .map(|i| job(&stack, &format!("retry-{i}"), &format!("r{i}@example.org")).to_string())
+        .collect();
+    enqueue(&stack, &bodies).await;
+    counter.reset();
+    let sends_before = flaky.sent_count();
+    let start = Instant::now();
+    let mut empty = 0u64;
+    let mut finished = 0;
+    while finished < jobs && start.elapsed() < Duration::from_secs(30) {
+        let (stats, _) = d.poll_once(&p, "count").await.unwrap();
+        if stats.received == 0 {
+            empty += 1;
+        }
+        finished = 0;
+        for i in 0..jobs {
+            if status_of(&stack, &format!("retry-{i}")).await == Some(Status::SentToProvider) {
+                finished += 1;
+            }
+        }
+    }
+    assert_eq!(finished, jobs);
+    let mut calls = counter.snapshot();
+    // (The test's own status checks use an uncounted client.)
+    if let Some(r) = calls.get_mut("SQS.ReceiveMessage") {
+        *r -= empty;
+    }
+    let sends = (flaky.sent_count() - sends_before) as u64;
+    calls.insert("SESv2.SendEmail (stand-in)".into(), sends);
+    let total: u64 = calls.values().sum();
+    let per_job = total as f64 / jobs as f64;
+    println!("one retry then delivered: {per_job:.2} AWS calls per job ({calls:?})");
+    assert_eq!(sends, 2 * jobs as u64);
+    // Two claims, two sends, a deferred and a sent status write, the re-enqueue, and the
+    // receive/delete share of two batches, plus the breaker's once-per-batch write.
+    assert!(per_job <= 7.0, "{per_job:.2}: {calls:?}");
 }

@@ -51,6 +51,7 @@ pub struct Pipeline {
     pub mailers: Vec<Arc<dyn Mailer>>,
     pub scheduler: Arc<dyn RetryScheduler>,
     pub dead_letters: Arc<dyn DeadLetterSink>,
+    /// Written to on permanent bounces; read inside the claim (see `ClaimRequest::check_suppressed`).
     pub suppression: Arc<dyn SuppressionList>,
     pub poison: Arc<dyn PoisonList>,
     pub templates: Arc<dyn TemplateStore>,
@@ -86,7 +87,10 @@ enum Step {
 /// The result of one batch, for the caller and for tests.
 #[derive(Debug, Default)]
 pub struct BatchReport {
+    /// SQS message ids to report in `batchItemFailures`.
     pub failures: Vec<String>,
+    /// Why each of them failed (same order).
+    pub reasons: Vec<String>,
     pub metrics: Metrics,
 }
 
@@ -152,6 +156,8 @@ impl Pipeline {
         .collect()
         .await;
 
+        // One shared-state write per provider per batch, not one per result.
+        self.breakers.flush(self.now()).await;
         let mut pending = Vec::new();
         for (id, step) in steps {
             match step {
@@ -160,6 +166,7 @@ impl Pipeline {
                     warn!(sqs_message_id = %id, reason = %reason, "record left for redelivery");
                     report.metrics.count(Outcome::Failed);
                     report.failures.push(id);
+                    report.reasons.push(reason);
                 }
                 Step::Requeue {
                     requeue,
@@ -196,6 +203,7 @@ impl Pipeline {
                         }
                         report.metrics.count(Outcome::Failed);
                         report.failures.push(id.clone());
+                        report.reasons.push(e.to_string());
                     }
                 }
             }
@@ -267,63 +275,80 @@ impl Pipeline {
             Ok(false) => {}
             Err(e) => return Step::Fail(e.to_string()),
         }
-        // 3. Suppression.
+        // 3 + 4. Suppression check and idempotent claim, in one conditional write.
         let recipients: Vec<String> = job.recipients().map(str::to_owned).collect();
-        let suppressed = match self.suppression.suppressed(&recipients).await {
-            Ok(s) => s,
-            Err(e) => return Step::Fail(e.to_string()),
-        };
-        if suppressed.len() == recipients.len() {
-            let update = self.update(
-                job.message_id.clone(),
-                owner,
-                Status::Suppressed,
-                incoming.attempt,
-                now,
-            );
-            return match self.status.record(&update).await {
-                Ok(()) => {
-                    info!(recipients = ?recipients.iter().map(|r| hash_address(r)).collect::<Vec<_>>(), "all recipients suppressed");
-                    Step::Done(Outcome::Suppressed)
-                }
-                Err(e) => Step::Fail(e.to_string()),
-            };
-        }
-        // 4. Idempotent claim.
         let lease_end = (now
             + chrono::Duration::from_std(self.config.max_lease).unwrap_or_default())
         .min(deadline - chrono::Duration::from_std(self.config.lease_margin).unwrap_or_default());
-        let claim = ClaimRequest {
+        let mut claim = ClaimRequest {
             message_id: job.message_id.clone(),
             attempt: incoming.attempt,
             owner: owner.clone(),
             now,
             lease_until: lease_end.max(now + chrono::Duration::seconds(1)),
             grace: chrono::Duration::from_std(self.config.ambiguity_grace).unwrap_or_default(),
+            check_suppressed: recipients.clone(),
         };
-        match self.status.claim(&claim).await {
-            Ok(ClaimOutcome::Claimed) => {}
-            Ok(ClaimOutcome::Duplicate(status)) => {
-                info!(%status, "duplicate delivery acknowledged without sending");
-                return Step::Done(Outcome::Duplicate);
+        let mut suppressed: Vec<String> = Vec::new();
+        loop {
+            match self.status.claim(&claim).await {
+                Ok(ClaimOutcome::Claimed) => break,
+                Ok(ClaimOutcome::Suppressed(hit))
+                    if claim.check_suppressed.is_empty() || hit.is_empty() =>
+                {
+                    return Step::Fail(format!(
+                        "claim reported suppression it was not asked about: {}",
+                        hit.len()
+                    ));
+                }
+                Ok(ClaimOutcome::Suppressed(hit)) => {
+                    suppressed = hit;
+                    let all = recipients
+                        .iter()
+                        .all(|r| suppressed.iter().any(|s| s.eq_ignore_ascii_case(r)));
+                    let hashes: Vec<String> = suppressed.iter().map(|r| hash_address(r)).collect();
+                    if all {
+                        let update = self.update(
+                            job.message_id.clone(),
+                            owner,
+                            Status::Suppressed,
+                            incoming.attempt,
+                            now,
+                        );
+                        return match self.status.record(&update).await {
+                            Ok(()) => {
+                                info!(recipients = ?hashes, "all recipients suppressed");
+                                Step::Done(Outcome::Suppressed)
+                            }
+                            Err(e) => Step::Fail(e.to_string()),
+                        };
+                    }
+                    info!(recipients = ?hashes, "some recipients suppressed; sending to the rest");
+                    // The others were checked in the same write: claim without checks.
+                    claim.check_suppressed.clear();
+                }
+                Ok(ClaimOutcome::Duplicate(status)) => {
+                    info!(%status, "duplicate delivery acknowledged without sending");
+                    return Step::Done(Outcome::Duplicate);
+                }
+                Ok(ClaimOutcome::Stale { current_attempt }) => {
+                    info!(
+                        current_attempt,
+                        copy_attempt = incoming.attempt,
+                        "stale copy dropped"
+                    );
+                    return Step::Done(Outcome::Stale);
+                }
+                Ok(ClaimOutcome::Busy { lease_until }) => {
+                    return Step::Fail(format!("leased by another invocation until {lease_until}"));
+                }
+                Ok(ClaimOutcome::Ambiguous { resolve_at }) => {
+                    // Same generation, back after the grace window: provider events may resolve it.
+                    let wait = (resolve_at - now).num_seconds().max(1) as u64;
+                    return self.requeue_same(&record, &incoming, wait).await;
+                }
+                Err(e) => return Step::Fail(e.to_string()),
             }
-            Ok(ClaimOutcome::Stale { current_attempt }) => {
-                info!(
-                    current_attempt,
-                    copy_attempt = incoming.attempt,
-                    "stale copy dropped"
-                );
-                return Step::Done(Outcome::Stale);
-            }
-            Ok(ClaimOutcome::Busy { lease_until }) => {
-                return Step::Fail(format!("leased by another invocation until {lease_until}"));
-            }
-            Ok(ClaimOutcome::Ambiguous { resolve_at }) => {
-                // Same generation, back after the grace window: provider events may resolve it.
-                let wait = (resolve_at - now).num_seconds().max(1) as u64;
-                return self.requeue_same(&record, &incoming, wait).await;
-            }
-            Err(e) => return Step::Fail(e.to_string()),
         }
         // 5-8. Provider, render, send, act.
         let step = self.attempt(&incoming, &suppressed, now, &owner).await;

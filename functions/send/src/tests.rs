@@ -29,11 +29,14 @@ fn t0() -> DateTime<Utc> {
 }
 
 fn world_with(mailer: MemoryMailer) -> World {
-    let status = Arc::new(MemoryStatusStore::default());
+    let suppression = Arc::new(MemorySuppressionList::default());
+    let status = Arc::new(MemoryStatusStore {
+        suppression: Some(suppression.clone()),
+        ..MemoryStatusStore::default()
+    });
     let mailer = Arc::new(mailer);
     let scheduler = Arc::new(MemoryScheduler::default());
     let dead = Arc::new(MemoryDeadLetters::default());
-    let suppression = Arc::new(MemorySuppressionList::default());
     let poison = Arc::new(MemoryPoisonList::default());
     let templates = Arc::new(MemoryTemplates::default());
     templates.templates.lock().unwrap().insert(
@@ -409,4 +412,90 @@ async fn an_ambiguous_send_is_marked_unknown_not_resent() {
     let queued = w.scheduler.queued.lock().unwrap();
     assert_eq!(queued.len(), 1);
     assert_eq!(queued[0].delay_secs, 900);
+}
+
+#[tokio::test]
+async fn only_the_suppressed_recipients_of_a_job_are_skipped() {
+    let w = world_with(MemoryMailer::accepting("ses"));
+    w.suppression
+        .entries
+        .lock()
+        .unwrap()
+        .insert("gone@example.org".into(), "bounce".into());
+    let body = serde_json::json!({
+        "version": 1, "message_id": "two", "campaign_id": "c", "from": "shop@example.com",
+        "to": ["Gone@example.org", "here@example.org"], "content": {"subject": "Hi", "text": "Hello"}
+    })
+    .to_string();
+    let report = w.run(vec![rec("t", body)]).await;
+    assert!(report.failures.is_empty());
+    let sent = w.mailer.sent.lock().unwrap();
+    assert_eq!(sent.len(), 1);
+    let to: Vec<String> = sent[0].to.iter().map(|m| m.email.to_string()).collect();
+    assert_eq!(to, vec!["here@example.org".to_owned()]);
+    assert_eq!(w.status_of("two"), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn breaker_state_is_shared_between_instances_and_written_once_per_batch() {
+    let failing = || smtp_failure("421 4.3.2 System not accepting network messages");
+    let a = world_with(failing());
+    let b = world_with(failing());
+    // Both instances share one breaker store, as they share one DynamoDB item.
+    let shared = Arc::new(MemoryBreakerStore::default());
+    let with_store = |w: &World| {
+        Arc::new(Pipeline {
+            status: w.pipeline.status.clone(),
+            mailers: w.pipeline.mailers.clone(),
+            scheduler: w.pipeline.scheduler.clone(),
+            dead_letters: w.pipeline.dead_letters.clone(),
+            suppression: w.pipeline.suppression.clone(),
+            poison: w.pipeline.poison.clone(),
+            templates: w.pipeline.templates.clone(),
+            breakers: breakers::Breakers::new(
+                shared.clone(),
+                BreakerConfig::default(),
+                std::time::Duration::from_secs(0),
+            ),
+            policy: RetryPolicy::default(),
+            clock: w.clock.clone(),
+            config: SendConfig::default(),
+            rng: std::sync::Mutex::new(SeededRandom::new(2)),
+        })
+    };
+    let (pa, pb) = (with_store(&a), with_store(&b));
+    let deadline = t0() + chrono::Duration::seconds(60);
+    let records = (0..10)
+        .map(|i| rec(&format!("a{i}"), job(&format!("a{i}"), "x@example.org")))
+        .collect();
+    pa.handle_records(records, deadline, "a").await;
+    // Ten failures in one batch: one read and one write, and the circuit is open.
+    assert_eq!(shared.saves.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(
+        shared.states.lock().unwrap()["smtp"].mode,
+        courier::breaker::Mode::Open
+    );
+    // Instance B has never failed itself, yet it does not send.
+    let report = pb
+        .handle_records(vec![rec("b", job("b1", "x@example.org"))], deadline, "b")
+        .await;
+    assert_eq!(b.mailer.sent_count(), 0);
+    assert_eq!(report.metrics.counts.get("Retried_circuit_open"), Some(&1));
+}
+
+#[tokio::test]
+async fn successes_while_closed_write_nothing() {
+    let store = Arc::new(MemoryBreakerStore::default());
+    let breakers = breakers::Breakers::new(
+        store.clone(),
+        BreakerConfig::default(),
+        std::time::Duration::from_secs(60),
+    );
+    for _ in 0..100 {
+        breakers.admit("ses", t0()).await;
+        breakers.record("ses", false, t0()).await;
+    }
+    breakers.flush(t0()).await;
+    assert_eq!(store.saves.load(std::sync::atomic::Ordering::Relaxed), 0);
+    assert_eq!(store.loads.load(std::sync::atomic::Ordering::Relaxed), 1);
 }

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier::aws::{
-    DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList, S3TemplateStore, SesMailer,
-    SqsDeadLetterSink, SqsRetryScheduler,
+    Clients, DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList, S3TemplateStore,
+    SesMailer, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier::ports::{Mailer, SystemClock};
 use courier::random::SeededRandom;
@@ -32,18 +32,18 @@ pub const STATUS_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 pub async fn from_env() -> Result<Pipeline, WiringError> {
     let (config, resources, policy) = SendConfig::from_lookup(|k| std::env::var(k).ok())?;
     let sdk = courier::aws::sdk_config().await;
-    wire(&sdk, config, &resources, policy)
+    wire(&Clients::new(&sdk), config, &resources, policy)
 }
 
-/// Wires the pipeline from parsed settings and an SDK configuration (tests pass their own).
+/// Wires the pipeline from parsed settings and SDK clients (tests pass their own).
 pub fn wire(
-    sdk: &aws_config::SdkConfig,
+    clients: &Clients,
     config: SendConfig,
     resources: &Resources,
     policy: courier::policy::RetryPolicy,
 ) -> Result<Pipeline, WiringError> {
-    let dynamodb = aws_sdk_dynamodb::Client::new(sdk);
-    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let dynamodb = clients.dynamodb.clone();
+    let sqs = clients.sqs.clone();
     let control = Arc::new(DynamoDbControlTable::new(
         dynamodb.clone(),
         &resources.breaker_table,
@@ -53,7 +53,7 @@ pub fn wire(
     for provider in &resources.providers {
         match provider.as_str() {
             "ses" => mailers.push(Arc::new(SesMailer::new(
-                aws_sdk_sesv2::Client::new(sdk),
+                clients.ses.clone(),
                 resources.ses_configuration_set.clone(),
             ))),
             "smtp" => {
@@ -78,15 +78,14 @@ pub fn wire(
         }
     }
     Ok(Pipeline {
-        status: Arc::new(DynamoDbStatusStore::new(
-            dynamodb.clone(),
-            &resources.status_table,
-            STATUS_RETENTION,
-        )),
+        status: Arc::new(
+            DynamoDbStatusStore::new(dynamodb.clone(), &resources.status_table, STATUS_RETENTION)
+                .with_suppression_table(&resources.suppression_table),
+        ),
         mailers,
         scheduler: Arc::new(SqsRetryScheduler::new(
             sqs.clone(),
-            aws_sdk_sfn::Client::new(sdk),
+            clients.sfn.clone(),
             &resources.queue_url,
             &resources.delay_state_machine_arn,
         )),
@@ -100,7 +99,7 @@ pub fn wire(
         )),
         poison: control.clone(),
         templates: Arc::new(S3TemplateStore::new(
-            aws_sdk_s3::Client::new(sdk),
+            clients.s3.clone(),
             &resources.template_bucket,
             Duration::from_secs(60),
         )),

@@ -4,12 +4,13 @@
 //! Times are stored as epoch milliseconds (`N`), so conditions compare numbers.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, KeysAndAttributes, ReturnValuesOnConditionCheckFailure,
+    AttributeValue, CancellationReason, ConditionCheck, KeysAndAttributes, Put,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem,
 };
 use chrono::{DateTime, Utc};
 
@@ -66,6 +67,8 @@ pub fn record_of(item: &HashMap<String, AttributeValue>) -> Option<JobRecord> {
 pub struct DynamoDbStatusStore {
     client: Client,
     table: String,
+    /// Checked inside the claim when the request asks for it.
+    suppression_table: Option<String>,
     /// How long records are kept (TTL) after their last write.
     retention: Duration,
 }
@@ -75,8 +78,15 @@ impl DynamoDbStatusStore {
         DynamoDbStatusStore {
             client,
             table: table.into(),
+            suppression_table: None,
             retention,
         }
+    }
+
+    /// Lets claims check recipients against this suppression table in the same transaction.
+    pub fn with_suppression_table(mut self, table: impl Into<String>) -> Self {
+        self.suppression_table = Some(table.into());
+        self
     }
 
     fn expires_at(&self, now: DateTime<Utc>) -> AttributeValue {
@@ -128,6 +138,171 @@ impl DynamoDbStatusStore {
     }
 }
 
+/// What one claim write did.
+enum Attempt {
+    Claimed,
+    Suppressed(Vec<String>),
+    /// The claim's condition failed; the old item when DynamoDB returned it.
+    Refused(Option<HashMap<String, AttributeValue>>),
+}
+
+/// The claim's condition: [`judge_claim`]'s `Take` as an expression.
+const CLAIM_CONDITION: &str = "attribute_not_exists(message_id) \
+     OR (attempt <= :a AND (#s = :pending OR #s = :deferred)) \
+     OR (attempt <= :a AND #s = :unknown AND unknown_since <= :cutoff) \
+     OR (attempt < :a AND #s = :processing AND lease_until <= :now)";
+
+impl DynamoDbStatusStore {
+    fn claim_item(&self, req: &ClaimRequest) -> HashMap<String, AttributeValue> {
+        HashMap::from([
+            ("message_id".to_owned(), s(&req.message_id)),
+            ("status".to_owned(), s(Status::Processing.as_str())),
+            ("attempt".to_owned(), n(req.attempt)),
+            ("lease_owner".to_owned(), s(&req.owner)),
+            ("lease_until".to_owned(), n(ms(req.lease_until))),
+            ("updated_at".to_owned(), n(ms(req.now))),
+            ("expires_at".to_owned(), self.expires_at(req.now)),
+        ])
+    }
+
+    fn claim_values(req: &ClaimRequest) -> HashMap<String, AttributeValue> {
+        HashMap::from([
+            (":a".to_owned(), n(req.attempt)),
+            (":pending".to_owned(), s(Status::Pending.as_str())),
+            (":deferred".to_owned(), s(Status::Deferred.as_str())),
+            (":unknown".to_owned(), s(Status::Unknown.as_str())),
+            (":processing".to_owned(), s(Status::Processing.as_str())),
+            (":cutoff".to_owned(), n(ms(req.now - req.grace))),
+            (":now".to_owned(), n(ms(req.now))),
+        ])
+    }
+
+    /// One conditional PutItem; a refusal returns the old item (ReturnValuesOnConditionCheckFailure)
+    /// so a duplicate costs no extra read.
+    async fn claim_put(&self, req: &ClaimRequest) -> Result<Attempt, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(self.claim_item(req)))
+            .condition_expression(CLAIM_CONDITION)
+            .expression_attribute_names("#s", "status")
+            .set_expression_attribute_values(Some(Self::claim_values(req)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(Attempt::Claimed),
+            Err(e) => match e.as_service_error() {
+                Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
+                    Ok(Attempt::Refused(c.item().cloned()))
+                }
+                _ => Err(err("status claim")(e)),
+            },
+        }
+    }
+
+    /// The claim and a check that no recipient is suppressed, as one transaction (one call).
+    async fn claim_transaction(&self, req: &ClaimRequest) -> Result<Attempt, StoreError> {
+        let Some(suppression_table) = &self.suppression_table else {
+            return Err(StoreError::msg(
+                "status claim",
+                "a suppression check needs the suppression table (with_suppression_table)",
+            ));
+        };
+        let mut keys: Vec<String> = req
+            .check_suppressed
+            .iter()
+            .map(|a| a.trim().to_lowercase())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let mut request = self.client.transact_write_items();
+        for key in &keys {
+            let check = ConditionCheck::builder()
+                .table_name(suppression_table)
+                .key("address", s(key))
+                .condition_expression("attribute_not_exists(address)")
+                .build()
+                .map_err(|e| StoreError::new("status claim", e))?;
+            request =
+                request.transact_items(TransactWriteItem::builder().condition_check(check).build());
+        }
+        let put = Put::builder()
+            .table_name(&self.table)
+            .set_item(Some(self.claim_item(req)))
+            .condition_expression(CLAIM_CONDITION)
+            .expression_attribute_names("#s", "status")
+            .set_expression_attribute_values(Some(Self::claim_values(req)))
+            .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
+            .build()
+            .map_err(|e| StoreError::new("status claim", e))?;
+        request = request.transact_items(TransactWriteItem::builder().put(put).build());
+        let error = match request.send().await {
+            Ok(_) => return Ok(Attempt::Claimed),
+            Err(e) => e,
+        };
+        let reasons = match error.as_service_error() {
+            Some(TransactWriteItemsError::TransactionCanceledException(c)) => {
+                c.cancellation_reasons().to_vec()
+            }
+            _ => return Err(err("status claim")(error)),
+        };
+        let failed = |r: Option<&CancellationReason>| {
+            r.and_then(CancellationReason::code) == Some("ConditionalCheckFailed")
+        };
+        let claim_reason = reasons.get(keys.len());
+        if reasons.len() == keys.len() + 1 {
+            if failed(claim_reason) {
+                return Ok(Attempt::Refused(
+                    claim_reason.and_then(|r| r.item().cloned()),
+                ));
+            }
+            let hit: Vec<&String> = keys
+                .iter()
+                .zip(&reasons)
+                .filter(|(_, r)| failed(Some(r)))
+                .map(|(k, _)| k)
+                .collect();
+            if !hit.is_empty() {
+                return Ok(Attempt::Suppressed(
+                    req.check_suppressed
+                        .iter()
+                        .filter(|a| hit.contains(&&a.trim().to_lowercase()))
+                        .cloned()
+                        .collect(),
+                ));
+            }
+            return Err(StoreError::msg(
+                "status claim",
+                format!(
+                    "transaction cancelled: {:?}",
+                    reasons
+                        .iter()
+                        .map(|r| r.code().unwrap_or("None"))
+                        .collect::<Vec<_>>()
+                ),
+            ));
+        }
+        // No per-item reasons: find out which condition failed with reads.
+        let old = self.read(&req.message_id).await?;
+        if let Some(item) = old.filter(|item| {
+            record_of(item).is_some_and(|rec| judge_claim(Some(&rec), req) != ClaimJudgement::Take)
+        }) {
+            return Ok(Attempt::Refused(Some(item)));
+        }
+        let list = DynamoDbSuppressionList::new(self.client.clone(), suppression_table.clone());
+        let hit = list.suppressed(&req.check_suppressed).await?;
+        if hit.is_empty() {
+            return Err(StoreError::msg(
+                "status claim",
+                "transaction cancelled for no condition we can find",
+            ));
+        }
+        Ok(Attempt::Suppressed(hit))
+    }
+}
+
 #[async_trait::async_trait]
 impl StatusStore for DynamoDbStatusStore {
     /// One conditional PutItem; the condition is [`judge_claim`]'s `Take` written as an
@@ -135,51 +310,16 @@ impl StatusStore for DynamoDbStatusStore {
     /// duplicate costs no extra read.
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         for _ in 0..3 {
-            let result = self
-                .client
-                .put_item()
-                .table_name(&self.table)
-                .item("message_id", s(&req.message_id))
-                .item("status", s(Status::Processing.as_str()))
-                .item("attempt", n(req.attempt))
-                .item("lease_owner", s(&req.owner))
-                .item("lease_until", n(ms(req.lease_until)))
-                .item("updated_at", n(ms(req.now)))
-                .item("expires_at", self.expires_at(req.now))
-                .condition_expression(
-                    "attribute_not_exists(message_id) \
-                     OR (attempt <= :a AND (#s = :pending OR #s = :deferred)) \
-                     OR (attempt <= :a AND #s = :unknown AND unknown_since <= :cutoff) \
-                     OR (attempt < :a AND #s = :processing AND lease_until <= :now)",
-                )
-                .expression_attribute_names("#s", "status")
-                .expression_attribute_values(":a", n(req.attempt))
-                .expression_attribute_values(":pending", s(Status::Pending.as_str()))
-                .expression_attribute_values(":deferred", s(Status::Deferred.as_str()))
-                .expression_attribute_values(":unknown", s(Status::Unknown.as_str()))
-                .expression_attribute_values(":processing", s(Status::Processing.as_str()))
-                .expression_attribute_values(":cutoff", n(ms(req.now - req.grace)))
-                .expression_attribute_values(":now", n(ms(req.now)))
-                .return_values_on_condition_check_failure(
-                    ReturnValuesOnConditionCheckFailure::AllOld,
-                )
-                .send()
-                .await;
-            let old_item = match result {
-                Ok(_) => return Ok(ClaimOutcome::Claimed),
-                Err(e) => match e.as_service_error() {
-                    Some(service) if service.is_conditional_check_failed_exception() => {
-                        let returned = match &service {
-                            aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c) => c.item().cloned(),
-                            _ => None,
-                        };
-                        match returned {
-                            Some(item) => Some(item),
-                            None => self.read(&req.message_id).await?,
-                        }
-                    }
-                    _ => return Err(err("status claim")(e)),
-                },
+            let attempt = if req.check_suppressed.is_empty() {
+                self.claim_put(req).await?
+            } else {
+                self.claim_transaction(req).await?
+            };
+            let old_item = match attempt {
+                Attempt::Claimed => return Ok(ClaimOutcome::Claimed),
+                Attempt::Suppressed(hit) => return Ok(ClaimOutcome::Suppressed(hit)),
+                Attempt::Refused(Some(item)) => Some(item),
+                Attempt::Refused(None) => self.read(&req.message_id).await?,
             };
             let old = old_item.as_ref().and_then(record_of);
             match judge_claim(old.as_ref(), req) {
@@ -392,7 +532,7 @@ pub struct DynamoDbControlTable {
     client: Client,
     table: String,
     poison_ttl: Duration,
-    poison_cache: Mutex<Option<(Instant, std::collections::HashSet<String>)>>,
+    poison_cache: tokio::sync::Mutex<Option<(Instant, std::collections::HashSet<String>)>>,
 }
 
 impl DynamoDbControlTable {
@@ -401,7 +541,7 @@ impl DynamoDbControlTable {
             client,
             table: table.into(),
             poison_ttl,
-            poison_cache: Mutex::new(None),
+            poison_cache: tokio::sync::Mutex::new(None),
         }
     }
 
@@ -422,9 +562,7 @@ impl DynamoDbControlTable {
             .send()
             .await
             .map_err(err("poison block"))?;
-        if let Ok(mut cache) = self.poison_cache.lock() {
-            *cache = None;
-        }
+        *self.poison_cache.lock().await = None;
         Ok(())
     }
 
@@ -461,19 +599,16 @@ impl PoisonList for DynamoDbControlTable {
     /// The blocklist is small and changes rarely: it is read whole and cached for `poison_ttl`,
     /// so the hot path makes no call per message.
     async fn is_blocked(&self, fingerprint: &str) -> Result<bool, StoreError> {
-        let cached = self.poison_cache.lock().ok().and_then(|c| {
-            c.as_ref()
-                .filter(|(at, _)| at.elapsed() < self.poison_ttl)
-                .map(|(_, set)| set.contains(fingerprint))
-        });
-        if let Some(hit) = cached {
-            return Ok(hit);
+        // Held across the load: concurrent records of a cold instance wait for one Query.
+        let mut cache = self.poison_cache.lock().await;
+        if let Some((at, set)) = cache.as_ref()
+            && at.elapsed() < self.poison_ttl
+        {
+            return Ok(set.contains(fingerprint));
         }
         let set = self.load_poison().await?;
         let hit = set.contains(fingerprint);
-        if let Ok(mut cache) = self.poison_cache.lock() {
-            *cache = Some((Instant::now(), set));
-        }
+        *cache = Some((Instant::now(), set));
         Ok(hit)
     }
 }

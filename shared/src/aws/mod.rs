@@ -38,3 +38,104 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
         .load()
         .await
 }
+
+/// Counts AWS API requests by `service.operation` (every HTTP attempt, retries included), for the
+/// API-calls-per-job figures. Attach with [`Clients::counted`].
+#[derive(Debug, Clone, Default)]
+pub struct CallCounter {
+    calls: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+}
+
+impl CallCounter {
+    /// Requests so far, by `service.operation`.
+    pub fn snapshot(&self) -> std::collections::BTreeMap<String, u64> {
+        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+    }
+
+    pub fn total(&self) -> u64 {
+        self.snapshot().values().sum()
+    }
+
+    pub fn reset(&self) {
+        if let Ok(mut c) = self.calls.lock() {
+            c.clear();
+        }
+    }
+}
+
+impl aws_smithy_runtime_api::client::interceptors::Intercept for CallCounter {
+    fn name(&self) -> &'static str {
+        "CallCounter"
+    }
+
+    fn read_before_transmit(
+        &self,
+        _context: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
+        _components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        let name = cfg
+            .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
+            .map_or_else(
+                || "unknown".to_owned(),
+                |m| format!("{}.{}", m.service(), m.name()),
+            );
+        if let Ok(mut c) = self.calls.lock() {
+            *c.entry(name).or_default() += 1;
+        }
+        Ok(())
+    }
+}
+
+/// One client per service, built once at INIT from one SDK configuration.
+#[derive(Debug, Clone)]
+pub struct Clients {
+    pub dynamodb: aws_sdk_dynamodb::Client,
+    pub sqs: aws_sdk_sqs::Client,
+    pub sfn: aws_sdk_sfn::Client,
+    pub s3: aws_sdk_s3::Client,
+    pub ses: aws_sdk_sesv2::Client,
+}
+
+impl Clients {
+    pub fn new(sdk: &aws_config::SdkConfig) -> Clients {
+        Clients {
+            dynamodb: aws_sdk_dynamodb::Client::new(sdk),
+            sqs: aws_sdk_sqs::Client::new(sdk),
+            sfn: aws_sdk_sfn::Client::new(sdk),
+            s3: aws_sdk_s3::Client::new(sdk),
+            ses: aws_sdk_sesv2::Client::new(sdk),
+        }
+    }
+
+    /// Clients whose every request is counted by `counter`.
+    pub fn counted(sdk: &aws_config::SdkConfig, counter: &CallCounter) -> Clients {
+        Clients {
+            dynamodb: aws_sdk_dynamodb::Client::from_conf(
+                aws_sdk_dynamodb::config::Builder::from(sdk)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            sqs: aws_sdk_sqs::Client::from_conf(
+                aws_sdk_sqs::config::Builder::from(sdk)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            sfn: aws_sdk_sfn::Client::from_conf(
+                aws_sdk_sfn::config::Builder::from(sdk)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            s3: aws_sdk_s3::Client::from_conf(
+                aws_sdk_s3::config::Builder::from(sdk)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            ses: aws_sdk_sesv2::Client::from_conf(
+                aws_sdk_sesv2::config::Builder::from(sdk)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+        }
+    }
+}
