@@ -5,7 +5,7 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo fmt-check clippy unit it-moto it-localstack deps schema bench smoke
+.PHONY: test demo fmt-check clippy unit it-moto it-localstack deps schema bench bench-lambda smoke
 
 ## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack).
 test:
@@ -18,7 +18,7 @@ test:
 	@scripts/phase.sh "integration tests on LocalStack" $(MAKE) --no-print-directory it-localstack
 	@scripts/phase.sh --summary
 
-## make demo: run Courier's send pipeline locally on the emulators and the SMTP server.
+## make demo: the local run on moto and Postfix (see README).
 demo:
 	@scripts/install-deps.sh moto smtp
 	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(CARGO) run -q -p courierctl -- demo
@@ -48,6 +48,11 @@ schema:
 ## make bench: print benchmark figures (medians) for the core.
 bench:
 	$(CARGO) run --release -q -p courier-bench
+
+## make bench-lambda: the release binary through a local Lambda Runtime API (cold start, RSS).
+bench-lambda:
+	@scripts/install-deps.sh moto smtp
+	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- bench/lambda-binary.sh 50
 
 smoke:
 	scripts/harness-smoke.sh

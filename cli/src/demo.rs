@@ -268,7 +268,7 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
                 k.as_str() == "Sent"
                     || k.as_str() == "BouncedPermanent"
                     || k.as_str() == "Suppressed"
-                    || k.starts_with("DeadLettered")
+                    || k.starts_with("DeadLettered_")
                     || k.as_str() == "DuplicatesSkipped"
             })
             .map(|(_, v)| *v)
@@ -294,7 +294,7 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
                 snapshot.get("Sent").copied().unwrap_or(0),
                 snapshot
                     .iter()
-                    .filter(|(k, _)| k.starts_with("DeadLettered"))
+                    .filter(|(k, _)| k.starts_with("DeadLettered_"))
                     .map(|(_, v)| v)
                     .sum::<u64>(),
             );

@@ -3,6 +3,7 @@
 //! # Layout
 //! - `classify`: classify SMTP replies, SES API errors and SES events (pure, offline).
 //! - `schema`: print the job contract's JSON Schema.
+//! - `provision`: create the resources on an emulator and print the function's settings.
 //! - `demo`: a demo campaign through the send pipeline against a real SMTP server.
 
 use std::io::Write;
@@ -12,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 mod classify_cmd;
 mod demo;
+mod provision_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -47,6 +49,16 @@ enum Command {
     },
     /// Print the JSON Schema of the job contract (EmailJob v1).
     Schema,
+    /// Create Courier's queues, tables, bucket and delay state machine on the emulator that
+    /// AWS_ENDPOINT_URL points at; prints the send function's settings as `export` lines.
+    Provision {
+        /// Name prefix of every resource.
+        #[arg(long, default_value = "courier-local")]
+        prefix: String,
+        /// Role the delay state machine runs as (emulators do not check it).
+        #[arg(long, default_value = "arn:aws:iam::123456789012:role/courier-local")]
+        role_arn: String,
+    },
     /// The local run: provision Courier on the emulator, enqueue a demo campaign with a realistic
     /// failure mix, drive the send handler against the real SMTP server, report (use `make demo`).
     Demo {
@@ -68,6 +80,7 @@ fn main() -> ExitCode {
             &mut out,
             &mut std::io::stderr(),
         ),
+        Command::Provision { prefix, role_arn } => provision_cmd::run(&prefix, &role_arn, &mut out),
         Command::Demo { jobs } => demo::run(jobs).or_else(|e| {
             eprintln!("courierctl demo: {e}");
             Ok(1)

@@ -674,7 +674,7 @@ impl Pipeline {
             }
         }
         warn!(category = category.as_str(), class = %verdict.class, rule = %verdict.rule, "dead-lettered");
-        Step::Done(Outcome::DeadLettered(category))
+        Step::Done(Outcome::DeadLettered(category, verdict.class))
     }
 
     /// An unparseable or invalid payload: dead letter with whatever ids could be salvaged.
@@ -717,7 +717,10 @@ impl Pipeline {
         match self.dead_letters.put(&letter).await {
             Ok(()) => {
                 warn!(code = rejected.error.code(), error = %rejected.error, "invalid job dead-lettered");
-                Step::Done(Outcome::DeadLettered(DeadLetterCategory::InvalidJob))
+                Step::Done(Outcome::DeadLettered(
+                    DeadLetterCategory::InvalidJob,
+                    ErrorClass::InvalidJob,
+                ))
             }
             Err(e) => Step::Fail(e.to_string()),
         }

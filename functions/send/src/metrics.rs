@@ -11,7 +11,7 @@ use courier::policy::DeadLetterCategory;
 pub enum Outcome {
     Sent { latency: Duration },
     Retried(ErrorClass),
-    DeadLettered(DeadLetterCategory),
+    DeadLettered(DeadLetterCategory, ErrorClass),
     Bounced,
     Suppressed,
     Duplicate,
@@ -35,7 +35,13 @@ impl Metrics {
                 "Sent".to_owned()
             }
             Outcome::Retried(class) => format!("Retried_{class}"),
-            Outcome::DeadLettered(category) => format!("DeadLettered_{}", category.as_str()),
+            Outcome::DeadLettered(category, class) => {
+                *self
+                    .counts
+                    .entry(format!("DeadLetteredClass_{class}"))
+                    .or_default() += 1;
+                format!("DeadLettered_{}", category.as_str())
+            }
             Outcome::Bounced => "BouncedPermanent".into(),
             Outcome::Suppressed => "Suppressed".into(),
             Outcome::Duplicate => "DuplicatesSkipped".into(),
@@ -98,10 +104,14 @@ mod tests {
         });
         m.count(Outcome::Retried(ErrorClass::Throttled));
         m.count(Outcome::Retried(ErrorClass::Throttled));
-        m.count(Outcome::DeadLettered(DeadLetterCategory::Poison));
+        m.count(Outcome::DeadLettered(
+            DeadLetterCategory::Poison,
+            ErrorClass::Poison,
+        ));
         let doc = m.to_emf("send", 1, &[("ses".into(), "closed->open".into())]);
         assert_eq!(doc["Retried_throttled"], 2);
         assert_eq!(doc["DeadLettered_poison"], 1);
+        assert_eq!(doc["DeadLetteredClass_poison"], 1);
         assert_eq!(doc["SendLatency"][0], 12.0);
         assert_eq!(doc["BreakerTransitions"], 1);
         let names: Vec<&str> = doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]

@@ -499,3 +499,18 @@ async fn successes_while_closed_write_nothing() {
     assert_eq!(store.saves.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert_eq!(store.loads.load(std::sync::atomic::Ordering::Relaxed), 1);
 }
+
+#[tokio::test]
+async fn an_all_failed_batch_reports_every_record() {
+    let w = world_with(MemoryMailer::accepting("ses"));
+    w.status.fail_claims.set(3);
+    let records = (0..3)
+        .map(|i| rec(&format!("f{i}"), job(&format!("f{i}"), "x@example.org")))
+        .collect();
+    let report = w.run(records).await;
+    let mut failures = report.failures.clone();
+    failures.sort();
+    assert_eq!(failures, vec!["f0", "f1", "f2"]);
+    assert_eq!(report.response().batch_item_failures.len(), 3);
+    assert_eq!(w.mailer.sent_count(), 0);
+}

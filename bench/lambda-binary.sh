@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# bench/lambda-binary.sh [BATCHES]
+#
+# Runs the send function's release binary (what is deployed as `bootstrap`) through a local Lambda
+# Runtime API (bench/runtime_api.py) on BATCHES SQS events of 10 jobs each, against the emulator
+# and SMTP server the harness started, and prints: time from process start to its first request
+# for work (cold start to ready), first-event latency, median and p90 event latency, peak RSS
+# (VmHWM) and the binary's size. Every batch response is checked: no failures expected.
+#
+#   scripts/with-harness.sh moto -- bench/lambda-binary.sh 50      (or: make bench-lambda)
+set -euo pipefail
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+BATCHES=${1:-50}
+: "${AWS_ENDPOINT_URL:?run through scripts/with-harness.sh}"
+: "${COURIER_SMTP_PORT:?run through scripts/with-harness.sh}"
+
+cargo build --release -q -p courier-send -p courierctl --manifest-path "$REPO/Cargo.toml"
+BIN=$REPO/target/release/courier-send
+CTL=$REPO/target/release/courierctl
+WORK=$(mktemp -d)
+trap 'kill "${FN:-}" "${RT:-}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+eval "$("$CTL" provision --prefix "lambda-$$")"
+python3 - "$BATCHES" "$WORK/events.jsonl" <<'PY'
+import json, sys, uuid
+batches, out = int(sys.argv[1]), sys.argv[2]
+with open(out, "w") as f:
+    for b in range(batches):
+        records = []
+        for i in range(10):
+            n = b * 10 + i
+            job = {"version": 1, "message_id": f"lambda-{n}", "campaign_id": "bench",
+                   "from": "bench@courier.test", "to": [f"reader{n}@courier.test"],
+                   "content": {"subject": f"Bench {n}", "text": "Hello from the release binary."}}
+            records.append({"messageId": str(uuid.uuid4()), "receiptHandle": "rh", "body": json.dumps(job),
+                            "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {},
+                            "md5OfBody": "", "eventSource": "aws:sqs",
+                            "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:bench", "awsRegion": "us-east-1"})
+        f.write(json.dumps({"Records": records}) + "\n")
+PY
+PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+python3 "$REPO/bench/runtime_api.py" --port "$PORT" --events "$WORK/events.jsonl" --out "$WORK/result.json" --start-file "$WORK/start" &
+RT=$!
+for _ in $(seq 50); do (echo > "/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
+
+date +%s%N > "$WORK/start"
+AWS_LAMBDA_RUNTIME_API=127.0.0.1:$PORT AWS_LAMBDA_FUNCTION_NAME=courier-send \
+AWS_LAMBDA_FUNCTION_MEMORY_SIZE=128 AWS_LAMBDA_FUNCTION_VERSION='$LATEST' \
+AWS_LAMBDA_LOG_STREAM_NAME=local AWS_LAMBDA_LOG_GROUP_NAME=/aws/lambda/courier-send \
+COURIER_PROVIDERS=smtp COURIER_SMTP_TLS=none \
+    "$BIN" > "$WORK/function.log" 2>&1 &
+FN=$!
+peak=0
+while kill -0 "$RT" 2>/dev/null; do
+    hwm=$(awk '/VmHWM/ {print $2}' "/proc/$FN/status" 2>/dev/null || echo 0)
+    [ "${hwm:-0}" -gt "$peak" ] && peak=$hwm
+    if ! kill -0 "$FN" 2>/dev/null; then
+        echo "the function exited early; its log:" >&2
+        tail -20 "$WORK/function.log" >&2
+        exit 1
+    fi
+    sleep 0.05
+done
+wait "$RT"
+hwm=$(awk '/VmHWM/ {print $2}' "/proc/$FN/status" 2>/dev/null || echo 0)
+[ "${hwm:-0}" -gt "$peak" ] && peak=$hwm
+kill "$FN" 2>/dev/null || true
+
+python3 - "$WORK/result.json" "$peak" "$BIN" "$WORK/function.log" <<'PY'
+import json, os, statistics, sys
+result, peak_kb, binary, log = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+if result["errors"]:
+    sys.exit(f"invocation errors: {result['errors'][:3]}")
+failures = [r for r in result["results"] if r["response"].get("batchItemFailures")]
+if failures or len(result["results"]) != result["events"]:
+    sys.exit(f"{len(failures)} batches reported failures, {len(result['results'])}/{result['events']} answered: {failures[:2]}")
+lat = [r["latency_ms"] for r in result["results"]]
+emf = sum(1 for line in open(log) if '"_aws"' in line)
+print(f"release binary: {os.path.getsize(binary) / 1e6:.1f} MB ({binary})")
+print(f"ready after process start (cold start): {result['ready_ms']:.1f} ms")
+print(f"first event (batch of 10): {lat[0]:.1f} ms")
+print(f"event latency over {len(lat)} batches of 10: median {statistics.median(lat):.1f} ms, p90 {sorted(lat)[int(len(lat) * 0.9)]:.1f} ms")
+print(f"peak RSS (VmHWM): {peak_kb / 1024:.1f} MB")
+print(f"batch responses: {len(lat)} checked, no failures; EMF metric documents logged: {emf}")
+PY
