@@ -602,3 +602,48 @@ async fn aws_api_calls_per_job() {
     // receive/delete share of two batches, plus the breaker's once-per-batch write.
     assert!(per_job <= 7.0, "{per_job:.2}: {calls:?}");
 }
+
+#[tokio::test]
+async fn a_timeout_is_ambiguous_retried_after_the_grace_window_then_dead_lettered() {
+    let mut stack = Stack::create(&["smtp"]).await;
+    if let Some(smtp) = stack.resources.smtp.as_mut() {
+        smtp.port = require_env("COURIER_SMTP_SLOW_PORT").parse().unwrap();
+        smtp.timeout = Duration::from_secs(2);
+    }
+    enqueue(
+        &stack,
+        &[job(&stack, "slow", "slow@courier.test").to_string()],
+    )
+    .await;
+    let p = pipeline(&stack, config());
+    let d = driver(&stack);
+    // First attempt: no reply within 2 s. The relay may have the message: unknown, not resent
+    // before the grace window (3 s here).
+    let started = Instant::now();
+    while status_of(&stack, "slow").await != Some(Status::Unknown)
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        d.poll_once(&p, "slow").await.unwrap();
+    }
+    assert_eq!(status_of(&stack, "slow").await, Some(Status::Unknown));
+    run_until(&stack, &p, Duration::from_secs(40), async || {
+        status_of(&stack, "slow").await == Some(Status::DeadLettered)
+    })
+    .await;
+    let letters = letters(&stack).await;
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        (letters[0].category.as_str(), letters[0].class),
+        ("retries_exhausted", ErrorClass::Network)
+    );
+    assert!(
+        letters[0].reason.contains("unknown"),
+        "{}",
+        letters[0].reason
+    );
+    assert_eq!(letters[0].history.len(), 2, "two timed-out attempts");
+    assert!(
+        started.elapsed() >= Duration::from_secs(5),
+        "the retry waited out the grace window"
+    );
+}

@@ -74,8 +74,11 @@ pub struct RecordIn {
 enum Step {
     /// Its next home is written: acknowledge.
     Done(Outcome),
-    /// Must be redelivered (a write failed, or another invocation holds it).
+    /// Must be redelivered (a write failed, or another invocation holds it); the lease is
+    /// released so the redelivered copy can claim at once.
     Fail(String),
+    /// Must be redelivered, and the status written meanwhile (`unknown`) must stay.
+    FailKeepStatus(String),
     /// Acknowledge once this re-enqueue is written, then write `then` (status `deferred`).
     Requeue {
         requeue: Requeue,
@@ -162,7 +165,7 @@ impl Pipeline {
         for (id, step) in steps {
             match step {
                 Step::Done(outcome) => report.metrics.count(outcome),
-                Step::Fail(reason) => {
+                Step::Fail(reason) | Step::FailKeepStatus(reason) => {
                     warn!(sqs_message_id = %id, reason = %reason, "record left for redelivery");
                     report.metrics.count(Outcome::Failed);
                     report.failures.push(id);
@@ -193,9 +196,15 @@ impl Pipeline {
                     Err(e) => {
                         warn!(sqs_message_id = %id, error = %e, "re-enqueue failed; record left for redelivery");
                         if let Some(update) = then {
-                            // Release our lease so the redelivered copy can claim at once.
+                            // Release our lease so the redelivered copy can claim at once, or,
+                            // when the send may have happened, leave it waiting as `unknown`.
+                            let status = if update.status == Status::Unknown {
+                                Status::Unknown
+                            } else {
+                                Status::Deferred
+                            };
                             let release = StatusUpdate {
-                                status: Status::Deferred,
+                                status,
                                 attempt: update.attempt.saturating_sub(1),
                                 ..update.clone()
                             };
@@ -387,7 +396,7 @@ impl Pipeline {
                         format!("template {id:?} does not exist"),
                     );
                     return self
-                        .after_failure(incoming, verdict, None, now, owner)
+                        .after_failure(incoming, verdict, None, now, owner, false)
                         .await;
                 }
                 Err(TemplateError::Store(e)) => return Step::Fail(e.to_string()),
@@ -399,7 +408,7 @@ impl Pipeline {
             Err(e) => {
                 let verdict = Verdict::local(ErrorClass::Rendering, "render", e.to_string());
                 return self
-                    .after_failure(incoming, verdict, None, now, owner)
+                    .after_failure(incoming, verdict, None, now, owner, false)
                     .await;
             }
         };
@@ -408,7 +417,7 @@ impl Pipeline {
             Err(e) => {
                 let verdict = Verdict::local(ErrorClass::InvalidJob, "build", e);
                 return self
-                    .after_failure(incoming, verdict, None, now, owner)
+                    .after_failure(incoming, verdict, None, now, owner, false)
                     .await;
             }
         };
@@ -462,24 +471,17 @@ impl Pipeline {
                     let counts = failure.verdict.class.counts_against_provider();
                     self.breakers.record(&name, counts, done).await;
                     if failure.ambiguous {
-                        let update = self.update(
-                            job.message_id.clone(),
-                            owner.to_owned(),
-                            Status::Unknown,
-                            incoming.attempt,
-                            done,
-                        );
-                        if let Err(e) = self.status.finish(&update).await {
-                            return Step::Fail(e.to_string());
-                        }
-                        warn!(provider = %name, class = %failure.verdict.class, "outcome ambiguous; waiting for provider evidence");
-                        let wait = self.config.ambiguity_grace.as_secs().max(1);
-                        return self
-                            .requeue_same_incoming(incoming, wait, Outcome::Ambiguous)
-                            .await;
+                        warn!(provider = %name, class = %failure.verdict.class, "outcome ambiguous; the retry waits for provider evidence");
                     }
-                    self.after_failure(incoming, failure.verdict, Some(name), done, owner)
-                        .await
+                    self.after_failure(
+                        incoming,
+                        failure.verdict,
+                        Some(name),
+                        done,
+                        owner,
+                        failure.ambiguous,
+                    )
+                    .await
                 }
             };
         }
@@ -489,11 +491,15 @@ impl Pipeline {
             "breaker-open",
             format!("every provider's circuit is open until {retry_at}"),
         );
-        self.after_failure(incoming, verdict, None, now, owner)
+        self.after_failure(incoming, verdict, None, now, owner, false)
             .await
     }
 
     /// Classifies and acts on a failure (steps 8): retry, dead letter or terminal status.
+    ///
+    /// An `ambiguous` failure (the provider may have the message) counts as an attempt like any
+    /// other, but the job is marked `unknown` and its retry waits at least the grace window, so
+    /// provider events can resolve it before anything is sent again.
     async fn after_failure(
         &self,
         incoming: &Incoming,
@@ -501,6 +507,7 @@ impl Pipeline {
         provider: Option<String>,
         now: DateTime<Utc>,
         owner: &str,
+        ambiguous: bool,
     ) -> Step {
         let job = &incoming.job;
         let decision = {
@@ -523,6 +530,17 @@ impl Pipeline {
                 mechanism,
                 spends_attempt,
             } => {
+                let (delay, mechanism) = if ambiguous {
+                    let delay = delay.max(self.config.ambiguity_grace);
+                    let mechanism = if delay.as_secs() <= courier::policy::MAX_QUEUE_DELAY_SECS {
+                        DelayMechanism::QueueDelay
+                    } else {
+                        DelayMechanism::StateMachine
+                    };
+                    (delay, mechanism)
+                } else {
+                    (delay, mechanism)
+                };
                 let mut retry = incoming.retry.clone();
                 retry.record(verdict.class, spends_attempt, delay.as_secs(), now);
                 let mut history = incoming.history.clone();
@@ -538,16 +556,25 @@ impl Pipeline {
                     body: next_body(incoming, retry, history),
                     delay_secs: delay.as_secs(),
                 };
+                let waiting = if ambiguous {
+                    Status::Unknown
+                } else {
+                    Status::Deferred
+                };
                 let mut then = self.update(
                     job.message_id.clone(),
                     owner.to_owned(),
-                    Status::Deferred,
+                    waiting,
                     incoming.attempt + 1,
                     now,
                 );
                 then.provider = provider;
                 info!(class = %verdict.class, rule = %verdict.rule, delay_s = delay.as_secs(), ?mechanism, "retry scheduled");
-                let outcome = Outcome::Retried(verdict.class);
+                let outcome = if ambiguous {
+                    Outcome::Ambiguous
+                } else {
+                    Outcome::Retried(verdict.class)
+                };
                 match mechanism {
                     DelayMechanism::QueueDelay => Step::Requeue {
                         requeue,
@@ -562,11 +589,21 @@ impl Pipeline {
                             }
                             Step::Done(outcome)
                         }
+                        Err(e) if ambiguous => {
+                            self.fail_ambiguous(incoming, owner, e.to_string()).await
+                        }
                         Err(e) => Step::Fail(e.to_string()),
                     },
                 }
             }
             Decision::DeadLetter { category, reason } => {
+                let reason = if ambiguous {
+                    format!(
+                        "{reason}; the last attempt's outcome is unknown (the provider may have sent it)"
+                    )
+                } else {
+                    reason
+                };
                 self.dead_letter(
                     incoming,
                     &verdict,
@@ -735,26 +772,20 @@ impl Pipeline {
         self.schedule_same(requeue, Outcome::Ambiguous).await
     }
 
-    async fn requeue_same_incoming(
-        &self,
-        incoming: &Incoming,
-        wait: u64,
-        outcome: Outcome,
-    ) -> Step {
-        // Same generation: the copy's claim will find `unknown` and honour the grace window.
-        let body = if incoming.attempt == 0 {
-            incoming.original.clone()
-        } else {
-            let mut again = incoming.clone();
-            again.attempt -= 1;
-            next_body(&again, incoming.retry.clone(), incoming.history.clone())
-        };
-        let requeue = Requeue {
-            message_id: incoming.job.message_id.clone(),
-            body,
-            delay_secs: wait,
-        };
-        self.schedule_same(requeue, outcome).await
+    /// A failure after an ambiguous send: mark the job `unknown` (so the redelivered copy waits
+    /// for provider evidence) and leave the record for redelivery.
+    async fn fail_ambiguous(&self, incoming: &Incoming, owner: &str, reason: String) -> Step {
+        let update = self.update(
+            incoming.job.message_id.clone(),
+            owner.to_owned(),
+            Status::Unknown,
+            incoming.attempt,
+            self.now(),
+        );
+        if let Err(e) = self.status.finish(&update).await {
+            warn!(error = %e, "could not mark the ambiguous job unknown");
+        }
+        Step::FailKeepStatus(reason)
     }
 
     async fn schedule_same(&self, requeue: Requeue, outcome: Outcome) -> Step {

@@ -514,3 +514,50 @@ async fn an_all_failed_batch_reports_every_record() {
     assert_eq!(report.response().batch_item_failures.len(), 3);
     assert_eq!(w.mailer.sent_count(), 0);
 }
+
+#[tokio::test]
+async fn repeated_ambiguous_sends_are_bounded_by_the_policy() {
+    let w = world_with(MemoryMailer::with(
+        "ses",
+        Box::new(|_| {
+            Err(SendFailure {
+                verdict: courier::classify::Verdict::local(
+                    ErrorClass::Network,
+                    "timeout",
+                    "timed out after sending",
+                ),
+                ambiguous: true,
+                source: None,
+            })
+        }),
+    ));
+    let mut body = job("amb-loop", "a@example.org");
+    for round in 0..10 {
+        let report = w.run(vec![rec("a", body.clone())]).await;
+        assert!(report.failures.is_empty(), "round {round}");
+        let next = w.scheduler.queued.lock().unwrap().pop();
+        match next {
+            Some(requeue) => {
+                assert!(requeue.delay_secs >= 900, "waits out the grace window");
+                assert_eq!(w.status_of("amb-loop"), Some(Status::Unknown));
+                body = requeue.body;
+                w.clock.advance(requeue.delay_secs as i64);
+            }
+            None => {
+                // Network allows 5 retries: the sixth ambiguous failure is dead-lettered, with
+                // the uncertainty in the reason.
+                assert_eq!(round, 5);
+                let letters = w.dead.letters.lock().unwrap();
+                assert_eq!(letters.len(), 1);
+                assert!(
+                    letters[0].reason.contains("unknown"),
+                    "{}",
+                    letters[0].reason
+                );
+                assert_eq!(w.status_of("amb-loop"), Some(Status::DeadLettered));
+                return;
+            }
+        }
+    }
+    panic!("ambiguous retries never ended");
+}
