@@ -174,6 +174,7 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
     let resources = Resources {
         queue_url: stack.queue_url.clone(),
         dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
+        letter_index_table: stack.letter_index_table.clone(),
         status_table: stack.status_table.clone(),
         suppression_table: stack.suppression_table.clone(),
         breaker_table: stack.control_table.clone(),

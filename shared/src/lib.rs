@@ -9,6 +9,7 @@
 //! - [`status`]: the forward-only job status machine.
 //! - [`breaker`]: the circuit breaker state machine.
 //! - [`delay`]: the delay state machine definition and its input.
+//! - [`letters`]: dead letters: ids, states, archive ages and layout, search filters.
 //! - [`envelope`]: the queue message format (bare jobs and retry envelopes).
 //! - [`render`]: strict template rendering.
 //! - [`ports`]: the narrow capabilities the pipeline needs; [`memory`] implements each in memory.
@@ -25,6 +26,7 @@ pub mod classify;
 pub mod delay;
 pub mod envelope;
 pub mod job;
+pub mod letters;
 pub mod memory;
 pub mod policy;
 pub mod ports;

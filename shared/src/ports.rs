@@ -284,6 +284,69 @@ pub trait DeadLetterSink: Send + Sync {
     async fn put(&self, letter: &DeadLetter) -> Result<(), StoreError>;
 }
 
+/// A dead letter's copy on the dead-letter queue, as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedLetter {
+    /// Receipt handle for delete / hide.
+    pub receipt: String,
+    /// The queue's own message id.
+    pub queue_message_id: String,
+    pub body: String,
+    /// When the queue first got it.
+    pub sent_at: DateTime<Utc>,
+}
+
+/// A dead-letter queue as the archiver sees it.
+#[async_trait::async_trait]
+pub trait LetterQueue: Send + Sync {
+    /// Up to `max` (1..=10) messages, hidden from other receivers for `hide`.
+    async fn receive(
+        &self,
+        max: usize,
+        hide: std::time::Duration,
+    ) -> Result<Vec<QueuedLetter>, StoreError>;
+    async fn delete(&self, receipts: &[String]) -> Result<(), StoreError>;
+    /// Makes a received message invisible for `hide` more (at most 12 h).
+    async fn hide(&self, receipt: &str, hide: std::time::Duration) -> Result<(), StoreError>;
+}
+
+/// The searchable dead-letter index: one item per letter, the truth about its state.
+#[async_trait::async_trait]
+pub trait LetterIndex: Send + Sync {
+    /// Adds a letter; false (and no change) when its id is already indexed.
+    async fn put_new(&self, letter: &crate::letters::IndexedLetter) -> Result<bool, StoreError>;
+    /// The indexed letters among `ids` (missing ids are left out).
+    async fn get_many(
+        &self,
+        ids: &[String],
+    ) -> Result<Vec<crate::letters::IndexedLetter>, StoreError>;
+    /// Moves a letter from `from` to `to` (conditionally); sets or clears `archive_key` and
+    /// appends `audit`. False when the letter was not in `from`.
+    async fn transition(
+        &self,
+        id: &str,
+        from: crate::letters::LetterState,
+        to: crate::letters::LetterState,
+        archive_key: Option<&str>,
+        audit: Option<&str>,
+    ) -> Result<bool, StoreError>;
+    /// Letters matching `filter`, newest first, at most `limit`, continuing after `cursor`.
+    async fn search(
+        &self,
+        filter: &crate::letters::LetterFilter,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<(Vec<crate::letters::IndexedLetter>, Option<String>), StoreError>;
+}
+
+/// Where archived letters go.
+#[async_trait::async_trait]
+pub trait ArchiveStore: Send + Sync {
+    /// Writes a new object; false (nothing written) when `key` already exists.
+    async fn put_new(&self, key: &str, bytes: Vec<u8>) -> Result<bool, StoreError>;
+    async fn exists(&self, key: &str) -> Result<bool, StoreError>;
+}
+
 /// The suppression list.
 #[async_trait::async_trait]
 pub trait SuppressionList: Send + Sync {

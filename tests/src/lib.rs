@@ -76,6 +76,7 @@ pub struct Stack {
     pub redrive_dlq_url: String,
     pub queue_arn: String,
     pub sender: String,
+    pub archive_bucket: String,
 }
 
 /// maxReceiveCount of the send queue in tests.
@@ -118,6 +119,7 @@ impl Stack {
             resources: courier_send::config::Resources {
                 queue_url: stack.queue_url,
                 dead_letter_queue_url: stack.dead_letter_queue_url,
+                letter_index_table: stack.letter_index_table.clone(),
                 status_table: stack.status_table,
                 suppression_table: stack.suppression_table,
                 breaker_table: stack.control_table,
@@ -130,6 +132,7 @@ impl Stack {
             redrive_dlq_url: stack.redrive_dlq_url,
             queue_arn: stack.queue_arn,
             sender,
+            archive_bucket: stack.archive_bucket,
         }
     }
 

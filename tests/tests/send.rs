@@ -236,7 +236,10 @@ async fn every_smtp_class_ends_where_it_should() {
     );
 
     let letters = letters(&stack).await;
-    let by_id: HashMap<String, &DeadLetter> = letters.iter().map(|l| (l.id.clone(), l)).collect();
+    let by_id: HashMap<String, &DeadLetter> = letters
+        .iter()
+        .filter_map(|l| l.message_id.clone().map(|m| (m, l)))
+        .collect();
     let category = |id: &str| by_id.get(id).map(|l| l.category.as_str()).unwrap_or("none");
     assert_eq!(category("policy"), "needs_review");
     assert_eq!(category("unrenderable"), "needs_review");

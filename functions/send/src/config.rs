@@ -55,6 +55,8 @@ pub enum ConfigError {
 pub struct Resources {
     pub queue_url: String,
     pub dead_letter_queue_url: String,
+    /// The dead-letter index (DynamoDB), written with every dead letter.
+    pub letter_index_table: String,
     pub status_table: String,
     pub suppression_table: String,
     pub breaker_table: String,
@@ -167,6 +169,7 @@ impl SendConfig {
         let resources = Resources {
             queue_url: required(&lookup, "COURIER_QUEUE_URL")?,
             dead_letter_queue_url: required(&lookup, "COURIER_DEAD_LETTER_QUEUE_URL")?,
+            letter_index_table: required(&lookup, "COURIER_LETTER_INDEX_TABLE")?,
             status_table: required(&lookup, "COURIER_STATUS_TABLE")?,
             suppression_table: required(&lookup, "COURIER_SUPPRESSION_TABLE")?,
             breaker_table: required(&lookup, "COURIER_BREAKER_TABLE")?,
@@ -190,6 +193,7 @@ mod tests {
         [
             ("COURIER_QUEUE_URL", "q"),
             ("COURIER_DEAD_LETTER_QUEUE_URL", "dlq"),
+            ("COURIER_LETTER_INDEX_TABLE", "idx"),
             ("COURIER_STATUS_TABLE", "s"),
             ("COURIER_SUPPRESSION_TABLE", "sup"),
             ("COURIER_BREAKER_TABLE", "b"),

@@ -29,6 +29,7 @@ use courier::breaker::Admission;
 use courier::classify::{ErrorClass, Verdict};
 use courier::envelope::{Incoming, next_body, parse_body};
 use courier::job::{Rejected, fingerprint, parse_mailbox};
+use courier::letters::letter_id;
 use courier::policy::{DeadLetterCategory, Decision, DelayMechanism, RetryPolicy};
 use courier::ports::{
     AttemptRecord, ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, Mailer,
@@ -672,7 +673,11 @@ impl Pipeline {
         let mut history = incoming.history.clone();
         history.push(attempt_record(verdict, provider.clone(), now, true, None));
         let letter = DeadLetter {
-            id: job.message_id.clone(),
+            id: letter_id(
+                Some(&job.message_id),
+                &fingerprint(incoming.original.as_bytes()),
+                incoming.attempt,
+            ),
             category,
             reason,
             message_id: Some(job.message_id.clone()),
@@ -728,10 +733,7 @@ impl Pipeline {
             rejected.error.to_string(),
         );
         let letter = DeadLetter {
-            id: rejected
-                .message_id
-                .clone()
-                .unwrap_or_else(|| print.to_owned()),
+            id: letter_id(rejected.message_id.as_deref(), print, 0),
             category: DeadLetterCategory::InvalidJob,
             reason: rejected.error.to_string(),
             message_id: rejected.message_id.clone(),

@@ -164,7 +164,7 @@ async fn bad_input_is_dead_lettered_without_disturbing_neighbours() {
     assert_eq!(
         letters
             .iter()
-            .find(|l| l.id == "m2")
+            .find(|l| l.message_id.as_deref() == Some("m2"))
             .unwrap()
             .raw_code
             .as_deref(),

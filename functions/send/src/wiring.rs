@@ -5,8 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier::aws::{
-    Clients, DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList, S3TemplateStore,
-    SesMailer, SqsDeadLetterSink, SqsRetryScheduler,
+    Clients, DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore,
+    DynamoDbSuppressionList, IndexedDeadLetterSink, S3TemplateStore, SesMailer, SqsDeadLetterSink,
+    SqsRetryScheduler,
 };
 use courier::ports::{Mailer, SystemClock};
 use courier::random::SeededRandom;
@@ -89,9 +90,9 @@ pub fn wire(
             &resources.queue_url,
             &resources.delay_state_machine_arn,
         )),
-        dead_letters: Arc::new(SqsDeadLetterSink::new(
-            sqs,
-            &resources.dead_letter_queue_url,
+        dead_letters: Arc::new(IndexedDeadLetterSink::new(
+            DynamoDbLetterIndex::new(dynamodb.clone(), &resources.letter_index_table),
+            SqsDeadLetterSink::new(sqs, &resources.dead_letter_queue_url),
         )),
         suppression: Arc::new(DynamoDbSuppressionList::new(
             dynamodb,

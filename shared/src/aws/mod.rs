@@ -4,12 +4,14 @@
 //! the same code runs against the emulators and AWS.
 
 pub mod dynamodb;
+pub mod letters;
 pub mod provision;
 pub mod s3;
 pub mod ses;
 pub mod sqs;
 
 pub use dynamodb::{DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList};
+pub use letters::{DynamoDbLetterIndex, IndexedDeadLetterSink, S3ArchiveStore, SqsLetterQueue};
 pub use s3::S3TemplateStore;
 pub use ses::SesMailer;
 pub use sqs::{SqsDeadLetterSink, SqsRetryScheduler};

@@ -1,6 +1,6 @@
 //! Creates Courier's resources with the SDK, for the local run and the integration tests:
-//! the send queue with its redrive DLQ, the dead-letter queue, the status, suppression and
-//! control tables, the template bucket and the delay state machine.
+//! the send queue with its redrive DLQ, the dead-letter queue, the status, suppression, control
+//! and letter-index tables, the template and archive buckets and the delay state machine.
 
 use std::time::Duration;
 
@@ -26,6 +26,10 @@ pub struct Provisioned {
     pub control_table: String,
     pub template_bucket: String,
     pub delay_state_machine_arn: String,
+    /// The searchable dead-letter index.
+    pub letter_index_table: String,
+    /// Where the archiver writes archived dead letters.
+    pub archive_bucket: String,
 }
 
 /// Settings of the send queue.
@@ -144,13 +148,22 @@ pub async fn provision(
         &[("pk", KeyType::Hash), ("sk", KeyType::Range)],
     )
     .await?;
+    let letter_index_table = create_table(
+        &dynamodb,
+        &format!("{prefix}-letters-index"),
+        &[("letter_id", KeyType::Hash)],
+    )
+    .await?;
     let template_bucket = format!("{prefix}-templates").to_lowercase();
-    aws_sdk_s3::Client::new(sdk)
-        .create_bucket()
-        .bucket(&template_bucket)
-        .send()
-        .await
-        .map_err(store_error("create bucket"))?;
+    let archive_bucket = format!("{prefix}-archive").to_lowercase();
+    let s3 = aws_sdk_s3::Client::new(sdk);
+    for bucket in [&template_bucket, &archive_bucket] {
+        s3.create_bucket()
+            .bucket(bucket)
+            .send()
+            .await
+            .map_err(store_error("create bucket"))?;
+    }
     let delay_state_machine_arn = aws_sdk_sfn::Client::new(sdk)
         .create_state_machine()
         .name(format!("{prefix}-delay"))
@@ -170,5 +183,7 @@ pub async fn provision(
         control_table,
         template_bucket,
         delay_state_machine_arn,
+        letter_index_table,
+        archive_bucket,
     })
 }

@@ -1,0 +1,273 @@
+//! The archiver on in-memory ports, with a crash injected at every step.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use courier::classify::ErrorClass;
+use courier::letters::{ArchiveAges, LetterState};
+use courier::memory::*;
+use courier::policy::DeadLetterCategory;
+use courier::ports::{Clock, DeadLetter, LetterIndex};
+
+use super::*;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+struct World {
+    archiver: Archiver,
+    letters: Arc<MemoryLetterQueue>,
+    redrive: Arc<MemoryLetterQueue>,
+    index: Arc<MemoryLetterIndex>,
+    archive: Arc<MemoryArchive>,
+    clock: Arc<ManualClock>,
+    old_ids: Vec<String>,
+}
+
+fn record(id: &str, category: DeadLetterCategory, at: DateTime<Utc>) -> DeadLetter {
+    DeadLetter {
+        id: id.into(),
+        category,
+        reason: "r".into(),
+        message_id: Some(id.into()),
+        campaign_id: Some("c".into()),
+        trace_id: None,
+        recipients: vec!["a@example.org".into()],
+        provider: Some("smtp".into()),
+        class: ErrorClass::ContentRejected,
+        rule: "rule".into(),
+        raw_code: Some("554".into()),
+        raw_text: Some("no".into()),
+        attempts: 1,
+        history: vec![],
+        first_failure_at: at,
+        last_failure_at: at,
+        fingerprint: "f".into(),
+        payload: Some("{}".into()),
+        payload_base64: None,
+    }
+}
+
+async fn world() -> World {
+    let clock = Arc::new(ManualClock::new(t0()));
+    let letters = Arc::new(MemoryLetterQueue::new(clock.clone()));
+    let redrive = Arc::new(MemoryLetterQueue::new(clock.clone()));
+    let index = Arc::new(MemoryLetterIndex::default());
+    let archive = Arc::new(MemoryArchive::default());
+    let categories = [
+        DeadLetterCategory::Poison,
+        DeadLetterCategory::NeedsReview,
+        DeadLetterCategory::InvalidJob,
+    ];
+    let mut old_ids = Vec::new();
+    for i in 0..25 {
+        let category = categories[i % 3];
+        // 20 old (past every age), 5 young (1 day).
+        let at = if i < 20 {
+            t0() - chrono::Duration::days(20 + (i as i64 % 2))
+        } else {
+            t0() - chrono::Duration::days(1)
+        };
+        let r = record(&format!("l{i}"), category, at);
+        // The send function indexes the letter, then queues it.
+        index.put_new(&indexed(r.clone())).await.unwrap();
+        letters.push(serde_json::to_string(&r).unwrap());
+        if i < 20 {
+            old_ids.push(r.id.clone());
+        }
+    }
+    for i in 0..3 {
+        redrive.push(format!(r#"{{"version":1,"message_id":"raw-{i}"}}"#));
+    }
+    let archiver = Archiver {
+        queues: vec![
+            (QueueKind::Letters, letters.clone()),
+            (QueueKind::Redrive, redrive.clone()),
+        ],
+        index: index.clone(),
+        archive: archive.clone(),
+        ages: ArchiveAges::default(),
+        clock: clock.clone(),
+        margin: Duration::from_secs(10),
+        hide: Duration::from_secs(300),
+    };
+    World {
+        archiver,
+        letters,
+        redrive,
+        index,
+        archive,
+        clock,
+        old_ids,
+    }
+}
+
+impl World {
+    /// Every letter id in every archive object, with how often it appears.
+    fn archived(&self) -> BTreeMap<String, usize> {
+        let mut seen = BTreeMap::new();
+        for bytes in self.archive.objects.lock().unwrap().values() {
+            for l in decode(bytes).unwrap() {
+                *seen.entry(l.letter_id).or_insert(0) += 1;
+            }
+        }
+        seen
+    }
+
+    fn deadline(&self) -> DateTime<Utc> {
+        self.clock.now() + chrono::Duration::seconds(300)
+    }
+}
+
+#[tokio::test]
+async fn old_letters_are_archived_once_young_ones_wait_and_raw_ones_are_indexed() {
+    let w = world().await;
+    let report = w.archiver.run("run1", w.deadline()).await.unwrap();
+    assert_eq!(report.archived, 20);
+    assert_eq!(report.indexed_raw, 3);
+    let archived = w.archived();
+    assert_eq!(archived.keys().cloned().collect::<Vec<_>>().len(), 20);
+    assert!(archived.values().all(|n| *n == 1));
+    assert!(w.old_ids.iter().all(|id| archived.contains_key(id)));
+    // Objects are partitioned by category and day, and compressed.
+    for key in w.archive.objects.lock().unwrap().keys() {
+        assert!(
+            key.starts_with("dead-letters/category=")
+                && key.contains("/dt=")
+                && key.ends_with(".jsonl.gz"),
+            "{key}"
+        );
+    }
+    // Young letters and raw redrives stay queued (hidden), indexed as live.
+    assert_eq!(w.letters.len(), 5);
+    assert_eq!(w.redrive.len(), 3);
+    let raw = w.index.get_many(&["redriven#q0".to_owned()]).await.unwrap();
+    assert_eq!(
+        (raw[0].record.category, raw[0].state),
+        (DeadLetterCategory::Redriven, LetterState::Live)
+    );
+    assert_eq!(raw[0].record.message_id.as_deref(), Some("raw-0"));
+    // A later run, after the young ones aged, archives them too; nothing twice.
+    w.clock.advance(15 * 86_400);
+    w.letters.reveal_all();
+    w.redrive.reveal_all();
+    let report = w.archiver.run("run2", w.deadline()).await.unwrap();
+    assert_eq!(report.archived, 8);
+    assert_eq!(w.archived().len(), 28);
+    assert!(w.archived().values().all(|n| *n == 1));
+    assert!(w.letters.is_empty() && w.redrive.is_empty());
+}
+
+#[tokio::test]
+async fn replayed_and_discarded_letters_are_dropped_not_archived() {
+    let w = world().await;
+    w.index
+        .transition(
+            "l0",
+            LetterState::Live,
+            LetterState::Replayed,
+            None,
+            Some("replayed by ann"),
+        )
+        .await
+        .unwrap();
+    w.index
+        .transition(
+            "l1",
+            LetterState::Live,
+            LetterState::Discarded,
+            None,
+            Some("discarded by bob"),
+        )
+        .await
+        .unwrap();
+    let report = w.archiver.run("run1", w.deadline()).await.unwrap();
+    assert_eq!(report.dropped, 2);
+    assert_eq!(report.archived, 18);
+    assert!(!w.archived().contains_key("l0") && !w.archived().contains_key("l1"));
+}
+
+/// Crashes the first run at the k-th call of one kind, then lets a clean run finish: every old
+/// letter must end archived exactly once, and none may be missing from both queue and archive.
+#[tokio::test]
+async fn a_crash_at_any_step_loses_nothing_and_archives_nothing_twice() {
+    // transitions: 2 per archived letter plus recoveries; puts: one per object; deletes: one per batch
+    let cases: Vec<(&str, usize)> = (0..45)
+        .map(|k| ("transition", k))
+        .chain((0..8).map(|k| ("put", k)))
+        .chain((0..4).map(|k| ("delete", k)))
+        .collect();
+    let mut crashed = 0;
+    for (kind, k) in cases {
+        let w = world().await;
+        match kind {
+            "transition" => w.index.fail_transitions.set_after(k, 1),
+            "put" => w.archive.fail_puts.set_after(k, 1),
+            _ => w.letters.fail_deletes.set_after(k, 1),
+        }
+        let first = w.archiver.run("run1", w.deadline()).await;
+        crashed += usize::from(first.is_err());
+        // The crashed run's hidden copies reappear after their visibility timeout.
+        w.clock.advance(600);
+        w.letters.reveal_all();
+        w.redrive.reveal_all();
+        w.archiver
+            .run("run2", w.deadline())
+            .await
+            .unwrap_or_else(|e| panic!("{kind} {k}: second run failed: {e}"));
+        let archived = w.archived();
+        for id in &w.old_ids {
+            assert_eq!(
+                archived.get(id),
+                Some(&1),
+                "{kind} crash at {k} (first run: {first:?}): {id} archived {:?} times",
+                archived.get(id)
+            );
+        }
+        let states: Vec<LetterState> = w
+            .index
+            .get_many(&w.old_ids)
+            .await
+            .unwrap()
+            .iter()
+            .map(|l| l.state)
+            .collect();
+        assert!(
+            states.iter().all(|s| *s == LetterState::Archived),
+            "{kind} {k}: {states:?}"
+        );
+        assert_eq!(
+            w.letters.len(),
+            5,
+            "{kind} {k}: only the young letters remain queued"
+        );
+    }
+    assert!(crashed >= 45, "only {crashed} injected crashes took effect");
+}
+
+#[tokio::test]
+async fn a_run_stops_before_the_deadline_and_leaves_the_rest() {
+    let w = world().await;
+    let report = w
+        .archiver
+        .run("run1", w.clock.now() + chrono::Duration::seconds(5))
+        .await
+        .unwrap();
+    assert!(report.out_of_time);
+    assert_eq!(report.archived, 0);
+    assert_eq!(w.letters.len(), 25);
+}
+
+#[test]
+fn archives_round_trip() {
+    let l = indexed(record("x", DeadLetterCategory::Poison, t0()));
+    let back = decode(&encode(std::slice::from_ref(&l)).unwrap()).unwrap();
+    assert_eq!(back.len(), 1);
+    assert_eq!(
+        (back[0].letter_id.as_str(), back[0].state),
+        ("x", LetterState::Archived)
+    );
+    assert_eq!(back[0].record, l.record);
+}

@@ -1,0 +1,436 @@
+//! Dead-letter adapters: the SQS dead-letter queues, the DynamoDB letter index, the S3 archive,
+//! and the sink the send function writes dead letters through (index first, then queue).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_sqs::types::MessageSystemAttributeName;
+use chrono::DateTime;
+
+use super::sqs::SqsDeadLetterSink;
+use super::store_error as err;
+use crate::letters::{IndexedLetter, LetterFilter, LetterState};
+use crate::ports::{
+    ArchiveStore, DeadLetter, DeadLetterSink, LetterIndex, LetterQueue, QueuedLetter, StoreError,
+};
+
+/// A dead-letter queue (Courier's, or the send queue's redrive DLQ).
+pub struct SqsLetterQueue {
+    sqs: aws_sdk_sqs::Client,
+    url: String,
+}
+
+impl SqsLetterQueue {
+    pub fn new(sqs: aws_sdk_sqs::Client, url: impl Into<String>) -> Self {
+        SqsLetterQueue {
+            sqs,
+            url: url.into(),
+        }
+    }
+}
+
+fn secs(d: Duration) -> i32 {
+    i32::try_from(d.as_secs().min(12 * 3600)).unwrap_or(12 * 3600)
+}
+
+#[async_trait::async_trait]
+impl LetterQueue for SqsLetterQueue {
+    async fn receive(&self, max: usize, hide: Duration) -> Result<Vec<QueuedLetter>, StoreError> {
+        let out = self
+            .sqs
+            .receive_message()
+            .queue_url(&self.url)
+            .max_number_of_messages(i32::try_from(max.clamp(1, 10)).unwrap_or(10))
+            .visibility_timeout(secs(hide))
+            .wait_time_seconds(1)
+            .message_system_attribute_names(MessageSystemAttributeName::SentTimestamp)
+            .send()
+            .await
+            .map_err(err("receive letters"))?;
+        Ok(out
+            .messages
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|m| {
+                let sent_ms: i64 = m
+                    .attributes
+                    .as_ref()
+                    .and_then(|a| a.get(&MessageSystemAttributeName::SentTimestamp))
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                Some(QueuedLetter {
+                    receipt: m.receipt_handle?,
+                    queue_message_id: m.message_id.unwrap_or_default(),
+                    body: m.body.unwrap_or_default(),
+                    sent_at: DateTime::from_timestamp_millis(sent_ms).unwrap_or_default(),
+                })
+            })
+            .collect())
+    }
+
+    async fn delete(&self, receipts: &[String]) -> Result<(), StoreError> {
+        for chunk in receipts.chunks(10) {
+            let mut request = self.sqs.delete_message_batch().queue_url(&self.url);
+            for (i, receipt) in chunk.iter().enumerate() {
+                let entry = aws_sdk_sqs::types::DeleteMessageBatchRequestEntry::builder()
+                    .id(i.to_string())
+                    .receipt_handle(receipt)
+                    .build()
+                    .map_err(|e| StoreError::new("delete letters", e))?;
+                request = request.entries(entry);
+            }
+            let out = request.send().await.map_err(err("delete letters"))?;
+            if !out.failed.is_empty() {
+                return Err(StoreError::msg(
+                    "delete letters",
+                    format!("{} deletes failed", out.failed.len()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    async fn hide(&self, receipt: &str, hide: Duration) -> Result<(), StoreError> {
+        self.sqs
+            .change_message_visibility()
+            .queue_url(&self.url)
+            .receipt_handle(receipt)
+            .visibility_timeout(secs(hide))
+            .send()
+            .await
+            .map_err(err("hide letter"))?;
+        Ok(())
+    }
+}
+
+/// DynamoDB items hold at most 400 KB: a record larger than this keeps its payload in the queue
+/// copy and the archive only.
+const MAX_RECORD_IN_INDEX: usize = 300 * 1024;
+
+/// The letter index: key `letter_id` (S); `category`, `class`, `campaign_id`, `provider`,
+/// `dead_lettered_at` (epoch ms) as top-level attributes for queries; `record` is the full
+/// dead letter as JSON; `state`, `archive_key`, `audit`.
+pub struct DynamoDbLetterIndex {
+    client: aws_sdk_dynamodb::Client,
+    table: String,
+}
+
+impl DynamoDbLetterIndex {
+    pub fn new(client: aws_sdk_dynamodb::Client, table: impl Into<String>) -> Self {
+        DynamoDbLetterIndex {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn to_item(l: &IndexedLetter) -> Result<HashMap<String, AttributeValue>, StoreError> {
+    let mut record =
+        serde_json::to_string(&l.record).map_err(|e| StoreError::new("index letter", e))?;
+    if record.len() > MAX_RECORD_IN_INDEX {
+        let mut slim = l.record.clone();
+        slim.payload = None;
+        slim.payload_base64 = None;
+        record = serde_json::to_string(&slim).map_err(|e| StoreError::new("index letter", e))?;
+    }
+    let r = &l.record;
+    let mut item = HashMap::from([
+        ("letter_id".to_owned(), s(&l.letter_id)),
+        ("state".to_owned(), s(l.state.as_str())),
+        ("category".to_owned(), s(r.category.as_str())),
+        ("class".to_owned(), s(r.class.as_str())),
+        (
+            "dead_lettered_at".to_owned(),
+            AttributeValue::N(l.dead_lettered_at.timestamp_millis().to_string()),
+        ),
+        ("record".to_owned(), s(record)),
+        (
+            "audit".to_owned(),
+            AttributeValue::L(l.audit.iter().map(s).collect()),
+        ),
+    ]);
+    for (k, v) in [
+        ("campaign_id", &r.campaign_id),
+        ("provider", &r.provider),
+        ("message_id", &r.message_id),
+    ] {
+        if let Some(v) = v.as_deref().filter(|v| !v.is_empty()) {
+            item.insert(k.to_owned(), s(v));
+        }
+    }
+    if let Some(key) = &l.archive_key {
+        item.insert("archive_key".to_owned(), s(key));
+    }
+    Ok(item)
+}
+
+fn from_item(item: &HashMap<String, AttributeValue>) -> Option<IndexedLetter> {
+    let get = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+    Some(IndexedLetter {
+        letter_id: get("letter_id")?,
+        state: LetterState::parse(&get("state")?)?,
+        dead_lettered_at: item
+            .get("dead_lettered_at")
+            .and_then(|v| v.as_n().ok())
+            .and_then(|v| v.parse().ok())
+            .and_then(DateTime::from_timestamp_millis)?,
+        archive_key: get("archive_key"),
+        record: serde_json::from_str(&get("record")?).ok()?,
+        audit: item
+            .get("audit")
+            .and_then(|v| v.as_l().ok())
+            .map(|l| l.iter().filter_map(|v| v.as_s().ok().cloned()).collect())
+            .unwrap_or_default(),
+    })
+}
+
+#[async_trait::async_trait]
+impl LetterIndex for DynamoDbLetterIndex {
+    async fn put_new(&self, letter: &IndexedLetter) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .set_item(Some(to_item(letter)?))
+            .condition_expression("attribute_not_exists(letter_id)")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(err("index letter")(e)),
+        }
+    }
+
+    async fn get_many(&self, ids: &[String]) -> Result<Vec<IndexedLetter>, StoreError> {
+        let mut unique: Vec<&String> = ids.iter().collect();
+        unique.sort();
+        unique.dedup();
+        let mut found = Vec::new();
+        for chunk in unique.chunks(100) {
+            let mut keys = KeysAndAttributes::builder().consistent_read(true);
+            for id in chunk {
+                keys = keys.keys(HashMap::from([("letter_id".to_owned(), s(id.as_str()))]));
+            }
+            let mut request = HashMap::from([(
+                self.table.clone(),
+                keys.build()
+                    .map_err(|e| StoreError::new("get letters", e))?,
+            )]);
+            for round in 0..5 {
+                let out = self
+                    .client
+                    .batch_get_item()
+                    .set_request_items(Some(request))
+                    .send()
+                    .await
+                    .map_err(err("get letters"))?;
+                found.extend(
+                    out.responses
+                        .unwrap_or_default()
+                        .remove(&self.table)
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(from_item),
+                );
+                match out.unprocessed_keys.filter(|u| !u.is_empty()) {
+                    Some(rest) if round < 4 => {
+                        tokio::time::sleep(Duration::from_millis(50 << round)).await;
+                        request = rest;
+                    }
+                    Some(_) => {
+                        return Err(StoreError::msg(
+                            "get letters",
+                            "unprocessed keys after 5 rounds",
+                        ));
+                    }
+                    None => break,
+                }
+            }
+        }
+        Ok(found)
+    }
+
+    async fn transition(
+        &self,
+        id: &str,
+        from: LetterState,
+        to: LetterState,
+        archive_key: Option<&str>,
+        audit: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut set = vec!["#st = :to"];
+        let mut request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("letter_id", s(id))
+            .condition_expression("#st = :from")
+            .expression_attribute_names("#st", "state")
+            .expression_attribute_values(":from", s(from.as_str()))
+            .expression_attribute_values(":to", s(to.as_str()));
+        if let Some(key) = archive_key {
+            set.push("archive_key = :key");
+            request = request.expression_attribute_values(":key", s(key));
+        }
+        if let Some(a) = audit {
+            set.push("audit = list_append(if_not_exists(audit, :empty), :audit)");
+            request = request
+                .expression_attribute_values(":empty", AttributeValue::L(vec![]))
+                .expression_attribute_values(":audit", AttributeValue::L(vec![s(a)]));
+        }
+        let mut expression = format!("SET {}", set.join(", "));
+        if archive_key.is_none() {
+            expression.push_str(" REMOVE archive_key");
+        }
+        match request.update_expression(expression).send().await {
+            Ok(_) => Ok(true),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(false)
+            }
+            Err(e) => Err(err("letter transition")(e)),
+        }
+    }
+
+    /// Scans the index and applies the filter (a `category` filter is pushed down to DynamoDB);
+    /// returns at least `limit` matches unless the scan ends, newest first within the call.
+    async fn search(
+        &self,
+        filter: &LetterFilter,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<(Vec<IndexedLetter>, Option<String>), StoreError> {
+        let mut start: Option<HashMap<String, AttributeValue>> =
+            cursor.map(|c| HashMap::from([("letter_id".to_owned(), s(c))]));
+        let mut page = Vec::new();
+        loop {
+            let mut request = self
+                .client
+                .scan()
+                .table_name(&self.table)
+                .set_exclusive_start_key(start.take());
+            if let Some(category) = filter.category {
+                request = request
+                    .filter_expression("category = :c")
+                    .expression_attribute_values(":c", s(category.as_str()));
+            }
+            let out = request.send().await.map_err(err("search letters"))?;
+            for item in out.items.unwrap_or_default() {
+                if let Some(letter) = from_item(&item).filter(|l| filter.matches(l)) {
+                    page.push(letter);
+                }
+            }
+            let last = out.last_evaluated_key.filter(|k| !k.is_empty());
+            if page.len() >= limit || last.is_none() {
+                // Every match of the pages read is returned; the cursor resumes the scan after
+                // them, so nothing is skipped or repeated.
+                page.sort_by_key(|l| std::cmp::Reverse(l.dead_lettered_at));
+                let next =
+                    last.and_then(|k| k.get("letter_id").and_then(|v| v.as_s().ok()).cloned());
+                return Ok((page, next));
+            }
+            start = last;
+        }
+    }
+}
+
+/// The archive bucket: objects are written once (never overwritten), server-side encrypted.
+pub struct S3ArchiveStore {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+impl S3ArchiveStore {
+    pub fn new(client: aws_sdk_s3::Client, bucket: impl Into<String>) -> Self {
+        S3ArchiveStore {
+            client,
+            bucket: bucket.into(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl ArchiveStore for S3ArchiveStore {
+    async fn put_new(&self, key: &str, bytes: Vec<u8>) -> Result<bool, StoreError> {
+        if self.exists(key).await? {
+            return Ok(false);
+        }
+        let result = self
+            .client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(bytes.into())
+            .content_type("application/x-ndjson")
+            .content_encoding("gzip")
+            .server_side_encryption(aws_sdk_s3::types::ServerSideEncryption::Aes256)
+            .if_none_match("*")
+            .send()
+            .await;
+        match result {
+            Ok(_) => Ok(true),
+            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 412) => Ok(false),
+            Err(e) => Err(err("archive put")(e)),
+        }
+    }
+
+    async fn exists(&self, key: &str) -> Result<bool, StoreError> {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_not_found()) => Ok(false),
+            Err(e) if e.raw_response().is_some_and(|r| r.status().as_u16() == 404) => Ok(false),
+            Err(e) => Err(err("archive head")(e)),
+        }
+    }
+}
+
+/// The send function's dead-letter sink: the letter is indexed first (searchable at once,
+/// idempotent on its id), then queued for the archiver with its full record.
+pub struct IndexedDeadLetterSink {
+    index: DynamoDbLetterIndex,
+    queue: SqsDeadLetterSink,
+}
+
+impl IndexedDeadLetterSink {
+    pub fn new(index: DynamoDbLetterIndex, queue: SqsDeadLetterSink) -> Self {
+        IndexedDeadLetterSink { index, queue }
+    }
+}
+
+#[async_trait::async_trait]
+impl DeadLetterSink for IndexedDeadLetterSink {
+    async fn put(&self, letter: &DeadLetter) -> Result<(), StoreError> {
+        let indexed = IndexedLetter {
+            letter_id: letter.id.clone(),
+            state: LetterState::Live,
+            dead_lettered_at: letter.last_failure_at,
+            archive_key: None,
+            record: letter.clone(),
+            audit: Vec::new(),
+        };
+        // Already indexed: a redelivered copy dead-lettered again; queue it anyway (the archiver
+        // archives a letter once, whatever the number of its queue copies).
+        self.index.put_new(&indexed).await?;
+        self.queue.put(letter).await
+    }
+}

@@ -1,0 +1,209 @@
+//! Dead letters end to end on the emulators: the send function indexes and queues them, the
+//! archiver moves them to S3, and the objects read back equal what was dead-lettered.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::aws::{Clients, DynamoDbLetterIndex};
+use courier::letters::{ArchiveAges, IndexedLetter, LetterFilter, LetterState};
+use courier::policy::{DeadLetterCategory, RetryPolicy};
+use courier::ports::{LetterIndex, LetterQueue};
+use courier_archiver::wiring::Settings;
+use courier_integration::Stack;
+use courier_send::config::SendConfig;
+use courier_send::driver::Driver;
+use courier_send::wiring;
+
+fn job(stack: &Stack, id: &str, to: &str) -> String {
+    serde_json::json!({
+        "version": 1, "message_id": id, "campaign_id": "archive", "from": stack.sender,
+        "to": [to], "content": {"subject": "Hello", "text": "hello"}
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn dead_letters_are_indexed_archived_and_read_back_equal() {
+    let stack = Stack::create(&["smtp"]).await;
+    let clients = Clients::new(&stack.sdk);
+    let pipeline = Arc::new(
+        wiring::wire(
+            &clients,
+            SendConfig::default(),
+            &stack.resources,
+            RetryPolicy::default(),
+        )
+        .unwrap(),
+    );
+    // Four letters of three categories, and one raw message SQS redrove.
+    let sqs = stack.sqs();
+    for body in [
+        job(&stack, "arch-policy", "policy@courier.test"),
+        job(&stack, "arch-invalid", "not an address"),
+        "{\"version\": 1, \"message_id\": \"arch-broken\"".to_owned(),
+        job(&stack, "arch-policy-2", "policy@courier.test"),
+    ] {
+        sqs.send_message()
+            .queue_url(&stack.resources.queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    sqs.send_message()
+        .queue_url(&stack.redrive_dlq_url)
+        .message_body(job(&stack, "arch-raw", "x@courier.test"))
+        .send()
+        .await
+        .unwrap();
+    let driver = Driver {
+        sqs: sqs.clone(),
+        queue_url: stack.resources.queue_url.clone(),
+        queue_arn: stack.queue_arn.clone(),
+        batch_size: 10,
+        visibility_timeout: 30,
+        wait_seconds: 1,
+        function_timeout: Duration::from_secs(30),
+    };
+    let index = DynamoDbLetterIndex::new(
+        clients.dynamodb.clone(),
+        &stack.resources.letter_index_table,
+    );
+    let mut indexed = Vec::new();
+    for _ in 0..10 {
+        driver.poll_once(&pipeline, "dl").await.unwrap();
+        indexed = index
+            .search(&LetterFilter::default(), 100, None)
+            .await
+            .unwrap()
+            .0;
+        if indexed.len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(indexed.len(), 4, "every dead letter is searchable at once");
+    let by_category = |c| LetterFilter {
+        category: Some(c),
+        ..LetterFilter::default()
+    };
+    assert_eq!(
+        index
+            .search(&by_category(DeadLetterCategory::NeedsReview), 100, None)
+            .await
+            .unwrap()
+            .0
+            .len(),
+        2
+    );
+    let text = LetterFilter {
+        text: Some("rejected by policy".into()),
+        ..LetterFilter::default()
+    };
+    assert_eq!(index.search(&text, 100, None).await.unwrap().0.len(), 2);
+
+    // Archive everything now (ages of zero), as a scheduled run would after the real ages.
+    let mut settings = Settings {
+        dead_letter_queue_url: stack.resources.dead_letter_queue_url.clone(),
+        redrive_queue_url: stack.redrive_dlq_url.clone(),
+        letter_index_table: stack.resources.letter_index_table.clone(),
+        archive_bucket: stack.archive_bucket.clone(),
+        ages: ArchiveAges::default(),
+    };
+    for age in settings.ages.0.values_mut() {
+        *age = Duration::ZERO;
+    }
+    let archiver = courier_archiver::wiring::wire(&clients, &settings);
+    let report = archiver
+        .run("it-run", chrono::Utc::now() + chrono::Duration::seconds(60))
+        .await
+        .unwrap();
+    assert_eq!((report.archived, report.indexed_raw), (5, 1), "{report:?}");
+
+    // The objects, read back, hold exactly the letters the index had, once each.
+    let s3 = clients.s3.clone();
+    let listed = s3
+        .list_objects_v2()
+        .bucket(&stack.archive_bucket)
+        .send()
+        .await
+        .unwrap();
+    let mut archived: BTreeMap<String, IndexedLetter> = BTreeMap::new();
+    for object in listed.contents() {
+        let key = object.key().unwrap();
+        assert!(key.starts_with("dead-letters/category="), "{key}");
+        let head = s3
+            .head_object()
+            .bucket(&stack.archive_bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap();
+        assert!(
+            head.server_side_encryption().is_some(),
+            "{key} is not encrypted"
+        );
+        let bytes = s3
+            .get_object()
+            .bucket(&stack.archive_bucket)
+            .key(key)
+            .send()
+            .await
+            .unwrap()
+            .body
+            .collect()
+            .await
+            .unwrap()
+            .into_bytes();
+        for letter in courier_archiver::decode(&bytes).unwrap() {
+            assert!(
+                archived.insert(letter.letter_id.clone(), letter).is_none(),
+                "archived twice"
+            );
+        }
+    }
+    assert_eq!(archived.len(), 5);
+    for before in &indexed {
+        let after = &archived[&before.letter_id];
+        assert_eq!(
+            after.record, before.record,
+            "the archive holds the record as dead-lettered"
+        );
+    }
+    let raw: Vec<&IndexedLetter> = archived
+        .values()
+        .filter(|l| l.record.category == DeadLetterCategory::Redriven)
+        .collect();
+    assert_eq!(raw[0].record.message_id.as_deref(), Some("arch-raw"));
+    // The index says archived; the queues are empty; a second run finds nothing to do.
+    let states: Vec<LetterState> = index
+        .get_many(&archived.keys().cloned().collect::<Vec<_>>())
+        .await
+        .unwrap()
+        .iter()
+        .map(|l| l.state)
+        .collect();
+    assert!(
+        states.iter().all(|s| *s == LetterState::Archived),
+        "{states:?}"
+    );
+    let letters_queue =
+        courier::aws::SqsLetterQueue::new(sqs.clone(), &stack.resources.dead_letter_queue_url);
+    assert!(
+        letters_queue
+            .receive(10, Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let again = archiver
+        .run(
+            "it-run-2",
+            chrono::Utc::now() + chrono::Duration::seconds(60),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.archived, 0);
+}
