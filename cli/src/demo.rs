@@ -164,7 +164,7 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
     );
     for body in &poison {
         control
-            .block(
+            .block_fingerprint(
                 &courier::job::fingerprint(body.as_bytes()),
                 "demo: blocklisted by an operator",
                 chrono::Utc::now(),

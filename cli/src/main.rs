@@ -4,6 +4,7 @@
 //! - `classify`: classify SMTP replies, SES API errors and SES events (pure, offline).
 //! - `schema`: print the job contract's JSON Schema.
 //! - `provision`: create the resources on an emulator and print the function's settings.
+//! - `dlq`: the dead-letter workbench (stats, list/search, show, replay, discard, redrive-all).
 //! - `demo`: a demo campaign through the send pipeline against a real SMTP server.
 
 use std::io::Write;
@@ -13,6 +14,8 @@ use clap::{Parser, Subcommand};
 
 mod classify_cmd;
 mod demo;
+mod dlq;
+mod dlq_cmd;
 mod provision_cmd;
 
 #[derive(Parser)]
@@ -49,6 +52,14 @@ enum Command {
     },
     /// Print the JSON Schema of the job contract (EmailJob v1).
     Schema,
+    /// Work dead letters through the index: stats, list/search, show, replay, discard.
+    ///
+    /// Reads COURIER_LETTER_INDEX_TABLE (and COURIER_STATUS_TABLE, COURIER_QUEUE_URL for replay,
+    /// COURIER_BREAKER_TABLE for discard --blocklist) and the usual AWS variables.
+    Dlq {
+        #[command(subcommand)]
+        command: Box<dlq_cmd::DlqCommand>,
+    },
     /// Create Courier's queues, tables, bucket and delay state machine on the emulator that
     /// AWS_ENDPOINT_URL points at; prints the send function's settings as `export` lines.
     Provision {
@@ -80,6 +91,7 @@ fn main() -> ExitCode {
             &mut out,
             &mut std::io::stderr(),
         ),
+        Command::Dlq { command } => Ok(dlq_cmd::run(*command, &mut out)),
         Command::Provision { prefix, role_arn } => provision_cmd::run(&prefix, &role_arn, &mut out),
         Command::Demo { jobs } => demo::run(jobs).or_else(|e| {
             eprintln!("courierctl demo: {e}");

@@ -85,6 +85,34 @@ pub fn next_body(incoming: &Incoming, retry: RetryState, history: Vec<AttemptRec
     serde_json::to_string(&envelope).unwrap_or_default()
 }
 
+/// The body that replays a dead letter: the application's job (unwrapped if the payload was
+/// itself an envelope) as generation `generation`, with a fresh retry budget and the letter's
+/// history kept for the record.
+pub fn replay_body(
+    payload: &str,
+    generation: u32,
+    history: Vec<AttemptRecord>,
+) -> Result<String, String> {
+    let value: serde_json::Value = serde_json::from_str(payload)
+        .map_err(|e| format!("the payload is not JSON ({e}); fix it and send a new job instead"))?;
+    let job = match value.get(ENVELOPE_KEY) {
+        Some(_) => value
+            .get("job")
+            .cloned()
+            .ok_or("the payload is a retry envelope without a job")?,
+        None => value,
+    };
+    let skip = history.len().saturating_sub(MAX_HISTORY);
+    let envelope = Envelope {
+        courier_envelope: 1,
+        attempt: generation,
+        retry: RetryState::default(),
+        history: history.into_iter().skip(skip).collect(),
+        job,
+    };
+    serde_json::to_string(&envelope).map_err(|e| e.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +146,21 @@ mod tests {
         assert_eq!(second.history.len(), MAX_HISTORY);
         assert_eq!(second.history.last().unwrap().delay_secs, Some(29));
         assert_eq!(second.job, first.job);
+    }
+
+    #[test]
+    fn replays_start_a_fresh_budget_at_the_new_generation() {
+        let body = replay_body(JOB, 3, vec![]).unwrap();
+        let again = parse_body(body.as_bytes()).unwrap();
+        assert_eq!((again.attempt, again.retry.spent), (3, 0));
+        // An envelope payload (a raw redrive) is unwrapped to its job.
+        let nested = replay_body(&body, 4, vec![]).unwrap();
+        assert_eq!(parse_body(nested.as_bytes()).unwrap().job, again.job);
+        assert!(
+            replay_body("{not json", 1, vec![])
+                .unwrap_err()
+                .contains("not JSON")
+        );
     }
 
     #[test]

@@ -164,6 +164,23 @@ impl StatusStore for MemoryStatusStore {
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
         Ok(lock(&self.records).get(message_id).cloned())
     }
+
+    async fn reopen(
+        &self,
+        message_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<u32>, StoreError> {
+        let mut records = lock(&self.records);
+        match records.get_mut(message_id) {
+            Some(rec) if rec.status == Status::DeadLettered => {
+                rec.status = Status::Pending;
+                rec.attempt += 1;
+                rec.updated_at = now;
+                Ok(Some(rec.attempt))
+            }
+            _ => Ok(None),
+        }
+    }
 }
 
 fn apply(rec: &mut JobRecord, update: &StatusUpdate) {
@@ -316,6 +333,16 @@ pub struct MemoryPoisonList {
 impl PoisonList for MemoryPoisonList {
     async fn is_blocked(&self, fingerprint: &str) -> Result<bool, StoreError> {
         Ok(lock(&self.fingerprints).contains(fingerprint))
+    }
+
+    async fn block(
+        &self,
+        fingerprint: &str,
+        _reason: &str,
+        _now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        lock(&self.fingerprints).insert(fingerprint.to_owned());
+        Ok(())
     }
 }
 

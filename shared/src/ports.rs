@@ -179,6 +179,10 @@ pub trait StatusStore: Send + Sync {
     /// status machine allows the transition (late or duplicate writes are absorbed).
     async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError>;
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError>;
+    /// An operator's replay: moves a `dead_lettered` job back to `pending` as a new generation
+    /// and returns that generation; `None` when the job is not dead-lettered (nothing changes).
+    async fn reopen(&self, message_id: &str, now: DateTime<Utc>)
+    -> Result<Option<u32>, StoreError>;
 }
 
 /// A message ready for a provider.
@@ -364,6 +368,13 @@ pub trait SuppressionList: Send + Sync {
 #[async_trait::async_trait]
 pub trait PoisonList: Send + Sync {
     async fn is_blocked(&self, fingerprint: &str) -> Result<bool, StoreError>;
+    /// Adds a payload fingerprint: identical payloads go straight to the poison category.
+    async fn block(
+        &self,
+        fingerprint: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
 }
 
 /// A stored template's parts.

@@ -150,7 +150,7 @@ async fn every_smtp_class_ends_where_it_should() {
     let ok_rcpt = format!("{}@courier.test", unique("ok"));
     let poison_body = job(&stack, "poisoned", "p@courier.test").to_string();
     control
-        .block(
+        .block_fingerprint(
             &courier::job::fingerprint(poison_body.as_bytes()),
             "crashed the worker",
             chrono::Utc::now(),

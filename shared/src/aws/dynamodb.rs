@@ -433,6 +433,42 @@ impl StatusStore for DynamoDbStatusStore {
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
         Ok(self.read(message_id).await?.as_ref().and_then(record_of))
     }
+
+    async fn reopen(
+        &self,
+        message_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<u32>, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(message_id))
+            .update_expression("SET #s = :pending, attempt = attempt + :one, updated_at = :now")
+            .condition_expression("#s = :dead")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":pending", s(Status::Pending.as_str()))
+            .expression_attribute_values(":dead", s(Status::DeadLettered.as_str()))
+            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":now", n(ms(now)))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+            .send()
+            .await;
+        match result {
+            Ok(out) => Ok(out
+                .attributes
+                .as_ref()
+                .and_then(|a| get_n(a, "attempt"))
+                .and_then(|a| u32::try_from(a).ok())),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(err("status reopen")(e)),
+        }
+    }
 }
 
 /// The suppression list: key `address` (S, lower-cased), with `reason` and `suppressed_at`.
@@ -546,7 +582,7 @@ impl DynamoDbControlTable {
     }
 
     /// Adds a fingerprint to the poison blocklist.
-    pub async fn block(
+    pub async fn block_fingerprint(
         &self,
         fingerprint: &str,
         reason: &str,
@@ -610,6 +646,15 @@ impl PoisonList for DynamoDbControlTable {
         let hit = set.contains(fingerprint);
         *cache = Some((Instant::now(), set));
         Ok(hit)
+    }
+
+    async fn block(
+        &self,
+        fingerprint: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.block_fingerprint(fingerprint, reason, now).await
     }
 }
 

@@ -1,0 +1,479 @@
+//! Argument parsing and wiring for `courierctl dlq`.
+
+use std::io::Write;
+
+use chrono::{DateTime, Utc};
+use clap::{Args, Subcommand};
+use courier::aws::{
+    Clients, DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore, SqsRetryScheduler,
+};
+use courier::classify::ErrorClass;
+use courier::letters::{LetterFilter, LetterState};
+use courier::policy::{DeadLetterCategory, parse_duration};
+use courier::ports::{LetterIndex, PoisonList};
+
+use crate::dlq::{self, DlqError};
+
+#[derive(Subcommand)]
+pub(crate) enum DlqCommand {
+    /// Counts of live dead letters by category, class, campaign and provider, with bars.
+    Stats {
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List dead letters, newest first (same filters as `search`).
+    #[command(alias = "search")]
+    List {
+        #[command(flatten)]
+        filter: FilterArgs,
+        /// Letters per page.
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+        /// Continue after this cursor (printed at the end of a page).
+        #[arg(long)]
+        cursor: Option<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One letter in full: record, attempt history, audit trail.
+    Show { id: String },
+    /// Put letters' jobs back on the send queue with a fresh attempt budget.
+    ///
+    /// Dry run unless --confirm; --reason is then required. Select by ids or by filters.
+    /// Example: courierctl dlq replay --category needs-review --campaign spring --confirm --reason "template fixed"
+    Replay {
+        ids: Vec<String>,
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[command(flatten)]
+        act: ActArgs,
+        /// Letters per second.
+        #[arg(long, default_value_t = 10.0)]
+        rate: f64,
+    },
+    /// Mark letters discarded (kept in the index, dropped from the queue by the archiver).
+    Discard {
+        ids: Vec<String>,
+        #[command(flatten)]
+        filter: FilterArgs,
+        #[command(flatten)]
+        act: ActArgs,
+        /// Also blocklist each payload's fingerprint: identical jobs then go straight to poison.
+        #[arg(long)]
+        blocklist: bool,
+    },
+    /// Move EVERY message of the redrive DLQ back to the send queue (SQS StartMessageMoveTask).
+    ///
+    /// No filter, no index, no per-letter audit: use `replay` unless you have fixed the root
+    /// cause of all of them.
+    RedriveAll {
+        /// ARN of the redrive dead-letter queue.
+        #[arg(long)]
+        source_arn: String,
+        /// Messages per second (SQS allows at most 500).
+        #[arg(long, default_value_t = 50)]
+        rate: i32,
+        #[arg(long)]
+        i_understand_this_moves_everything: bool,
+    },
+}
+
+#[derive(Args, Default)]
+pub(crate) struct FilterArgs {
+    /// retries-exhausted | invalid-job | poison | needs-review | redriven
+    #[arg(long)]
+    category: Option<String>,
+    #[arg(long)]
+    campaign: Option<String>,
+    /// ses | smtp
+    #[arg(long)]
+    provider: Option<String>,
+    /// An error class, e.g. content_rejected
+    #[arg(long)]
+    class: Option<String>,
+    /// live (default for replay and discard) | archiving | archived | replayed | discarded
+    #[arg(long)]
+    state: Option<String>,
+    /// RFC 3339 time, or an age such as 2h or 3d (meaning: that long ago)
+    #[arg(long)]
+    since: Option<String>,
+    #[arg(long)]
+    until: Option<String>,
+    /// Case-insensitive text in the reason, raw code or raw text
+    #[arg(long)]
+    text: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct ActArgs {
+    /// Really do it (otherwise: print what would be done).
+    #[arg(long)]
+    confirm: bool,
+    /// Why (recorded on every letter); required with --confirm.
+    #[arg(long)]
+    reason: Option<String>,
+    /// Who (recorded); defaults to $USER.
+    #[arg(long)]
+    operator: Option<String>,
+}
+
+fn time_arg(name: &str, v: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, DlqError> {
+    if let Ok(t) = DateTime::parse_from_rfc3339(v) {
+        return Ok(t.with_timezone(&Utc));
+    }
+    let secs = parse_duration(v)
+        .map_err(|e| DlqError::Usage(format!("--{name}: {e} (or an RFC 3339 time)")))?;
+    Ok(now - chrono::Duration::seconds(i64::try_from(secs).unwrap_or(i64::MAX / 2)))
+}
+
+impl FilterArgs {
+    pub(crate) fn to_filter(
+        &self,
+        now: DateTime<Utc>,
+        default_state: Option<LetterState>,
+    ) -> Result<LetterFilter, DlqError> {
+        let category = match &self.category {
+            None => None,
+            Some(c) => Some(DeadLetterCategory::parse(&c.replace('-', "_")).ok_or_else(|| {
+                DlqError::Usage(format!("--category {c:?}: use retries-exhausted, invalid-job, poison, needs-review or redriven"))
+            })?),
+        };
+        let class = match &self.class {
+            None => None,
+            Some(c) => Some(ErrorClass::parse(&c.replace('-', "_")).ok_or_else(|| {
+                DlqError::Usage(format!(
+                    "--class {c:?}: use one of {}",
+                    ErrorClass::ALL.map(ErrorClass::as_str).join(", ")
+                ))
+            })?),
+        };
+        let state = match &self.state {
+            None => default_state,
+            Some(s) => Some(LetterState::parse(s).ok_or_else(|| {
+                DlqError::Usage(format!(
+                    "--state {s:?}: use live, archiving, archived, replayed or discarded"
+                ))
+            })?),
+        };
+        Ok(LetterFilter {
+            category,
+            campaign: self.campaign.clone(),
+            provider: self.provider.clone(),
+            class,
+            state,
+            since: self
+                .since
+                .as_deref()
+                .map(|v| time_arg("since", v, now))
+                .transpose()?,
+            until: self
+                .until
+                .as_deref()
+                .map(|v| time_arg("until", v, now))
+                .transpose()?,
+            text: self.text.clone(),
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.category.is_none()
+            && self.campaign.is_none()
+            && self.provider.is_none()
+            && self.class.is_none()
+            && self.since.is_none()
+            && self.until.is_none()
+            && self.text.is_none()
+    }
+}
+
+fn env(name: &'static str) -> Result<String, DlqError> {
+    std::env::var(name).map_err(|_| {
+        DlqError::Usage(format!(
+            "{name} is not set (`courierctl provision` prints the settings)"
+        ))
+    })
+}
+
+/// Runs a dlq command; returns the exit code.
+pub(crate) fn run(command: DlqCommand, out: &mut dyn Write) -> i32 {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("courierctl dlq: {e}");
+            return 1;
+        }
+    };
+    match runtime.block_on(run_async(command, out)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("courierctl dlq: {e}");
+            e.exit_code()
+        }
+    }
+}
+
+async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqError> {
+    let now = Utc::now();
+    let index_table = env("COURIER_LETTER_INDEX_TABLE")?;
+    let sdk = courier::aws::sdk_config().await;
+    let clients = Clients::new(&sdk);
+    let index = DynamoDbLetterIndex::new(clients.dynamodb.clone(), index_table);
+    match command {
+        DlqCommand::Stats { filter, json } => {
+            let letters = dlq::select(&index, &filter.to_filter(now, None)?).await?;
+            dlq::stats(&letters, json, out)?;
+        }
+        DlqCommand::List {
+            filter,
+            limit,
+            cursor,
+            json,
+        } => {
+            let (page, next) = index
+                .search(&filter.to_filter(now, None)?, limit.max(1), cursor)
+                .await?;
+            dlq::table(&page, now, json, out)?;
+            if let Some(next) = next {
+                eprintln!("more: --cursor {next}");
+            }
+        }
+        DlqCommand::Show { id } => {
+            let letter = dlq::by_ids(&index, std::slice::from_ref(&id)).await?;
+            serde_json::to_writer_pretty(&mut *out, &letter[0]).map_err(std::io::Error::other)?;
+            writeln!(out)?;
+        }
+        DlqCommand::Replay {
+            ids,
+            filter,
+            act,
+            rate,
+        } => {
+            let letters = selection(&index, &ids, &filter, now).await?;
+            let Some((operator, reason)) = confirmed(&act, "replay", letters.len(), out)? else {
+                dlq::table(&letters, now, false, out)?;
+                return Ok(0);
+            };
+            let status = DynamoDbStatusStore::new(
+                clients.dynamodb.clone(),
+                env("COURIER_STATUS_TABLE")?,
+                courier_send::wiring::STATUS_RETENTION,
+            );
+            let scheduler = SqsRetryScheduler::new(
+                clients.sqs.clone(),
+                clients.sfn.clone(),
+                env("COURIER_QUEUE_URL")?,
+                "",
+            );
+            let outcome = dlq::replay(
+                &letters,
+                &status,
+                &scheduler,
+                &index,
+                &operator,
+                &reason,
+                rate,
+                Utc::now,
+                out,
+            )
+            .await?;
+            report("replayed", &outcome, out)?;
+        }
+        DlqCommand::Discard {
+            ids,
+            filter,
+            act,
+            blocklist,
+        } => {
+            let letters = selection(&index, &ids, &filter, now).await?;
+            let Some((operator, reason)) = confirmed(&act, "discard", letters.len(), out)? else {
+                dlq::table(&letters, now, false, out)?;
+                return Ok(0);
+            };
+            let control = if blocklist {
+                Some(DynamoDbControlTable::new(
+                    clients.dynamodb.clone(),
+                    env("COURIER_BREAKER_TABLE")?,
+                    std::time::Duration::from_secs(60),
+                ))
+            } else {
+                None
+            };
+            let outcome = dlq::discard(
+                &letters,
+                &index,
+                control.as_ref().map(|c| c as &dyn PoisonList),
+                &operator,
+                &reason,
+                now,
+            )
+            .await?;
+            report("discarded", &outcome, out)?;
+        }
+        DlqCommand::RedriveAll {
+            source_arn,
+            rate,
+            i_understand_this_moves_everything,
+        } => {
+            eprintln!(
+                "WARNING: this moves every message of {source_arn} back to its source queue, without filter,"
+            );
+            eprintln!(
+                "         index or audit. Messages whose root cause is not fixed will fail and come back."
+            );
+            eprintln!("         Prefer `courierctl dlq replay` with filters.");
+            if !i_understand_this_moves_everything {
+                return Err(DlqError::Usage(
+                    "add --i-understand-this-moves-everything to proceed".into(),
+                ));
+            }
+            let task = clients
+                .sqs
+                .start_message_move_task()
+                .source_arn(&source_arn)
+                .max_number_of_messages_per_second(rate.clamp(1, 500))
+                .send()
+                .await
+                .map_err(courier::aws::store_error("start message move task"))?;
+            writeln!(
+                out,
+                "started move task {}",
+                task.task_handle.unwrap_or_default()
+            )?;
+        }
+    }
+    Ok(0)
+}
+
+async fn selection(
+    index: &dyn LetterIndex,
+    ids: &[String],
+    filter: &FilterArgs,
+    now: DateTime<Utc>,
+) -> Result<Vec<courier::letters::IndexedLetter>, DlqError> {
+    match (ids.is_empty(), filter.is_empty()) {
+        (false, true) => dlq::by_ids(index, ids).await,
+        (true, false) => dlq::select(index, &filter.to_filter(now, Some(LetterState::Live))?).await,
+        (false, false) => Err(DlqError::Usage("give ids or filters, not both".into())),
+        (true, true) => Err(DlqError::Usage(
+            "select letters by ids or by at least one filter (e.g. --category, --campaign)".into(),
+        )),
+    }
+}
+
+fn confirmed(
+    act: &ActArgs,
+    verb: &str,
+    count: usize,
+    out: &mut dyn Write,
+) -> Result<Option<(String, String)>, DlqError> {
+    if !act.confirm {
+        writeln!(
+            out,
+            "dry run: would {verb} {count} letters (add --confirm --reason \"...\" to do it):"
+        )?;
+        return Ok(None);
+    }
+    let reason = act
+        .reason
+        .clone()
+        .filter(|r| !r.trim().is_empty())
+        .ok_or_else(|| DlqError::Usage(format!("--reason is required to {verb}")))?;
+    let operator = act
+        .operator
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .unwrap_or_else(|| "unknown".into());
+    Ok(Some((operator, reason)))
+}
+
+fn report(verb: &str, outcome: &dlq::Outcome, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "{verb} {} letters; skipped {}",
+        outcome.done.len(),
+        outcome.skipped.len()
+    )?;
+    for (id, why) in &outcome.skipped {
+        writeln!(out, "  skipped {id}: {why}")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filters_parse_with_clear_errors() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        let args = FilterArgs {
+            category: Some("needs-review".into()),
+            since: Some("2h".into()),
+            class: Some("content_rejected".into()),
+            ..FilterArgs::default()
+        };
+        let f = args.to_filter(now, Some(LetterState::Live)).unwrap();
+        assert_eq!(f.category, Some(DeadLetterCategory::NeedsReview));
+        assert_eq!(f.since, Some(now - chrono::Duration::hours(2)));
+        assert_eq!(f.state, Some(LetterState::Live));
+        for bad in [
+            FilterArgs {
+                category: Some("lost".into()),
+                ..FilterArgs::default()
+            },
+            FilterArgs {
+                class: Some("meh".into()),
+                ..FilterArgs::default()
+            },
+            FilterArgs {
+                since: Some("yesterday".into()),
+                ..FilterArgs::default()
+            },
+            FilterArgs {
+                state: Some("gone".into()),
+                ..FilterArgs::default()
+            },
+        ] {
+            assert!(matches!(bad.to_filter(now, None), Err(DlqError::Usage(_))));
+        }
+    }
+
+    #[test]
+    fn acting_needs_confirmation_and_a_reason() {
+        let mut out = Vec::new();
+        let dry = ActArgs {
+            confirm: false,
+            reason: None,
+            operator: None,
+        };
+        assert!(confirmed(&dry, "replay", 3, &mut out).unwrap().is_none());
+        assert!(
+            String::from_utf8(out)
+                .unwrap()
+                .contains("dry run: would replay 3")
+        );
+        let no_reason = ActArgs {
+            confirm: true,
+            reason: Some(" ".into()),
+            operator: None,
+        };
+        assert!(matches!(
+            confirmed(&no_reason, "replay", 3, &mut Vec::new()),
+            Err(DlqError::Usage(_))
+        ));
+        let ok = ActArgs {
+            confirm: true,
+            reason: Some("fixed".into()),
+            operator: Some("ann".into()),
+        };
+        assert_eq!(
+            confirmed(&ok, "replay", 3, &mut Vec::new()).unwrap(),
+            Some(("ann".into(), "fixed".into()))
+        );
+    }
+}
