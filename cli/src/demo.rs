@@ -53,6 +53,8 @@ pub(crate) enum DemoError {
     Wiring(#[from] courier_send::wiring::WiringError),
     #[error("demo policy: {0}")]
     Policy(#[from] courier::policy::PolicyError),
+    #[error("dead letters: {0}")]
+    Archive(String),
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[from] std::io::Error),
 }
@@ -309,8 +311,36 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
         let _ = task.await;
     }
     let totals = totals.lock().map(|t| t.clone()).unwrap_or_default();
-    let letters = drain_letters(&sqs, &stack.dead_letter_queue_url).await?;
-    report(&totals, &letters, jobs.len(), started.elapsed());
+    // Dead letters, read back from the index (no draining of the queue).
+    let index = courier::aws::DynamoDbLetterIndex::new(
+        aws_sdk_dynamodb::Client::new(&sdk),
+        &stack.letter_index_table,
+    );
+    let letters: Vec<DeadLetter> =
+        courier::workbench::select(&index, &courier::letters::LetterFilter::default())
+            .await
+            .map_err(|e| DemoError::Archive(e.to_string()))?
+            .into_iter()
+            .map(|l| l.record)
+            .collect();
+    // The archiver's scheduled run, with the archive ages of the demo (zero: archive everything).
+    let mut ages = courier::letters::ArchiveAges::default();
+    for age in ages.0.values_mut() {
+        *age = Duration::ZERO;
+    }
+    let settings = courier_archiver::wiring::Settings {
+        dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
+        redrive_queue_url: stack.redrive_dlq_url.clone(),
+        letter_index_table: stack.letter_index_table.clone(),
+        archive_bucket: stack.archive_bucket.clone(),
+        ages,
+    };
+    let archiver = courier_archiver::wiring::wire(&courier::aws::Clients::new(&sdk), &settings);
+    let archived = archiver
+        .run("demo", chrono::Utc::now() + chrono::Duration::seconds(120))
+        .await
+        .map_err(|e| DemoError::Archive(e.to_string()))?;
+    report(&totals, &letters, &archived, jobs.len(), started.elapsed());
     Ok(if finals(&totals) >= jobs.len() as u64 {
         0
     } else {
@@ -318,32 +348,13 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
     })
 }
 
-async fn drain_letters(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<Vec<DeadLetter>, DemoError> {
-    let mut letters = Vec::new();
-    loop {
-        let out = sqs
-            .receive_message()
-            .queue_url(url)
-            .max_number_of_messages(10)
-            .wait_time_seconds(1)
-            .visibility_timeout(60)
-            .send()
-            .await
-            .map_err(courier::aws::store_error("read dead letters"))?;
-        let batch = out.messages.unwrap_or_default();
-        if batch.is_empty() {
-            return Ok(letters);
-        }
-        letters.extend(
-            batch
-                .iter()
-                .filter_map(|m| m.body.as_deref())
-                .filter_map(|b| serde_json::from_str(b).ok()),
-        );
-    }
-}
-
-fn report(totals: &BTreeMap<String, u64>, letters: &[DeadLetter], jobs: usize, took: Duration) {
+fn report(
+    totals: &BTreeMap<String, u64>,
+    letters: &[DeadLetter],
+    archived: &courier_archiver::ArchiveReport,
+    jobs: usize,
+    took: Duration,
+) {
     println!("\nreport: {jobs} jobs in {:.1} s", took.as_secs_f64());
     let get = |k: &str| totals.get(k).copied().unwrap_or(0);
     println!("  sent to provider            {:>6}", get("Sent"));
@@ -364,13 +375,15 @@ fn report(totals: &BTreeMap<String, u64>, letters: &[DeadLetter], jobs: usize, t
     for l in letters {
         *by_category.entry(l.category.as_str()).or_default() += 1;
     }
-    println!("  dead-lettered, by category (read back from the dead-letter queue):");
+    println!("  dead-lettered, by category (read back from the dead-letter index):");
     for (k, v) in &by_category {
         println!("    {k:<26}{v:>6}");
     }
     println!(
-        "  archived                    {:>6}  (the archiver is not built yet)",
-        0
+        "  archived to S3              {:>6}  in {} objects, e.g. {}",
+        archived.archived,
+        archived.objects.len(),
+        archived.objects.first().map_or("-", String::as_str)
     );
     if let Some(sample) = letters.iter().find(|l| l.history.len() > 1) {
         println!(

@@ -12,7 +12,7 @@ use courier::letters::{LetterFilter, LetterState};
 use courier::policy::{DeadLetterCategory, parse_duration};
 use courier::ports::{LetterIndex, PoisonList};
 
-use crate::dlq::{self, DlqError};
+use courier::workbench::{self as dlq, DlqError};
 
 #[derive(Subcommand)]
 pub(crate) enum DlqCommand {

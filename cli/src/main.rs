@@ -14,7 +14,6 @@ use clap::{Parser, Subcommand};
 
 mod classify_cmd;
 mod demo;
-mod dlq;
 mod dlq_cmd;
 mod provision_cmd;
 

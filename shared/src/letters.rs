@@ -57,10 +57,21 @@ impl LetterState {
 }
 
 /// The stable id of a dead letter: the same copy dead-lettered twice (a redelivery after a crash)
-/// gets the same id, two different payloads never do.
-pub fn letter_id(message_id: Option<&str>, fingerprint: &str, generation: u32) -> String {
+/// gets the same id; a different payload, generation or category never does. An identical
+/// payload failing identically again before any claim (an invalid or poison job resent as is) is
+/// the same letter.
+pub fn letter_id(
+    message_id: Option<&str>,
+    fingerprint: &str,
+    generation: u32,
+    category: DeadLetterCategory,
+) -> String {
     let short = &fingerprint[..fingerprint.len().min(16)];
-    format!("{}#{short}#g{generation}", message_id.unwrap_or("-"))
+    format!(
+        "{}#{short}#g{generation}#{}",
+        message_id.unwrap_or("-"),
+        category.as_str()
+    )
 }
 
 /// Per-category age before archival.
@@ -261,14 +272,26 @@ mod tests {
     #[test]
     fn ids_are_stable_per_copy_and_distinct_per_payload() {
         assert_eq!(
-            letter_id(Some("m"), "0123456789abcdef0123", 2),
-            "m#0123456789abcdef#g2"
+            letter_id(
+                Some("m"),
+                "0123456789abcdef0123",
+                2,
+                DeadLetterCategory::Poison
+            ),
+            "m#0123456789abcdef#g2#poison"
         );
         assert_ne!(
-            letter_id(Some("m"), "aaaaaaaaaaaaaaaa", 0),
-            letter_id(Some("m"), "bbbbbbbbbbbbbbbb", 0)
+            letter_id(Some("m"), "aaaaaaaaaaaaaaaa", 0, DeadLetterCategory::Poison),
+            letter_id(Some("m"), "bbbbbbbbbbbbbbbb", 0, DeadLetterCategory::Poison)
         );
-        assert_eq!(letter_id(None, "ab", 0), "-#ab#g0");
+        assert_eq!(
+            letter_id(None, "ab", 0, DeadLetterCategory::InvalidJob),
+            "-#ab#g0#invalid_job"
+        );
+        assert_ne!(
+            letter_id(Some("m"), "ab", 0, DeadLetterCategory::Poison),
+            letter_id(Some("m"), "ab", 0, DeadLetterCategory::NeedsReview)
+        );
     }
 
     #[test]

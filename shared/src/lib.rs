@@ -17,7 +17,9 @@
 //! - [`smtp`]: the SMTP mailer adapter (lettre).
 //! - [`random`]: seedable randomness passed into the core.
 //!
-//! Nothing in those modules touches the network, the clock or a random generator of its own:
+//! - [`workbench`]: the dead-letter workbench the CLI drives (replay, discard, stats).
+//!
+//! Nothing in the core modules touches the network, the clock or a random generator of its own:
 //! time and randomness come in as arguments.
 
 pub mod aws;
@@ -34,3 +36,4 @@ pub mod random;
 pub mod render;
 pub mod smtp;
 pub mod status;
+pub mod workbench;

@@ -547,8 +547,9 @@ impl crate::ports::LetterIndex for MemoryLetterIndex {
         ids: &[String],
     ) -> Result<Vec<crate::letters::IndexedLetter>, StoreError> {
         let letters = lock(&self.letters);
-        Ok(ids
-            .iter()
+        let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
+        Ok(unique
+            .into_iter()
             .filter_map(|id| letters.get(id).cloned())
             .collect())
     }

@@ -207,3 +207,186 @@ async fn dead_letters_are_indexed_archived_and_read_back_equal() {
         .unwrap();
     assert_eq!(again.archived, 0);
 }
+
+#[tokio::test]
+async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
+    use courier::aws::{DynamoDbControlTable, DynamoDbStatusStore, SqsRetryScheduler};
+    let stack = Stack::create(&["smtp"]).await;
+    let clients = Clients::new(&stack.sdk);
+    let pipeline = Arc::new(
+        wiring::wire(
+            &clients,
+            SendConfig::default(),
+            &stack.resources,
+            RetryPolicy::default(),
+        )
+        .unwrap(),
+    );
+    let sqs = stack.sqs();
+    let poison_body =
+        job(&stack, "wb-poison", "policy@courier.test").replace("hello", "same payload every time");
+    for body in [
+        job(&stack, "wb-policy", "policy@courier.test"),
+        poison_body.clone(),
+    ] {
+        sqs.send_message()
+            .queue_url(&stack.resources.queue_url)
+            .message_body(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    let driver = Driver {
+        sqs: sqs.clone(),
+        queue_url: stack.resources.queue_url.clone(),
+        queue_arn: stack.queue_arn.clone(),
+        batch_size: 10,
+        visibility_timeout: 30,
+        wait_seconds: 1,
+        function_timeout: Duration::from_secs(30),
+    };
+    let index = DynamoDbLetterIndex::new(
+        clients.dynamodb.clone(),
+        &stack.resources.letter_index_table,
+    );
+    let mut letters = Vec::new();
+    for _ in 0..10 {
+        driver.poll_once(&pipeline, "wb").await.unwrap();
+        letters = courier::workbench::select(
+            &index,
+            &LetterFilter {
+                state: Some(LetterState::Live),
+                ..LetterFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+        if letters.len() == 2 {
+            break;
+        }
+    }
+    assert_eq!(letters.len(), 2);
+    let status = DynamoDbStatusStore::new(
+        clients.dynamodb.clone(),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    );
+    let scheduler = SqsRetryScheduler::new(
+        sqs.clone(),
+        clients.sfn.clone(),
+        &stack.resources.queue_url,
+        "",
+    );
+    let policy_letter: Vec<IndexedLetter> = letters
+        .iter()
+        .filter(|l| l.record.message_id.as_deref() == Some("wb-policy"))
+        .cloned()
+        .collect();
+    let poison_letter: Vec<IndexedLetter> = letters
+        .iter()
+        .filter(|l| l.record.message_id.as_deref() == Some("wb-poison"))
+        .cloned()
+        .collect();
+
+    // Replay: the job runs again as a new generation (and, still rejected, comes back as a new
+    // letter); the replayed letter records who and why.
+    let outcome = courier::workbench::replay(
+        &policy_letter,
+        &status,
+        &scheduler,
+        &index,
+        "ann",
+        "retry after fix",
+        100.0,
+        chrono::Utc::now,
+        &mut Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.done.len(), 1, "{outcome:?}");
+    let replayed = &index.get_many(&outcome.done).await.unwrap()[0];
+    assert_eq!(replayed.state, LetterState::Replayed);
+    assert!(replayed.audit[0].contains("replayed by ann: retry after fix"));
+    let mut again = Vec::new();
+    for _ in 0..10 {
+        driver.poll_once(&pipeline, "wb2").await.unwrap();
+        again = courier::workbench::select(
+            &index,
+            &LetterFilter {
+                state: Some(LetterState::Live),
+                ..LetterFilter::default()
+            },
+        )
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.record.message_id.as_deref() == Some("wb-policy"))
+        .collect();
+        if !again.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(again.len(), 1);
+    assert!(
+        again[0].letter_id.contains("#g1#"),
+        "a new generation: {}",
+        again[0].letter_id
+    );
+    assert_eq!(
+        again[0].record.history.len(),
+        2,
+        "the replayed attempt's history carries the first one: {:?} / replayed {:?}",
+        again[0].record.history,
+        replayed.record.history
+    );
+
+    // Discard with blocklist: an identical payload now goes straight to poison.
+    let control = DynamoDbControlTable::new(
+        clients.dynamodb.clone(),
+        &stack.resources.breaker_table,
+        Duration::from_secs(0),
+    );
+    let outcome = courier::workbench::discard(
+        &poison_letter,
+        &index,
+        Some(&control),
+        "bob",
+        "bad payload",
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.done.len(), 1);
+    sqs.send_message()
+        .queue_url(&stack.resources.queue_url)
+        .message_body(poison_body)
+        .send()
+        .await
+        .unwrap();
+    let fresh = Arc::new(
+        wiring::wire(
+            &clients,
+            SendConfig::default(),
+            &stack.resources,
+            RetryPolicy::default(),
+        )
+        .unwrap(),
+    );
+    let mut poisoned = Vec::new();
+    for _ in 0..10 {
+        driver.poll_once(&fresh, "wb3").await.unwrap();
+        poisoned = courier::workbench::select(
+            &index,
+            &LetterFilter {
+                category: Some(DeadLetterCategory::Poison),
+                ..LetterFilter::default()
+            },
+        )
+        .await
+        .unwrap();
+        if !poisoned.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(poisoned.len(), 1, "the blocklisted payload went to poison");
+}

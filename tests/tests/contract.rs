@@ -611,3 +611,278 @@ async fn smtp_mailer_classifies_every_scripted_reply() {
     assert_eq!(slow.verdict.class, ErrorClass::Network);
     assert!(slow.ambiguous, "a timeout mid-exchange is ambiguous");
 }
+
+fn indexed_letter(i: usize, at: DateTime<Utc>) -> courier::letters::IndexedLetter {
+    let category = if i.is_multiple_of(2) {
+        DeadLetterCategory::NeedsReview
+    } else {
+        DeadLetterCategory::Poison
+    };
+    courier::letters::IndexedLetter {
+        letter_id: format!("m{i}#abc#g0"),
+        state: courier::letters::LetterState::Live,
+        dead_lettered_at: at - chrono::Duration::minutes(i as i64),
+        archive_key: None,
+        record: DeadLetter {
+            id: format!("m{i}#abc#g0"),
+            category,
+            reason: if i.is_multiple_of(3) {
+                "554 5.7.1 rejected as SPAM".into()
+            } else {
+                "other".into()
+            },
+            message_id: Some(format!("m{i}")),
+            campaign_id: Some(if i < 20 {
+                "spring".into()
+            } else {
+                "autumn".into()
+            }),
+            trace_id: None,
+            recipients: vec![],
+            provider: Some("smtp".into()),
+            class: ErrorClass::ContentRejected,
+            rule: "r".into(),
+            raw_code: None,
+            raw_text: None,
+            attempts: 1,
+            history: vec![],
+            first_failure_at: at,
+            last_failure_at: at,
+            fingerprint: "f".into(),
+            payload: Some("{}".into()),
+            payload_base64: None,
+        },
+        audit: vec![],
+    }
+}
+
+async fn letter_index_contract(index: &dyn LetterIndex) {
+    use courier::letters::{LetterFilter, LetterState};
+    let t = now();
+    for i in 0..30 {
+        assert!(index.put_new(&indexed_letter(i, t)).await.unwrap());
+    }
+    assert!(
+        !index.put_new(&indexed_letter(0, t)).await.unwrap(),
+        "put_new is idempotent"
+    );
+    let got = index
+        .get_many(&["m1#abc#g0".into(), "nope".into(), "m1#abc#g0".into()])
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].record.category, DeadLetterCategory::Poison);
+    // Transitions are conditional and keep an audit trail.
+    assert!(
+        index
+            .transition(
+                "m1#abc#g0",
+                LetterState::Live,
+                LetterState::Archiving,
+                Some("k1"),
+                None
+            )
+            .await
+            .unwrap()
+    );
+    assert!(
+        !index
+            .transition(
+                "m1#abc#g0",
+                LetterState::Live,
+                LetterState::Archiving,
+                Some("k2"),
+                None
+            )
+            .await
+            .unwrap()
+    );
+    assert!(
+        index
+            .transition(
+                "m1#abc#g0",
+                LetterState::Archiving,
+                LetterState::Live,
+                None,
+                Some("reset by test")
+            )
+            .await
+            .unwrap()
+    );
+    let l = &index.get_many(&["m1#abc#g0".into()]).await.unwrap()[0];
+    assert_eq!(
+        (l.state, l.archive_key.as_deref(), l.audit.len()),
+        (LetterState::Live, None, 1)
+    );
+    // Searches, paged until the end: every match exactly once.
+    let all_pages = |filter: LetterFilter| async move {
+        let mut seen = Vec::new();
+        let mut cursor = None;
+        loop {
+            let (page, next) = index.search(&filter, 7, cursor).await.unwrap();
+            seen.extend(page.into_iter().map(|l| l.letter_id));
+            match next {
+                Some(n) => cursor = Some(n),
+                None => return seen,
+            }
+        }
+    };
+    let mut everything = all_pages(LetterFilter::default()).await;
+    everything.sort();
+    everything.dedup();
+    assert_eq!(everything.len(), 30);
+    assert_eq!(
+        all_pages(LetterFilter {
+            category: Some(DeadLetterCategory::Poison),
+            ..LetterFilter::default()
+        })
+        .await
+        .len(),
+        15
+    );
+    assert_eq!(
+        all_pages(LetterFilter {
+            campaign: Some("spring".into()),
+            ..LetterFilter::default()
+        })
+        .await
+        .len(),
+        20
+    );
+    let spam = LetterFilter {
+        campaign: Some("spring".into()),
+        text: Some("spam".into()),
+        ..LetterFilter::default()
+    };
+    assert_eq!(all_pages(spam).await.len(), 7);
+    let recent = LetterFilter {
+        category: Some(DeadLetterCategory::NeedsReview),
+        since: Some(t - chrono::Duration::minutes(9)),
+        ..LetterFilter::default()
+    };
+    assert_eq!(all_pages(recent).await.len(), 5, "m0, m2, m4, m6, m8");
+    let newest = index
+        .search(
+            &LetterFilter {
+                campaign: Some("autumn".into()),
+                ..LetterFilter::default()
+            },
+            3,
+            None,
+        )
+        .await
+        .unwrap()
+        .0;
+    assert_eq!(newest[0].letter_id, "m20#abc#g0", "newest first");
+}
+
+#[tokio::test]
+async fn letter_index_memory_and_dynamodb() {
+    letter_index_contract(&MemoryLetterIndex::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let index = courier::aws::DynamoDbLetterIndex::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.letter_index_table,
+    );
+    letter_index_contract(&index).await;
+    let err = index
+        .search(
+            &courier::letters::LetterFilter::default(),
+            5,
+            Some("garbage".into()),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not a cursor"), "{err}");
+}
+
+async fn archive_store_contract(store: &dyn ArchiveStore) {
+    let key = format!(
+        "dead-letters/category=poison/dt=2026-11-30/{}.jsonl.gz",
+        unique("run")
+    );
+    assert!(!store.exists(&key).await.unwrap());
+    assert!(store.put_new(&key, b"one".to_vec()).await.unwrap());
+    assert!(store.exists(&key).await.unwrap());
+    assert!(
+        !store.put_new(&key, b"two".to_vec()).await.unwrap(),
+        "an object is never overwritten"
+    );
+}
+
+#[tokio::test]
+async fn archive_store_memory_and_s3() {
+    archive_store_contract(&MemoryArchive::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let s3 = aws_sdk_s3::Client::new(&stack.sdk);
+    archive_store_contract(&courier::aws::S3ArchiveStore::new(
+        s3.clone(),
+        &stack.archive_bucket,
+    ))
+    .await;
+}
+
+async fn letter_queue_contract(queue: &dyn LetterQueue, push: impl AsyncFn(&str)) {
+    for i in 0..3 {
+        push(&format!("body-{i}")).await;
+    }
+    let mut got = Vec::new();
+    for _ in 0..5 {
+        got.extend(queue.receive(10, Duration::from_secs(30)).await.unwrap());
+        if got.len() == 3 {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 3);
+    assert!(
+        queue
+            .receive(10, Duration::from_secs(30))
+            .await
+            .unwrap()
+            .is_empty(),
+        "received copies are hidden"
+    );
+    queue.hide(&got[0].receipt, Duration::ZERO).await.unwrap();
+    let again = queue.receive(10, Duration::from_secs(30)).await.unwrap();
+    assert_eq!(again.len(), 1, "a copy hidden for zero is visible again");
+    assert_eq!(again[0].body, got[0].body);
+    queue
+        .delete(&[
+            again[0].receipt.clone(),
+            got[1].receipt.clone(),
+            got[2].receipt.clone(),
+        ])
+        .await
+        .unwrap();
+    queue.hide(&again[0].receipt, Duration::ZERO).await.ok();
+    assert!(
+        queue
+            .receive(10, Duration::from_secs(1))
+            .await
+            .unwrap()
+            .is_empty(),
+        "deleted"
+    );
+    assert!(got.iter().all(|l| l.sent_at.timestamp() > 0));
+}
+
+#[tokio::test]
+async fn letter_queue_memory_and_sqs() {
+    let clock: std::sync::Arc<dyn Clock> = std::sync::Arc::new(SystemClock);
+    let memory = MemoryLetterQueue::new(clock);
+    letter_queue_contract(&memory, async |b: &str| memory.push(b.to_owned())).await;
+    let stack = Stack::create(&["ses"]).await;
+    let sqs = stack.sqs();
+    let queue =
+        courier::aws::SqsLetterQueue::new(sqs.clone(), &stack.resources.dead_letter_queue_url);
+    let url = stack.resources.dead_letter_queue_url.clone();
+    letter_queue_contract(&queue, async |b: &str| {
+        sqs.send_message()
+            .queue_url(&url)
+            .message_body(b)
+            .send()
+            .await
+            .unwrap();
+    })
+    .await;
+}

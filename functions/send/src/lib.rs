@@ -677,6 +677,7 @@ impl Pipeline {
                 Some(&job.message_id),
                 &fingerprint(incoming.original.as_bytes()),
                 incoming.attempt,
+                category,
             ),
             category,
             reason,
@@ -733,7 +734,12 @@ impl Pipeline {
             rejected.error.to_string(),
         );
         let letter = DeadLetter {
-            id: letter_id(rejected.message_id.as_deref(), print, 0),
+            id: letter_id(
+                rejected.message_id.as_deref(),
+                print,
+                0,
+                DeadLetterCategory::InvalidJob,
+            ),
             category: DeadLetterCategory::InvalidJob,
             reason: rejected.error.to_string(),
             message_id: rejected.message_id.clone(),

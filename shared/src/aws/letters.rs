@@ -305,46 +305,144 @@ impl LetterIndex for DynamoDbLetterIndex {
         }
     }
 
-    /// Scans the index and applies the filter (a `category` filter is pushed down to DynamoDB);
-    /// returns at least `limit` matches unless the scan ends, newest first within the call.
+    /// Queries the `by_campaign` or `by_category` index when the filter names a campaign or a
+    /// category (newest first, time range pushed down), scans otherwise; the rest of the filter
+    /// is applied to each item. Returns at least `limit` matches unless the end is reached; the
+    /// cursor resumes exactly after the last item read.
     async fn search(
         &self,
         filter: &LetterFilter,
         limit: usize,
         cursor: Option<String>,
     ) -> Result<(Vec<IndexedLetter>, Option<String>), StoreError> {
-        let mut start: Option<HashMap<String, AttributeValue>> =
-            cursor.map(|c| HashMap::from([("letter_id".to_owned(), s(c))]));
+        let mut start = cursor.as_deref().map(decode_cursor).transpose()?;
         let mut page = Vec::new();
         loop {
-            let mut request = self
-                .client
-                .scan()
-                .table_name(&self.table)
-                .set_exclusive_start_key(start.take());
-            if let Some(category) = filter.category {
-                request = request
-                    .filter_expression("category = :c")
-                    .expression_attribute_values(":c", s(category.as_str()));
-            }
-            let out = request.send().await.map_err(err("search letters"))?;
-            for item in out.items.unwrap_or_default() {
-                if let Some(letter) = from_item(&item).filter(|l| filter.matches(l)) {
-                    page.push(letter);
+            let (items, last) = match (&filter.campaign, filter.category) {
+                (Some(campaign), _) => {
+                    self.query(BY_CAMPAIGN, "campaign_id", campaign, filter, start.take())
+                        .await?
                 }
+                (None, Some(category)) => {
+                    self.query(
+                        BY_CATEGORY,
+                        "category",
+                        category.as_str(),
+                        filter,
+                        start.take(),
+                    )
+                    .await?
+                }
+                (None, None) => {
+                    let out = self
+                        .client
+                        .scan()
+                        .table_name(&self.table)
+                        .set_exclusive_start_key(start.take())
+                        .send()
+                        .await
+                        .map_err(err("search letters"))?;
+                    (out.items.unwrap_or_default(), out.last_evaluated_key)
+                }
+            };
+            page.extend(
+                items
+                    .iter()
+                    .filter_map(from_item)
+                    .filter(|l| filter.matches(l)),
+            );
+            match last.filter(|k| !k.is_empty()) {
+                Some(key) if page.len() < limit => start = Some(key),
+                Some(key) => return Ok((page, Some(encode_cursor(&key)))),
+                None => return Ok((page, None)),
             }
-            let last = out.last_evaluated_key.filter(|k| !k.is_empty());
-            if page.len() >= limit || last.is_none() {
-                // Every match of the pages read is returned; the cursor resumes the scan after
-                // them, so nothing is skipped or repeated.
-                page.sort_by_key(|l| std::cmp::Reverse(l.dead_lettered_at));
-                let next =
-                    last.and_then(|k| k.get("letter_id").and_then(|v| v.as_s().ok()).cloned());
-                return Ok((page, next));
-            }
-            start = last;
         }
     }
+}
+
+/// Index names of the letter index table.
+pub const BY_CATEGORY: &str = "by_category";
+pub const BY_CAMPAIGN: &str = "by_campaign";
+
+type Key = HashMap<String, AttributeValue>;
+
+impl DynamoDbLetterIndex {
+    async fn query(
+        &self,
+        index: &str,
+        hash: &str,
+        value: &str,
+        filter: &LetterFilter,
+        start: Option<Key>,
+    ) -> Result<(Vec<Key>, Option<Key>), StoreError> {
+        let ms =
+            |t: chrono::DateTime<chrono::Utc>| AttributeValue::N(t.timestamp_millis().to_string());
+        let mut condition = format!("{hash} = :h");
+        let mut request = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(index)
+            .scan_index_forward(false)
+            .expression_attribute_values(":h", s(value))
+            .set_exclusive_start_key(start);
+        if let Some(a) = filter.since {
+            condition.push_str(" AND dead_lettered_at >= :a");
+            request = request.expression_attribute_values(":a", ms(a));
+            if let Some(b) = filter.until {
+                condition = format!("{hash} = :h AND dead_lettered_at BETWEEN :a AND :b");
+                request = request
+                    .expression_attribute_values(":b", ms(b - chrono::Duration::milliseconds(1)));
+            }
+        } else if let Some(b) = filter.until {
+            condition.push_str(" AND dead_lettered_at < :b");
+            request = request.expression_attribute_values(":b", ms(b));
+        }
+        let out = request
+            .key_condition_expression(condition)
+            .send()
+            .await
+            .map_err(err("search letters"))?;
+        Ok((out.items.unwrap_or_default(), out.last_evaluated_key))
+    }
+}
+
+/// A cursor is the last key read, as JSON (`{"letter_id": {"S": "..."}, ...}`).
+fn encode_cursor(key: &Key) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = key
+        .iter()
+        .filter_map(|(k, v)| match v {
+            AttributeValue::S(x) => Some((k.clone(), serde_json::json!({ "S": x }))),
+            AttributeValue::N(x) => Some((k.clone(), serde_json::json!({ "N": x }))),
+            _ => None,
+        })
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+fn decode_cursor(cursor: &str) -> Result<Key, StoreError> {
+    let bad = || {
+        StoreError::msg(
+            "search letters",
+            format!("not a cursor this command printed: {cursor:?}"),
+        )
+    };
+    let value: serde_json::Value = serde_json::from_str(cursor).map_err(|_| bad())?;
+    value
+        .as_object()
+        .ok_or_else(bad)?
+        .iter()
+        .map(|(k, v)| {
+            match (
+                v.get("S").and_then(|x| x.as_str()),
+                v.get("N").and_then(|x| x.as_str()),
+            ) {
+                (Some(x), _) => Ok((k.clone(), s(x))),
+                (None, Some(x)) => Ok((k.clone(), AttributeValue::N(x.to_owned()))),
+                _ => Err(bad()),
+            }
+        })
+        .collect()
 }
 
 /// The archive bucket: objects are written once (never overwritten), server-side encrypted.

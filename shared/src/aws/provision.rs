@@ -93,6 +93,57 @@ async fn create_table(
     Ok(name.to_owned())
 }
 
+/// The letter index: key `letter_id`, and two GSIs for searches newest-first by category and by
+/// campaign (`dead_lettered_at` as the sort key). Projects everything: a query needs no second read.
+async fn create_letter_index(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    name: &str,
+) -> Result<String, StoreError> {
+    use aws_sdk_dynamodb::types::{GlobalSecondaryIndex, Projection, ProjectionType};
+    let attr = |name: &str, kind: ScalarAttributeType| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(kind)
+            .build()
+            .map_err(|e| StoreError::new("create table", e))
+    };
+    let key = |name: &str, kind: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind)
+            .build()
+            .map_err(|e| StoreError::new("create table", e))
+    };
+    let gsi = |index: &str, hash: &str| -> Result<GlobalSecondaryIndex, StoreError> {
+        GlobalSecondaryIndex::builder()
+            .index_name(index)
+            .key_schema(key(hash, KeyType::Hash)?)
+            .key_schema(key("dead_lettered_at", KeyType::Range)?)
+            .projection(
+                Projection::builder()
+                    .projection_type(ProjectionType::All)
+                    .build(),
+            )
+            .build()
+            .map_err(|e| StoreError::new("create table", e))
+    };
+    dynamodb
+        .create_table()
+        .table_name(name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(attr("letter_id", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("category", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("campaign_id", ScalarAttributeType::S)?)
+        .attribute_definitions(attr("dead_lettered_at", ScalarAttributeType::N)?)
+        .key_schema(key("letter_id", KeyType::Hash)?)
+        .global_secondary_indexes(gsi(crate::aws::letters::BY_CATEGORY, "category")?)
+        .global_secondary_indexes(gsi(crate::aws::letters::BY_CAMPAIGN, "campaign_id")?)
+        .send()
+        .await
+        .map_err(store_error("create table"))?;
+    Ok(name.to_owned())
+}
+
 /// Creates every resource, named `{prefix}-...` (the bucket lower-cased).
 pub async fn provision(
     sdk: &aws_config::SdkConfig,
@@ -148,12 +199,8 @@ pub async fn provision(
         &[("pk", KeyType::Hash), ("sk", KeyType::Range)],
     )
     .await?;
-    let letter_index_table = create_table(
-        &dynamodb,
-        &format!("{prefix}-letters-index"),
-        &[("letter_id", KeyType::Hash)],
-    )
-    .await?;
+    let letter_index_table =
+        create_letter_index(&dynamodb, &format!("{prefix}-letters-index")).await?;
     let template_bucket = format!("{prefix}-templates").to_lowercase();
     let archive_bucket = format!("{prefix}-archive").to_lowercase();
     let s3 = aws_sdk_s3::Client::new(sdk);

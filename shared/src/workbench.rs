@@ -1,18 +1,17 @@
-//! `courierctl dlq`: the operator's workbench for dead letters, over the letter index (no
-//! draining or re-receiving of queues): stats, list/search, show, replay, discard, and a
-//! guarded whole-queue redrive.
+//! The operator's workbench for dead letters (`courierctl dlq`), over the letter index (no
+//! draining or re-receiving of queues): selections, stats, tables, replay and discard.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::time::Duration;
 
+use crate::letters::{IndexedLetter, LetterFilter, LetterState};
+use crate::ports::{LetterIndex, PoisonList, Requeue, RetryScheduler, StatusStore, StoreError};
 use chrono::{DateTime, Utc};
-use courier::letters::{IndexedLetter, LetterFilter, LetterState};
-use courier::ports::{LetterIndex, PoisonList, Requeue, RetryScheduler, StatusStore, StoreError};
 
 /// Why a dlq command failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum DlqError {
+pub enum DlqError {
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -25,7 +24,7 @@ pub(crate) enum DlqError {
 
 impl DlqError {
     /// 2 for mistakes of the caller, 1 for failures.
-    pub(crate) fn exit_code(&self) -> i32 {
+    pub fn exit_code(&self) -> i32 {
         match self {
             DlqError::Usage(_) | DlqError::NotFound(_) => 2,
             _ => 1,
@@ -34,10 +33,10 @@ impl DlqError {
 }
 
 /// Most letters a selection may cover (a larger replay is a whole-queue redrive).
-pub(crate) const MAX_SELECTION: usize = 10_000;
+pub const MAX_SELECTION: usize = 10_000;
 
 /// Every letter matching `filter` (all pages), at most [`MAX_SELECTION`].
-pub(crate) async fn select(
+pub async fn select(
     index: &dyn LetterIndex,
     filter: &LetterFilter,
 ) -> Result<Vec<IndexedLetter>, DlqError> {
@@ -59,7 +58,7 @@ pub(crate) async fn select(
 }
 
 /// Letters by id (ids not indexed are an error, so a typo is never silently ignored).
-pub(crate) async fn by_ids(
+pub async fn by_ids(
     index: &dyn LetterIndex,
     ids: &[String],
 ) -> Result<Vec<IndexedLetter>, DlqError> {
@@ -82,11 +81,7 @@ fn bar(count: usize, max: usize, width: usize) -> String {
 }
 
 /// `dlq stats`: counts of live letters by category, class, campaign and provider.
-pub(crate) fn stats(
-    letters: &[IndexedLetter],
-    json: bool,
-    out: &mut dyn Write,
-) -> std::io::Result<()> {
+pub fn stats(letters: &[IndexedLetter], json: bool, out: &mut dyn Write) -> std::io::Result<()> {
     let live: Vec<&IndexedLetter> = letters
         .iter()
         .filter(|l| l.state == LetterState::Live)
@@ -143,7 +138,7 @@ fn age(at: DateTime<Utc>, now: DateTime<Utc>) -> String {
 }
 
 /// `dlq list` / `dlq search`: one row per letter.
-pub(crate) fn table(
+pub fn table(
     letters: &[IndexedLetter],
     now: DateTime<Utc>,
     json: bool,
@@ -186,7 +181,7 @@ pub(crate) fn table(
 
 /// What a replay or discard would do or did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct Outcome {
+pub struct Outcome {
     pub done: Vec<String>,
     /// (letter id, why it was skipped)
     pub skipped: Vec<(String, String)>,
@@ -210,7 +205,7 @@ fn progress(out: &mut dyn Write, done: usize, total: usize) -> std::io::Result<(
 /// steps can re-enqueue a job at most once more, and the send function's idempotent claim sends
 /// it once.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn replay(
+pub async fn replay(
     letters: &[IndexedLetter],
     status: &dyn StatusStore,
     scheduler: &dyn RetryScheduler,
@@ -256,14 +251,14 @@ pub(crate) async fn replay(
             },
             None => 0,
         };
-        let body =
-            match courier::envelope::replay_body(payload, generation, l.record.history.clone()) {
-                Ok(b) => b,
-                Err(why) => {
-                    outcome.skipped.push((l.letter_id.clone(), why));
-                    continue;
-                }
-            };
+        let body = match crate::envelope::replay_body(payload, generation, l.record.history.clone())
+        {
+            Ok(b) => b,
+            Err(why) => {
+                outcome.skipped.push((l.letter_id.clone(), why));
+                continue;
+            }
+        };
         let requeue = Requeue {
             message_id: l.record.message_id.clone().unwrap_or_default(),
             body,
@@ -300,7 +295,7 @@ pub(crate) async fn replay(
 
 /// `dlq discard`: marks live letters discarded (the archiver then drops their queue copies), and
 /// optionally blocklists their payloads so identical jobs go straight to the poison category.
-pub(crate) async fn discard(
+pub async fn discard(
     letters: &[IndexedLetter],
     index: &dyn LetterIndex,
     poison: Option<&dyn PoisonList>,
@@ -331,13 +326,13 @@ pub(crate) async fn discard(
             // The blocklist keys on the application's payload, as the send function checks it.
             let payload = l.record.payload.as_deref().unwrap_or_default();
             let original = match serde_json::from_str::<serde_json::Value>(payload) {
-                Ok(v) if v.get(courier::envelope::ENVELOPE_KEY).is_some() => {
+                Ok(v) if v.get(crate::envelope::ENVELOPE_KEY).is_some() => {
                     v.get("job").map(|j| j.to_string()).unwrap_or_default()
                 }
                 _ => payload.to_owned(),
             };
             poison
-                .block(&courier::job::fingerprint(original.as_bytes()), &audit, now)
+                .block(&crate::job::fingerprint(original.as_bytes()), &audit, now)
                 .await?;
         }
         outcome.done.push(l.letter_id.clone());
@@ -348,11 +343,11 @@ pub(crate) async fn discard(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use courier::classify::ErrorClass;
-    use courier::memory::*;
-    use courier::policy::DeadLetterCategory;
-    use courier::ports::{DeadLetter, JobRecord};
-    use courier::status::Status;
+    use crate::classify::ErrorClass;
+    use crate::memory::*;
+    use crate::policy::DeadLetterCategory;
+    use crate::ports::{DeadLetter, JobRecord};
+    use crate::status::Status;
 
     fn t() -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000, 0).unwrap()
@@ -450,7 +445,7 @@ mod tests {
             outcome.skipped
         );
         let first = scheduler.queued.lock().unwrap()[0].body.clone();
-        let again = courier::envelope::parse_body(first.as_bytes()).unwrap();
+        let again = crate::envelope::parse_body(first.as_bytes()).unwrap();
         assert_eq!(
             (again.attempt, again.retry.spent),
             (3, 0),
@@ -545,7 +540,7 @@ mod tests {
         assert_eq!(outcome.done, vec!["l1".to_owned()]);
         assert!(
             poison
-                .is_blocked(&courier::job::fingerprint(JOB.as_bytes()))
+                .is_blocked(&crate::job::fingerprint(JOB.as_bytes()))
                 .await
                 .unwrap()
         );
