@@ -5,7 +5,7 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo fmt-check clippy unit it-moto it-localstack deps schema bench bench-lambda smoke
+.PHONY: test demo fmt-check clippy unit it-moto it-localstack deps schema bench bench-lambda bench-dlq smoke
 
 ## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack).
 test:
@@ -47,7 +47,12 @@ schema:
 
 ## make bench: print benchmark figures (medians) for the core.
 bench:
-	$(CARGO) run --release -q -p courier-bench
+	$(CARGO) run --release -q -p courier-bench --bin courier-bench
+
+## make bench-dlq: index query latency with 100,000 letters, archive rate (on moto).
+bench-dlq:
+	@scripts/install-deps.sh moto smtp
+	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(CARGO) run --release -q -p courier-bench --bin dlq
 
 ## make bench-lambda: the release binary through a local Lambda Runtime API (cold start, RSS).
 bench-lambda:

@@ -72,6 +72,9 @@ pub(crate) enum DlqCommand {
         /// ARN of the redrive dead-letter queue.
         #[arg(long)]
         source_arn: String,
+        /// Where to move them (default: the queues they were redriven from).
+        #[arg(long)]
+        destination_arn: Option<String>,
         /// Messages per second (SQS allows at most 500).
         #[arg(long, default_value_t = 50)]
         rate: i32,
@@ -316,6 +319,7 @@ async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqE
         }
         DlqCommand::RedriveAll {
             source_arn,
+            destination_arn,
             rate,
             i_understand_this_moves_everything,
         } => {
@@ -331,19 +335,14 @@ async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqE
                     "add --i-understand-this-moves-everything to proceed".into(),
                 ));
             }
-            let task = clients
-                .sqs
-                .start_message_move_task()
-                .source_arn(&source_arn)
-                .max_number_of_messages_per_second(rate.clamp(1, 500))
-                .send()
-                .await
-                .map_err(courier::aws::store_error("start message move task"))?;
-            writeln!(
-                out,
-                "started move task {}",
-                task.task_handle.unwrap_or_default()
-            )?;
+            let task = courier::aws::letters::redrive_all(
+                &clients.sqs,
+                &source_arn,
+                destination_arn.as_deref(),
+                rate,
+            )
+            .await?;
+            writeln!(out, "started move task {task}")?;
         }
     }
     Ok(0)

@@ -390,3 +390,50 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
     }
     assert_eq!(poisoned.len(), 1, "the blocklisted payload went to poison");
 }
+
+#[tokio::test]
+async fn a_whole_queue_redrive_moves_every_message_back_where_the_emulator_has_it() {
+    let stack = Stack::create(&["smtp"]).await;
+    let sqs = stack.sqs();
+    for i in 0..3 {
+        sqs.send_message()
+            .queue_url(&stack.redrive_dlq_url)
+            .message_body(format!("raw-{i}"))
+            .send()
+            .await
+            .unwrap();
+    }
+    let arn = sqs
+        .get_queue_attributes()
+        .queue_url(&stack.redrive_dlq_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .unwrap()
+        .attributes
+        .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
+        .clone();
+    let result = courier::aws::letters::redrive_all(&sqs, &arn, Some(&stack.queue_arn), 100).await;
+    if courier_integration::emulator() == "moto" {
+        // moto does not implement StartMessageMoveTask: the failure is reported, not hidden.
+        let err = result.unwrap_err();
+        assert!(err.to_string().contains("start message move task"), "{err}");
+        return;
+    }
+    result.unwrap();
+    let mut moved = Vec::new();
+    for _ in 0..30 {
+        moved.extend(
+            stack
+                .drain(&stack.resources.queue_url)
+                .await
+                .into_iter()
+                .filter_map(|m| m.body),
+        );
+        if moved.len() == 3 {
+            break;
+        }
+    }
+    moved.sort();
+    assert_eq!(moved, vec!["raw-0", "raw-1", "raw-2"]);
+}

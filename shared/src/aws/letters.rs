@@ -129,7 +129,8 @@ fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
 }
 
-fn to_item(l: &IndexedLetter) -> Result<HashMap<String, AttributeValue>, StoreError> {
+/// The index item of a letter (also used to seed benchmarks with BatchWriteItem).
+pub fn item_of(l: &IndexedLetter) -> Result<HashMap<String, AttributeValue>, StoreError> {
     let mut record =
         serde_json::to_string(&l.record).map_err(|e| StoreError::new("index letter", e))?;
     if record.len() > MAX_RECORD_IN_INDEX {
@@ -196,7 +197,7 @@ impl LetterIndex for DynamoDbLetterIndex {
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(to_item(letter)?))
+            .set_item(Some(item_of(letter)?))
             .condition_expression("attribute_not_exists(letter_id)")
             .send()
             .await;
@@ -531,4 +532,24 @@ impl DeadLetterSink for IndexedDeadLetterSink {
         self.index.put_new(&indexed).await?;
         self.queue.put(letter).await
     }
+}
+
+/// Starts a whole-queue redrive of a dead-letter queue (SQS StartMessageMoveTask): every
+/// message, no filter, no audit, back to the queues they came from or to `destination_arn`.
+/// Returns the task handle.
+pub async fn redrive_all(
+    sqs: &aws_sdk_sqs::Client,
+    source_arn: &str,
+    destination_arn: Option<&str>,
+    per_second: i32,
+) -> Result<String, StoreError> {
+    let out = sqs
+        .start_message_move_task()
+        .source_arn(source_arn)
+        .set_destination_arn(destination_arn.map(str::to_owned))
+        .max_number_of_messages_per_second(per_second.clamp(1, 500))
+        .send()
+        .await
+        .map_err(err("start message move task"))?;
+    Ok(out.task_handle.unwrap_or_default())
 }
