@@ -49,10 +49,11 @@ schema:
 bench:
 	$(CARGO) run --release -q -p courier-bench --bin courier-bench
 
-## make bench-dlq: index query latency with 100,000 letters, archive rate (on moto).
+## make bench-dlq [EMULATOR=localstack]: index query latency with 100,000 letters, archive rate.
+EMULATOR ?= moto
 bench-dlq:
-	@scripts/install-deps.sh moto smtp
-	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(CARGO) run --release -q -p courier-bench --bin dlq
+	@scripts/install-deps.sh $(EMULATOR) smtp moto
+	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh $(EMULATOR) -- $(CARGO) run --release -q -p courier-bench --bin dlq
 
 ## make bench-lambda: the release binary through a local Lambda Runtime API (cold start, RSS).
 bench-lambda:

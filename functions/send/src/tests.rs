@@ -561,3 +561,152 @@ async fn repeated_ambiguous_sends_are_bounded_by_the_policy() {
     }
     panic!("ambiguous retries never ended");
 }
+
+/// The bad-input suite: hostile or broken jobs, each in a batch between two good ones. Every one
+/// must end in its dead-letter category with its specific error, and the good ones must be sent.
+#[tokio::test]
+async fn hostile_and_broken_jobs_each_end_in_the_right_category() {
+    use serde_json::json;
+    let good = || json!({"version": 1, "message_id": "x", "campaign_id": "c", "from": "shop@example.com", "to": ["a@example.org"], "content": {"subject": "Hi", "text": "Hello"}});
+    let with = |key: &str, value: serde_json::Value| {
+        let mut j = good();
+        j[key] = value;
+        j.to_string()
+    };
+    let without = |key: &str| {
+        let mut j = good();
+        j.as_object_mut().unwrap().remove(key);
+        j.to_string()
+    };
+    let content = |c: serde_json::Value| with("content", c);
+    let header = |name: &str, value: &str| with("headers", json!({ name: value }));
+    let deep = format!("{}1{}", "[".repeat(300), "]".repeat(300));
+    let mut nested = good();
+    nested["template"] = json!({"id": "welcome", "variables": {"v": serde_json::from_str::<serde_json::Value>(&format!("{}1{}", "[".repeat(100), "]".repeat(100))).unwrap()}});
+    nested.as_object_mut().unwrap().remove("content");
+    let template = |id: &str, vars: serde_json::Value| {
+        let mut j = good();
+        j.as_object_mut().unwrap().remove("content");
+        j["template"] = json!({"id": id, "variables": vars});
+        j.to_string()
+    };
+    // (payload, category, error code in the dead letter's raw_code or rule)
+    let cases: Vec<(String, &str, &str)> = vec![
+        ("".into(), "invalid_job", "malformed_json"),
+        ("   ".into(), "invalid_job", "malformed_json"),
+        ("null".into(), "invalid_job", "not_an_object"),
+        ("[]".into(), "invalid_job", "not_an_object"),
+        ("42".into(), "invalid_job", "not_an_object"),
+        ("\"a job\"".into(), "invalid_job", "not_an_object"),
+        ("{".into(), "invalid_job", "malformed_json"),
+        ("{}".into(), "invalid_job", "missing_version"),
+        (deep, "invalid_job", "malformed_json"),
+        ("\u{fffd}\u{fffd} binary garbage \u{1}\u{2}".into(), "invalid_job", "malformed_json"),
+        (with("version", json!("1")), "invalid_job", "unknown_version"),
+        (with("version", json!(2)), "invalid_job", "unknown_version"),
+        (with("version", json!(1.5)), "invalid_job", "unknown_version"),
+        (with("version", json!(-1)), "invalid_job", "unknown_version"),
+        (json!({"version": 1}).to_string(), "invalid_job", "schema"),
+        (with("message_id", json!(7)), "invalid_job", "schema"),
+        (with("message_id", json!("")), "invalid_job", "empty_field"),
+        (with("message_id", json!("x".repeat(300))), "invalid_job", "too_long"),
+        (with("message_id", json!("x".repeat(10_000))), "invalid_job", "too_long"),
+        (with("message_id", json!("a\nb")), "invalid_job", "header_injection"),
+        (with("campaign_id", json!(null)), "invalid_job", "schema"),
+        (with("trace_id", json!("t\u{0}")), "invalid_job", "header_injection"),
+        (with("from", json!("")), "invalid_job", "invalid_address"),
+        (with("from", json!("no at sign")), "invalid_job", "invalid_address"),
+        (with("from", json!("a@b.com\r\nBcc: spy@evil.example")), "invalid_job", "header_injection"),
+        (with("from", json!("<a@b.com")), "invalid_job", "invalid_address"),
+        (with("to", json!("a@example.org")), "invalid_job", "schema"),
+        (with("to", json!([])), "invalid_job", "no_recipients"),
+        (with("to", json!([""])), "invalid_job", "invalid_address"),
+        (with("to", json!(["a@@b.com"])), "invalid_job", "invalid_address"),
+        (with("to", json!([42])), "invalid_job", "schema"),
+        (with("to", json!(vec!["a@example.org"; 51])), "invalid_job", "too_many_recipients"),
+        (with("cc", json!(["not valid"])), "invalid_job", "invalid_address"),
+        (with("bcc", json!(["a@b.com\u{0}"])), "invalid_job", "header_injection"),
+        (with("template", json!({"id": "welcome"})), "invalid_job", "template_xor_content"),
+        (without("content"), "invalid_job", "template_xor_content"),
+        (content(json!({})), "invalid_job", "schema"),
+        (content(json!({"subject": "", "text": "x"})), "invalid_job", "empty_field"),
+        (content(json!({"subject": "Hi\r\nBcc: spy@evil.example", "text": "x"})), "invalid_job", "header_injection"),
+        (content(json!({"subject": "Hi"})), "invalid_job", "no_body"),
+        (content(json!({"subject": "Hi", "text": "a\u{0}b"})), "invalid_job", "header_injection"),
+        (content(json!({"subject": "Hi", "text": "x".repeat(600 * 1024)})), "invalid_job", "body_too_large"),
+        (content(json!({"subject": "Hi", "text": "x", "script": "alert(1)"})), "invalid_job", "schema"),
+        (template("", json!({})), "invalid_job", "empty_field"),
+        (template("welcome", json!(["not", "an object"])), "invalid_job", "schema"),
+        (template("welcome", json!({"name": "x".repeat(600 * 1024)})), "invalid_job", "body_too_large"),
+        (header("Bcc", "spy@evil.example"), "invalid_job", "header_not_allowed"),
+        (header("X-Mailer", "evil"), "invalid_job", "header_not_allowed"),
+        (header("Reply-To", "nope"), "invalid_job", "invalid_address"),
+        (header("List-Unsubscribe", "<https://x.example>\r\nBcc: spy@evil.example"), "invalid_job", "header_injection"),
+        (header("References", &"x".repeat(2000)), "invalid_job", "too_long"),
+        (with("priority", json!("urgent")), "invalid_job", "schema"),
+        (with("provider", json!("pigeon")), "invalid_job", "schema"),
+        (with("not_after", json!("tomorrow")), "invalid_job", "schema"),
+        (with("surprise", json!(1)), "invalid_job", "schema"),
+        (r#"{"courier_envelope": 1, "attempt": "x"}"#.into(), "invalid_job", "schema"),
+        (json!({"courier_envelope": 1, "attempt": 1, "retry": {"spent": 0}, "job": {"version": 1}}).to_string(), "invalid_job", "schema"),
+        (template("no-such-template", json!({})), "needs_review", "template-not-found"),
+        (template("welcome", json!({})), "needs_review", "render"),
+        (nested.to_string(), "needs_review", "render"),
+    ];
+    assert!(cases.len() >= 50, "{} cases", cases.len());
+    let w = world_with(MemoryMailer::accepting("ses"));
+    for (i, (payload, category, code)) in cases.iter().enumerate() {
+        let mut a = good();
+        a["message_id"] = json!(format!("good-a-{i}"));
+        let mut b = good();
+        b["message_id"] = json!(format!("good-b-{i}"));
+        let before = w.dead.letters.lock().unwrap().len();
+        let report = w
+            .run(vec![
+                rec("a", a.to_string()),
+                rec(
+                    "bad",
+                    payload.replace(
+                        "\"message_id\":\"x\"",
+                        &format!("\"message_id\":\"hostile-{i}\""),
+                    ),
+                ),
+                rec("b", b.to_string()),
+            ])
+            .await;
+        assert!(report.failures.is_empty(), "case {i}: {:?}", report.reasons);
+        assert_eq!(
+            w.status_of(&format!("good-a-{i}")),
+            Some(Status::SentToProvider),
+            "case {i}"
+        );
+        assert_eq!(
+            w.status_of(&format!("good-b-{i}")),
+            Some(Status::SentToProvider),
+            "case {i}"
+        );
+        let letters = w.dead.letters.lock().unwrap();
+        assert_eq!(letters.len(), before + 1, "case {i}: one dead letter");
+        let letter = letters.last().unwrap();
+        assert_eq!(
+            letter.category.as_str(),
+            *category,
+            "case {i}: {payload:.80}"
+        );
+        let code_seen = letter.raw_code.as_deref().unwrap_or("").to_owned() + " " + &letter.rule;
+        assert!(
+            code_seen.contains(code),
+            "case {i}: expected {code}, got {code_seen:?} ({payload:.80})"
+        );
+        assert!(
+            letter.raw_text.as_deref().is_some_and(|t| !t.is_empty()),
+            "case {i}: a clear message"
+        );
+    }
+    // A valid but exotic job is sent: internationalised addresses (IDN domain, UTF-8 local part).
+    let mut idn = good();
+    idn["message_id"] = json!("idn");
+    idn["to"] = json!(["用户@例子.广告", "josé@bücher.example"]);
+    w.run(vec![rec("idn", idn.to_string())]).await;
+    assert_eq!(w.status_of("idn"), Some(Status::SentToProvider));
+}

@@ -318,11 +318,30 @@ impl LetterIndex for DynamoDbLetterIndex {
     ) -> Result<(Vec<IndexedLetter>, Option<String>), StoreError> {
         let mut start = cursor.as_deref().map(decode_cursor).transpose()?;
         let mut page = Vec::new();
+        // Read about as many items as asked for when DynamoDB applies the whole filter; read in
+        // larger pages when part of it is applied here.
+        let pushed_down = filter.text.is_none()
+            && filter.provider.is_none()
+            && filter.class.is_none()
+            && filter.state.is_none()
+            && !(filter.campaign.is_some() && filter.category.is_some())
+            && !(filter.campaign.is_none()
+                && filter.category.is_none()
+                && (filter.since.is_some() || filter.until.is_some()));
+        let page_size =
+            i32::try_from(if pushed_down { limit.max(1) } else { 1000 }).unwrap_or(1000);
         loop {
             let (items, last) = match (&filter.campaign, filter.category) {
                 (Some(campaign), _) => {
-                    self.query(BY_CAMPAIGN, "campaign_id", campaign, filter, start.take())
-                        .await?
+                    self.query(
+                        BY_CAMPAIGN,
+                        "campaign_id",
+                        campaign,
+                        filter,
+                        start.take(),
+                        page_size,
+                    )
+                    .await?
                 }
                 (None, Some(category)) => {
                     self.query(
@@ -331,6 +350,7 @@ impl LetterIndex for DynamoDbLetterIndex {
                         category.as_str(),
                         filter,
                         start.take(),
+                        page_size,
                     )
                     .await?
                 }
@@ -339,6 +359,7 @@ impl LetterIndex for DynamoDbLetterIndex {
                         .client
                         .scan()
                         .table_name(&self.table)
+                        .limit(page_size)
                         .set_exclusive_start_key(start.take())
                         .send()
                         .await
@@ -375,6 +396,7 @@ impl DynamoDbLetterIndex {
         value: &str,
         filter: &LetterFilter,
         start: Option<Key>,
+        page_size: i32,
     ) -> Result<(Vec<Key>, Option<Key>), StoreError> {
         let ms =
             |t: chrono::DateTime<chrono::Utc>| AttributeValue::N(t.timestamp_millis().to_string());
@@ -385,6 +407,7 @@ impl DynamoDbLetterIndex {
             .table_name(&self.table)
             .index_name(index)
             .scan_index_forward(false)
+            .limit(page_size)
             .expression_attribute_values(":h", s(value))
             .set_exclusive_start_key(start);
         if let Some(a) = filter.since {
