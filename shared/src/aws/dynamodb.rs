@@ -471,6 +471,67 @@ impl StatusStore for DynamoDbStatusStore {
     }
 }
 
+/// How a [`batch_get`] reads.
+pub(crate) enum BatchRead {
+    Consistent,
+    /// Eventually consistent, only this attribute.
+    Projected(&'static str),
+}
+
+/// Reads items by their string key with BatchGetItem: 100 keys a call, unprocessed keys retried
+/// with backoff (5 rounds). `keys` must be distinct.
+pub(crate) async fn batch_get(
+    client: &Client,
+    table: &str,
+    key: &str,
+    keys: &[String],
+    read: BatchRead,
+    operation: &'static str,
+) -> Result<Vec<HashMap<String, AttributeValue>>, StoreError> {
+    let mut found = Vec::new();
+    for chunk in keys.chunks(100) {
+        let mut wanted = match read {
+            BatchRead::Consistent => KeysAndAttributes::builder().consistent_read(true),
+            BatchRead::Projected(attr) => KeysAndAttributes::builder().projection_expression(attr),
+        };
+        for k in chunk {
+            wanted = wanted.keys(HashMap::from([(key.to_owned(), s(k))]));
+        }
+        let mut request = HashMap::from([(
+            table.to_owned(),
+            wanted.build().map_err(|e| StoreError::new(operation, e))?,
+        )]);
+        for round in 0..5 {
+            let out = client
+                .batch_get_item()
+                .set_request_items(Some(request))
+                .send()
+                .await
+                .map_err(err(operation))?;
+            found.extend(
+                out.responses
+                    .unwrap_or_default()
+                    .remove(table)
+                    .unwrap_or_default(),
+            );
+            match out.unprocessed_keys.filter(|u| !u.is_empty()) {
+                Some(rest) if round < 4 => {
+                    tokio::time::sleep(Duration::from_millis(50 << round)).await;
+                    request = rest;
+                }
+                Some(_) => {
+                    return Err(StoreError::msg(
+                        operation,
+                        "unprocessed keys after 5 rounds",
+                    ));
+                }
+                None => break,
+            }
+        }
+    }
+    Ok(found)
+}
+
 /// The suppression list: key `address` (S, lower-cased), with `reason` and `suppressed_at`.
 pub struct DynamoDbSuppressionList {
     client: Client,
@@ -492,50 +553,18 @@ impl SuppressionList for DynamoDbSuppressionList {
         let mut wanted: Vec<String> = addresses.iter().map(|a| a.trim().to_lowercase()).collect();
         wanted.sort();
         wanted.dedup();
-        let mut found = std::collections::HashSet::new();
-        for chunk in wanted.chunks(100) {
-            let mut keys = KeysAndAttributes::builder().projection_expression("address");
-            for a in chunk {
-                keys = keys.keys(HashMap::from([("address".to_owned(), s(a))]));
-            }
-            let mut request = HashMap::from([(
-                self.table.clone(),
-                keys.build()
-                    .map_err(|e| StoreError::new("suppression lookup", e))?,
-            )]);
-            for round in 0..5 {
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .set_request_items(Some(request))
-                    .send()
-                    .await
-                    .map_err(err("suppression lookup"))?;
-                for item in out
-                    .responses
-                    .unwrap_or_default()
-                    .remove(&self.table)
-                    .unwrap_or_default()
-                {
-                    if let Some(a) = get_s(&item, "address") {
-                        found.insert(a);
-                    }
-                }
-                match out.unprocessed_keys.filter(|u| !u.is_empty()) {
-                    Some(rest) if round < 4 => {
-                        tokio::time::sleep(Duration::from_millis(50 << round)).await;
-                        request = rest;
-                    }
-                    Some(_) => {
-                        return Err(StoreError::msg(
-                            "suppression lookup",
-                            "unprocessed keys after 5 rounds",
-                        ));
-                    }
-                    None => break,
-                }
-            }
-        }
+        let found: std::collections::HashSet<String> = batch_get(
+            &self.client,
+            &self.table,
+            "address",
+            &wanted,
+            BatchRead::Projected("address"),
+            "suppression lookup",
+        )
+        .await?
+        .iter()
+        .filter_map(|item| get_s(item, "address"))
+        .collect();
         Ok(addresses
             .iter()
             .filter(|a| found.contains(&a.trim().to_lowercase()))

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{AttributeValue, KeysAndAttributes};
+use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::MessageSystemAttributeName;
 use chrono::DateTime;
 
@@ -217,48 +217,19 @@ impl LetterIndex for DynamoDbLetterIndex {
         let mut unique: Vec<&String> = ids.iter().collect();
         unique.sort();
         unique.dedup();
-        let mut found = Vec::new();
-        for chunk in unique.chunks(100) {
-            let mut keys = KeysAndAttributes::builder().consistent_read(true);
-            for id in chunk {
-                keys = keys.keys(HashMap::from([("letter_id".to_owned(), s(id.as_str()))]));
-            }
-            let mut request = HashMap::from([(
-                self.table.clone(),
-                keys.build()
-                    .map_err(|e| StoreError::new("get letters", e))?,
-            )]);
-            for round in 0..5 {
-                let out = self
-                    .client
-                    .batch_get_item()
-                    .set_request_items(Some(request))
-                    .send()
-                    .await
-                    .map_err(err("get letters"))?;
-                found.extend(
-                    out.responses
-                        .unwrap_or_default()
-                        .remove(&self.table)
-                        .unwrap_or_default()
-                        .iter()
-                        .filter_map(from_item),
-                );
-                match out.unprocessed_keys.filter(|u| !u.is_empty()) {
-                    Some(rest) if round < 4 => {
-                        tokio::time::sleep(Duration::from_millis(50 << round)).await;
-                        request = rest;
-                    }
-                    Some(_) => {
-                        return Err(StoreError::msg(
-                            "get letters",
-                            "unprocessed keys after 5 rounds",
-                        ));
-                    }
-                    None => break,
-                }
-            }
-        }
+        let unique: Vec<String> = unique.into_iter().cloned().collect();
+        let found = super::dynamodb::batch_get(
+            &self.client,
+            &self.table,
+            "letter_id",
+            &unique,
+            super::dynamodb::BatchRead::Consistent,
+            "get letters",
+        )
+        .await?
+        .iter()
+        .filter_map(from_item)
+        .collect();
         Ok(found)
     }
 
