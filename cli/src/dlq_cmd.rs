@@ -177,6 +177,7 @@ impl FilterArgs {
                 .map(|v| time_arg("until", v, now))
                 .transpose()?,
             text: self.text.clone(),
+            message_id: None,
         })
     }
 

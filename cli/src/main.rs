@@ -5,6 +5,7 @@
 //! - `schema`: print the job contract's JSON Schema.
 //! - `provision`: create the resources on an emulator and print the function's settings.
 //! - `dlq`: the dead-letter workbench (stats, list/search, show, replay, discard, redrive-all).
+//! - `suppression`, `status`: the suppression list and a job's timeline.
 //! - `demo`: a demo campaign through the send pipeline against a real SMTP server.
 
 use std::io::Write;
@@ -15,6 +16,7 @@ use clap::{Parser, Subcommand};
 mod classify_cmd;
 mod demo;
 mod dlq_cmd;
+mod ops_cmd;
 mod provision_cmd;
 
 #[derive(Parser)]
@@ -59,6 +61,18 @@ enum Command {
         #[command(subcommand)]
         command: Box<dlq_cmd::DlqCommand>,
     },
+    /// The suppression list: list, add (hard or soft), remove. Reads COURIER_SUPPRESSION_TABLE.
+    Suppression {
+        #[command(subcommand)]
+        command: ops_cmd::SuppressionCommand,
+    },
+    /// A job's status record and its dead letters with every attempt and the audit trail.
+    /// Reads COURIER_STATUS_TABLE and COURIER_LETTER_INDEX_TABLE.
+    Status {
+        message_id: String,
+        #[arg(long)]
+        json: bool,
+    },
     /// Create Courier's queues, tables, bucket and delay state machine on the emulator that
     /// AWS_ENDPOINT_URL points at; prints the send function's settings as `export` lines.
     Provision {
@@ -90,6 +104,8 @@ fn main() -> ExitCode {
             &mut out,
             &mut std::io::stderr(),
         ),
+        Command::Suppression { command } => Ok(ops_cmd::suppression(command, &mut out)),
+        Command::Status { message_id, json } => Ok(ops_cmd::status(&message_id, json, &mut out)),
         Command::Dlq { command } => Ok(dlq_cmd::run(*command, &mut out)),
         Command::Provision { prefix, role_arn } => provision_cmd::run(&prefix, &role_arn, &mut out),
         Command::Demo { jobs } => demo::run(jobs).or_else(|e| {

@@ -40,6 +40,8 @@ pub(crate) fn run(prefix: &str, role_arn: &str, out: &mut dyn Write) -> std::io:
                     "COURIER_DEAD_LETTER_QUEUE_URL",
                     &stack.dead_letter_queue_url,
                 ),
+                ("COURIER_LETTER_INDEX_TABLE", &stack.letter_index_table),
+                ("COURIER_ARCHIVE_BUCKET", &stack.archive_bucket),
                 ("COURIER_STATUS_TABLE", &stack.status_table),
                 ("COURIER_SUPPRESSION_TABLE", &stack.suppression_table),
                 ("COURIER_BREAKER_TABLE", &stack.control_table),

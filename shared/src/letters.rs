@@ -196,6 +196,8 @@ pub struct LetterFilter {
     pub until: Option<DateTime<Utc>>,
     /// Case-insensitive substring of the reason, raw code or raw text.
     pub text: Option<String>,
+    /// Letters of one job.
+    pub message_id: Option<String>,
 }
 
 impl LetterFilter {
@@ -213,6 +215,10 @@ impl LetterFilter {
                 .is_none_or(|p| r.provider.as_deref() == Some(p))
             && self.class.is_none_or(|c| c == r.class)
             && self.state.is_none_or(|s| s == l.state)
+            && self
+                .message_id
+                .as_deref()
+                .is_none_or(|m| r.message_id.as_deref() == Some(m))
             && self.since.is_none_or(|t| l.dead_lettered_at >= t)
             && self.until.is_none_or(|t| l.dead_lettered_at < t)
             && self.text.as_deref().is_none_or(|t| {

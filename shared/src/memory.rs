@@ -75,11 +75,10 @@ impl StatusStore for MemoryStatusStore {
         if !matches!(judgement, ClaimJudgement::Refuse(_))
             && let Some(list) = &self.suppression
         {
-            let entries = lock(&list.entries);
             let hit: Vec<String> = req
                 .check_suppressed
                 .iter()
-                .filter(|a| entries.contains_key(&a.trim().to_lowercase()))
+                .filter(|a| list.is_suppressed(a, req.now))
                 .cloned()
                 .collect();
             if !hit.is_empty() {
@@ -298,28 +297,82 @@ impl DeadLetterSink for MemoryDeadLetters {
 /// A suppression list in a map (lower-cased addresses -> reason).
 #[derive(Debug, Default)]
 pub struct MemorySuppressionList {
+    /// Address (lower-cased) -> reason.
     pub entries: Mutex<BTreeMap<String, String>>,
+    /// Soft entries' expiry.
+    pub expiries: Mutex<BTreeMap<String, DateTime<Utc>>>,
+}
+
+impl MemorySuppressionList {
+    /// Whether `address` is suppressed at `now`.
+    pub fn is_suppressed(&self, address: &str, now: DateTime<Utc>) -> bool {
+        let key = address.trim().to_lowercase();
+        lock(&self.entries).contains_key(&key)
+            && lock(&self.expiries)
+                .get(&key)
+                .is_none_or(|until| *until > now)
+    }
 }
 
 #[async_trait::async_trait]
 impl SuppressionList for MemorySuppressionList {
-    async fn suppressed(&self, addresses: &[String]) -> Result<Vec<String>, StoreError> {
-        let entries = lock(&self.entries);
+    async fn suppressed(
+        &self,
+        addresses: &[String],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>, StoreError> {
         Ok(addresses
             .iter()
-            .filter(|a| entries.contains_key(&a.trim().to_lowercase()))
+            .filter(|a| self.is_suppressed(a, now))
             .cloned()
             .collect())
     }
 
-    async fn suppress(
+    async fn suppress_until(
         &self,
         address: &str,
         reason: &str,
         _now: DateTime<Utc>,
+        until: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError> {
-        lock(&self.entries).insert(address.trim().to_lowercase(), reason.to_owned());
+        let key = address.trim().to_lowercase();
+        lock(&self.entries).insert(key.clone(), reason.to_owned());
+        match until {
+            Some(t) => lock(&self.expiries).insert(key, t),
+            None => lock(&self.expiries).remove(&key),
+        };
         Ok(())
+    }
+
+    async fn remove(&self, address: &str) -> Result<bool, StoreError> {
+        let key = address.trim().to_lowercase();
+        lock(&self.expiries).remove(&key);
+        Ok(lock(&self.entries).remove(&key).is_some())
+    }
+
+    async fn list(
+        &self,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<(Vec<crate::ports::SuppressionEntry>, Option<String>), StoreError> {
+        let entries = lock(&self.entries);
+        let expiries = lock(&self.expiries);
+        let page: Vec<crate::ports::SuppressionEntry> = entries
+            .iter()
+            .filter(|(a, _)| cursor.as_ref().is_none_or(|c| *a > c))
+            .take(limit.max(1))
+            .map(|(a, r)| crate::ports::SuppressionEntry {
+                address: a.clone(),
+                reason: r.clone(),
+                suppressed_at: DateTime::default(),
+                expires_at: expiries.get(a).copied(),
+            })
+            .collect();
+        let next = page
+            .last()
+            .filter(|last| entries.keys().next_back() != Some(&last.address))
+            .map(|l| l.address.clone());
+        Ok((page, next))
     }
 }
 

@@ -351,17 +351,52 @@ pub trait ArchiveStore: Send + Sync {
     async fn exists(&self, key: &str) -> Result<bool, StoreError>;
 }
 
+/// One suppressed address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuppressionEntry {
+    /// Lower-cased.
+    pub address: String,
+    pub reason: String,
+    pub suppressed_at: DateTime<Utc>,
+    /// Soft entries expire; hard ones (permanent bounces, complaints) do not.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
 /// The suppression list.
 #[async_trait::async_trait]
 pub trait SuppressionList: Send + Sync {
-    /// The subset of `addresses` that is suppressed (compared case-insensitively).
-    async fn suppressed(&self, addresses: &[String]) -> Result<Vec<String>, StoreError>;
+    /// The subset of `addresses` suppressed at `now` (compared case-insensitively; expired soft
+    /// entries do not count).
+    async fn suppressed(
+        &self,
+        addresses: &[String],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>, StoreError>;
+    /// Suppresses an address, for good (`until` = None) or until a time (a soft entry).
+    async fn suppress_until(
+        &self,
+        address: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError>;
+    /// A hard suppression (permanent bounce, complaint).
     async fn suppress(
         &self,
         address: &str,
         reason: &str,
         now: DateTime<Utc>,
-    ) -> Result<(), StoreError>;
+    ) -> Result<(), StoreError> {
+        self.suppress_until(address, reason, now, None).await
+    }
+    /// Removes an address; false when it was not listed.
+    async fn remove(&self, address: &str) -> Result<bool, StoreError>;
+    /// Entries (expired ones included, marked by `expires_at`), a page at a time.
+    async fn list(
+        &self,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<(Vec<SuppressionEntry>, Option<String>), StoreError>;
 }
 
 /// The poison blocklist (payload fingerprints).

@@ -280,12 +280,71 @@ async fn suppression_contract(list: &dyn SuppressionList) {
     let mut asked = many.clone();
     asked.push("gone@example.org".into());
     asked.push("GONE@example.org".into());
-    let found = list.suppressed(&asked).await.unwrap();
+    let found = list.suppressed(&asked, t).await.unwrap();
     assert_eq!(
         found,
         vec!["gone@example.org".to_owned(), "GONE@example.org".to_owned()]
     );
-    assert!(list.suppressed(&[]).await.unwrap().is_empty());
+    assert!(list.suppressed(&[], t).await.unwrap().is_empty());
+    // A soft entry counts until it expires, then no longer.
+    let until = t + chrono::Duration::hours(1);
+    list.suppress_until(
+        "soft@example.org",
+        "manual: mailbox migration",
+        t,
+        Some(until),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        list.suppressed(&["soft@example.org".into()], t)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        list.suppressed(
+            &["soft@example.org".into()],
+            until + chrono::Duration::seconds(1)
+        )
+        .await
+        .unwrap()
+        .is_empty()
+    );
+    // Listing pages through every entry; removing takes one out.
+    let mut listed = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = list.list(1, cursor).await.unwrap();
+        listed.extend(page);
+        match next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    let addresses: Vec<&str> = listed.iter().map(|e| e.address.as_str()).collect();
+    assert!(
+        addresses.contains(&"gone@example.org") && addresses.contains(&"soft@example.org"),
+        "{addresses:?}"
+    );
+    let soft = listed
+        .iter()
+        .find(|e| e.address == "soft@example.org")
+        .unwrap();
+    assert_eq!(
+        soft.expires_at.map(|t| t.timestamp()),
+        Some(until.timestamp())
+    );
+    assert_eq!(soft.reason, "manual: mailbox migration");
+    assert!(list.remove("Gone@example.org").await.unwrap());
+    assert!(!list.remove("gone@example.org").await.unwrap());
+    assert!(
+        list.suppressed(&["gone@example.org".into()], t)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]

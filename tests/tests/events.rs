@@ -129,7 +129,7 @@ async fn delivery_and_bounce_events_reach_the_status_and_suppression_tables() {
     );
     assert_eq!(
         suppression
-            .suppressed(&["bob@example.org".into()])
+            .suppressed(&["bob@example.org".into()], chrono::Utc::now())
             .await
             .unwrap()
             .len(),

@@ -212,7 +212,7 @@ async fn every_smtp_class_ends_where_it_should() {
     use courier::ports::SuppressionList;
     assert_eq!(
         suppressed
-            .suppressed(&["unknown@courier.test".into()])
+            .suppressed(&["unknown@courier.test".into()], chrono::Utc::now())
             .await
             .unwrap()
             .len(),

@@ -42,6 +42,9 @@ use courier::ports::{
 };
 use tracing::{info, warn};
 
+/// Letters gathered before they are worked as one set (one object per category and day).
+pub const GATHER: usize = 200;
+
 /// Which kind of queue a letter came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum QueueKind {
@@ -178,7 +181,15 @@ impl Archiver {
                     );
                     return Ok(report);
                 }
-                let batch = queue.receive(10, self.hide).await?;
+                // Gather up to GATHER letters (receives of 10) so objects hold many letters.
+                let mut batch = Vec::new();
+                while batch.len() < GATHER {
+                    let got = queue.receive(10, self.hide).await?;
+                    if got.is_empty() {
+                        break;
+                    }
+                    batch.extend(got);
+                }
                 if batch.is_empty() {
                     break;
                 }

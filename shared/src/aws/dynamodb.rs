@@ -222,7 +222,8 @@ impl DynamoDbStatusStore {
             let check = ConditionCheck::builder()
                 .table_name(suppression_table)
                 .key("address", s(key))
-                .condition_expression("attribute_not_exists(address)")
+                .condition_expression("attribute_not_exists(address) OR expires_at < :now_s")
+                .expression_attribute_values(":now_s", n(req.now.timestamp()))
                 .build()
                 .map_err(|e| StoreError::new("status claim", e))?;
             request =
@@ -292,7 +293,7 @@ impl DynamoDbStatusStore {
             return Ok(Attempt::Refused(Some(item)));
         }
         let list = DynamoDbSuppressionList::new(self.client.clone(), suppression_table.clone());
-        let hit = list.suppressed(&req.check_suppressed).await?;
+        let hit = list.suppressed(&req.check_suppressed, req.now).await?;
         if hit.is_empty() {
             return Err(StoreError::msg(
                 "status claim",
@@ -549,7 +550,11 @@ impl DynamoDbSuppressionList {
 
 #[async_trait::async_trait]
 impl SuppressionList for DynamoDbSuppressionList {
-    async fn suppressed(&self, addresses: &[String]) -> Result<Vec<String>, StoreError> {
+    async fn suppressed(
+        &self,
+        addresses: &[String],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>, StoreError> {
         let mut wanted: Vec<String> = addresses.iter().map(|a| a.trim().to_lowercase()).collect();
         wanted.sort();
         wanted.dedup();
@@ -558,11 +563,12 @@ impl SuppressionList for DynamoDbSuppressionList {
             &self.table,
             "address",
             &wanted,
-            BatchRead::Projected("address"),
+            BatchRead::Projected("address, expires_at"),
             "suppression lookup",
         )
         .await?
         .iter()
+        .filter(|item| get_n(item, "expires_at").is_none_or(|until| until > now.timestamp()))
         .filter_map(|item| get_s(item, "address"))
         .collect();
         Ok(addresses
@@ -572,22 +578,74 @@ impl SuppressionList for DynamoDbSuppressionList {
             .collect())
     }
 
-    async fn suppress(
+    /// `expires_at` (epoch seconds) is also the table's TTL attribute: DynamoDB deletes expired
+    /// soft entries eventually; lookups ignore them at once.
+    async fn suppress_until(
         &self,
         address: &str,
         reason: &str,
         now: DateTime<Utc>,
+        until: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError> {
-        self.client
+        let mut request = self
+            .client
             .put_item()
             .table_name(&self.table)
             .item("address", s(address.trim().to_lowercase()))
             .item("reason", s(reason))
-            .item("suppressed_at", n(ms(now)))
+            .item("suppressed_at", n(ms(now)));
+        if let Some(t) = until {
+            request = request.item("expires_at", n(t.timestamp()));
+        }
+        request.send().await.map_err(err("suppress"))?;
+        Ok(())
+    }
+
+    async fn remove(&self, address: &str) -> Result<bool, StoreError> {
+        let out = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key("address", s(address.trim().to_lowercase()))
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await
-            .map_err(err("suppress"))?;
-        Ok(())
+            .map_err(err("unsuppress"))?;
+        Ok(out.attributes.is_some_and(|a| !a.is_empty()))
+    }
+
+    async fn list(
+        &self,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<(Vec<crate::ports::SuppressionEntry>, Option<String>), StoreError> {
+        let out = self
+            .client
+            .scan()
+            .table_name(&self.table)
+            .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+            .set_exclusive_start_key(cursor.map(|c| HashMap::from([("address".to_owned(), s(c))])))
+            .send()
+            .await
+            .map_err(err("list suppressions"))?;
+        let entries = out
+            .items
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|item| {
+                Some(crate::ports::SuppressionEntry {
+                    address: get_s(item, "address")?,
+                    reason: get_s(item, "reason").unwrap_or_default(),
+                    suppressed_at: time(item, "suppressed_at").unwrap_or_default(),
+                    expires_at: get_n(item, "expires_at")
+                        .and_then(|t| DateTime::from_timestamp(t, 0)),
+                })
+            })
+            .collect();
+        let next = out
+            .last_evaluated_key
+            .and_then(|k| k.get("address").and_then(|v| v.as_s().ok()).cloned());
+        Ok((entries, next))
     }
 }
 

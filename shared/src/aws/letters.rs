@@ -292,6 +292,7 @@ impl LetterIndex for DynamoDbLetterIndex {
         // Read about as many items as asked for when DynamoDB applies the whole filter; read in
         // larger pages when part of it is applied here.
         let pushed_down = filter.text.is_none()
+            && filter.message_id.is_none()
             && filter.provider.is_none()
             && filter.class.is_none()
             && filter.state.is_none()
