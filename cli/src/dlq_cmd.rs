@@ -44,6 +44,7 @@ pub(crate) enum DlqCommand {
     /// Dry run unless --confirm; --reason is then required. Select by ids or by filters.
     /// Example: courierctl dlq replay --category needs-review --campaign spring --confirm --reason "template fixed"
     Replay {
+        /// Letter ids (as `dlq list` prints them); or select with filters instead.
         ids: Vec<String>,
         #[command(flatten)]
         filter: FilterArgs,
@@ -55,6 +56,7 @@ pub(crate) enum DlqCommand {
     },
     /// Mark letters discarded (kept in the index, dropped from the queue by the archiver).
     Discard {
+        /// Letter ids (as `dlq list` prints them); or select with filters instead.
         ids: Vec<String>,
         #[command(flatten)]
         filter: FilterArgs,
@@ -88,6 +90,7 @@ pub(crate) struct FilterArgs {
     /// retries-exhausted | invalid-job | poison | needs-review | redriven
     #[arg(long)]
     category: Option<String>,
+    /// A campaign id, exactly
     #[arg(long)]
     campaign: Option<String>,
     /// ses | smtp
@@ -102,6 +105,7 @@ pub(crate) struct FilterArgs {
     /// RFC 3339 time, or an age such as 2h or 3d (meaning: that long ago)
     #[arg(long)]
     since: Option<String>,
+    /// Like --since: letters dead-lettered before this
     #[arg(long)]
     until: Option<String>,
     /// Case-insensitive text in the reason, raw code or raw text

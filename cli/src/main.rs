@@ -23,8 +23,8 @@ mod provision_cmd;
 #[command(
     name = "courierctl",
     version,
-    about = "Operate Courier: classify failures, inspect the job contract.",
-    long_about = "Operate Courier: classify failures, inspect the job contract.\n\nExit codes: 0 success, 1 runtime failure, 2 bad input or usage."
+    about = "Operate Courier: dead letters, suppression, job status, failure classification, local runs.",
+    long_about = "Operate Courier: dead letters, suppression, job status, failure classification, local runs.\n\nCommands that read Courier's tables take their names from COURIER_* variables (`courierctl provision` prints them for a local stack) and AWS access from the usual AWS variables.\n\nExit codes: 0 success, 1 runtime failure, 2 bad input or usage."
 )]
 struct Cli {
     #[command(subcommand)]
