@@ -32,10 +32,15 @@ clippy:
 unit:
 	$(CARGO) test --workspace --exclude courier-integration
 
+# The function binaries are built first: tests/tests/binary.rs runs them under a Runtime API.
+BINS := $(CARGO) build -q -p courier-send -p courier-archiver -p courier-events
+
 it-moto:
+	$(BINS)
 	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(IT)
 
 it-localstack:
+	$(BINS)
 	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh localstack -- $(IT)
 
 deps:

@@ -21,6 +21,14 @@ pub fn emulator() -> String {
     std::env::var("COURIER_EMULATOR").unwrap_or_else(|_| "aws".into())
 }
 
+/// Whether the target serialises concurrent conditional writes to one item, as DynamoDB does.
+/// moto's server handles requests on parallel threads without a per-item lock, so two
+/// simultaneous conditional puts can both succeed there; races are asserted strictly on
+/// LocalStack (DynamoDB Local) and AWS, and only for sanity on moto.
+pub fn atomic_conditional_writes() -> bool {
+    emulator() != "moto"
+}
+
 /// Shared SDK configuration from the environment (honours `AWS_ENDPOINT_URL[_<SERVICE>]`).
 pub async fn aws_config() -> aws_config::SdkConfig {
     require_env("AWS_ENDPOINT_URL");
@@ -138,6 +146,20 @@ impl Stack {
 
     pub fn sqs(&self) -> aws_sdk_sqs::Client {
         aws_sdk_sqs::Client::new(&self.sdk)
+    }
+
+    /// The local event-source driver on this stack's send queue (batches of 10, 30 s function
+    /// timeout), hiding received batches for `visibility_timeout` seconds.
+    pub fn driver(&self, visibility_timeout: i32) -> courier_send::driver::Driver {
+        courier_send::driver::Driver {
+            sqs: self.sqs(),
+            queue_url: self.resources.queue_url.clone(),
+            queue_arn: self.queue_arn.clone(),
+            batch_size: 10,
+            visibility_timeout,
+            wait_seconds: 1,
+            function_timeout: Duration::from_secs(30),
+        }
     }
 
     /// Receives every message currently visible on `url` (deleting them).

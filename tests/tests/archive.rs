@@ -14,7 +14,6 @@ use courier::ports::{LetterIndex, LetterQueue};
 use courier_archiver::wiring::Settings;
 use courier_integration::Stack;
 use courier_send::config::SendConfig;
-use courier_send::driver::Driver;
 use courier_send::wiring;
 
 fn job(stack: &Stack, id: &str, to: &str) -> String {
@@ -59,15 +58,7 @@ async fn dead_letters_are_indexed_archived_and_read_back_equal() {
         .send()
         .await
         .unwrap();
-    let driver = Driver {
-        sqs: sqs.clone(),
-        queue_url: stack.resources.queue_url.clone(),
-        queue_arn: stack.queue_arn.clone(),
-        batch_size: 10,
-        visibility_timeout: 30,
-        wait_seconds: 1,
-        function_timeout: Duration::from_secs(30),
-    };
+    let driver = stack.driver(30);
     let index = DynamoDbLetterIndex::new(
         clients.dynamodb.clone(),
         &stack.resources.letter_index_table,
@@ -236,15 +227,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
             .await
             .unwrap();
     }
-    let driver = Driver {
-        sqs: sqs.clone(),
-        queue_url: stack.resources.queue_url.clone(),
-        queue_arn: stack.queue_arn.clone(),
-        batch_size: 10,
-        visibility_timeout: 30,
-        wait_seconds: 1,
-        function_timeout: Duration::from_secs(30),
-    };
+    let driver = stack.driver(30);
     let index = DynamoDbLetterIndex::new(
         clients.dynamodb.clone(),
         &stack.resources.letter_index_table,

@@ -8,7 +8,14 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let archiver = Arc::new(courier_archiver::wiring::from_env().await?);
+    let archiver = match courier_archiver::wiring::from_env().await {
+        Ok(wired) => Arc::new(wired),
+        Err(e) => {
+            // Logged with the variable it names; Lambda reports the exit as an INIT failure.
+            eprintln!("courier-archiver: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let archiver = Arc::clone(&archiver);
         async move { courier_archiver::function_handler(&archiver, event).await }

@@ -8,7 +8,14 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 #[tokio::main]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
-    let pipeline = Arc::new(courier_send::wiring::from_env().await?);
+    let pipeline = match courier_send::wiring::from_env().await {
+        Ok(wired) => Arc::new(wired),
+        Err(e) => {
+            // Logged with the variable it names; Lambda reports the exit as an INIT failure.
+            eprintln!("courier-send: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let pipeline = Arc::clone(&pipeline);
         async move { courier_send::function_handler(&pipeline, event).await }

@@ -1,0 +1,203 @@
+//! The functions' real binaries (what is deployed as `bootstrap`) under a local Lambda Runtime
+//! API (`bench/runtime_api.py`): wiring from the environment at INIT, SQS events in, batch
+//! responses out. `make it-moto` / `it-localstack` build the binaries first.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use courier_integration::{Stack, require_env};
+
+fn binary(name: &str) -> PathBuf {
+    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/debug")).join(name);
+    assert!(
+        path.exists(),
+        "{} is not built: run `cargo build -p {name}` (make it-moto does)",
+        path.display()
+    );
+    path
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Runs `bin` with `env` against a runtime API serving `events`; returns the API's result JSON.
+fn run_function(
+    bin: &str,
+    env: &[(&str, String)],
+    events: &[serde_json::Value],
+) -> serde_json::Value {
+    let dir = std::env::temp_dir().join(format!("courier-binary-{}-{bin}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let events_file = dir.join("events.jsonl");
+    std::fs::write(
+        &events_file,
+        events
+            .iter()
+            .map(|e| e.to_string() + "\n")
+            .collect::<String>(),
+    )
+    .unwrap();
+    let out = dir.join("result.json");
+    let port = free_port();
+    let mut api = Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../bench/runtime_api.py"
+        ))
+        .args(["--port", &port.to_string(), "--events"])
+        .arg(&events_file)
+        .arg("--out")
+        .arg(&out)
+        .spawn()
+        .expect("python3 runtime_api.py");
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "runtime API did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut function = Command::new(binary(bin))
+        .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{port}"))
+        .env("AWS_LAMBDA_FUNCTION_NAME", bin)
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "$LATEST")
+        .env("AWS_LAMBDA_LOG_STREAM_NAME", "local")
+        .env("AWS_LAMBDA_LOG_GROUP_NAME", format!("/aws/lambda/{bin}"))
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(Stdio::null())
+        .stderr(Stdio::from(
+            std::fs::File::create(dir.join("stderr.log")).unwrap(),
+        ))
+        .spawn()
+        .expect("function binary");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = api.try_wait().unwrap() {
+            assert!(status.success(), "runtime API failed");
+            break;
+        }
+        if let Some(status) = function.try_wait().unwrap() {
+            // After the last response the API shuts down and the function's next poll fails:
+            // that exit is expected. Before it, the function died early.
+            let finished = (0..100).any(|_| {
+                std::thread::sleep(Duration::from_millis(50));
+                api.try_wait().unwrap().is_some()
+            });
+            if finished && out.exists() {
+                break;
+            }
+            let _ = api.kill();
+            let log = std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default();
+            panic!("{bin} exited early: {status}: {log}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{bin} did not answer every event in time"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = function.kill();
+    let _ = function.wait();
+    serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap()
+}
+
+fn sqs_event(bodies: &[String]) -> serde_json::Value {
+    let records: Vec<serde_json::Value> = bodies
+        .iter()
+        .enumerate()
+        .map(|(i, b)| serde_json::json!({"messageId": format!("m{i}"), "receiptHandle": "r", "body": b, "attributes": {"ApproximateReceiveCount": "1"}, "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:send", "awsRegion": "us-east-1"}))
+        .collect();
+    serde_json::json!({ "Records": records })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_send_binary_wires_from_the_environment_and_answers_batches() {
+    let stack = Stack::create(&["smtp"]).await;
+    let r = &stack.resources;
+    let env = vec![
+        ("COURIER_QUEUE_URL", r.queue_url.clone()),
+        (
+            "COURIER_DEAD_LETTER_QUEUE_URL",
+            r.dead_letter_queue_url.clone(),
+        ),
+        ("COURIER_LETTER_INDEX_TABLE", r.letter_index_table.clone()),
+        ("COURIER_STATUS_TABLE", r.status_table.clone()),
+        ("COURIER_SUPPRESSION_TABLE", r.suppression_table.clone()),
+        ("COURIER_BREAKER_TABLE", r.breaker_table.clone()),
+        ("COURIER_TEMPLATE_BUCKET", r.template_bucket.clone()),
+        (
+            "COURIER_DELAY_STATE_MACHINE_ARN",
+            r.delay_state_machine_arn.clone(),
+        ),
+        ("COURIER_PROVIDERS", "smtp".into()),
+        ("COURIER_SMTP_HOST", require_env("COURIER_SMTP_HOST")),
+        ("COURIER_SMTP_PORT", require_env("COURIER_SMTP_PORT")),
+        ("COURIER_SMTP_TLS", "none".into()),
+    ];
+    let job = |id: &str, to: &str| {
+        serde_json::json!({"version": 1, "message_id": id, "campaign_id": "bin", "from": "bin@courier.test", "to": [to], "content": {"subject": "s", "text": "t"}}).to_string()
+    };
+    let events = vec![
+        sqs_event(&[
+            job("bin-1", "a@courier.test"),
+            job("bin-2", "policy@courier.test"),
+            "{broken".into(),
+        ]),
+        sqs_event(&[job("bin-1", "a@courier.test")]),
+    ];
+    let result = run_function("courier-send", &env, &events);
+    let responses: Vec<&serde_json::Value> = result["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["response"])
+        .collect();
+    assert_eq!(responses.len(), 2, "{result}");
+    for response in responses {
+        assert_eq!(
+            response["batchItemFailures"],
+            serde_json::json!([]),
+            "{result}"
+        );
+    }
+    assert!(result["ready_ms"].is_null() || result["ready_ms"].as_f64().is_some());
+    let store = courier::aws::DynamoDbStatusStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &r.status_table,
+        Duration::from_secs(60),
+    );
+    use courier::ports::StatusStore;
+    assert_eq!(
+        store.get("bin-1").await.unwrap().unwrap().status,
+        courier::status::Status::SentToProvider
+    );
+    assert_eq!(
+        store.get("bin-2").await.unwrap().unwrap().status,
+        courier::status::Status::DeadLettered
+    );
+
+    // A missing setting fails INIT with a message naming it (reported to the runtime API).
+    let mut broken = env.clone();
+    broken.retain(|(k, _)| *k != "COURIER_STATUS_TABLE");
+    let dir_result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_function(
+            "courier-send",
+            &broken,
+            &[sqs_event(&[job("bin-3", "a@courier.test")])],
+        )
+    }));
+    assert!(
+        dir_result.is_err(),
+        "the function started without COURIER_STATUS_TABLE"
+    );
+}
