@@ -518,8 +518,9 @@ async fn aws_api_calls_per_job() {
     );
     let total: u64 = calls.values().sum();
     let per_job = total as f64 / jobs as f64;
+    let retried: u64 = counter.attempts().values().sum::<u64>() - counter.total();
     println!(
-        "first-attempt delivery: {per_job:.2} AWS calls per job ({calls:?}; plus {refreshes} breaker refresh reads in {:.1} s; {empty} empty polls not counted)",
+        "first-attempt delivery: {per_job:.2} AWS calls per job ({calls:?}; plus {refreshes} breaker refresh reads in {:.1} s; {empty} empty polls not counted; {retried} SDK retries of transient emulator errors)",
         elapsed.as_secs_f64()
     );
     // Claim (with the suppression check) + send + status write per job, one receive and one

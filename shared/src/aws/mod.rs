@@ -41,17 +41,41 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
         .await
 }
 
-/// Counts AWS API requests by `service.operation` (every HTTP attempt, retries included), for the
-/// API-calls-per-job figures. Attach with [`Clients::counted`].
+/// Counts AWS API calls by `service.operation`: operations Courier issued, and HTTP attempts
+/// (operations plus the SDK's own retries of transient errors), for the API-calls-per-job
+/// figures. Attach with [`Clients::counted`].
 #[derive(Debug, Clone, Default)]
 pub struct CallCounter {
-    calls: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+    operations: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+    attempts: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+}
+
+type Counts = std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>;
+
+fn bump(counts: &Counts, cfg: &aws_smithy_types::config_bag::ConfigBag) {
+    let name = cfg
+        .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
+        .map_or_else(
+            || "unknown".to_owned(),
+            |m| format!("{}.{}", m.service(), m.name()),
+        );
+    if let Ok(mut c) = counts.lock() {
+        *c.entry(name).or_default() += 1;
+    }
 }
 
 impl CallCounter {
-    /// Requests so far, by `service.operation`.
+    /// Operations issued so far, by `service.operation`.
     pub fn snapshot(&self) -> std::collections::BTreeMap<String, u64> {
-        self.calls.lock().map(|c| c.clone()).unwrap_or_default()
+        self.operations
+            .lock()
+            .map(|c| c.clone())
+            .unwrap_or_default()
+    }
+
+    /// HTTP attempts so far (operations plus SDK retries), by `service.operation`.
+    pub fn attempts(&self) -> std::collections::BTreeMap<String, u64> {
+        self.attempts.lock().map(|c| c.clone()).unwrap_or_default()
     }
 
     pub fn total(&self) -> u64 {
@@ -59,8 +83,10 @@ impl CallCounter {
     }
 
     pub fn reset(&self) {
-        if let Ok(mut c) = self.calls.lock() {
-            c.clear();
+        for counts in [&self.operations, &self.attempts] {
+            if let Ok(mut c) = counts.lock() {
+                c.clear();
+            }
         }
     }
 }
@@ -70,21 +96,24 @@ impl aws_smithy_runtime_api::client::interceptors::Intercept for CallCounter {
         "CallCounter"
     }
 
+    // Once per operation, after the operation's metadata is in the config bag.
+    fn read_before_serialization(
+        &self,
+        _context: &aws_smithy_runtime_api::client::interceptors::context::BeforeSerializationInterceptorContextRef<'_>,
+        _components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
+        cfg: &mut aws_smithy_types::config_bag::ConfigBag,
+    ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+        bump(&self.operations, cfg);
+        Ok(())
+    }
+
     fn read_before_transmit(
         &self,
         _context: &aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef<'_>,
         _components: &aws_smithy_runtime_api::client::runtime_components::RuntimeComponents,
         cfg: &mut aws_smithy_types::config_bag::ConfigBag,
     ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
-        let name = cfg
-            .load::<aws_smithy_runtime_api::client::orchestrator::Metadata>()
-            .map_or_else(
-                || "unknown".to_owned(),
-                |m| format!("{}.{}", m.service(), m.name()),
-            );
-        if let Ok(mut c) = self.calls.lock() {
-            *c.entry(name).or_default() += 1;
-        }
+        bump(&self.attempts, cfg);
         Ok(())
     }
 }
