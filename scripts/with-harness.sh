@@ -532,6 +532,37 @@ if [ "$MODE" = localstack ]; then
     t0=$(now_ms)
     bring_up localstack LS_PORT "$LOCALSTACK_TIMEOUT" "$LOGS/localstack.log"
     log "localstack ready in $(secs_since "$t0") s at http://127.0.0.1:$LS_PORT"
+    # Health says "ready" before every provider answers: the first concurrent calls to a service
+    # can get "no handler for operation". Call each service the tests use once, until it answers.
+    t0=$(now_ms)
+    if ! AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test AWS_DEFAULT_REGION=us-east-1 \
+        "$CACHE/venv-localstack/bin/python" - "http://127.0.0.1:$LS_PORT" >>"$LOGS/localstack-warmup.log" 2>&1 <<'PY'
+import sys, time, boto3
+url = sys.argv[1]
+calls = {
+    "s3": lambda c: c.list_buckets(),
+    "sqs": lambda c: c.list_queues(),
+    "dynamodb": lambda c: c.list_tables(),
+    "stepfunctions": lambda c: c.list_state_machines(),
+}
+deadline = time.time() + 60
+for service, call in calls.items():
+    client = boto3.client(service, endpoint_url=url)
+    while True:
+        try:
+            call(client)
+            break
+        except Exception as e:  # keep trying until the deadline
+            if time.time() > deadline:
+                print(f"{service} never answered: {e}")
+                sys.exit(1)
+            time.sleep(0.5)
+PY
+    then
+        tail -n 40 "$LOGS/localstack-warmup.log" >&2
+        die "LocalStack services did not answer after start"
+    fi
+    log "localstack services answered in $(secs_since "$t0") s"
 fi
 
 # ---------------------------------------------------------------- environment
