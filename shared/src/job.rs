@@ -294,7 +294,8 @@ impl EmailJob {
                 ));
             }
         }
-        let job: EmailJob = match serde_json::from_value(value.clone()) {
+        // Deserialised from a borrow: the value stays available for salvaging ids on error.
+        let job: EmailJob = match EmailJob::deserialize(&value) {
             Ok(job) => job,
             Err(e) => {
                 return Err(reject(

@@ -249,11 +249,13 @@ impl Pipeline {
         span: tracing::Span,
     ) -> Step {
         let now = self.now();
-        let print = fingerprint(record.body.as_bytes());
         // 1. Parse and validate.
         let incoming = match parse_body(record.body.as_bytes()) {
             Ok(incoming) => incoming,
-            Err(rejected) => return self.reject(&record, &rejected, &print, now).await,
+            Err(rejected) => {
+                let print = fingerprint(record.body.as_bytes());
+                return self.reject(&record, &rejected, &print, now).await;
+            }
         };
         let job = &incoming.job;
         span.record("message_id", job.message_id.as_str());
