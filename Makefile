@@ -5,7 +5,7 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo fmt-check clippy unit it-moto it-localstack deps schema bench bench-lambda bench-dlq smoke
+.PHONY: test demo fmt-check clippy lint-infra unit it-moto it-localstack deps schema bench bench-lambda bench-dlq smoke
 
 ## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack).
 test:
@@ -13,6 +13,7 @@ test:
 	@scripts/phase.sh "install test dependencies" scripts/install-deps.sh all
 	@scripts/phase.sh "cargo fmt --check" $(MAKE) --no-print-directory fmt-check
 	@scripts/phase.sh "clippy -D warnings" $(MAKE) --no-print-directory clippy
+	@scripts/phase.sh "cfn-lint infra/template.yaml" $(MAKE) --no-print-directory lint-infra
 	@scripts/phase.sh "unit tests" $(MAKE) --no-print-directory unit
 	@scripts/phase.sh "integration tests on moto" $(MAKE) --no-print-directory it-moto
 	@scripts/phase.sh "integration tests on LocalStack" $(MAKE) --no-print-directory it-localstack
@@ -22,6 +23,10 @@ test:
 demo:
 	@scripts/install-deps.sh moto smtp
 	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(CARGO) run -q -p courierctl -- demo
+
+lint-infra:
+	scripts/install-deps.sh infra
+	$${COURIER_CACHE:-.cache}/venv-infra/bin/cfn-lint infra/template.yaml
 
 fmt-check:
 	$(CARGO) fmt --all --check

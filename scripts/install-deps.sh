@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# install-deps.sh [moto|localstack|smtp|all]...
+# install-deps.sh [moto|localstack|smtp|infra|all]...
 #
 # Installs what the local test harness (scripts/with-harness.sh) runs, only when it is missing,
 # so a second call takes well under a second:
 #   smtp       Debian's postfix (private instances only: the system service is never started)
 #              and swaks (a command-line SMTP client), plus curl.
 #   moto       a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-moto with moto[server]==5.2.5
+#   infra      a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-infra with cfn-lint (infra/template.yaml)
 #              (Python from $COURIER_PYTHON, default python3; needs 3.9 or later).
 #   localstack delegates to localstack/install.sh.
 #   all        all three (the default).
@@ -117,6 +118,25 @@ install_moto() {
     printf '%s\n' "$MOTO_SPEC" >"$stamp"
 }
 
+# cfn-lint (with the SAM translator it brings) for infra/template.yaml.
+CFN_LINT_SPEC='cfn-lint==1.51.0'
+install_infra() {
+    install_basics
+    local venv=$CACHE/venv-infra stamp
+    stamp=$venv/.courier-installed
+    if [ -x "$venv/bin/cfn-lint" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$CFN_LINT_SPEC" ]; then
+        return 0
+    fi
+    local py=${COURIER_PYTHON:-python3}
+    log "creating $venv with $CFN_LINT_SPEC"
+    rm -rf "$venv"
+    mkdir -p "$CACHE"
+    "$py" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$CFN_LINT_SPEC" >&2
+    [ -x "$venv/bin/cfn-lint" ] || die "pip finished but $venv/bin/cfn-lint is missing"
+    printf '%s\n' "$CFN_LINT_SPEC" >"$stamp"
+}
+
 install_localstack() {
     local script=$REPO/localstack/install.sh
     [ -f "$script" ] || die "$script does not exist (LocalStack's installer is not in the tree yet)"
@@ -131,9 +151,10 @@ main() {
             smtp) install_smtp ;;
             moto) install_moto ;;
             localstack) install_localstack ;;
-            all) install_smtp; install_moto; install_localstack ;;
+            infra) install_infra ;;
+            all) install_smtp; install_moto; install_localstack; install_infra ;;
             -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
-            *) die "unknown component '$what' (expected moto, localstack, smtp or all)" ;;
+            *) die "unknown component '$what' (expected moto, localstack, smtp, infra or all)" ;;
         esac
     done
 }
