@@ -125,16 +125,7 @@ impl DynamoDbStatusStore {
             .expression_attribute_values(":old_lease", n(old.lease_until.map_or(0, ms)))
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(err("status mark unknown")(e)),
-        }
+        Ok(super::conditional(result, "status mark unknown")?.is_some())
     }
 }
 
@@ -418,17 +409,8 @@ impl StatusStore for DynamoDbStatusStore {
         for (placeholder, status) in placeholders.iter().zip(&sources) {
             req = req.expression_attribute_values(placeholder, s(status.as_str()));
         }
-        match req.send().await {
-            Ok(_) => Ok(()),
-            // Not allowed from the current status: a late or duplicate write, absorbed.
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(err("status record")(e)),
-        }
+        // Not allowed from the current status: a late or duplicate write, absorbed.
+        super::conditional(req.send().await, "status record").map(|_| ())
     }
 
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
@@ -455,20 +437,10 @@ impl StatusStore for DynamoDbStatusStore {
             .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
             .send()
             .await;
-        match result {
-            Ok(out) => Ok(out
-                .attributes
-                .as_ref()
-                .and_then(|a| get_n(a, "attempt"))
-                .and_then(|a| u32::try_from(a).ok())),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(None)
-            }
-            Err(e) => Err(err("status reopen")(e)),
-        }
+        Ok(super::conditional(result, "status reopen")?
+            .and_then(|out| out.attributes)
+            .and_then(|a| get_n(&a, "attempt"))
+            .and_then(|a| u32::try_from(a).ok()))
     }
 }
 
@@ -791,15 +763,6 @@ impl BreakerStore for DynamoDbControlTable {
                 .condition_expression("version = :v")
                 .expression_attribute_values(":v", n(v)),
         };
-        match req.send().await {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(err("breaker save")(e)),
-        }
+        Ok(super::conditional(req.send().await, "breaker save")?.is_some())
     }
 }

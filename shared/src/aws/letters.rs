@@ -201,16 +201,7 @@ impl LetterIndex for DynamoDbLetterIndex {
             .condition_expression("attribute_not_exists(letter_id)")
             .send()
             .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(err("index letter")(e)),
-        }
+        Ok(super::conditional(result, "index letter")?.is_some())
     }
 
     async fn get_many(&self, ids: &[String]) -> Result<Vec<IndexedLetter>, StoreError> {
@@ -265,16 +256,8 @@ impl LetterIndex for DynamoDbLetterIndex {
         if archive_key.is_none() {
             expression.push_str(" REMOVE archive_key");
         }
-        match request.update_expression(expression).send().await {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
-            }
-            Err(e) => Err(err("letter transition")(e)),
-        }
+        let result = request.update_expression(expression).send().await;
+        Ok(super::conditional(result, "letter transition")?.is_some())
     }
 
     /// Queries the `by_campaign` or `by_category` index when the filter names a campaign or a

@@ -34,6 +34,32 @@ where
     }
 }
 
+/// A conditional write's result: `Some(output)` when it applied, `None` when its condition did
+/// not hold (`ConditionalCheckFailedException`), an error for anything else.
+pub(crate) fn conditional<T, E, R>(
+    result: Result<T, SdkError<E, R>>,
+    operation: &'static str,
+) -> Result<Option<T>, StoreError>
+where
+    E: aws_smithy_types::error::metadata::ProvideErrorMetadata
+        + std::error::Error
+        + Send
+        + Sync
+        + 'static,
+    R: std::fmt::Debug + Send + Sync + 'static,
+{
+    match result {
+        Ok(output) => Ok(Some(output)),
+        Err(e)
+            if e.as_service_error().and_then(|s| s.code())
+                == Some("ConditionalCheckFailedException") =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(store_error(operation)(e)),
+    }
+}
+
 /// Loads the SDK configuration from the environment.
 pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
