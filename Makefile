@@ -5,7 +5,7 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo fmt-check clippy lint-infra unit it-moto it-localstack deps schema bench bench-lambda bench-dlq smoke
+.PHONY: test demo fmt-check clippy lint-infra unit lambda-build it-moto it-localstack deps schema bench bench-lambda bench-cost bench-dlq smoke
 
 ## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack).
 test:
@@ -15,6 +15,7 @@ test:
 	@scripts/phase.sh "clippy -D warnings" $(MAKE) --no-print-directory clippy
 	@scripts/phase.sh "cfn-lint infra/template.yaml" $(MAKE) --no-print-directory lint-infra
 	@scripts/phase.sh "unit tests" $(MAKE) --no-print-directory unit
+	@scripts/phase.sh "release build (cargo lambda: arm64 zips, x86_64)" $(MAKE) --no-print-directory lambda-build
 	@scripts/phase.sh "integration tests on moto" $(MAKE) --no-print-directory it-moto
 	@scripts/phase.sh "integration tests on LocalStack" $(MAKE) --no-print-directory it-localstack
 	@scripts/phase.sh --summary
@@ -40,11 +41,22 @@ unit:
 # The function binaries are built first: tests/tests/binary.rs runs them under a Runtime API.
 BINS := $(CARGO) build -q -p courier-send -p courier-archiver -p courier-events
 
-it-moto:
+## make lambda-build: what cargo-lambda builds for every crate under functions/ (release profile):
+## arm64 zips in target/lambda/<bin>/bootstrap.zip (what `cargo lambda deploy` uploads, see
+## tests/tests/deploy.rs) and x86_64 bootstraps in target/lambda-x86_64/<bin>/bootstrap (run here by
+## tests/tests/binary.rs and bench/lambda-binary.sh).
+LAMBDA_PKGS = $(foreach m,$(wildcard functions/*/Cargo.toml),-p courier-$(notdir $(patsubst %/Cargo.toml,%,$(m))))
+CARGO_LAMBDA = PATH="$${COURIER_CACHE:-$(CURDIR)/.cache}/venv-lambda/bin:$$PATH" $(CARGO) lambda
+lambda-build:
+	@scripts/install-deps.sh lambda
+	$(CARGO_LAMBDA) build -q --release --arm64 --output-format zip $(LAMBDA_PKGS)
+	$(CARGO_LAMBDA) build -q --release --x86-64 --lambda-dir target/lambda-x86_64 $(LAMBDA_PKGS)
+
+it-moto: lambda-build
 	$(BINS)
 	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(IT)
 
-it-localstack:
+it-localstack: lambda-build
 	$(BINS)
 	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh localstack -- $(IT)
 
@@ -65,10 +77,14 @@ bench-dlq:
 	@scripts/install-deps.sh $(EMULATOR) smtp moto
 	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh $(EMULATOR) -- $(CARGO) run --release -q -p courier-bench --bin dlq
 
-## make bench-lambda: the release binary through a local Lambda Runtime API (cold start, RSS).
-bench-lambda:
+## make bench-lambda: the release bootstrap through a local Lambda Runtime API (cold start, RSS, zip sizes).
+bench-lambda: lambda-build
 	@scripts/install-deps.sh moto smtp
 	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- bench/lambda-binary.sh 50
+
+## make bench-cost: AWS API calls and dollars per million emails (bench/src/bin/cost.rs).
+bench-cost:
+	$(CARGO) run -q -p courier-bench --bin cost
 
 smoke:
 	scripts/harness-smoke.sh

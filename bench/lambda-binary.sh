@@ -1,22 +1,26 @@
 #!/usr/bin/env bash
 # bench/lambda-binary.sh [BATCHES]
 #
-# Runs the send function's release binary (what is deployed as `bootstrap`) through a local Lambda
+# Runs the send function's release `bootstrap` as cargo-lambda builds it (`make lambda-build`: the
+# x86_64 build, same source and release profile as the deployed arm64 zip) through a local Lambda
 # Runtime API (bench/runtime_api.py) on BATCHES SQS events of 10 jobs each, against the emulator
-# and SMTP server the harness started, and prints: time from process start to its first request
-# for work (cold start to ready), first-event latency, median and p90 event latency, peak RSS
-# (VmHWM) and the binary's size. Every batch response is checked: no failures expected.
+# and SMTP server the harness started, and prints: the deployment zips' sizes (arm64, every
+# function), time from process start to its first request for work (cold start to ready),
+# first-event latency, median and p90 event latency, peak RSS (VmHWM) and the binary's size.
+# Every batch response is checked: no failures expected.
 #
-#   scripts/with-harness.sh moto -- bench/lambda-binary.sh 50      (or: make bench-lambda)
+#   make lambda-build && scripts/with-harness.sh moto -- bench/lambda-binary.sh 50   (or: make bench-lambda)
+# COURIER_BOOTSTRAP=path runs another build of the send function instead.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 BATCHES=${1:-50}
 : "${AWS_ENDPOINT_URL:?run through scripts/with-harness.sh}"
 : "${COURIER_SMTP_PORT:?run through scripts/with-harness.sh}"
 
-cargo build --release -q -p courier-send -p courierctl --manifest-path "$REPO/Cargo.toml"
-BIN=$REPO/target/release/courier-send
-CTL=$REPO/target/release/courierctl
+BIN=${COURIER_BOOTSTRAP:-$REPO/target/lambda-x86_64/courier-send/bootstrap}
+[ -x "$BIN" ] || { echo "$BIN is missing: run make lambda-build" >&2; exit 1; }
+cargo build -q -p courierctl --manifest-path "$REPO/Cargo.toml"
+CTL=$REPO/target/debug/courierctl
 WORK=$(mktemp -d)
 trap 'kill "${FN:-}" "${RT:-}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
@@ -66,9 +70,9 @@ hwm=$(awk '/VmHWM/ {print $2}' "/proc/$FN/status" 2>/dev/null || echo 0)
 [ "${hwm:-0}" -gt "$peak" ] && peak=$hwm
 kill "$FN" 2>/dev/null || true
 
-python3 - "$WORK/result.json" "$peak" "$BIN" "$WORK/function.log" <<'PY'
-import json, os, statistics, sys
-result, peak_kb, binary, log = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+python3 - "$WORK/result.json" "$peak" "$BIN" "$WORK/function.log" "$REPO/target/lambda" <<'PY'
+import glob, json, os, statistics, sys, zipfile
+result, peak_kb, binary, log, zips = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 if result["errors"]:
     sys.exit(f"invocation errors: {result['errors'][:3]}")
 failures = [r for r in result["results"] if r["response"].get("batchItemFailures")]
@@ -76,7 +80,13 @@ if failures or len(result["results"]) != result["events"]:
     sys.exit(f"{len(failures)} batches reported failures, {len(result['results'])}/{result['events']} answered: {failures[:2]}")
 lat = [r["latency_ms"] for r in result["results"]]
 emf = sum(1 for line in open(log) if '"_aws"' in line)
-print(f"release binary: {os.path.getsize(binary) / 1e6:.1f} MB ({binary})")
+for z in sorted(glob.glob(os.path.join(zips, "*", "bootstrap.zip"))):
+    with zipfile.ZipFile(z) as f:
+        inner = sum(i.file_size for i in f.infolist())
+    size = os.path.getsize(z)
+    print(f"deployment zip {os.path.basename(os.path.dirname(z))}: {size / 1e6:.2f} MB "
+          f"({size / 2**20:.2f} MiB; bootstrap {inner / 1e6:.1f} MB unzipped; target <= 6 MB)")
+print(f"release bootstrap run here: {os.path.getsize(binary) / 1e6:.1f} MB ({binary})")
 print(f"ready after process start (cold start): {result['ready_ms']:.1f} ms")
 print(f"first event (batch of 10): {lat[0]:.1f} ms")
 print(f"event latency over {len(lat)} batches of 10: median {statistics.median(lat):.1f} ms, p90 {sorted(lat)[int(len(lat) * 0.9)]:.1f} ms")

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install-deps.sh [moto|localstack|smtp|infra|all]...
+# install-deps.sh [moto|localstack|smtp|infra|lambda|all]...
 #
 # Installs what the local test harness (scripts/with-harness.sh) runs, only when it is missing,
 # so a second call takes well under a second:
@@ -9,7 +9,9 @@
 #   infra      a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-infra with cfn-lint (infra/template.yaml)
 #              (Python from $COURIER_PYTHON, default python3; needs 3.9 or later).
 #   localstack delegates to localstack/install.sh.
-#   all        all three (the default).
+#   lambda     a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-lambda with cargo-lambda (PyPI; it brings
+#              zig): `make lambda-build` and tests/tests/deploy.rs run `cargo lambda` from its bin/.
+#   all        all of them (the default).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -137,6 +139,26 @@ install_infra() {
     printf '%s\n' "$CFN_LINT_SPEC" >"$stamp"
 }
 
+# cargo-lambda (and the zig it cross-compiles with) from PyPI: seconds, where `cargo install
+# cargo-lambda` takes about 10 minutes.
+CARGO_LAMBDA_SPEC='cargo-lambda==1.9.2'
+install_lambda() {
+    install_basics
+    local venv=$CACHE/venv-lambda stamp
+    stamp=$venv/.courier-installed
+    if [ -x "$venv/bin/cargo-lambda" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$CARGO_LAMBDA_SPEC" ]; then
+        return 0
+    fi
+    local py=${COURIER_PYTHON:-python3}
+    log "creating $venv with $CARGO_LAMBDA_SPEC"
+    rm -rf "$venv"
+    mkdir -p "$CACHE"
+    "$py" -m venv "$venv"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$CARGO_LAMBDA_SPEC" >&2
+    [ -x "$venv/bin/cargo-lambda" ] || die "pip finished but $venv/bin/cargo-lambda is missing"
+    printf '%s\n' "$CARGO_LAMBDA_SPEC" >"$stamp"
+}
+
 install_localstack() {
     local script=$REPO/localstack/install.sh
     [ -f "$script" ] || die "$script does not exist (LocalStack's installer is not in the tree yet)"
@@ -152,9 +174,10 @@ main() {
             moto) install_moto ;;
             localstack) install_localstack ;;
             infra) install_infra ;;
-            all) install_smtp; install_moto; install_localstack; install_infra ;;
-            -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
-            *) die "unknown component '$what' (expected moto, localstack, smtp, infra or all)" ;;
+            lambda) install_lambda ;;
+            all) install_smtp; install_moto; install_localstack; install_infra; install_lambda ;;
+            -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+            *) die "unknown component '$what' (expected moto, localstack, smtp, infra, lambda or all)" ;;
         esac
     done
 }

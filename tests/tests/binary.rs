@@ -1,16 +1,18 @@
-//! The functions' real binaries (what is deployed as `bootstrap`) under a local Lambda Runtime
-//! API (`bench/runtime_api.py`): wiring from the environment at INIT, SQS events in, batch
-//! responses out. `make it-moto` / `it-localstack` build the binaries first.
+//! The functions' real binaries under a local Lambda Runtime API (`bench/runtime_api.py`): wiring
+//! from the environment at INIT, SQS events in, batch responses out. Two builds: the debug binary
+//! (`cargo build`), and the release `bootstrap` cargo-lambda makes for x86_64 (the deployed zip is
+//! the same source and profile for arm64, which this machine cannot run). `make it-moto` /
+//! `it-localstack` build both first (`make lambda-build`).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use courier_integration::{Stack, require_env};
 
-fn binary(name: &str) -> PathBuf {
+fn debug_binary(name: &str) -> PathBuf {
     let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../target/debug")).join(name);
     assert!(
         path.exists(),
@@ -28,13 +30,34 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Runs `bin` with `env` against a runtime API serving `events`; returns the API's result JSON.
+/// The release `bootstrap` of `make lambda-build` for x86_64 (cargo-lambda, zig, release profile).
+fn release_bootstrap(name: &str) -> PathBuf {
+    let path = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../target/lambda-x86_64"
+    ))
+    .join(name)
+    .join("bootstrap");
+    assert!(
+        path.exists(),
+        "{} is not built: run `make lambda-build` (make it-moto does)",
+        path.display()
+    );
+    path
+}
+
+/// Runs `exe` (the function `bin`) with `env` against a runtime API serving `events`; returns the
+/// API's result JSON.
 fn run_function(
+    exe: &Path,
     bin: &str,
     env: &[(&str, String)],
     events: &[serde_json::Value],
 ) -> serde_json::Value {
-    let dir = std::env::temp_dir().join(format!("courier-binary-{}-{bin}", std::process::id()));
+    // Unique per call: the tests of this file run in parallel threads of one process.
+    let dir = std::env::temp_dir().join(courier_integration::unique(&format!(
+        "courier-binary-{bin}"
+    )));
     std::fs::create_dir_all(&dir).unwrap();
     let events_file = dir.join("events.jsonl");
     std::fs::write(
@@ -66,7 +89,7 @@ fn run_function(
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut function = Command::new(binary(bin))
+    let mut function = Command::new(exe)
         .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{port}"))
         .env("AWS_LAMBDA_FUNCTION_NAME", bin)
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "128")
@@ -120,11 +143,10 @@ fn sqs_event(bodies: &[String]) -> serde_json::Value {
     serde_json::json!({ "Records": records })
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn the_send_binary_wires_from_the_environment_and_answers_batches() {
-    let stack = Stack::create(&["smtp"]).await;
+/// The send function's settings for `stack`, sending through the harness's Postfix.
+fn send_env(stack: &Stack) -> Vec<(&'static str, String)> {
     let r = &stack.resources;
-    let env = vec![
+    vec![
         ("COURIER_QUEUE_URL", r.queue_url.clone()),
         (
             "COURIER_DEAD_LETTER_QUEUE_URL",
@@ -143,7 +165,14 @@ async fn the_send_binary_wires_from_the_environment_and_answers_batches() {
         ("COURIER_SMTP_HOST", require_env("COURIER_SMTP_HOST")),
         ("COURIER_SMTP_PORT", require_env("COURIER_SMTP_PORT")),
         ("COURIER_SMTP_TLS", "none".into()),
-    ];
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_send_binary_wires_from_the_environment_and_answers_batches() {
+    let stack = Stack::create(&["smtp"]).await;
+    let r = &stack.resources;
+    let env = send_env(&stack);
     let job = |id: &str, to: &str| {
         serde_json::json!({"version": 1, "message_id": id, "campaign_id": "bin", "from": "bin@courier.test", "to": [to], "content": {"subject": "s", "text": "t"}}).to_string()
     };
@@ -155,7 +184,7 @@ async fn the_send_binary_wires_from_the_environment_and_answers_batches() {
         ]),
         sqs_event(&[job("bin-1", "a@courier.test")]),
     ];
-    let result = run_function("courier-send", &env, &events);
+    let result = run_function(&debug_binary("courier-send"), "courier-send", &env, &events);
     let responses: Vec<&serde_json::Value> = result["results"]
         .as_array()
         .unwrap()
@@ -191,6 +220,7 @@ async fn the_send_binary_wires_from_the_environment_and_answers_batches() {
     broken.retain(|(k, _)| *k != "COURIER_STATUS_TABLE");
     let dir_result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         run_function(
+            &debug_binary("courier-send"),
             "courier-send",
             &broken,
             &[sqs_event(&[job("bin-3", "a@courier.test")])],
@@ -199,5 +229,62 @@ async fn the_send_binary_wires_from_the_environment_and_answers_batches() {
     assert!(
         dir_result.is_err(),
         "the function started without COURIER_STATUS_TABLE"
+    );
+}
+
+/// The release bootstrap (what cargo-lambda builds and `cargo lambda deploy` uploads, here for
+/// x86_64) on SQS events: a batch of ten good jobs, one the receiver rejects for policy, a broken
+/// record and a duplicate; then a second event after the first (the warm path).
+#[tokio::test(flavor = "multi_thread")]
+async fn the_release_bootstrap_answers_sqs_batches() {
+    let stack = Stack::create(&["smtp"]).await;
+    let r = &stack.resources;
+    let env = send_env(&stack);
+    let job = |id: &str, to: &str| {
+        serde_json::json!({"version": 1, "message_id": id, "campaign_id": "release", "from": "rel@courier.test", "to": [to], "content": {"subject": "s", "text": "t"}}).to_string()
+    };
+    let mut first: Vec<String> = (0..7)
+        .map(|i| job(&format!("rel-{i}"), &format!("r{i}@courier.test")))
+        .collect();
+    first.push(job("rel-policy", "policy@courier.test"));
+    first.push("{broken".into());
+    first.push(job("rel-0", "r0@courier.test"));
+    let events = vec![
+        sqs_event(&first),
+        sqs_event(&[job("rel-7", "r7@courier.test")]),
+    ];
+    let result = run_function(
+        &release_bootstrap("courier-send"),
+        "courier-send",
+        &env,
+        &events,
+    );
+    assert_eq!(result["errors"], serde_json::json!([]), "{result}");
+    let results = result["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2, "{result}");
+    for r in results {
+        // Every record found its next home (sent, dead letter, duplicate absorbed): no failures.
+        assert_eq!(
+            r["response"]["batchItemFailures"],
+            serde_json::json!([]),
+            "{result}"
+        );
+    }
+    let store = courier::aws::DynamoDbStatusStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &r.status_table,
+        Duration::from_secs(60),
+    );
+    use courier::ports::StatusStore;
+    for id in (0..8).map(|i| format!("rel-{i}")) {
+        assert_eq!(
+            store.get(&id).await.unwrap().unwrap().status,
+            courier::status::Status::SentToProvider,
+            "{id}"
+        );
+    }
+    assert_eq!(
+        store.get("rel-policy").await.unwrap().unwrap().status,
+        courier::status::Status::DeadLettered
     );
 }

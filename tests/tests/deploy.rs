@@ -1,0 +1,778 @@
+//! Deployment. Two kinds of test:
+//!
+//! - The consistency check (no emulator needed): every function of `infra/template.yaml` (read at
+//!   test time, with its `Globals`) against the `[package.metadata.lambda.*]` sections of the
+//!   workspace's crates (read with `cargo metadata` at test time): function name = binary name,
+//!   memory, timeout, runtime, handler, architecture, tracing, tags and the environment's variable
+//!   names (and the values that are not resource references). Each disagreement is listed.
+//! - `cargo lambda deploy` to the emulator's Lambda API (moto creates functions without Docker; it
+//!   cannot invoke them) from the arm64 zips of `make lambda-build`, then GetFunctionConfiguration.
+//!
+//! Metadata env values written `${Resource}` (or `${Resource.Attr}`) stand for the template's
+//! `!Ref Resource` (`!GetAtt Resource.Attr`); a real deploy passes the stack's values with
+//! `--env-var`, which replaces the metadata's list (the deploy test checks that too).
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value as Json;
+use serde_norway::Value as Yaml;
+
+fn repo() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+// ------------------------------------------------------------------------------ the template
+
+/// An environment value as the template gives it.
+#[derive(Clone, Debug, PartialEq)]
+enum EnvValue {
+    /// A literal, or a parameter's default.
+    Literal(String),
+    /// `!Ref R` / `!GetAtt R.Attr` of a resource: written `${R}` / `${R.Attr}` in the metadata.
+    Resource(String),
+    /// `!If [cond, value, !Ref AWS::NoValue]` (either order): the variable may be absent.
+    Optional(Box<EnvValue>),
+    /// Anything else (`!Sub`, `!Join`, ...): only the name is compared.
+    Other(String),
+}
+
+/// One `AWS::Serverless::Function` with the template's `Globals.Function` applied.
+#[derive(Debug)]
+struct TemplateFunction {
+    logical_id: String,
+    function_name: Option<String>,
+    binary: Option<String>,
+    memory: Option<i64>,
+    timeout: Option<i64>,
+    runtime: Option<String>,
+    handler: Option<String>,
+    architectures: Vec<String>,
+    tracing: Option<String>,
+    tags: BTreeMap<String, String>,
+    env: BTreeMap<String, EnvValue>,
+}
+
+fn tag_and_value(v: &Yaml) -> Option<(String, &Yaml)> {
+    match v {
+        Yaml::Tagged(t) => Some((
+            t.tag.to_string().trim_start_matches('!').to_string(),
+            &t.value,
+        )),
+        Yaml::Mapping(m) if m.len() == 1 => {
+            let (k, v) = m.iter().next()?;
+            let k = k.as_str()?;
+            let short = match k {
+                "Ref" => "Ref",
+                "Fn::GetAtt" => "GetAtt",
+                "Fn::If" => "If",
+                "Fn::Sub" => "Sub",
+                "Fn::Join" => "Join",
+                "Fn::Select" => "Select",
+                _ => return None,
+            };
+            Some((short.to_string(), v))
+        }
+        _ => None,
+    }
+}
+
+fn scalar(v: &Yaml) -> Option<String> {
+    match v {
+        Yaml::String(s) => Some(s.clone()),
+        Yaml::Number(n) => Some(n.to_string()),
+        Yaml::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+struct Template {
+    doc: Yaml,
+}
+
+impl Template {
+    fn load() -> Template {
+        let path = repo().join("infra/template.yaml");
+        let text = std::fs::read_to_string(&path).unwrap();
+        Template::parse(&text)
+    }
+
+    fn parse(text: &str) -> Template {
+        Template {
+            doc: serde_norway::from_str(text).expect("infra/template.yaml parses as YAML"),
+        }
+    }
+
+    fn parameter_default(&self, name: &str) -> Option<String> {
+        scalar(self.doc.get("Parameters")?.get(name)?.get("Default")?)
+    }
+
+    fn is_resource(&self, name: &str) -> bool {
+        self.doc
+            .get("Resources")
+            .and_then(|r| r.get(name))
+            .is_some()
+    }
+
+    fn is_no_value(v: &Yaml) -> bool {
+        matches!(tag_and_value(v), Some((t, inner)) if t == "Ref" && inner.as_str() == Some("AWS::NoValue"))
+    }
+
+    fn resolve(&self, v: &Yaml) -> EnvValue {
+        if let Some(s) = scalar(v) {
+            return EnvValue::Literal(s);
+        }
+        match tag_and_value(v) {
+            Some((t, inner)) if t == "Ref" => {
+                let name = inner.as_str().unwrap_or_default();
+                if let Some(default) = self.parameter_default(name) {
+                    EnvValue::Literal(default)
+                } else if self.is_resource(name) {
+                    EnvValue::Resource(name.to_string())
+                } else {
+                    EnvValue::Other(format!("!Ref {name}"))
+                }
+            }
+            Some((t, inner)) if t == "GetAtt" => {
+                let path = match inner {
+                    Yaml::Sequence(parts) => parts
+                        .iter()
+                        .filter_map(|p| p.as_str())
+                        .collect::<Vec<_>>()
+                        .join("."),
+                    other => other.as_str().unwrap_or_default().to_string(),
+                };
+                EnvValue::Resource(path)
+            }
+            Some((t, inner)) if t == "If" => {
+                let branches = inner.as_sequence().map(|s| s.as_slice()).unwrap_or(&[]);
+                match branches {
+                    [_, a, b] if Self::is_no_value(b) => {
+                        EnvValue::Optional(Box::new(self.resolve(a)))
+                    }
+                    [_, a, b] if Self::is_no_value(a) => {
+                        EnvValue::Optional(Box::new(self.resolve(b)))
+                    }
+                    _ => EnvValue::Other("!If".into()),
+                }
+            }
+            Some((t, _)) => EnvValue::Other(format!("!{t}")),
+            None => EnvValue::Other(format!("{v:?}")),
+        }
+    }
+
+    fn number(&self, v: Option<&Yaml>) -> Option<i64> {
+        match self.resolve(v?) {
+            EnvValue::Literal(s) => s.parse().ok(),
+            _ => None,
+        }
+    }
+
+    fn string(&self, v: Option<&Yaml>) -> Option<String> {
+        match self.resolve(v?) {
+            EnvValue::Literal(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn functions(&self) -> Vec<TemplateFunction> {
+        let globals = self.doc.get("Globals").and_then(|g| g.get("Function"));
+        let get = |props: &Yaml, key: &str| -> Option<Yaml> {
+            props
+                .get(key)
+                .or_else(|| globals.and_then(|g| g.get(key)))
+                .cloned()
+        };
+        let map_of = |v: Option<&Yaml>| -> Vec<(String, Yaml)> {
+            v.and_then(|m| m.as_mapping())
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.as_str()?.to_string(), v.clone())))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut out = Vec::new();
+        let Some(resources) = self.doc.get("Resources").and_then(|r| r.as_mapping()) else {
+            return out;
+        };
+        for (id, resource) in resources {
+            if resource.get("Type").and_then(|t| t.as_str()) != Some("AWS::Serverless::Function") {
+                continue;
+            }
+            let empty = Yaml::Mapping(Default::default());
+            let props = resource.get("Properties").unwrap_or(&empty);
+            // Globals first, then the function's own: SAM merges maps (environment, tags).
+            let mut env = BTreeMap::new();
+            let mut tags = BTreeMap::new();
+            let global_env = globals
+                .and_then(|g| g.get("Environment"))
+                .and_then(|e| e.get("Variables"));
+            let own_env = props.get("Environment").and_then(|e| e.get("Variables"));
+            for (k, v) in map_of(global_env).into_iter().chain(map_of(own_env)) {
+                env.insert(k, self.resolve(&v));
+            }
+            let global_tags = globals.and_then(|g| g.get("Tags"));
+            for (k, v) in map_of(global_tags)
+                .into_iter()
+                .chain(map_of(props.get("Tags")))
+            {
+                let value = match self.resolve(&v) {
+                    EnvValue::Literal(s) => s,
+                    other => format!("{other:?}"),
+                };
+                tags.insert(k, value);
+            }
+            let architectures = get(props, "Architectures")
+                .and_then(|a| {
+                    a.as_sequence()
+                        .map(|s| s.iter().filter_map(scalar).collect::<Vec<_>>())
+                })
+                .unwrap_or_else(|| vec!["x86_64".into()]);
+            out.push(TemplateFunction {
+                logical_id: id.as_str().unwrap_or_default().to_string(),
+                function_name: self.string(props.get("FunctionName")),
+                binary: resource
+                    .get("Metadata")
+                    .and_then(|m| m.get("BuildProperties"))
+                    .and_then(|b| b.get("Binary"))
+                    .and_then(scalar),
+                memory: self.number(get(props, "MemorySize").as_ref()),
+                timeout: self.number(get(props, "Timeout").as_ref()),
+                runtime: self.string(get(props, "Runtime").as_ref()),
+                handler: self.string(get(props, "Handler").as_ref()),
+                architectures,
+                tracing: self.string(get(props, "Tracing").as_ref()),
+                tags,
+                env,
+            });
+        }
+        out
+    }
+}
+
+// ------------------------------------------------------------------------------ the crates
+
+/// A workspace crate's binaries and `[package.metadata.lambda]`.
+#[derive(Clone, Debug)]
+struct Crate {
+    package: String,
+    manifest: String,
+    bins: Vec<String>,
+    lambda: Json,
+}
+
+fn workspace_crates() -> Vec<Crate> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args(["metadata", "--no-deps", "--format-version", "1"])
+        .current_dir(repo())
+        .output()
+        .expect("cargo metadata");
+    assert!(
+        out.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let meta: Json = serde_json::from_slice(&out.stdout).unwrap();
+    meta["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| Crate {
+            package: p["name"].as_str().unwrap().to_string(),
+            manifest: p["manifest_path"].as_str().unwrap().to_string(),
+            bins: p["targets"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|t| t["kind"].as_array().unwrap().iter().any(|k| k == "bin"))
+                .map(|t| t["name"].as_str().unwrap().to_string())
+                .collect(),
+            lambda: p["metadata"]["lambda"].clone(),
+        })
+        .collect()
+}
+
+/// The crates that are Lambda functions: those under `functions/`, and any crate with deploy metadata.
+fn function_crates(crates: &[Crate]) -> Vec<Crate> {
+    crates
+        .iter()
+        .filter(|c| {
+            Path::new(&c.manifest)
+                .parent()
+                .and_then(|d| d.parent())
+                .and_then(|d| d.file_name())
+                == Some(std::ffi::OsStr::new("functions"))
+                || !c.lambda["deploy"].is_null()
+        })
+        .cloned()
+        .collect()
+}
+
+/// The metadata's `env` as a map (cargo-lambda accepts a table or a list of `K=V`).
+fn metadata_env(deploy: &Json) -> BTreeMap<String, String> {
+    let env = if deploy["env"].is_null() {
+        &deploy["env_var"]
+    } else {
+        &deploy["env"]
+    };
+    match env {
+        Json::Object(m) => m
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().map_or(v.to_string(), String::from)))
+            .collect(),
+        Json::Array(items) => items
+            .iter()
+            .filter_map(|i| i.as_str()?.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        _ => BTreeMap::new(),
+    }
+}
+
+fn metadata_tags(deploy: &Json) -> BTreeMap<String, String> {
+    let tags = if deploy["tags"].is_null() {
+        &deploy["tag"]
+    } else {
+        &deploy["tags"]
+    };
+    metadata_env(&serde_json::json!({ "env": tags }))
+}
+
+// ------------------------------------------------------------------------------ the comparison
+
+/// Every disagreement between the template's functions and the crates' metadata.
+fn disagreements(template: &Template, crates: &[Crate]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let functions = template.functions();
+    let fn_crates = function_crates(crates);
+    if functions.is_empty() {
+        problems.push("the template has no AWS::Serverless::Function".into());
+    }
+    let mut matched = BTreeSet::new();
+    for f in &functions {
+        let id = &f.logical_id;
+        let Some(binary) = f.binary.clone() else {
+            problems.push(format!(
+                "{id}: no Metadata.BuildProperties.Binary (cargo-lambda needs the binary's name)"
+            ));
+            continue;
+        };
+        let Some(krate) = crates.iter().find(|c| c.bins.contains(&binary)) else {
+            problems.push(format!(
+                "{id}: binary {binary} is not a binary of any workspace crate"
+            ));
+            continue;
+        };
+        matched.insert(krate.package.clone());
+        let name = f.function_name.clone().unwrap_or_default();
+        if name != binary {
+            problems.push(format!(
+                "{id}: FunctionName {name:?} differs from its binary {binary:?} (`cargo lambda deploy {binary}` deploys under the binary's name)"
+            ));
+        }
+        let deploy = &krate.lambda["deploy"];
+        if deploy.is_null() {
+            problems.push(format!(
+                "{id}: {} has no [package.metadata.lambda.deploy]",
+                krate.package
+            ));
+            continue;
+        }
+        let who = format!("{id} / {}", krate.package);
+        if f.memory != deploy["memory"].as_i64() {
+            problems.push(format!(
+                "{who}: memory: template {:?}, Cargo.toml {}",
+                f.memory, deploy["memory"]
+            ));
+        }
+        if f.timeout != deploy["timeout"].as_i64() {
+            problems.push(format!(
+                "{who}: timeout: template {:?}, Cargo.toml {}",
+                f.timeout, deploy["timeout"]
+            ));
+        }
+        let runtime = deploy["runtime"].as_str().unwrap_or("provided.al2023");
+        if f.runtime.as_deref() != Some(runtime) {
+            problems.push(format!(
+                "{who}: runtime: template {:?}, cargo-lambda deploys {runtime}",
+                f.runtime
+            ));
+        }
+        if f.handler.as_deref() != Some("bootstrap") {
+            problems.push(format!(
+                "{who}: handler: template {:?}, cargo-lambda's is bootstrap",
+                f.handler
+            ));
+        }
+        let arm64 = krate.lambda["build"]["arm64"].as_bool().unwrap_or(false);
+        let want = if arm64 { "arm64" } else { "x86_64" };
+        if f.architectures != [want] {
+            problems.push(format!(
+                "{who}: architecture: template {:?}, Cargo.toml builds {want} ([package.metadata.lambda.build] arm64 = {arm64})",
+                f.architectures
+            ));
+        }
+        let tracing = deploy["tracing"].as_str().unwrap_or("PassThrough");
+        let template_tracing = f.tracing.as_deref().unwrap_or("PassThrough");
+        if !tracing.eq_ignore_ascii_case(template_tracing) {
+            problems.push(format!(
+                "{who}: tracing: template {template_tracing}, Cargo.toml {tracing}"
+            ));
+        }
+        let tags = metadata_tags(deploy);
+        if f.tags != tags {
+            problems.push(format!(
+                "{who}: tags: template {:?}, Cargo.toml {tags:?}",
+                f.tags
+            ));
+        }
+        let env = metadata_env(deploy);
+        for (k, want) in &f.env {
+            let (want, optional) = match want {
+                EnvValue::Optional(inner) => (inner.as_ref(), true),
+                other => (other, false),
+            };
+            match (env.get(k), want) {
+                (None, _) if optional => {}
+                (None, _) => problems.push(format!(
+                    "{who}: env {k} is in the template, not in Cargo.toml"
+                )),
+                (Some(v), EnvValue::Literal(l)) if v != l => problems.push(format!(
+                    "{who}: env {k}: template {l:?}, Cargo.toml {v:?}"
+                )),
+                (Some(v), EnvValue::Resource(r)) if *v != format!("${{{r}}}") => {
+                    problems.push(format!(
+                        "{who}: env {k}: template refers to {r}, Cargo.toml should say \"${{{r}}}\", says {v:?}"
+                    ))
+                }
+                _ => {}
+            }
+        }
+        for k in env.keys().filter(|k| !f.env.contains_key(*k)) {
+            problems.push(format!(
+                "{who}: env {k} is in Cargo.toml, not in the template"
+            ));
+        }
+    }
+    for c in fn_crates.iter().filter(|c| !matched.contains(&c.package)) {
+        problems.push(format!(
+            "{}: a function crate that no template function builds (no Metadata.BuildProperties.Binary among {:?})",
+            c.package, c.bins
+        ));
+    }
+    problems
+}
+
+#[test]
+fn cargo_lambda_metadata_matches_the_template() {
+    let template = Template::load();
+    let crates = workspace_crates();
+    let functions = template.functions();
+    assert!(
+        functions.len() >= 3,
+        "expected the template's functions, found {functions:?}"
+    );
+    let problems = disagreements(&template, &crates);
+    assert!(
+        problems.is_empty(),
+        "infra/template.yaml and the functions' [package.metadata.lambda.*] disagree:\n  {}",
+        problems.join("\n  ")
+    );
+}
+
+/// The check itself: each kind of disagreement is reported.
+#[test]
+fn the_consistency_check_reports_each_kind_of_disagreement() {
+    let template = Template::parse(
+        r#"
+Parameters:
+  Timeout: { Type: Number, Default: 60 }
+  Providers: { Type: String, Default: ses }
+  Policy: { Type: String, Default: "" }
+Conditions:
+  HasPolicy: !Not [!Equals [!Ref Policy, ""]]
+Globals:
+  Function:
+    Runtime: provided.al2023
+    Architectures: [arm64]
+    Handler: bootstrap
+    MemorySize: 128
+    Tracing: Active
+    Tags: { project: courier }
+    Environment: { Variables: { AWS_LAMBDA_LOG_FORMAT: JSON } }
+Resources:
+  Queue: { Type: AWS::SQS::Queue }
+  Machine: { Type: AWS::Serverless::StateMachine }
+  Fn:
+    Type: AWS::Serverless::Function
+    Metadata: { BuildMethod: rust-cargolambda, BuildProperties: { Binary: courier-x } }
+    Properties:
+      FunctionName: courier-x
+      Timeout: !Ref Timeout
+      Environment:
+        Variables:
+          COURIER_QUEUE_URL: !Ref Queue
+          COURIER_MACHINE: !GetAtt Machine.Arn
+          COURIER_PROVIDERS: !Ref Providers
+          COURIER_POLICY: !If [HasPolicy, !Ref Policy, !Ref AWS::NoValue]
+          COURIER_NEW: "1"
+"#,
+    );
+    let krate = |lambda: Json| Crate {
+        package: "courier-x".into(),
+        manifest: "/w/functions/x/Cargo.toml".into(),
+        bins: vec!["courier-x".into()],
+        lambda,
+    };
+    let good = serde_json::json!({
+        "build": { "arm64": true },
+        "deploy": { "memory": 128, "timeout": 60, "tracing": "active", "tags": { "project": "courier" },
+                    "env": { "AWS_LAMBDA_LOG_FORMAT": "JSON", "COURIER_QUEUE_URL": "${Queue}",
+                             "COURIER_MACHINE": "${Machine.Arn}", "COURIER_PROVIDERS": "ses", "COURIER_NEW": "1" } }
+    });
+    assert_eq!(
+        disagreements(&template, &[krate(good.clone())]),
+        Vec::<String>::new()
+    );
+
+    let mut bad = good.clone();
+    bad["build"]["arm64"] = false.into();
+    bad["deploy"]["memory"] = 256.into();
+    bad["deploy"]["timeout"] = 30.into();
+    bad["deploy"]["tracing"] = "PassThrough".into();
+    bad["deploy"]["tags"] = serde_json::json!({ "project": "other" });
+    let env = bad["deploy"]["env"].as_object_mut().unwrap();
+    env.remove("COURIER_NEW");
+    env.insert("COURIER_QUEUE_URL".into(), "${Machine}".into());
+    env.insert("COURIER_PROVIDERS".into(), "smtp".into());
+    env.insert("COURIER_STALE".into(), "x".into());
+    let problems = disagreements(&template, &[krate(bad)]).join("\n");
+    for expected in [
+        "memory",
+        "timeout",
+        "architecture",
+        "tracing",
+        "tags",
+        "env COURIER_NEW is in the template, not in Cargo.toml",
+        "env COURIER_QUEUE_URL",
+        "env COURIER_PROVIDERS",
+        "env COURIER_STALE is in Cargo.toml, not in the template",
+    ] {
+        assert!(
+            problems.contains(expected),
+            "not reported: {expected}\n{problems}"
+        );
+    }
+    assert!(!problems.contains("COURIER_POLICY"), "{problems}");
+
+    // A function crate the template does not build, and a crate without deploy metadata.
+    let mut other = krate(serde_json::json!(null));
+    other.package = "courier-y".into();
+    other.bins = vec!["courier-y".into()];
+    other.manifest = "/w/functions/y/Cargo.toml".into();
+    let problems = disagreements(&template, &[krate(serde_json::json!(null)), other]).join("\n");
+    assert!(
+        problems.contains("courier-x has no [package.metadata.lambda.deploy]"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("courier-y: a function crate that no template function builds"),
+        "{problems}"
+    );
+}
+
+// ------------------------------------------------------------------------------ deploying
+
+/// cargo-lambda from PATH or from the venv `scripts/install-deps.sh lambda` makes.
+fn cargo_lambda_path() -> String {
+    let cache = std::env::var("COURIER_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo().join(".cache"));
+    let venv = cache.join("venv-lambda/bin");
+    assert!(
+        venv.join("cargo-lambda").exists(),
+        "{} is missing: run `scripts/install-deps.sh lambda` (make test does)",
+        venv.display()
+    );
+    format!(
+        "{}:{}",
+        venv.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// The arm64 zip `make lambda-build` made for `bin`.
+fn zip_of(bin: &str) -> PathBuf {
+    let zip = repo().join("target/lambda").join(bin).join("bootstrap.zip");
+    assert!(
+        zip.exists(),
+        "{} is missing: run `make lambda-build` (make it-moto does)",
+        zip.display()
+    );
+    zip
+}
+
+fn deploy(name: &str, endpoint: &str, role: &str, extra: &[String]) {
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .current_dir(repo())
+        .env("PATH", cargo_lambda_path())
+        .args(["lambda", "deploy", name, "--endpoint-url", endpoint])
+        .args(["--region", "us-east-1", "--iam-role", role])
+        .args(["--output-format", "json"])
+        .args(extra)
+        .output()
+        .expect("cargo lambda deploy");
+    assert!(
+        out.status.success(),
+        "cargo lambda deploy {name} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Lambda's GetFunctionConfiguration (REST: GET /2015-03-31/functions/NAME/configuration).
+/// The emulators do not check signatures; the credential scope tells them the region.
+fn get_function_configuration(endpoint: &str, name: &str) -> Json {
+    let out = Command::new("curl")
+        .args(["-sS", "--fail-with-body", "-H"])
+        .arg("Authorization: AWS4-HMAC-SHA256 Credential=test/20261130/us-east-1/lambda/aws4_request, SignedHeaders=host, Signature=0")
+        .arg(format!(
+            "{}/2015-03-31/functions/{name}/configuration",
+            endpoint.trim_end_matches('/')
+        ))
+        .output()
+        .expect("curl");
+    assert!(
+        out.status.success(),
+        "GetFunctionConfiguration {name}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Creates the functions' execution role on the emulator (IAM query API, unsigned).
+fn create_role(endpoint: &str, name: &str) -> String {
+    let trust = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"lambda.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
+    let out = Command::new("curl")
+        .args(["-sS", "-H"])
+        .arg("Authorization: AWS4-HMAC-SHA256 Credential=test/20261130/us-east-1/iam/aws4_request, SignedHeaders=host, Signature=0")
+        .args(["--data-urlencode", "Action=CreateRole"])
+        .args(["--data-urlencode", "Version=2010-05-08"])
+        .args(["--data-urlencode", &format!("RoleName={name}")])
+        .args([
+            "--data-urlencode",
+            &format!("AssumeRolePolicyDocument={trust}"),
+        ])
+        .arg(format!("{}/", endpoint.trim_end_matches('/')))
+        .output()
+        .expect("curl");
+    let body = String::from_utf8_lossy(&out.stdout).to_string();
+    body.split("<Arn>")
+        .nth(1)
+        .and_then(|s| s.split("</Arn>").next())
+        .map(String::from)
+        .unwrap_or_else(|| panic!("CreateRole {name}: {body}"))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cargo_lambda_deploys_every_function_as_the_template_configures_it() {
+    let endpoint = courier_integration::require_env("AWS_ENDPOINT_URL");
+    let template = Template::load();
+    let crates = workspace_crates();
+    let role = create_role(&endpoint, &courier_integration::unique("courier-fn"));
+
+    for f in template.functions() {
+        let bin = f.binary.clone().expect("the consistency test names it");
+        let krate = crates.iter().find(|c| c.bins.contains(&bin)).unwrap();
+        let expected_env = metadata_env(&krate.lambda["deploy"]);
+        zip_of(&bin);
+        deploy(&bin, &endpoint, &role, &[]);
+        let config = get_function_configuration(&endpoint, &bin);
+        let context = format!("{bin}: {config:#}");
+        assert_eq!(config["FunctionName"], bin, "{context}");
+        assert_eq!(config["Runtime"], "provided.al2023", "{context}");
+        assert_eq!(config["Handler"], "bootstrap", "{context}");
+        assert_eq!(
+            config["Architectures"],
+            serde_json::json!(f.architectures),
+            "{context}"
+        );
+        assert_eq!(config["MemorySize"].as_i64(), f.memory, "{context}");
+        assert_eq!(config["Timeout"].as_i64(), f.timeout, "{context}");
+        assert_eq!(config["Role"], role.as_str(), "{context}");
+        assert!(
+            config["CodeSize"].as_i64().unwrap_or(0) > 1_000_000,
+            "{context}"
+        );
+        let deployed: BTreeMap<String, String> = config["Environment"]["Variables"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert_eq!(deployed, expected_env, "{context}");
+        let required: BTreeSet<&String> = f
+            .env
+            .iter()
+            .filter(|(_, v)| !matches!(v, EnvValue::Optional(_)))
+            .map(|(k, _)| k)
+            .collect();
+        let names: BTreeSet<&String> = deployed.keys().collect();
+        assert!(
+            names.is_superset(&required) && names.iter().all(|k| f.env.contains_key(*k)),
+            "deployed variables {names:?} vs the template's {:?}",
+            f.env.keys().collect::<Vec<_>>()
+        );
+        if let Some(mode) = config["TracingConfig"]["Mode"].as_str() {
+            assert_eq!(Some(mode), f.tracing.as_deref(), "{context}");
+        }
+    }
+
+    // A real deploy: the stack's values with --env-var replace the metadata's placeholders.
+    let stack = courier_integration::Stack::create(&["ses"]).await;
+    let r = &stack.resources;
+    let real = [
+        ("AWS_LAMBDA_LOG_FORMAT", "JSON".to_string()),
+        ("COURIER_QUEUE_URL", r.queue_url.clone()),
+        (
+            "COURIER_DEAD_LETTER_QUEUE_URL",
+            r.dead_letter_queue_url.clone(),
+        ),
+        ("COURIER_LETTER_INDEX_TABLE", r.letter_index_table.clone()),
+        ("COURIER_STATUS_TABLE", r.status_table.clone()),
+        ("COURIER_SUPPRESSION_TABLE", r.suppression_table.clone()),
+        ("COURIER_BREAKER_TABLE", r.breaker_table.clone()),
+        ("COURIER_TEMPLATE_BUCKET", r.template_bucket.clone()),
+        (
+            "COURIER_DELAY_STATE_MACHINE_ARN",
+            r.delay_state_machine_arn.clone(),
+        ),
+        ("COURIER_PROVIDERS", "ses".to_string()),
+        ("COURIER_SES_CONFIGURATION_SET", "courier".to_string()),
+    ];
+    let mut args = Vec::new();
+    for (k, v) in &real {
+        args.push("--env-var".to_string());
+        args.push(format!("{k}={v}"));
+    }
+    deploy("courier-send", &endpoint, &role, &args);
+    let config = get_function_configuration(&endpoint, "courier-send");
+    let deployed = &config["Environment"]["Variables"];
+    for (k, v) in &real {
+        assert_eq!(deployed[k], v.as_str(), "{k}: {config:#}");
+    }
+    assert_eq!(
+        deployed.as_object().map(|m| m.len()),
+        Some(real.len()),
+        "{config:#}"
+    );
+    assert_eq!(config["MemorySize"], 128, "{config:#}");
+}
