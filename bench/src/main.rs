@@ -129,6 +129,8 @@ fn handler_overhead() {
         clock: clock.clone(),
         config: SendConfig::default(),
         rng: std::sync::Mutex::new(SeededRandom::new(7)),
+        sightings: Arc::new(courier::memory::MemorySightings::default()),
+        new_codes: std::sync::Mutex::new(Vec::new()),
     });
     let batches = 300;
     let mut per_message = Vec::with_capacity(RUNS);

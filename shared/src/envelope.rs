@@ -3,9 +3,13 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::job::{EmailJob, JobError, Rejected, parse_json};
-use crate::policy::RetryState;
-use crate::ports::AttemptRecord;
+use chrono::{DateTime, Utc};
+
+use crate::classify::Verdict;
+use crate::job::{EmailJob, JobError, Rejected, fingerprint, parse_json};
+use crate::letters::letter_id;
+use crate::policy::{DeadLetterCategory, RetryState};
+use crate::ports::{AttemptRecord, DeadLetter};
 
 /// Marker key of an envelope (a job never has it: jobs deny unknown fields).
 pub const ENVELOPE_KEY: &str = "courier_envelope";
@@ -69,6 +73,81 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
         history: Vec::new(),
         original: text.to_owned(),
     })
+}
+
+/// One attempt's entry in the history, from its verdict (the text is cut to 500 characters).
+pub fn attempt_record(
+    verdict: &Verdict,
+    provider: Option<String>,
+    at: DateTime<Utc>,
+    spent: bool,
+    delay_secs: Option<u64>,
+) -> AttemptRecord {
+    AttemptRecord {
+        at,
+        provider,
+        class: verdict.class,
+        rule: verdict.rule.clone(),
+        code: verdict.raw_code.clone(),
+        text: verdict
+            .raw_text
+            .as_deref()
+            .map(|t| t.chars().take(500).collect()),
+        spent,
+        delay_secs,
+    }
+}
+
+/// The dead letter of a parsed job that failed for good: everything needed to understand,
+/// fix and replay it, its last attempt appended to the history.
+pub fn dead_letter_of(
+    incoming: &Incoming,
+    verdict: &Verdict,
+    category: DeadLetterCategory,
+    reason: String,
+    provider: Option<String>,
+    now: DateTime<Utc>,
+) -> DeadLetter {
+    let job = &incoming.job;
+    let mut history = incoming.history.clone();
+    history.push(attempt_record(verdict, provider.clone(), now, true, None));
+    let print = fingerprint(incoming.original.as_bytes());
+    DeadLetter {
+        id: letter_id(Some(&job.message_id), &print, incoming.attempt, category),
+        category,
+        reason,
+        message_id: Some(job.message_id.clone()),
+        campaign_id: Some(job.campaign_id.clone()),
+        trace_id: job.trace_id.clone(),
+        recipients: job.recipients().map(str::to_owned).collect(),
+        provider,
+        class: verdict.class,
+        rule: verdict.rule.clone(),
+        raw_code: verdict.raw_code.clone(),
+        raw_text: verdict.raw_text.clone(),
+        attempts: incoming.retry.spent + 1,
+        first_failure_at: history.first().map_or(now, |h| h.at),
+        last_failure_at: now,
+        history,
+        fingerprint: print,
+        payload: Some(incoming.original.clone()),
+        payload_base64: None,
+    }
+}
+
+/// The body of this generation as an envelope (kept with a sent job's record, so a transient
+/// bounce can be sent again from it).
+pub fn current_body(incoming: &Incoming) -> String {
+    let job = serde_json::from_str(&incoming.original).unwrap_or(serde_json::Value::Null);
+    let skip = incoming.history.len().saturating_sub(MAX_HISTORY);
+    let envelope = Envelope {
+        courier_envelope: 1,
+        attempt: incoming.attempt,
+        retry: incoming.retry.clone(),
+        history: incoming.history.iter().skip(skip).cloned().collect(),
+        job,
+    };
+    serde_json::to_string(&envelope).unwrap_or_default()
 }
 
 /// Builds the body of the next generation's queue message.

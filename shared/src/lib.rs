@@ -8,6 +8,7 @@
 //! - [`policy`]: the retry policy matrix and the decision after a failure.
 //! - [`status`]: the forward-only job status machine.
 //! - [`breaker`]: the circuit breaker state machine.
+//! - [`reputation`]: the reputation guard's rates and thresholds.
 //! - [`delay`]: the delay state machine definition and its input.
 //! - [`letters`]: dead letters: ids, states, archive ages and layout, search filters.
 //! - [`envelope`]: the queue message format (bare jobs and retry envelopes).
@@ -34,6 +35,7 @@ pub mod policy;
 pub mod ports;
 pub mod random;
 pub mod render;
+pub mod reputation;
 pub mod smtp;
 pub mod status;
 pub mod workbench;

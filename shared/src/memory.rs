@@ -10,8 +10,9 @@ use chrono::{DateTime, Utc};
 use crate::breaker::BreakerState;
 use crate::ports::{
     BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink,
-    JobRecord, Mailer, OutgoingEmail, PoisonList, Receipt, Requeue, RetryScheduler, SendFailure,
-    StatusStore, StatusUpdate, StoreError, SuppressionList, Template, TemplateError, TemplateStore,
+    HistoryEntry, JobRecord, Mailer, OpenState, OutgoingEmail, PoisonList, Receipt,
+    ReputationStore, Requeue, Resend, RetryScheduler, SendFailure, Sightings, StatusStore,
+    StatusUpdate, StoreError, SuppressionList, SweepMark, Template, TemplateError, TemplateStore,
     judge_claim,
 };
 use crate::status::Status;
@@ -87,20 +88,23 @@ impl StatusStore for MemoryStatusStore {
         }
         match judgement {
             ClaimJudgement::Take => {
-                records.insert(
-                    req.message_id.clone(),
-                    JobRecord {
-                        message_id: req.message_id.clone(),
-                        status: Status::Processing,
-                        attempt: req.attempt,
-                        lease_owner: Some(req.owner.clone()),
-                        lease_until: Some(req.lease_until),
-                        unknown_since: None,
-                        provider: existing.and_then(|r| r.provider),
-                        provider_message_id: None,
-                        updated_at: req.now,
-                    },
-                );
+                let mut rec = existing.unwrap_or_else(|| {
+                    JobRecord::new(&req.message_id, Status::Processing, req.attempt, req.now)
+                });
+                rec.status = Status::Processing;
+                rec.attempt = req.attempt;
+                rec.lease_owner = Some(req.owner.clone());
+                rec.lease_until = Some(req.lease_until);
+                rec.unknown_since = None;
+                rec.updated_at = req.now;
+                rec.history.push(HistoryEntry {
+                    at: req.now,
+                    status: Status::Processing,
+                    attempt: req.attempt,
+                    by: "send".into(),
+                    detail: Some(format!("claimed by {}", req.owner)),
+                });
+                records.insert(req.message_id.clone(), rec);
                 Ok(ClaimOutcome::Claimed)
             }
             ClaimJudgement::Refuse(outcome) => Ok(outcome),
@@ -110,6 +114,13 @@ impl StatusStore for MemoryStatusStore {
                     rec.unknown_since = Some(req.now);
                     rec.lease_owner = None;
                     rec.updated_at = req.now;
+                    rec.history.push(HistoryEntry {
+                        at: req.now,
+                        status: Status::Unknown,
+                        attempt: rec.attempt,
+                        by: "send".into(),
+                        detail: Some("the lease expired mid-send".into()),
+                    });
                 }
                 Ok(ClaimOutcome::Ambiguous {
                     resolve_at: req.now + req.grace,
@@ -143,19 +154,14 @@ impl StatusStore for MemoryStatusStore {
         {
             return Ok(());
         }
-        let rec = records
-            .entry(update.message_id.clone())
-            .or_insert_with(|| JobRecord {
-                message_id: update.message_id.clone(),
-                status: update.status,
-                attempt: update.attempt,
-                lease_owner: None,
-                lease_until: None,
-                unknown_since: None,
-                provider: None,
-                provider_message_id: None,
-                updated_at: update.now,
-            });
+        let rec = records.entry(update.message_id.clone()).or_insert_with(|| {
+            JobRecord::new(
+                &update.message_id,
+                update.status,
+                update.attempt,
+                update.now,
+            )
+        });
         apply(rec, update);
         Ok(())
     }
@@ -175,14 +181,128 @@ impl StatusStore for MemoryStatusStore {
                 rec.status = Status::Pending;
                 rec.attempt += 1;
                 rec.updated_at = now;
+                rec.history.push(HistoryEntry {
+                    at: now,
+                    status: Status::Pending,
+                    attempt: rec.attempt,
+                    by: "operator".into(),
+                    detail: Some("replayed from the dead letters".into()),
+                });
                 Ok(Some(rec.attempt))
             }
             _ => Ok(None),
         }
     }
+
+    async fn resend(&self, resend: &Resend) -> Result<bool, StoreError> {
+        self.fail_finishes.take("resend")?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut records = lock(&self.records);
+        match records.get_mut(&resend.message_id) {
+            Some(rec)
+                if rec.attempt == resend.attempt
+                    && matches!(
+                        rec.status,
+                        Status::SentToProvider | Status::BouncedTransient
+                    ) =>
+            {
+                rec.status = Status::Deferred;
+                rec.attempt += 1;
+                rec.updated_at = resend.now;
+                rec.resend_of = Some(resend.bounced.clone());
+                rec.history.push(HistoryEntry {
+                    at: resend.now,
+                    status: Status::Deferred,
+                    attempt: rec.attempt,
+                    by: "events".into(),
+                    detail: Some(resend.detail.clone()),
+                });
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn open_before(
+        &self,
+        state: OpenState,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let records = lock(&self.records);
+        let mut found: Vec<JobRecord> = records
+            .values()
+            .filter(|r| {
+                r.swept_at.is_none()
+                    && OpenState::of(r.status, r.provider.as_deref()) == Some(state)
+                    && r.updated_at < before
+            })
+            .cloned()
+            .collect();
+        found.sort_by_key(|r| r.updated_at);
+        found.truncate(limit);
+        Ok(found)
+    }
+
+    async fn sweep(
+        &self,
+        found: &JobRecord,
+        mark: SweepMark,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.fail_finishes.take("sweep")?;
+        let mut records = lock(&self.records);
+        let Some(rec) = records.get_mut(&found.message_id) else {
+            return Ok(false);
+        };
+        if rec.status != found.status || rec.updated_at != found.updated_at {
+            return Ok(false);
+        }
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        match mark {
+            SweepMark::LeaseExpired => {
+                if rec.status != Status::Processing || rec.lease_until.is_some_and(|l| l > now) {
+                    return Ok(false);
+                }
+                rec.status = Status::Unknown;
+                rec.unknown_since = Some(now);
+                rec.lease_owner = None;
+                rec.lease_until = None;
+                rec.updated_at = now;
+                rec.history.push(HistoryEntry {
+                    at: now,
+                    status: Status::Unknown,
+                    attempt: rec.attempt,
+                    by: "sweeper".into(),
+                    detail: Some("still processing long after its lease expired".into()),
+                });
+            }
+            SweepMark::NoOutcome => {
+                rec.swept_at = Some(now);
+                rec.history.push(HistoryEntry {
+                    at: now,
+                    status: rec.status,
+                    attempt: rec.attempt,
+                    by: "sweeper".into(),
+                    detail: Some("no delivery, bounce or complaint event arrived".into()),
+                });
+            }
+        }
+        Ok(true)
+    }
 }
 
 fn apply(rec: &mut JobRecord, update: &StatusUpdate) {
+    rec.history.push(HistoryEntry {
+        at: update.now,
+        status: update.status,
+        attempt: rec.attempt.max(update.attempt),
+        by: update.owner.clone(),
+        detail: update.detail.clone(),
+    });
+    if update.payload.is_some() {
+        rec.payload.clone_from(&update.payload);
+    }
     if update.status == Status::Unknown {
         rec.unknown_since = Some(update.now);
     }
@@ -675,5 +795,56 @@ impl crate::ports::ArchiveStore for MemoryArchive {
 
     async fn exists(&self, key: &str) -> Result<bool, StoreError> {
         Ok(lock(&self.objects).contains_key(key))
+    }
+}
+
+/// Error-code sightings in a set.
+#[derive(Debug, Default)]
+pub struct MemorySightings {
+    pub seen: Mutex<HashSet<String>>,
+}
+
+#[async_trait::async_trait]
+impl Sightings for MemorySightings {
+    async fn first_sighting(&self, key: &str, _now: DateTime<Utc>) -> Result<bool, StoreError> {
+        Ok(lock(&self.seen).insert(key.to_owned()))
+    }
+}
+
+/// Reputation buckets in a map.
+#[derive(Debug, Default)]
+pub struct MemoryReputationStore {
+    pub buckets: Mutex<BTreeMap<(String, DateTime<Utc>), crate::reputation::ReputationCounts>>,
+    pub fail: FailNext,
+}
+
+#[async_trait::async_trait]
+impl ReputationStore for MemoryReputationStore {
+    async fn add(
+        &self,
+        domain: &str,
+        bucket: DateTime<Utc>,
+        counts: &crate::reputation::ReputationCounts,
+    ) -> Result<(), StoreError> {
+        self.fail.take("reputation add")?;
+        lock(&self.buckets)
+            .entry((domain.to_owned(), bucket))
+            .or_default()
+            .merge(counts);
+        Ok(())
+    }
+
+    async fn window(
+        &self,
+        domain: &str,
+        since: DateTime<Utc>,
+    ) -> Result<crate::reputation::ReputationCounts, StoreError> {
+        let mut sum = crate::reputation::ReputationCounts::default();
+        for ((d, bucket), counts) in lock(&self.buckets).iter() {
+            if d == domain && *bucket >= since {
+                sum.merge(counts);
+            }
+        }
+        Ok(sum)
     }
 }

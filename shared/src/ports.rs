@@ -56,6 +56,128 @@ pub struct JobRecord {
     pub provider: Option<String>,
     pub provider_message_id: Option<String>,
     pub updated_at: DateTime<Utc>,
+    /// Every status change, oldest first (see [`HistoryEntry`]).
+    #[serde(default)]
+    pub history: Vec<HistoryEntry>,
+    /// The queue body of the copy that was last sent to a provider (a retry envelope), kept so
+    /// a transient bounce can be sent again; `None` until a send succeeded.
+    #[serde(default)]
+    pub payload: Option<String>,
+    /// The provider message id whose transient bounce scheduled the current resend.
+    #[serde(default)]
+    pub resend_of: Option<String>,
+    /// When the sweeper flagged the record (sent, but no outcome event within its period).
+    #[serde(default)]
+    pub swept_at: Option<DateTime<Utc>>,
+}
+
+impl JobRecord {
+    /// A record with nothing but its identity and status.
+    pub fn new(
+        message_id: impl Into<String>,
+        status: Status,
+        attempt: u32,
+        now: DateTime<Utc>,
+    ) -> JobRecord {
+        JobRecord {
+            message_id: message_id.into(),
+            status,
+            attempt,
+            lease_owner: None,
+            lease_until: None,
+            unknown_since: None,
+            provider: None,
+            provider_message_id: None,
+            updated_at: now,
+            history: Vec::new(),
+            payload: None,
+            resend_of: None,
+            swept_at: None,
+        }
+    }
+}
+
+/// One status change in a job's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub at: DateTime<Utc>,
+    pub status: Status,
+    pub attempt: u32,
+    /// Who wrote it: `send`, `events`, `sweeper`, `operator`.
+    pub by: String,
+    /// Why: the error class and rule, the event, the sweeper's finding.
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+/// Records still waiting for something, found through the status table's sparse `by_open`
+/// index by the sweeper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenState {
+    /// `processing`: leased by a send function.
+    Processing,
+    /// `sent_to_provider` through a provider that reports outcomes (SES): waiting for a
+    /// delivery, bounce or complaint event.
+    AwaitingOutcome,
+}
+
+impl OpenState {
+    /// Index partitions per state (write sharding: no hot partition at high send rates).
+    pub const SHARDS: u32 = 8;
+
+    /// The open state a record is in after a write, if any.
+    pub fn of(status: Status, provider: Option<&str>) -> Option<OpenState> {
+        match status {
+            Status::Processing => Some(OpenState::Processing),
+            Status::SentToProvider if provider == Some("ses") => Some(OpenState::AwaitingOutcome),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpenState::Processing => "processing",
+            OpenState::AwaitingOutcome => "awaiting_outcome",
+        }
+    }
+
+    /// The index partition key of a job in this state: `<state>#<shard>`.
+    pub fn key(self, message_id: &str) -> String {
+        format!("{}#{}", self.as_str(), shard_of(message_id))
+    }
+}
+
+/// A stable shard number of a message id (FNV-1a).
+pub fn shard_of(message_id: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in message_id.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % OpenState::SHARDS
+}
+
+/// What the sweeper does with a record it found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SweepMark {
+    /// The lease expired long ago with the job still `processing` (its worker died mid-send):
+    /// mark it `unknown`, so provider events or the grace window decide about a resend.
+    LeaseExpired,
+    /// Sent, but no outcome event arrived within the period: flag it (`swept_at`) and leave
+    /// the index; the status stays `sent_to_provider`.
+    NoOutcome,
+}
+
+/// A resend scheduled after a transient bounce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resend {
+    pub message_id: String,
+    /// The attempt that bounced; the resend is `attempt + 1`.
+    pub attempt: u32,
+    /// The provider message id of the bounced send.
+    pub bounced: String,
+    pub detail: String,
+    pub now: DateTime<Utc>,
 }
 
 /// A request to lease a job for sending.
@@ -165,6 +287,32 @@ pub struct StatusUpdate {
     pub provider: Option<String>,
     pub provider_message_id: Option<String>,
     pub now: DateTime<Utc>,
+    /// Why, for the record's history (class and rule, event).
+    pub detail: Option<String>,
+    /// The queue body that was sent (with `SentToProvider`), kept for resends.
+    pub payload: Option<String>,
+}
+
+impl StatusUpdate {
+    pub fn new(
+        message_id: impl Into<String>,
+        owner: impl Into<String>,
+        status: Status,
+        attempt: u32,
+        now: DateTime<Utc>,
+    ) -> StatusUpdate {
+        StatusUpdate {
+            message_id: message_id.into(),
+            owner: owner.into(),
+            status,
+            attempt,
+            provider: None,
+            provider_message_id: None,
+            now,
+            detail: None,
+            payload: None,
+        }
+    }
 }
 
 /// Idempotency and status records.
@@ -183,6 +331,26 @@ pub trait StatusStore: Send + Sync {
     /// and returns that generation; `None` when the job is not dead-lettered (nothing changes).
     async fn reopen(&self, message_id: &str, now: DateTime<Utc>)
     -> Result<Option<u32>, StoreError>;
+    /// Moves a sent job whose send bounced transiently to `deferred` as generation
+    /// `attempt + 1`, remembering the bounced provider message id (`resend_of`). False when the
+    /// job is no longer at `attempt` in a sent status (another event or resend came first).
+    async fn resend(&self, resend: &Resend) -> Result<bool, StoreError>;
+    /// Records in `state` that entered it before `before`, oldest first, at most `limit`
+    /// (eventually consistent: check what you act on with [`StatusStore::sweep`]).
+    async fn open_before(
+        &self,
+        state: OpenState,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError>;
+    /// Marks a record the sweeper found, if it is unchanged since (`found.updated_at`, status);
+    /// false when it moved on meanwhile.
+    async fn sweep(
+        &self,
+        found: &JobRecord,
+        mark: SweepMark,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
 }
 
 /// A message ready for a provider.
@@ -449,6 +617,31 @@ pub trait BreakerStore: Send + Sync {
     ) -> Result<bool, StoreError>;
 }
 
+/// First sightings of keys (error codes that classified as `unknown`).
+#[async_trait::async_trait]
+pub trait Sightings: Send + Sync {
+    /// True the first time `key` is seen (and records it); false after.
+    async fn first_sighting(&self, key: &str, now: DateTime<Utc>) -> Result<bool, StoreError>;
+}
+
+/// Rolling delivery counts per sending domain, in hourly buckets (the reputation guard).
+#[async_trait::async_trait]
+pub trait ReputationStore: Send + Sync {
+    /// Adds `counts` to the domain's bucket starting at `bucket`.
+    async fn add(
+        &self,
+        domain: &str,
+        bucket: DateTime<Utc>,
+        counts: &crate::reputation::ReputationCounts,
+    ) -> Result<(), StoreError>;
+    /// The sum of the domain's buckets from `since` on.
+    async fn window(
+        &self,
+        domain: &str,
+        since: DateTime<Utc>,
+    ) -> Result<crate::reputation::ReputationCounts, StoreError>;
+}
+
 /// The clock, as a port so handlers can be tested on a fixed time.
 pub trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;
@@ -495,6 +688,10 @@ mod tests {
             provider: None,
             provider_message_id: None,
             updated_at: t(0),
+            history: Vec::new(),
+            payload: None,
+            resend_of: None,
+            swept_at: None,
         }
     }
 

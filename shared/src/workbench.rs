@@ -408,6 +408,10 @@ mod tests {
                 provider: None,
                 provider_message_id: None,
                 updated_at: t(),
+                history: Vec::new(),
+                payload: None,
+                resend_of: None,
+                swept_at: None,
             },
         );
         let letters = vec![
@@ -491,6 +495,10 @@ mod tests {
                 provider: None,
                 provider_message_id: None,
                 updated_at: t(),
+                history: Vec::new(),
+                payload: None,
+                resend_of: None,
+                swept_at: None,
             },
         );
         let letters = vec![letter(

@@ -45,6 +45,8 @@ fn update(id: &str, owner: &str, status: Status, attempt: u32, at: DateTime<Utc>
         provider: Some("ses".into()),
         provider_message_id: (status == Status::SentToProvider).then(|| "pmid".into()),
         now: at,
+        detail: Some(format!("{owner} wrote {status}")),
+        payload: (status == Status::SentToProvider).then(|| format!("{{\"body\":\"{id}\"}}")),
     }
 }
 

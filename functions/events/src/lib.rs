@@ -9,16 +9,40 @@
 //! recipients to the suppression list. A SEND or DELIVERY event resolves an ambiguous (`unknown`)
 //! job as sent, so it is not sent again after its grace window.
 //!
+//! A transient bounce (SES gave up on a soft failure, e.g. a full mailbox) sends the job again
+//! on the soft-bounce schedule of the retry policy, from the payload the send function kept with
+//! the record, within the give-up horizon; past it the job is dead-lettered with its record. A
+//! delivery delay is recorded only: SES is still trying, and a resend would duplicate.
+//!
+//! The reputation guard counts sends, deliveries, bounces and complaints per sending domain in
+//! hourly buckets and, when the rolling rates approach SES's review levels, pauses the domain's
+//! SES sends (a breaker the send function checks) and raises `ReputationGuardTripped`.
+//!
 //! # Layout
 //! - [`parse`]: SNS notifications, EventBridge events and raw SES events into [`SesEvent`]s.
 //! - [`Applier::handle`]: one SQS batch, partial batch failures for events not yet applicable.
+//! - [`Resender`]: the soft-bounce resend; [`Guard`]: the reputation guard.
+
+pub mod wiring;
 
 use std::sync::Arc;
 
+use std::collections::BTreeMap;
+
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
+use courier::breaker::{BreakerConfig, BreakerState, Mode};
 use courier::classify::{SesFailureEvent, classify_ses_event};
-use courier::ports::{Clock, StatusStore, StatusUpdate, StoreError, SuppressionList};
+use courier::envelope::{attempt_record, dead_letter_of, next_body, parse_body};
+use courier::policy::{Decision, DelayMechanism, RetryPolicy};
+use courier::ports::{
+    BreakerStore, Clock, DeadLetterSink, JobRecord, ReputationStore, Requeue, Resend,
+    RetryScheduler, StatusStore, StatusUpdate, StoreError, SuppressionList,
+};
+use courier::random::{RandomSource, SeededRandom};
+use courier::reputation::{
+    GuardConfig, ReputationCounts, Trip, assess, bucket_of, domain_of, pause_key,
+};
 use courier::status::{Status, Transition, transition};
 use serde_json::Value;
 use tracing::{info, warn};
@@ -38,6 +62,8 @@ pub struct SesEvent {
     /// The recipients the event is about (bounced, complained, delayed; all for others).
     pub recipients: Vec<String>,
     pub at: DateTime<Utc>,
+    /// The sending domain (`mail.source`), for the reputation guard.
+    pub source_domain: Option<String>,
 }
 
 /// The event kinds Courier acts on.
@@ -201,6 +227,7 @@ pub fn parse(body: &str) -> Result<SesEvent, ParseError> {
         provider_message_id: s(mail, &["messageId"]),
         recipients,
         at,
+        source_domain: s(mail, &["source"]).and_then(|a| domain_of(&a)),
     })
 }
 
@@ -234,10 +261,30 @@ pub fn target(kind: &EventKind) -> Option<Status> {
 pub enum Applied {
     Changed(Status),
     Absorbed,
+    /// A transient bounce: the job was scheduled to be sent again.
+    Resent,
+    /// A transient bounce past the give-up horizon: the job was dead-lettered.
+    GaveUp,
     /// The record is behind the event (or absent): try again later.
     NotYet,
     /// No job to correlate with (not sent by Courier, or without our header and tag).
     Uncorrelated,
+}
+
+/// Sends a job again after a transient bounce, through the retry policy.
+pub struct Resender {
+    pub policy: RetryPolicy,
+    pub scheduler: Arc<dyn RetryScheduler>,
+    pub dead_letters: Arc<dyn DeadLetterSink>,
+    pub rng: std::sync::Mutex<SeededRandom>,
+}
+
+/// The reputation guard.
+pub struct Guard {
+    pub store: Arc<dyn ReputationStore>,
+    /// Where the pause lives (the send function's breaker table, key `reputation:<domain>`).
+    pub breakers: Arc<dyn BreakerStore>,
+    pub config: GuardConfig,
 }
 
 /// Applies events to status records and the suppression list.
@@ -245,6 +292,8 @@ pub struct Applier {
     pub status: Arc<dyn StatusStore>,
     pub suppression: Arc<dyn SuppressionList>,
     pub clock: Arc<dyn Clock>,
+    pub resender: Resender,
+    pub guard: Guard,
 }
 
 /// The outcome of one batch.
@@ -253,6 +302,10 @@ pub struct EventsReport {
     pub failures: Vec<String>,
     pub applied: Vec<Applied>,
     pub unparseable: usize,
+    /// Per sending domain: the window's bounce and complaint rates after this batch.
+    pub rates: BTreeMap<String, (f64, f64)>,
+    /// Domains whose SES sends the guard paused in this batch.
+    pub tripped: Vec<(String, String)>,
 }
 
 impl Applier {
@@ -285,17 +338,23 @@ impl Applier {
         let Some(record) = self.status.get(message_id).await? else {
             return Ok(Applied::NotYet);
         };
+        if to == Status::BouncedTransient
+            && let Some(applied) = self.transient_bounce(event, &record).await?
+        {
+            return Ok(applied);
+        }
         match transition(record.status, to) {
             Ok(Transition::Applied) => {
-                let update = StatusUpdate {
-                    message_id: message_id.clone(),
-                    owner: "events".into(),
-                    status: to,
-                    attempt: record.attempt,
-                    provider: Some("ses".into()),
-                    provider_message_id: event.provider_message_id.clone(),
-                    now: self.clock.now(),
-                };
+                let mut update = StatusUpdate::new(
+                    message_id.clone(),
+                    "events",
+                    to,
+                    record.attempt,
+                    self.clock.now(),
+                );
+                update.provider = Some("ses".into());
+                update.provider_message_id = event.provider_message_id.clone();
+                update.detail = Some(describe(&event.kind));
                 self.status.record(&update).await?;
                 // `record` absorbs a write the status moved past meanwhile; check it landed.
                 let now = self.status.get(message_id).await?.map(|r| r.status);
@@ -314,10 +373,203 @@ impl Applier {
         }
     }
 
+    /// A transient bounce of the send the record knows: record it, then resend through the
+    /// policy or give up. `None` when the record is not in a state this applies to (the
+    /// ordinary transition rules then decide).
+    ///
+    /// Crash safety: the record moves to `deferred` (generation + 1, `resend_of` = the bounced
+    /// provider message id) before the copy is scheduled; if scheduling fails the event is
+    /// redelivered, finds that state and schedules again. Two copies of one generation are
+    /// harmless: the claim lets one send and drops the other as a duplicate.
+    async fn transient_bounce(
+        &self,
+        event: &SesEvent,
+        record: &JobRecord,
+    ) -> Result<Option<Applied>, StoreError> {
+        let bounced = event.provider_message_id.clone().unwrap_or_default();
+        // The bounce is of the send the record knows (or the record has no provider id yet).
+        let same_send = record.provider_message_id.is_none()
+            || record.provider_message_id.as_deref() == event.provider_message_id.as_deref();
+        let now = self.clock.now();
+        let rescheduling = record.status == Status::Deferred
+            && record.resend_of.as_deref() == Some(bounced.as_str());
+        if !rescheduling
+            && !(same_send
+                && matches!(
+                    record.status,
+                    Status::SentToProvider | Status::BouncedTransient
+                ))
+        {
+            return Ok(None);
+        }
+        let Some(payload) = &record.payload else {
+            // Nothing to send again from (sent through a provider without events, or before
+            // payloads were kept): the transient bounce is recorded and stays.
+            return Ok(None);
+        };
+        let EventKind::Failure(failure) = &event.kind else {
+            return Ok(None);
+        };
+        let incoming = match parse_body(payload.as_bytes()) {
+            Ok(incoming) => incoming,
+            Err(rejected) => {
+                warn!(message_id = ?event.message_id, error = %rejected.error, "the kept payload does not parse; transient bounce recorded only");
+                return Ok(None);
+            }
+        };
+        let verdict = classify_ses_event(failure);
+        if rescheduling {
+            // Generation `record.attempt` was decided before: schedule it again.
+            let decision = self.decide(&incoming, &verdict, now);
+            if let Decision::Retry {
+                delay,
+                mechanism,
+                spends_attempt,
+            } = decision
+            {
+                let requeue =
+                    self.requeue(&incoming, &verdict, delay.as_secs(), spends_attempt, now);
+                self.schedule(&requeue, mechanism).await?;
+                return Ok(Some(Applied::Resent));
+            }
+            return Ok(Some(Applied::Absorbed));
+        }
+        if record.status == Status::SentToProvider {
+            let mut update = StatusUpdate::new(
+                record.message_id.clone(),
+                "events",
+                Status::BouncedTransient,
+                record.attempt,
+                now,
+            );
+            update.provider = Some("ses".into());
+            update.detail = Some(describe(&event.kind));
+            self.status.record(&update).await?;
+        }
+        match self.decide(&incoming, &verdict, now) {
+            Decision::Retry {
+                delay,
+                mechanism,
+                spends_attempt,
+            } => {
+                let requeue =
+                    self.requeue(&incoming, &verdict, delay.as_secs(), spends_attempt, now);
+                let resend = Resend {
+                    message_id: record.message_id.clone(),
+                    attempt: record.attempt,
+                    bounced,
+                    detail: format!(
+                        "{} ({}); resend in {} s",
+                        verdict.class,
+                        verdict.rule,
+                        delay.as_secs()
+                    ),
+                    now,
+                };
+                if !self.status.resend(&resend).await? {
+                    // Another event or resend moved the record first.
+                    return Ok(Some(Applied::Absorbed));
+                }
+                self.schedule(&requeue, mechanism).await?;
+                info!(message_id = %record.message_id, delay_s = delay.as_secs(), "transient bounce; resend scheduled");
+                Ok(Some(Applied::Resent))
+            }
+            Decision::DeadLetter { category, reason } => {
+                let letter = dead_letter_of(
+                    &incoming,
+                    &verdict,
+                    category,
+                    reason,
+                    Some("ses".into()),
+                    now,
+                );
+                self.resender.dead_letters.put(&letter).await?;
+                let mut update = StatusUpdate::new(
+                    record.message_id.clone(),
+                    "events",
+                    Status::DeadLettered,
+                    record.attempt,
+                    now,
+                );
+                update.detail = Some(format!("{}: {}", category.as_str(), letter.reason));
+                self.status.record(&update).await?;
+                warn!(message_id = %record.message_id, category = category.as_str(), "transient bounce past the give-up horizon; dead-lettered");
+                Ok(Some(Applied::GaveUp))
+            }
+            // The policy finished it (e.g. a class that is not retried): the bounce stands.
+            Decision::Finish { .. } => Ok(Some(Applied::Changed(Status::BouncedTransient))),
+        }
+    }
+
+    fn decide(
+        &self,
+        incoming: &courier::envelope::Incoming,
+        verdict: &courier::classify::Verdict,
+        now: DateTime<Utc>,
+    ) -> Decision {
+        let mut rng = self
+            .resender
+            .rng
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.resender.policy.decide(
+            incoming.job.priority,
+            verdict.class,
+            &incoming.retry,
+            now,
+            incoming.job.not_after,
+            &mut *rng as &mut dyn RandomSource,
+        )
+    }
+
+    fn requeue(
+        &self,
+        incoming: &courier::envelope::Incoming,
+        verdict: &courier::classify::Verdict,
+        delay_secs: u64,
+        spends_attempt: bool,
+        now: DateTime<Utc>,
+    ) -> Requeue {
+        let mut retry = incoming.retry.clone();
+        retry.record(verdict.class, spends_attempt, delay_secs, now);
+        let mut history = incoming.history.clone();
+        history.push(attempt_record(
+            verdict,
+            Some("ses".into()),
+            now,
+            spends_attempt,
+            Some(delay_secs),
+        ));
+        Requeue {
+            message_id: incoming.job.message_id.clone(),
+            body: next_body(incoming, retry, history),
+            delay_secs,
+        }
+    }
+
+    async fn schedule(
+        &self,
+        requeue: &Requeue,
+        mechanism: DelayMechanism,
+    ) -> Result<(), StoreError> {
+        match mechanism {
+            DelayMechanism::QueueDelay => self
+                .resender
+                .scheduler
+                .enqueue(std::slice::from_ref(requeue))
+                .await
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| Err(StoreError::msg("resend", "no result for the re-enqueue"))),
+            DelayMechanism::StateMachine => self.resender.scheduler.start_wait(requeue).await,
+        }
+    }
+
     /// One SQS batch: unparseable messages are logged and acknowledged (they are not ours to
     /// fix); events not yet applicable and store failures are reported for redelivery.
     pub async fn handle(&self, event: SqsEvent) -> EventsReport {
         let mut report = EventsReport::default();
+        let mut counts: BTreeMap<String, ReputationCounts> = BTreeMap::new();
         for record in event.records {
             let id = record.message_id.unwrap_or_default();
             let body = record.body.unwrap_or_default();
@@ -334,19 +586,174 @@ impl Applier {
                     info!(sqs_message_id = %id, message_id = ?parsed.message_id, "event ahead of its record; retried later");
                     report.applied.push(Applied::NotYet);
                     report.failures.push(id);
+                    // Counted when it is applied.
+                    continue;
                 }
                 Ok(applied) => report.applied.push(applied),
                 Err(e) => {
                     warn!(sqs_message_id = %id, error = %e, "event not applied; retried later");
                     report.failures.push(id);
+                    continue;
                 }
             }
+            if let Some(domain) = &parsed.source_domain {
+                count(counts.entry(domain.clone()).or_default(), &parsed);
+            }
+        }
+        for (domain, batch) in counts {
+            self.guard(&domain, &batch, &mut report).await;
         }
         report
+    }
+
+    /// Adds a batch's counts to the domain's window and pauses the domain when its rates
+    /// approach the review levels. Failures are logged: the events themselves are applied.
+    async fn guard(&self, domain: &str, batch: &ReputationCounts, report: &mut EventsReport) {
+        let now = self.clock.now();
+        if batch.is_empty() {
+            return;
+        }
+        if let Err(e) = self.guard.store.add(domain, bucket_of(now), batch).await {
+            warn!(domain, error = %e, "reputation counts not recorded");
+            return;
+        }
+        let window = match self
+            .guard
+            .store
+            .window(domain, bucket_of(now - self.guard.config.window))
+            .await
+        {
+            Ok(w) => w,
+            Err(e) => {
+                warn!(domain, error = %e, "reputation window not read");
+                return;
+            }
+        };
+        let assessment = assess(&window, &self.guard.config);
+        report.rates.insert(
+            domain.to_owned(),
+            (assessment.bounce_rate, assessment.complaint_rate),
+        );
+        let Some(trip) = assessment.trip else {
+            return;
+        };
+        match self.pause(domain, now, trip).await {
+            Ok(true) => {
+                warn!(domain, reason = %trip, volume = assessment.volume, "reputation guard: SES sends from this domain paused");
+                report.tripped.push((domain.to_owned(), trip.to_string()));
+            }
+            Ok(false) => {}
+            Err(e) => warn!(domain, error = %e, "reputation guard could not pause the domain"),
+        }
+    }
+
+    /// Opens the domain's pause unless it is open already; true when this call opened it.
+    async fn pause(
+        &self,
+        domain: &str,
+        now: DateTime<Utc>,
+        trip: Trip,
+    ) -> Result<bool, StoreError> {
+        let key = pause_key(domain);
+        let current = self.guard.breakers.load(&key).await?;
+        if let Some(state) = &current
+            && state.mode == Mode::Open
+            && state.open_until.is_some_and(|until| until > now)
+        {
+            return Ok(false);
+        }
+        let pause = self.guard.config.pause;
+        let base = current
+            .clone()
+            .unwrap_or_else(|| BreakerState::new(now, &BreakerConfig::default()));
+        let next = BreakerState {
+            mode: Mode::Open,
+            open_until: Some(now + pause),
+            open_secs: pause.num_seconds(),
+            probes_in_flight: 0,
+            probe_successes: 0,
+            version: base.version + 1,
+            ..base
+        };
+        info!(domain, reason = %trip, until = %(now + pause), "pausing SES sends");
+        self.guard
+            .breakers
+            .save(&key, &next, current.map(|c| c.version))
+            .await
+    }
+}
+
+/// Adds one applied event to a domain's counts.
+fn count(counts: &mut ReputationCounts, event: &SesEvent) {
+    let n = event.recipients.len().max(1) as u64;
+    match &event.kind {
+        EventKind::Send => counts.sent += n,
+        EventKind::Delivery => counts.delivered += n,
+        EventKind::Failure(SesFailureEvent::Bounce { bounce_type, .. })
+            if bounce_type == "Permanent" =>
+        {
+            counts.bounced += n;
+        }
+        EventKind::Failure(SesFailureEvent::Complaint { .. }) => counts.complained += n,
+        _ => {}
+    }
+}
+
+/// The history note of an event.
+fn describe(kind: &EventKind) -> String {
+    match kind {
+        EventKind::Send => "SES accepted it (Send event)".into(),
+        EventKind::Delivery => "delivered (Delivery event)".into(),
+        EventKind::Failure(f) => {
+            let v = classify_ses_event(f);
+            format!(
+                "{} event: {} ({})",
+                v.raw_code.as_deref().unwrap_or("failure"),
+                v.class,
+                v.rule
+            )
+        }
+        EventKind::Engagement(name) => name.clone(),
     }
 }
 
 impl EventsReport {
+    /// The batch's metrics as one EMF document (namespace `Courier`, dimension `Function`).
+    pub fn to_emf(&self, timestamp_ms: i64) -> Value {
+        let resent = self
+            .applied
+            .iter()
+            .filter(|a| **a == Applied::Resent)
+            .count();
+        let gave_up = self
+            .applied
+            .iter()
+            .filter(|a| **a == Applied::GaveUp)
+            .count();
+        let max =
+            |f: fn(&(f64, f64)) -> f64| self.rates.values().map(f).fold(0.0_f64, f64::max) * 100.0;
+        serde_json::json!({
+            "_aws": {"Timestamp": timestamp_ms, "CloudWatchMetrics": [{
+                "Namespace": "Courier", "Dimensions": [["Function"]],
+                "Metrics": [
+                    {"Name": "EventsApplied", "Unit": "Count"},
+                    {"Name": "SoftBounceResends", "Unit": "Count"},
+                    {"Name": "SoftBounceGaveUp", "Unit": "Count"},
+                    {"Name": "ReputationGuardTripped", "Unit": "Count"},
+                    {"Name": "BounceRate", "Unit": "Percent"},
+                    {"Name": "ComplaintRate", "Unit": "Percent"}
+                ]}]},
+            "Function": "events",
+            "EventsApplied": self.applied.iter().filter(|a| **a != Applied::NotYet).count(),
+            "SoftBounceResends": resent,
+            "SoftBounceGaveUp": gave_up,
+            "ReputationGuardTripped": self.tripped.len(),
+            "BounceRate": max(|r| r.0),
+            "ComplaintRate": max(|r| r.1),
+            "Paused": self.tripped,
+        })
+    }
+
     pub fn response(&self) -> SqsBatchResponse {
         let mut response = SqsBatchResponse::default();
         for id in &self.failures {
@@ -361,7 +768,9 @@ pub async fn function_handler(
     applier: &Arc<Applier>,
     event: lambda_runtime::LambdaEvent<SqsEvent>,
 ) -> Result<SqsBatchResponse, lambda_runtime::Error> {
-    Ok(applier.handle(event.payload).await.response())
+    let report = applier.handle(event.payload).await;
+    println!("{}", report.to_emf(applier.clock.now().timestamp_millis()));
+    Ok(report.response())
 }
 
 #[cfg(test)]

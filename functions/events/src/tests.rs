@@ -4,7 +4,10 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use courier::memory::*;
-use courier::ports::JobRecord;
+use courier::policy::RetryPolicy;
+use courier::ports::{JobRecord, Requeue};
+use courier::random::SeededRandom;
+use courier::reputation::GuardConfig;
 
 use super::*;
 
@@ -24,6 +27,27 @@ struct World {
     applier: Applier,
     status: Arc<MemoryStatusStore>,
     suppression: Arc<MemorySuppressionList>,
+    scheduler: Arc<MemoryScheduler>,
+    dead: Arc<MemoryDeadLetters>,
+    breakers: Arc<MemoryBreakerStore>,
+    reputation: Arc<MemoryReputationStore>,
+}
+
+/// A job as the send function keeps it with a sent record (generation 0, as an envelope).
+fn kept_payload(not_after: Option<&str>) -> String {
+    let mut job = serde_json::json!({
+        "version": 1, "message_id": "order-4711", "campaign_id": "receipts",
+        "from": "shop@example.com", "to": ["ann@example.org"],
+        "content": {"subject": "Your receipt", "text": "Thanks"}
+    });
+    if let Some(t) = not_after {
+        job["not_after"] = t.into();
+    }
+    serde_json::json!({
+        "courier_envelope": 1, "attempt": 0,
+        "retry": courier::policy::RetryState::default(), "history": [], "job": job
+    })
+    .to_string()
 }
 
 fn world(status_now: Option<Status>) -> World {
@@ -41,23 +65,65 @@ fn world(status_now: Option<Status>) -> World {
                 provider: Some("ses".into()),
                 provider_message_id: None,
                 updated_at: t0(),
+                history: Vec::new(),
+                payload: None,
+                resend_of: None,
+                swept_at: None,
             },
         );
     }
     let suppression = Arc::new(MemorySuppressionList::default());
+    let scheduler = Arc::new(MemoryScheduler::default());
+    let dead = Arc::new(MemoryDeadLetters::default());
+    let breakers = Arc::new(MemoryBreakerStore::default());
+    let reputation = Arc::new(MemoryReputationStore::default());
     let applier = Applier {
         status: status.clone(),
         suppression: suppression.clone(),
         clock: Arc::new(ManualClock::new(t0())),
+        resender: Resender {
+            policy: RetryPolicy::default(),
+            scheduler: scheduler.clone(),
+            dead_letters: dead.clone(),
+            rng: std::sync::Mutex::new(SeededRandom::new(3)),
+        },
+        guard: Guard {
+            store: reputation.clone(),
+            breakers: breakers.clone(),
+            config: GuardConfig {
+                min_volume: 100,
+                ..GuardConfig::default()
+            },
+        },
     };
     World {
         applier,
         status,
         suppression,
+        scheduler,
+        dead,
+        breakers,
+        reputation,
     }
 }
 
 impl World {
+    fn keep_payload(&self, payload: String) {
+        let mut records = self.status.records.lock().unwrap();
+        let rec = records.get_mut("order-4711").unwrap();
+        rec.payload = Some(payload);
+    }
+
+    fn record(&self) -> JobRecord {
+        self.status.records.lock().unwrap()["order-4711"].clone()
+    }
+
+    fn scheduled(&self) -> Vec<Requeue> {
+        let mut all = self.scheduler.queued.lock().unwrap().clone();
+        all.extend(self.scheduler.waits.lock().unwrap().iter().cloned());
+        all
+    }
+
     fn status(&self) -> Option<Status> {
         self.status
             .records
@@ -251,4 +317,219 @@ async fn a_store_failure_reports_the_record() {
     w.status.fail_finishes.set(1);
     let report = w.applier.handle(sqs(&[fixture("delivery")])).await;
     assert_eq!(report.failures, vec!["sqs-0".to_owned()]);
+}
+
+#[tokio::test]
+async fn a_transient_bounce_sends_the_job_again_on_the_soft_bounce_schedule() {
+    let w = world(Some(Status::SentToProvider));
+    w.keep_payload(kept_payload(None));
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(report.applied, vec![Applied::Resent]);
+    let rec = w.record();
+    assert_eq!(rec.status, Status::Deferred);
+    assert_eq!(rec.attempt, 1);
+    assert!(rec.resend_of.is_some());
+    let steps: Vec<Status> = rec.history.iter().map(|h| h.status).collect();
+    assert_eq!(steps, vec![Status::BouncedTransient, Status::Deferred]);
+    let scheduled = w.scheduled();
+    assert_eq!(scheduled.len(), 1);
+    // The copy is the next generation, carrying the bounce in its retry state and history.
+    let incoming = courier::envelope::parse_body(scheduled[0].body.as_bytes()).unwrap();
+    assert_eq!(incoming.attempt, 1);
+    assert_eq!(incoming.history.len(), 1);
+    assert_eq!(
+        incoming.history[0].class,
+        courier::classify::ErrorClass::MailboxTemporary
+    );
+    assert!(scheduled[0].delay_secs >= 60, "{}", scheduled[0].delay_secs);
+    // The same event again (a redelivery) may schedule another copy of the same generation,
+    // never a newer one: the claim lets one copy send and drops the other as a duplicate.
+    w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert_eq!(w.record().attempt, 1);
+    for copy in w.scheduled() {
+        assert_eq!(
+            courier::envelope::parse_body(copy.body.as_bytes())
+                .unwrap()
+                .attempt,
+            1
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_resend_whose_scheduling_failed_is_scheduled_when_the_event_returns() {
+    let w = world(Some(Status::SentToProvider));
+    w.keep_payload(kept_payload(None));
+    w.scheduler.fail_enqueues.set(10);
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    // Whether the delay went to the queue or the state machine, the event must come back.
+    if w.scheduled().is_empty() {
+        assert_eq!(report.failures, vec!["sqs-0".to_owned()]);
+        assert_eq!(w.record().status, Status::Deferred);
+        w.scheduler.fail_enqueues.set(0);
+        let again = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+        assert!(again.failures.is_empty());
+        assert_eq!(again.applied, vec![Applied::Resent]);
+    }
+    assert_eq!(w.scheduled().len(), 1);
+    assert_eq!(w.record().attempt, 1);
+}
+
+#[tokio::test]
+async fn a_transient_bounce_past_the_horizon_is_dead_lettered_with_its_record() {
+    let w = world(Some(Status::SentToProvider));
+    // `not_after` passed before the bounce arrived.
+    w.keep_payload(kept_payload(Some("2026-01-01T00:00:00Z")));
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(report.applied, vec![Applied::GaveUp]);
+    assert_eq!(w.status(), Some(Status::DeadLettered));
+    assert!(w.scheduled().is_empty());
+    let letters = w.dead.letters.lock().unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].message_id.as_deref(), Some("order-4711"));
+    assert!(
+        letters[0]
+            .payload
+            .as_deref()
+            .unwrap()
+            .contains("Your receipt")
+    );
+}
+
+#[tokio::test]
+async fn a_transient_bounce_without_a_kept_payload_is_recorded_only() {
+    let w = world(Some(Status::SentToProvider));
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert_eq!(
+        report.applied,
+        vec![Applied::Changed(Status::BouncedTransient)]
+    );
+    assert!(w.scheduled().is_empty());
+}
+
+/// A bounce wave from one sending domain: 200 sends, then permanent bounces.
+fn wave(bounces: usize) -> Vec<String> {
+    let send: Value = serde_json::from_str(&fixture("send")).unwrap();
+    let bounce: Value = serde_json::from_str(&fixture("bounce-permanent")).unwrap();
+    let mut bodies = Vec::new();
+    for i in 0..200 {
+        let mut e = send.clone();
+        e["mail"]["tags"]["courier-message-id"] = serde_json::json!([format!("wave-{i}")]);
+        e["mail"]["headers"] = serde_json::json!([]);
+        bodies.push(e.to_string());
+    }
+    for i in 0..bounces {
+        let mut e = bounce.clone();
+        e["mail"]["tags"]["courier-message-id"] = serde_json::json!([format!("wave-{i}")]);
+        e["mail"]["headers"] = serde_json::json!([]);
+        bodies.push(e.to_string());
+    }
+    bodies
+}
+
+#[tokio::test]
+async fn the_reputation_guard_pauses_a_domain_in_a_bounce_wave() {
+    let w = world(None);
+    for i in 0..200 {
+        w.status.records.lock().unwrap().insert(
+            format!("wave-{i}"),
+            JobRecord {
+                provider: Some("ses".into()),
+                ..JobRecord::new(format!("wave-{i}"), Status::SentToProvider, 0, t0())
+            },
+        );
+    }
+    // 3% bounces: below the 4% trip.
+    let mut total = courier::reputation::ReputationCounts::default();
+    for chunk in wave(6).chunks(10) {
+        let report = w.applier.handle(sqs(chunk)).await;
+        assert!(report.tripped.is_empty());
+        if let Some((bounce, _)) = report.rates.get("example.com") {
+            assert!(*bounce < 0.04);
+        }
+    }
+    assert!(w.breakers.states.lock().unwrap().is_empty());
+    total.merge(
+        &w.reputation.buckets.lock().unwrap().values().copied().fold(
+            courier::reputation::ReputationCounts::default(),
+            |mut a, b| {
+                a.merge(&b);
+                a
+            },
+        ),
+    );
+    assert_eq!(total.sent, 200);
+    assert_eq!(total.bounced, 6);
+    // Three more bounces: 9 of 200 is 4.5%, past the trip, still below SES's 5%.
+    let more: Vec<String> = wave(9).split_off(206);
+    let report = w.applier.handle(sqs(&more)).await;
+    assert_eq!(report.tripped.len(), 1, "{report:?}");
+    assert_eq!(report.tripped[0].0, "example.com");
+    let emf = report.to_emf(0);
+    assert_eq!(emf["ReputationGuardTripped"], 1);
+    assert!(emf["BounceRate"].as_f64().unwrap() >= 4.0);
+    let state = w.breakers.states.lock().unwrap()["reputation:example.com"].clone();
+    assert_eq!(state.mode, courier::breaker::Mode::Open);
+    assert_eq!(state.open_until, Some(t0() + chrono::Duration::hours(1)));
+    // Already paused: more bounces do not trip it again.
+    let report = w.applier.handle(sqs(&wave(10)[209..])).await;
+    assert!(report.tripped.is_empty());
+}
+
+#[test]
+fn settings_name_the_variable_that_is_wrong() {
+    use crate::wiring::{Settings, SettingsError};
+    let base = |k: &str| -> Option<String> {
+        match k {
+            "COURIER_STATUS_TABLE" => Some("status".into()),
+            "COURIER_SUPPRESSION_TABLE" => Some("suppression".into()),
+            "COURIER_BREAKER_TABLE" => Some("control".into()),
+            "COURIER_QUEUE_URL" => Some("http://q".into()),
+            "COURIER_DELAY_STATE_MACHINE_ARN" => Some("arn:sm".into()),
+            "COURIER_DEAD_LETTER_QUEUE_URL" => Some("http://dlq".into()),
+            "COURIER_LETTER_INDEX_TABLE" => Some("letters".into()),
+            _ => None,
+        }
+    };
+    let ok = Settings::from_lookup(base).unwrap();
+    assert_eq!(ok.guard, GuardConfig::default());
+    let with = |key: &'static str, value: &'static str| {
+        move |k: &str| {
+            if k == key {
+                Some(value.to_owned())
+            } else {
+                base(k)
+            }
+        }
+    };
+    let s = Settings::from_lookup(with("COURIER_REPUTATION_BOUNCE_TRIP", "0.03")).unwrap();
+    assert!((s.guard.bounce_trip - 0.03).abs() < 1e-12);
+    let s = Settings::from_lookup(with("COURIER_REPUTATION_WINDOW", "6h")).unwrap();
+    assert_eq!(s.guard.window, chrono::Duration::hours(6));
+    for (key, value) in [
+        ("COURIER_REPUTATION_BOUNCE_TRIP", "5%"),
+        ("COURIER_REPUTATION_COMPLAINT_TRIP", "2"),
+        ("COURIER_REPUTATION_WINDOW", "forever"),
+        ("COURIER_REPUTATION_PAUSE", "0s"),
+        ("COURIER_REPUTATION_MIN_VOLUME", "-1"),
+        ("COURIER_RETRY_POLICY_JSON", "{"),
+    ] {
+        match Settings::from_lookup(with(key, value)) {
+            Err(SettingsError::Invalid { name, .. }) => assert_eq!(name, key),
+            other => panic!("{key}={value}: {other:?}"),
+        }
+    }
+    let missing = |k: &str| {
+        if k == "COURIER_QUEUE_URL" {
+            None
+        } else {
+            base(k)
+        }
+    };
+    assert!(matches!(
+        Settings::from_lookup(missing),
+        Err(SettingsError::Missing("COURIER_QUEUE_URL"))
+    ));
 }

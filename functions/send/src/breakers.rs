@@ -122,6 +122,16 @@ impl Breakers {
         }
     }
 
+    /// A pause set from outside (the reputation guard opens `reputation:<domain>`): when it
+    /// ends, while it lasts. Read through the same cache; never written from here.
+    pub async fn paused(&self, key: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let state = self.state(key, now).await;
+        if state.mode != Mode::Open {
+            return None;
+        }
+        state.open_until.filter(|until| *until > now)
+    }
+
     /// Whether a send to `provider` may go ahead now.
     pub async fn admit(&self, provider: &str, now: DateTime<Utc>) -> Admission {
         let state = self.state(provider, now).await;

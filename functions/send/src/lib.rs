@@ -27,13 +27,15 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use courier::breaker::Admission;
 use courier::classify::{ErrorClass, Verdict};
-use courier::envelope::{Incoming, next_body, parse_body};
+use courier::envelope::{
+    Incoming, attempt_record, current_body, dead_letter_of, next_body, parse_body,
+};
 use courier::job::{Rejected, fingerprint, parse_mailbox};
 use courier::letters::letter_id;
 use courier::policy::{DeadLetterCategory, Decision, DelayMechanism, RetryPolicy};
 use courier::ports::{
-    AttemptRecord, ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, Mailer,
-    OutgoingEmail, PoisonList, Requeue, RetryScheduler, StatusStore, StatusUpdate, SuppressionList,
+    ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, Mailer, OutgoingEmail,
+    PoisonList, Requeue, RetryScheduler, Sightings, StatusStore, StatusUpdate, SuppressionList,
     TemplateError, TemplateStore,
 };
 use courier::random::{RandomSource, SeededRandom};
@@ -61,6 +63,10 @@ pub struct Pipeline {
     pub clock: Arc<dyn Clock>,
     pub config: SendConfig,
     pub rng: std::sync::Mutex<SeededRandom>,
+    /// Error codes seen before (a new code that classifies as `unknown` raises a metric).
+    pub sightings: Arc<dyn Sightings>,
+    /// New unknown codes seen during the current batch (drained into its metrics).
+    pub new_codes: std::sync::Mutex<Vec<String>>,
 }
 
 /// One SQS record, reduced to what the pipeline reads.
@@ -217,6 +223,17 @@ impl Pipeline {
                     }
                 }
             }
+        }
+        let new_codes = std::mem::take(
+            &mut *self
+                .new_codes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        if !new_codes.is_empty() {
+            report
+                .metrics
+                .add("NewUnknownErrorCode", new_codes.len() as u64);
         }
         if total > 0 && report.failures.len() == total {
             warn!(records = total, "every record of the batch failed");
@@ -434,8 +451,19 @@ impl Pipeline {
             order.sort_by_key(|m| m.name() != name);
         }
         let mut earliest_retry: Option<DateTime<Utc>> = None;
+        let domain = email.from.email.domain().to_owned();
         for mailer in order {
             let name = mailer.name().to_owned();
+            if name == "ses"
+                && let Some(until) = self
+                    .breakers
+                    .paused(&courier::reputation::pause_key(&domain), now)
+                    .await
+            {
+                warn!(domain = %domain, until = %until, "sending domain paused by the reputation guard");
+                earliest_retry = Some(earliest_retry.map_or(until, |t| t.min(until)));
+                continue;
+            }
             match self.breakers.admit(&name, now).await {
                 Admission::Reject { retry_at } => {
                     earliest_retry = Some(earliest_retry.map_or(retry_at, |t| t.min(retry_at)));
@@ -460,6 +488,11 @@ impl Pipeline {
                     );
                     update.provider = Some(name.clone());
                     update.provider_message_id = Some(receipt.provider_message_id.clone());
+                    update.detail = Some(format!("accepted by {name}"));
+                    // Kept for a resend on a transient bounce (only SES reports those).
+                    if name == "ses" {
+                        update.payload = Some(current_body(incoming));
+                    }
                     match self.status.finish(&update).await {
                         Ok(()) => {
                             info!(provider = %name, provider_message_id = %receipt.provider_message_id, latency_ms = latency.as_millis() as u64, "sent");
@@ -513,6 +546,10 @@ impl Pipeline {
         ambiguous: bool,
     ) -> Step {
         let job = &incoming.job;
+        if verdict.class == ErrorClass::Unknown {
+            self.note_unknown_code(&verdict, provider.as_deref(), now)
+                .await;
+        }
         let decision = {
             let mut rng = self
                 .rng
@@ -572,6 +609,12 @@ impl Pipeline {
                     now,
                 );
                 then.provider = provider;
+                then.detail = Some(format!(
+                    "{} ({}); retry in {} s",
+                    verdict.class,
+                    verdict.rule,
+                    delay.as_secs()
+                ));
                 info!(class = %verdict.class, rule = %verdict.rule, delay_s = delay.as_secs(), ?mechanism, "retry scheduled");
                 let outcome = if ambiguous {
                     Outcome::Ambiguous
@@ -649,10 +692,11 @@ impl Pipeline {
                     now,
                 );
                 update.provider = provider;
+                update.detail = Some(format!("{} ({})", verdict.class, verdict.rule));
                 match self.status.finish(&update).await {
                     Ok(()) => {
                         info!(%status, class = %verdict.class, rule = %verdict.rule, "finished");
-                        Step::Done(Outcome::Bounced)
+                        Step::Done(Outcome::Bounced(verdict.class))
                     }
                     Err(e) => Step::Fail(e.to_string()),
                 }
@@ -672,34 +716,7 @@ impl Pipeline {
         owner: Option<&str>,
     ) -> Step {
         let job = &incoming.job;
-        let mut history = incoming.history.clone();
-        history.push(attempt_record(verdict, provider.clone(), now, true, None));
-        let letter = DeadLetter {
-            id: letter_id(
-                Some(&job.message_id),
-                &fingerprint(incoming.original.as_bytes()),
-                incoming.attempt,
-                category,
-            ),
-            category,
-            reason,
-            message_id: Some(job.message_id.clone()),
-            campaign_id: Some(job.campaign_id.clone()),
-            trace_id: job.trace_id.clone(),
-            recipients: job.recipients().map(str::to_owned).collect(),
-            provider: provider.clone(),
-            class: verdict.class,
-            rule: verdict.rule.clone(),
-            raw_code: verdict.raw_code.clone(),
-            raw_text: verdict.raw_text.clone(),
-            attempts: incoming.retry.spent + 1,
-            first_failure_at: history.first().map_or(now, |h| h.at),
-            last_failure_at: now,
-            history,
-            fingerprint: fingerprint(incoming.original.as_bytes()),
-            payload: Some(incoming.original.clone()),
-            payload_base64: None,
-        };
+        let letter = dead_letter_of(incoming, verdict, category, reason, provider.clone(), now);
         if let Err(e) = self.dead_letters.put(&letter).await {
             return Step::Fail(e.to_string());
         }
@@ -712,6 +729,12 @@ impl Pipeline {
                 now,
             );
             update.provider = provider;
+            update.detail = Some(format!(
+                "{} ({}): {}",
+                category.as_str(),
+                verdict.class,
+                verdict.rule
+            ));
             if let Err(e) = self.status.finish(&update).await {
                 // The letter is durable; the job's record still says processing and will turn
                 // `unknown` then be resolved as a duplicate by the dead-letter status on replay.
@@ -813,6 +836,32 @@ impl Pipeline {
         }
     }
 
+    /// Records the first sighting of an error code that classified as `unknown`: a new kind of
+    /// failure the classifier should learn (it raises the `NewUnknownErrorCode` metric).
+    async fn note_unknown_code(
+        &self,
+        verdict: &Verdict,
+        provider: Option<&str>,
+        now: DateTime<Utc>,
+    ) {
+        let key = format!(
+            "{}:{}",
+            provider.unwrap_or("local"),
+            verdict.raw_code.as_deref().unwrap_or("no-code")
+        );
+        match self.sightings.first_sighting(&key, now).await {
+            Ok(true) => {
+                warn!(code = %key, text = verdict.raw_text.as_deref().unwrap_or(""), "a new error code classified as unknown");
+                self.new_codes
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .push(key);
+            }
+            Ok(false) => {}
+            Err(e) => warn!(code = %key, error = %e, "could not record the error code's sighting"),
+        }
+    }
+
     fn update(
         &self,
         message_id: String,
@@ -821,37 +870,7 @@ impl Pipeline {
         attempt: u32,
         now: DateTime<Utc>,
     ) -> StatusUpdate {
-        StatusUpdate {
-            message_id,
-            owner,
-            status,
-            attempt,
-            provider: None,
-            provider_message_id: None,
-            now,
-        }
-    }
-}
-
-fn attempt_record(
-    verdict: &Verdict,
-    provider: Option<String>,
-    at: DateTime<Utc>,
-    spent: bool,
-    delay_secs: Option<u64>,
-) -> AttemptRecord {
-    AttemptRecord {
-        at,
-        provider,
-        class: verdict.class,
-        rule: verdict.rule.clone(),
-        code: verdict.raw_code.clone(),
-        text: verdict
-            .raw_text
-            .as_deref()
-            .map(|t| t.chars().take(500).collect()),
-        spent,
-        delay_secs,
+        StatusUpdate::new(message_id, owner, status, attempt, now)
     }
 }
 

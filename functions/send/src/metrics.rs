@@ -12,7 +12,7 @@ pub enum Outcome {
     Sent { latency: Duration },
     Retried(ErrorClass),
     DeadLettered(DeadLetterCategory, ErrorClass),
-    Bounced,
+    Bounced(ErrorClass),
     Suppressed,
     Duplicate,
     Stale,
@@ -28,7 +28,22 @@ pub struct Metrics {
 }
 
 impl Metrics {
+    /// Adds to a named counter.
+    pub fn add(&mut self, name: &str, value: u64) {
+        *self.counts.entry(name.to_owned()).or_default() += value;
+    }
+
     pub fn count(&mut self, outcome: Outcome) {
+        // Outcomes (decisions reached) and failures by class: the share of one class in the
+        // outcomes is what the "one class above 20%" alarm watches.
+        match outcome {
+            Outcome::Sent { .. } | Outcome::Suppressed => self.add("Outcomes", 1),
+            Outcome::Retried(class) | Outcome::DeadLettered(_, class) | Outcome::Bounced(class) => {
+                self.add("Outcomes", 1);
+                self.add(&format!("Failures_{class}"), 1);
+            }
+            Outcome::Duplicate | Outcome::Stale | Outcome::Ambiguous | Outcome::Failed => {}
+        }
         let name = match outcome {
             Outcome::Sent { latency } => {
                 self.send_latency_ms.push(latency.as_secs_f64() * 1000.0);
@@ -42,7 +57,7 @@ impl Metrics {
                     .or_default() += 1;
                 format!("DeadLettered_{}", category.as_str())
             }
-            Outcome::Bounced => "BouncedPermanent".into(),
+            Outcome::Bounced(_) => "BouncedPermanent".into(),
             Outcome::Suppressed => "Suppressed".into(),
             Outcome::Duplicate => "DuplicatesSkipped".into(),
             Outcome::Stale => "StaleCopiesDropped".into(),
@@ -114,6 +129,9 @@ mod tests {
         assert_eq!(doc["DeadLetteredClass_poison"], 1);
         assert_eq!(doc["SendLatency"][0], 12.0);
         assert_eq!(doc["BreakerTransitions"], 1);
+        assert_eq!(doc["Outcomes"], 4);
+        assert_eq!(doc["Failures_throttled"], 2);
+        assert_eq!(doc["Failures_poison"], 1);
         let names: Vec<&str> = doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]
             .as_array()
             .unwrap()

@@ -65,6 +65,8 @@ fn world_with(mailer: MemoryMailer) -> World {
         clock: clock.clone(),
         config: SendConfig::default(),
         rng: std::sync::Mutex::new(SeededRandom::new(1)),
+        sightings: Arc::new(courier::memory::MemorySightings::default()),
+        new_codes: std::sync::Mutex::new(Vec::new()),
     });
     World {
         pipeline,
@@ -326,6 +328,10 @@ async fn a_live_lease_leaves_the_record_for_later_and_an_expired_one_is_ambiguou
             provider: None,
             provider_message_id: None,
             updated_at: t0(),
+            history: Vec::new(),
+            payload: None,
+            resend_of: None,
+            swept_at: None,
         },
     );
     let report = w.run(vec![rec("x", job("m12", "y@example.org"))]).await;
@@ -461,6 +467,8 @@ async fn breaker_state_is_shared_between_instances_and_written_once_per_batch() 
             clock: w.clock.clone(),
             config: SendConfig::default(),
             rng: std::sync::Mutex::new(SeededRandom::new(2)),
+            sightings: w.pipeline.sightings.clone(),
+            new_codes: std::sync::Mutex::new(Vec::new()),
         })
     };
     let (pa, pb) = (with_store(&a), with_store(&b));
@@ -709,4 +717,106 @@ async fn hostile_and_broken_jobs_each_end_in_the_right_category() {
     idn["to"] = json!(["用户@例子.广告", "josé@bücher.example"]);
     w.run(vec![rec("idn", idn.to_string())]).await;
     assert_eq!(w.status_of("idn"), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn a_sent_job_keeps_its_history_and_for_ses_its_payload() {
+    let w = world_with(MemoryMailer::accepting("ses"));
+    let report = w.run(vec![rec("a", job("m1", "ann@example.org"))]).await;
+    assert_eq!(report.metrics.counts["Outcomes"], 1);
+    let record = w.status.records.lock().unwrap()["m1"].clone();
+    let steps: Vec<Status> = record.history.iter().map(|h| h.status).collect();
+    assert_eq!(steps, vec![Status::Processing, Status::SentToProvider]);
+    assert_eq!(record.history[1].detail.as_deref(), Some("accepted by ses"));
+    let kept = courier::envelope::parse_body(record.payload.unwrap().as_bytes()).unwrap();
+    assert_eq!(kept.attempt, 0);
+    assert_eq!(kept.job.message_id, "m1");
+    // SMTP reports no outcomes, so nothing is kept for a resend.
+    let w = world_with(MemoryMailer::accepting("smtp"));
+    w.run(vec![rec("a", job("m2", "ann@example.org"))]).await;
+    assert_eq!(w.status.records.lock().unwrap()["m2"].payload, None);
+}
+
+#[tokio::test]
+async fn a_domain_paused_by_the_reputation_guard_is_not_sent_through_ses() {
+    let w = world_with(MemoryMailer::accepting("ses"));
+    let store = Arc::new(MemoryBreakerStore::default());
+    let mut paused = courier::breaker::BreakerState::new(t0(), &BreakerConfig::default());
+    paused.mode = courier::breaker::Mode::Open;
+    paused.open_until = Some(t0() + chrono::Duration::hours(1));
+    paused.version = 1;
+    store
+        .states
+        .lock()
+        .unwrap()
+        .insert(courier::reputation::pause_key("example.com"), paused);
+    let pipeline = Arc::new(Pipeline {
+        status: w.pipeline.status.clone(),
+        mailers: w.pipeline.mailers.clone(),
+        scheduler: w.pipeline.scheduler.clone(),
+        dead_letters: w.pipeline.dead_letters.clone(),
+        suppression: w.pipeline.suppression.clone(),
+        poison: w.pipeline.poison.clone(),
+        templates: w.pipeline.templates.clone(),
+        breakers: breakers::Breakers::new(
+            store,
+            BreakerConfig::default(),
+            std::time::Duration::from_secs(0),
+        ),
+        policy: RetryPolicy::default(),
+        clock: w.clock.clone(),
+        config: SendConfig::default(),
+        rng: std::sync::Mutex::new(SeededRandom::new(5)),
+        sightings: w.pipeline.sightings.clone(),
+        new_codes: std::sync::Mutex::new(Vec::new()),
+    });
+    let other_domain = serde_json::json!({
+        "version": 1, "message_id": "m2", "campaign_id": "c", "from": "news@other.example",
+        "to": ["bob@example.org"], "content": {"subject": "Hi", "text": "Hello"}
+    })
+    .to_string();
+    let report = pipeline
+        .handle_records(
+            vec![
+                rec("a", job("m1", "ann@example.org")),
+                rec("b", other_domain),
+            ],
+            t0() + chrono::Duration::seconds(60),
+            "req-1",
+        )
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    // The paused domain waits (a circuit-open retry that spends no attempt); the other is sent.
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("m1"), Some(Status::Deferred));
+    assert_eq!(w.status_of("m2"), Some(Status::SentToProvider));
+    assert_eq!(report.metrics.counts["Retried_circuit_open"], 1);
+    let waits: Vec<Requeue> = w
+        .scheduler
+        .queued
+        .lock()
+        .unwrap()
+        .iter()
+        .chain(w.scheduler.waits.lock().unwrap().iter())
+        .cloned()
+        .collect();
+    assert_eq!(waits.len(), 1);
+    assert_eq!(waits[0].message_id, "m1");
+}
+
+#[tokio::test]
+async fn a_new_error_code_that_classifies_as_unknown_is_counted_once() {
+    let w = world_with(smtp_failure("599 9.9.9 the flux capacitor is misaligned"));
+    let verdict = classify_smtp("599 9.9.9 the flux capacitor is misaligned");
+    assert_eq!(verdict.class, ErrorClass::Unknown, "{verdict:?}");
+    let first = w
+        .run(vec![
+            rec("a", job("m1", "ann@example.org")),
+            rec("b", job("m2", "bob@example.org")),
+        ])
+        .await;
+    assert_eq!(first.metrics.counts.get("NewUnknownErrorCode"), Some(&1));
+    assert_eq!(first.metrics.counts.get("Failures_unknown"), Some(&2));
+    let second = w.run(vec![rec("c", job("m3", "cy@example.org"))]).await;
+    assert_eq!(second.metrics.counts.get("NewUnknownErrorCode"), None);
 }

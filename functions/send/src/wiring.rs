@@ -104,6 +104,8 @@ pub fn wire(
             &resources.template_bucket,
             Duration::from_secs(60),
         )),
+        sightings: control.clone(),
+        new_codes: std::sync::Mutex::new(Vec::new()),
         breakers: Breakers::new(control, config.breaker, config.breaker_cache),
         policy,
         clock: Arc::new(SystemClock),

@@ -9,17 +9,19 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::Client;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{
-    AttributeValue, CancellationReason, ConditionCheck, KeysAndAttributes, Put,
-    ReturnValuesOnConditionCheckFailure, TransactWriteItem,
+    AttributeValue, CancellationReason, ConditionCheck, KeysAndAttributes,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
 };
 use chrono::{DateTime, Utc};
 
 use super::store_error as err;
 use crate::breaker::BreakerState;
 use crate::ports::{
-    BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, JobRecord, PoisonList, StatusStore,
-    StatusUpdate, StoreError, SuppressionList, judge_claim,
+    BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, HistoryEntry, JobRecord, OpenState,
+    PoisonList, ReputationStore, Resend, Sightings, StatusStore, StatusUpdate, StoreError,
+    SuppressionList, SweepMark, judge_claim,
 };
+use crate::reputation::ReputationCounts;
 use crate::status::{Status, predecessors};
 
 fn s(v: impl Into<String>) -> AttributeValue {
@@ -50,6 +52,11 @@ fn time(item: &HashMap<String, AttributeValue>, key: &str) -> Option<DateTime<Ut
 
 /// Reads a status item back into a record; `None` when it is not one of ours.
 pub fn record_of(item: &HashMap<String, AttributeValue>) -> Option<JobRecord> {
+    let history = item
+        .get("history")
+        .and_then(|v| v.as_l().ok())
+        .map(|list| list.iter().filter_map(history_of).collect())
+        .unwrap_or_default();
     Some(JobRecord {
         message_id: get_s(item, "message_id")?,
         status: Status::parse(&get_s(item, "status")?)?,
@@ -60,8 +67,90 @@ pub fn record_of(item: &HashMap<String, AttributeValue>) -> Option<JobRecord> {
         provider: get_s(item, "provider"),
         provider_message_id: get_s(item, "provider_message_id"),
         updated_at: time(item, "updated_at").unwrap_or_default(),
+        history,
+        payload: get_s(item, "payload"),
+        resend_of: get_s(item, "resend_of"),
+        swept_at: time(item, "swept_at"),
     })
 }
+
+fn history_of(value: &AttributeValue) -> Option<HistoryEntry> {
+    let m = value.as_m().ok()?;
+    Some(HistoryEntry {
+        at: time(m, "at")?,
+        status: Status::parse(&get_s(m, "status")?)?,
+        attempt: u32::try_from(get_n(m, "attempt").unwrap_or(0)).unwrap_or(0),
+        by: get_s(m, "by").unwrap_or_default(),
+        detail: get_s(m, "detail"),
+    })
+}
+
+/// A one-entry list to append to the record's `history` (`:h` in the expressions below).
+fn history_entry(
+    at: DateTime<Utc>,
+    status: Status,
+    attempt: u32,
+    by: &str,
+    detail: Option<&str>,
+) -> AttributeValue {
+    let mut m = HashMap::from([
+        ("at".to_owned(), n(ms(at))),
+        ("status".to_owned(), s(status.as_str())),
+        ("attempt".to_owned(), n(attempt)),
+        ("by".to_owned(), s(by)),
+    ]);
+    if let Some(d) = detail {
+        m.insert("detail".to_owned(), s(d));
+    }
+    AttributeValue::L(vec![AttributeValue::M(m)])
+}
+
+/// Appends `:h` to the history (`:empty` is an empty list).
+const APPEND_HISTORY: &str = "history = list_append(if_not_exists(history, :empty), :h)";
+
+fn empty_list() -> AttributeValue {
+    AttributeValue::L(Vec::new())
+}
+
+/// The sparse `by_open` index attributes of a write: set while the job is open (see
+/// [`OpenState`]), removed otherwise.
+struct OpenMarks {
+    set: Option<&'static str>,
+    remove: Option<&'static str>,
+    values: Vec<(&'static str, AttributeValue)>,
+}
+
+fn open_marks(
+    message_id: &str,
+    status: Status,
+    provider: Option<&str>,
+    now: DateTime<Utc>,
+) -> OpenMarks {
+    match OpenState::of(status, provider) {
+        Some(state) => OpenMarks {
+            set: Some("open_state = :os, open_at = :oa"),
+            remove: None,
+            values: vec![(":os", s(state.key(message_id))), (":oa", n(ms(now)))],
+        },
+        None => OpenMarks {
+            set: None,
+            remove: Some("open_state, open_at"),
+            values: Vec::new(),
+        },
+    }
+}
+
+/// `SET ... REMOVE ...` from clauses.
+fn expression(set: &[&str], remove: &[&str]) -> String {
+    let mut e = format!("SET {}", set.join(", "));
+    if !remove.is_empty() {
+        e.push_str(&format!(" REMOVE {}", remove.join(", ")));
+    }
+    e
+}
+
+/// The name of the status table's sparse index of open jobs.
+pub const OPEN_INDEX: &str = "by_open";
 
 /// The status / idempotency table: key `message_id` (S); TTL attribute `expires_at`.
 pub struct DynamoDbStatusStore {
@@ -115,9 +204,14 @@ impl DynamoDbStatusStore {
             .update_item()
             .table_name(&self.table)
             .key("message_id", s(&req.message_id))
-            .update_expression("SET #s = :unknown, unknown_since = :now, updated_at = :now REMOVE lease_owner, lease_until")
+            .update_expression(format!("SET #s = :unknown, unknown_since = :now, updated_at = :now, {APPEND_HISTORY} REMOVE lease_owner, lease_until, open_state, open_at"))
             .condition_expression("#s = :processing AND attempt = :a AND lease_until = :old_lease")
             .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":empty", empty_list())
+            .expression_attribute_values(
+                ":h",
+                history_entry(req.now, Status::Unknown, old.attempt, "send", Some("the lease expired mid-send")),
+            )
             .expression_attribute_values(":unknown", s(Status::Unknown.as_str()))
             .expression_attribute_values(":processing", s(Status::Processing.as_str()))
             .expression_attribute_values(":now", n(ms(req.now)))
@@ -144,20 +238,31 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(message_id) \
      OR (attempt < :a AND #s = :processing AND lease_until <= :now)";
 
 impl DynamoDbStatusStore {
-    fn claim_item(&self, req: &ClaimRequest) -> HashMap<String, AttributeValue> {
-        HashMap::from([
-            ("message_id".to_owned(), s(&req.message_id)),
-            ("status".to_owned(), s(Status::Processing.as_str())),
-            ("attempt".to_owned(), n(req.attempt)),
-            ("lease_owner".to_owned(), s(&req.owner)),
-            ("lease_until".to_owned(), n(ms(req.lease_until))),
-            ("updated_at".to_owned(), n(ms(req.now))),
-            ("expires_at".to_owned(), self.expires_at(req.now)),
-        ])
-    }
+    /// The claim as an update (not a put: the record keeps its history and payload).
+    const CLAIM_UPDATE: &'static str = "SET #s = :processing, attempt = :a, lease_owner = :owner, \
+         lease_until = :lu, updated_at = :now, expires_at = :exp, open_state = :os, open_at = :now, \
+         history = list_append(if_not_exists(history, :empty), :h) REMOVE unknown_since, swept_at";
 
-    fn claim_values(req: &ClaimRequest) -> HashMap<String, AttributeValue> {
+    fn claim_values(&self, req: &ClaimRequest) -> HashMap<String, AttributeValue> {
         HashMap::from([
+            (":owner".to_owned(), s(&req.owner)),
+            (":lu".to_owned(), n(ms(req.lease_until))),
+            (":exp".to_owned(), self.expires_at(req.now)),
+            (
+                ":os".to_owned(),
+                s(OpenState::Processing.key(&req.message_id)),
+            ),
+            (":empty".to_owned(), empty_list()),
+            (
+                ":h".to_owned(),
+                history_entry(
+                    req.now,
+                    Status::Processing,
+                    req.attempt,
+                    "send",
+                    Some(&format!("claimed by {}", req.owner)),
+                ),
+            ),
             (":a".to_owned(), n(req.attempt)),
             (":pending".to_owned(), s(Status::Pending.as_str())),
             (":deferred".to_owned(), s(Status::Deferred.as_str())),
@@ -168,24 +273,25 @@ impl DynamoDbStatusStore {
         ])
     }
 
-    /// One conditional PutItem; a refusal returns the old item (ReturnValuesOnConditionCheckFailure)
-    /// so a duplicate costs no extra read.
+    /// One conditional UpdateItem; a refusal returns the old item
+    /// (ReturnValuesOnConditionCheckFailure) so a duplicate costs no extra read.
     async fn claim_put(&self, req: &ClaimRequest) -> Result<Attempt, StoreError> {
         let result = self
             .client
-            .put_item()
+            .update_item()
             .table_name(&self.table)
-            .set_item(Some(self.claim_item(req)))
+            .key("message_id", s(&req.message_id))
+            .update_expression(Self::CLAIM_UPDATE)
             .condition_expression(CLAIM_CONDITION)
             .expression_attribute_names("#s", "status")
-            .set_expression_attribute_values(Some(Self::claim_values(req)))
+            .set_expression_attribute_values(Some(self.claim_values(req)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .send()
             .await;
         match result {
             Ok(_) => Ok(Attempt::Claimed),
             Err(e) => match e.as_service_error() {
-                Some(aws_sdk_dynamodb::operation::put_item::PutItemError::ConditionalCheckFailedException(c)) => {
+                Some(aws_sdk_dynamodb::operation::update_item::UpdateItemError::ConditionalCheckFailedException(c)) => {
                     Ok(Attempt::Refused(c.item().cloned()))
                 }
                 _ => Err(err("status claim")(e)),
@@ -220,16 +326,17 @@ impl DynamoDbStatusStore {
             request =
                 request.transact_items(TransactWriteItem::builder().condition_check(check).build());
         }
-        let put = Put::builder()
+        let update = Update::builder()
             .table_name(&self.table)
-            .set_item(Some(self.claim_item(req)))
+            .key("message_id", s(&req.message_id))
+            .update_expression(Self::CLAIM_UPDATE)
             .condition_expression(CLAIM_CONDITION)
             .expression_attribute_names("#s", "status")
-            .set_expression_attribute_values(Some(Self::claim_values(req)))
+            .set_expression_attribute_values(Some(self.claim_values(req)))
             .return_values_on_condition_check_failure(ReturnValuesOnConditionCheckFailure::AllOld)
             .build()
             .map_err(|e| StoreError::new("status claim", e))?;
-        request = request.transact_items(TransactWriteItem::builder().put(put).build());
+        request = request.transact_items(TransactWriteItem::builder().update(update).build());
         let error = match request.send().await {
             Ok(_) => return Ok(Attempt::Claimed),
             Err(e) => e,
@@ -297,8 +404,8 @@ impl DynamoDbStatusStore {
 
 #[async_trait::async_trait]
 impl StatusStore for DynamoDbStatusStore {
-    /// One conditional PutItem; the condition is [`judge_claim`]'s `Take` written as an
-    /// expression, and a refusal returns the old item (ReturnValuesOnConditionCheckFailure) so a
+    /// One conditional UpdateItem (in a transaction with the suppression checks when asked);
+    /// the condition is [`judge_claim`]'s `Take` written as an expression, and a refusal returns the old item (ReturnValuesOnConditionCheckFailure) so a
     /// duplicate costs no extra read.
     async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
         for _ in 0..3 {
@@ -337,12 +444,18 @@ impl StatusStore for DynamoDbStatusStore {
     }
 
     async fn finish(&self, update: &StatusUpdate) -> Result<(), StoreError> {
+        let provider = update.provider.as_deref();
+        let marks = open_marks(&update.message_id, update.status, provider, update.now);
         let mut set = vec![
             "#s = :s",
             "attempt = :a",
             "updated_at = :now",
             "expires_at = :exp",
+            APPEND_HISTORY,
         ];
+        let mut remove = vec!["lease_owner", "lease_until"];
+        set.extend(marks.set);
+        remove.extend(marks.remove);
         let mut req = self
             .client
             .update_item()
@@ -355,7 +468,21 @@ impl StatusStore for DynamoDbStatusStore {
             .expression_attribute_values(":now", n(ms(update.now)))
             .expression_attribute_values(":exp", self.expires_at(update.now))
             .expression_attribute_values(":owner", s(&update.owner))
-            .expression_attribute_values(":unknown", s(Status::Unknown.as_str()));
+            .expression_attribute_values(":unknown", s(Status::Unknown.as_str()))
+            .expression_attribute_values(":empty", empty_list())
+            .expression_attribute_values(
+                ":h",
+                history_entry(
+                    update.now,
+                    update.status,
+                    update.attempt,
+                    &update.owner,
+                    update.detail.as_deref(),
+                ),
+            );
+        for (name, value) in marks.values {
+            req = req.expression_attribute_values(name, value);
+        }
         if let Some(p) = &update.provider {
             set.push("provider = :p");
             req = req.expression_attribute_values(":p", s(p));
@@ -364,11 +491,14 @@ impl StatusStore for DynamoDbStatusStore {
             set.push("provider_message_id = :pid");
             req = req.expression_attribute_values(":pid", s(id));
         }
+        if let Some(payload) = &update.payload {
+            set.push("payload = :body");
+            req = req.expression_attribute_values(":body", s(payload));
+        }
         if update.status == Status::Unknown {
             set.push("unknown_since = :now");
         }
-        let expression = format!("SET {} REMOVE lease_owner, lease_until", set.join(", "));
-        req.update_expression(expression)
+        req.update_expression(expression(&set, &remove))
             .send()
             .await
             .map_err(|e| {
@@ -394,18 +524,44 @@ impl StatusStore for DynamoDbStatusStore {
                 placeholders.join(", ")
             )
         };
+        // The provider that reports outcomes: this write's, else the one on the record.
+        let provider = update.provider.as_deref();
+        let marks = open_marks(&update.message_id, update.status, provider, update.now);
+        let mut set = vec![
+            "#s = :s",
+            "attempt = if_not_exists(attempt, :a)",
+            "updated_at = :now",
+            "expires_at = :exp",
+            APPEND_HISTORY,
+        ];
+        set.extend(marks.set);
+        let remove: Vec<&str> = marks.remove.into_iter().collect();
         let mut req = self
             .client
             .update_item()
             .table_name(&self.table)
             .key("message_id", s(&update.message_id))
-            .update_expression("SET #s = :s, attempt = if_not_exists(attempt, :a), updated_at = :now, expires_at = :exp")
+            .update_expression(expression(&set, &remove))
             .condition_expression(condition)
             .expression_attribute_names("#s", "status")
             .expression_attribute_values(":s", s(update.status.as_str()))
             .expression_attribute_values(":a", n(update.attempt))
             .expression_attribute_values(":now", n(ms(update.now)))
-            .expression_attribute_values(":exp", self.expires_at(update.now));
+            .expression_attribute_values(":exp", self.expires_at(update.now))
+            .expression_attribute_values(":empty", empty_list())
+            .expression_attribute_values(
+                ":h",
+                history_entry(
+                    update.now,
+                    update.status,
+                    update.attempt,
+                    &update.owner,
+                    update.detail.as_deref(),
+                ),
+            );
+        for (name, value) in marks.values {
+            req = req.expression_attribute_values(name, value);
+        }
         for (placeholder, status) in placeholders.iter().zip(&sources) {
             req = req.expression_attribute_values(placeholder, s(status.as_str()));
         }
@@ -427,13 +583,26 @@ impl StatusStore for DynamoDbStatusStore {
             .update_item()
             .table_name(&self.table)
             .key("message_id", s(message_id))
-            .update_expression("SET #s = :pending, attempt = attempt + :one, updated_at = :now")
+            .update_expression(format!(
+                "SET #s = :pending, attempt = attempt + :one, updated_at = :now, {APPEND_HISTORY} REMOVE open_state, open_at"
+            ))
             .condition_expression("#s = :dead")
             .expression_attribute_names("#s", "status")
             .expression_attribute_values(":pending", s(Status::Pending.as_str()))
             .expression_attribute_values(":dead", s(Status::DeadLettered.as_str()))
             .expression_attribute_values(":one", n(1))
             .expression_attribute_values(":now", n(ms(now)))
+            .expression_attribute_values(":empty", empty_list())
+            .expression_attribute_values(
+                ":h",
+                history_entry(
+                    now,
+                    Status::Pending,
+                    0,
+                    "operator",
+                    Some("replayed from the dead letters"),
+                ),
+            )
             .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
             .send()
             .await;
@@ -441,6 +610,132 @@ impl StatusStore for DynamoDbStatusStore {
             .and_then(|out| out.attributes)
             .and_then(|a| get_n(&a, "attempt"))
             .and_then(|a| u32::try_from(a).ok()))
+    }
+
+    async fn resend(&self, resend: &Resend) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(&resend.message_id))
+            .update_expression(format!(
+                "SET #s = :deferred, attempt = :next, updated_at = :now, expires_at = :exp, \
+                 resend_of = :bounced, {APPEND_HISTORY} REMOVE open_state, open_at, swept_at"
+            ))
+            .condition_expression("#s IN (:sent, :bounced_transient) AND attempt = :a")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":deferred", s(Status::Deferred.as_str()))
+            .expression_attribute_values(":sent", s(Status::SentToProvider.as_str()))
+            .expression_attribute_values(":bounced_transient", s(Status::BouncedTransient.as_str()))
+            .expression_attribute_values(":a", n(resend.attempt))
+            .expression_attribute_values(":next", n(resend.attempt + 1))
+            .expression_attribute_values(":now", n(ms(resend.now)))
+            .expression_attribute_values(":exp", self.expires_at(resend.now))
+            .expression_attribute_values(":bounced", s(&resend.bounced))
+            .expression_attribute_values(":empty", empty_list())
+            .expression_attribute_values(
+                ":h",
+                history_entry(
+                    resend.now,
+                    Status::Deferred,
+                    resend.attempt + 1,
+                    "events",
+                    Some(&resend.detail),
+                ),
+            )
+            .send()
+            .await;
+        Ok(super::conditional(result, "status resend")?.is_some())
+    }
+
+    async fn open_before(
+        &self,
+        state: OpenState,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let mut found = Vec::new();
+        for shard in 0..OpenState::SHARDS {
+            let key = format!("{}#{shard}", state.as_str());
+            let mut cursor = None;
+            loop {
+                let out = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(OPEN_INDEX)
+                    .key_condition_expression("open_state = :k AND open_at < :before")
+                    .expression_attribute_values(":k", s(&key))
+                    .expression_attribute_values(":before", n(ms(before)))
+                    .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+                    .set_exclusive_start_key(cursor)
+                    .send()
+                    .await
+                    .map_err(err("status open query"))?;
+                found.extend(out.items().iter().filter_map(record_of));
+                cursor = out.last_evaluated_key;
+                if cursor.is_none() || found.len() >= limit * (shard as usize + 1) {
+                    break;
+                }
+            }
+        }
+        found.sort_by_key(|r| r.updated_at);
+        found.truncate(limit);
+        Ok(found)
+    }
+
+    async fn sweep(
+        &self,
+        found: &JobRecord,
+        mark: SweepMark,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let request = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(&found.message_id))
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":u", n(ms(found.updated_at)))
+            .expression_attribute_values(":now", n(ms(now)))
+            .expression_attribute_values(":empty", empty_list());
+        let request = match mark {
+            SweepMark::LeaseExpired => request
+                .update_expression(format!(
+                    "SET #s = :unknown, unknown_since = :now, updated_at = :now, {APPEND_HISTORY} \
+                     REMOVE lease_owner, lease_until, open_state, open_at"
+                ))
+                .condition_expression("#s = :processing AND updated_at = :u AND lease_until < :now")
+                .expression_attribute_values(":unknown", s(Status::Unknown.as_str()))
+                .expression_attribute_values(":processing", s(Status::Processing.as_str()))
+                .expression_attribute_values(
+                    ":h",
+                    history_entry(
+                        now,
+                        Status::Unknown,
+                        found.attempt,
+                        "sweeper",
+                        Some("still processing long after its lease expired"),
+                    ),
+                ),
+            SweepMark::NoOutcome => request
+                .update_expression(format!(
+                    "SET swept_at = :now, {APPEND_HISTORY} REMOVE open_state, open_at"
+                ))
+                .condition_expression("#s = :sent AND updated_at = :u")
+                .expression_attribute_values(":sent", s(Status::SentToProvider.as_str()))
+                .expression_attribute_values(
+                    ":h",
+                    history_entry(
+                        now,
+                        Status::SentToProvider,
+                        found.attempt,
+                        "sweeper",
+                        Some("no delivery, bounce or complaint event arrived"),
+                    ),
+                ),
+        };
+        Ok(super::conditional(request.send().await, "status sweep")?.is_some())
     }
 }
 
@@ -764,5 +1059,89 @@ impl BreakerStore for DynamoDbControlTable {
                 .expression_attribute_values(":v", n(v)),
         };
         Ok(super::conditional(req.send().await, "breaker save")?.is_some())
+    }
+}
+
+/// Error-code sightings live at (`code`, key) in the control table.
+#[async_trait::async_trait]
+impl Sightings for DynamoDbControlTable {
+    async fn first_sighting(&self, key: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s("code"))
+            .item("sk", s(key))
+            .item("first_seen", n(ms(now)))
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        Ok(super::conditional(result, "code sighting")?.is_some())
+    }
+}
+
+/// Reputation buckets live at (`reputation#<domain>`, `<bucket epoch seconds>`) in the control
+/// table, counted with ADD (no read before write) and expiring through the table's TTL
+/// (`expires_at`) a week after their hour.
+#[async_trait::async_trait]
+impl ReputationStore for DynamoDbControlTable {
+    async fn add(
+        &self,
+        domain: &str,
+        bucket: DateTime<Utc>,
+        counts: &ReputationCounts,
+    ) -> Result<(), StoreError> {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("pk", s(format!("reputation#{domain}")))
+            .key("sk", s(format!("{:012}", bucket.timestamp())))
+            .update_expression(
+                "ADD sent :s, delivered :d, bounced :b, complained :c SET expires_at = :exp",
+            )
+            .expression_attribute_values(":s", n(counts.sent))
+            .expression_attribute_values(":d", n(counts.delivered))
+            .expression_attribute_values(":b", n(counts.bounced))
+            .expression_attribute_values(":c", n(counts.complained))
+            .expression_attribute_values(":exp", n(bucket.timestamp() + 7 * 86_400))
+            .send()
+            .await
+            .map_err(err("reputation add"))?;
+        Ok(())
+    }
+
+    async fn window(
+        &self,
+        domain: &str,
+        since: DateTime<Utc>,
+    ) -> Result<ReputationCounts, StoreError> {
+        let mut sum = ReputationCounts::default();
+        let mut cursor = None;
+        loop {
+            let out = self
+                .client
+                .query()
+                .table_name(&self.table)
+                .key_condition_expression("pk = :p AND sk >= :since")
+                .expression_attribute_values(":p", s(format!("reputation#{domain}")))
+                .expression_attribute_values(":since", s(format!("{:012}", since.timestamp())))
+                .set_exclusive_start_key(cursor)
+                .send()
+                .await
+                .map_err(err("reputation window"))?;
+            for item in out.items() {
+                let count = |k: &str| u64::try_from(get_n(item, k).unwrap_or(0)).unwrap_or(0);
+                sum.merge(&ReputationCounts {
+                    sent: count("sent"),
+                    delivered: count("delivered"),
+                    bounced: count("bounced"),
+                    complained: count("complained"),
+                });
+            }
+            cursor = out.last_evaluated_key;
+            if cursor.is_none() {
+                return Ok(sum);
+            }
+        }
     }
 }

@@ -1,0 +1,197 @@
+//! The sweeper (scheduled): finds jobs that stopped moving and marks them, so nothing waits
+//! forever unnoticed.
+//!
+//! - `processing` long after its lease expired (the send function died mid-send and no copy
+//!   came back to claim it): marked `unknown`, so provider events or the grace window decide
+//!   whether it is sent again; counted as `SweptStuckProcessing`.
+//! - `sent_to_provider` through SES with no delivery, bounce or complaint event within the
+//!   period: flagged (`swept_at`, a history entry) and taken off the open index; counted as
+//!   `SweptNoOutcome` (usually a configuration set without an event destination, or events
+//!   that are failing to apply).
+//!
+//! Jobs are found through the status table's sparse `by_open` index (only open jobs carry its
+//! key), oldest first, a page at a time; every mark is a conditional write, so a job that
+//! moved on meanwhile is left alone.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use courier::aws::{Clients, DynamoDbStatusStore};
+use courier::policy::parse_duration;
+use courier::ports::{Clock, OpenState, StatusStore, StoreError, SweepMark, SystemClock};
+use tracing::{info, warn};
+
+/// The longest a lease can be (the Lambda timeout's maximum): a job opened earlier than this
+/// plus the grace is certainly past its lease.
+pub const MAX_LEASE: Duration = Duration::minutes(15);
+/// Records read per page.
+pub const PAGE: usize = 100;
+
+/// The sweeper's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    pub status_table: String,
+    /// How long past a lease a `processing` job may stay before it is swept.
+    pub lease_grace: Duration,
+    /// How long a sent job may wait for its outcome event.
+    pub no_outcome_after: Duration,
+}
+
+/// A setting that cannot be used, naming the variable.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{0} is required")]
+    Missing(&'static str),
+    #[error("{name}: {value:?} is not a positive duration (e.g. 6h, 5m)")]
+    Invalid { name: &'static str, value: String },
+}
+
+impl Settings {
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
+        let duration =
+            |name: &'static str, default: Duration| match lookup(name).filter(|v| !v.is_empty()) {
+                None => Ok(default),
+                Some(value) => parse_duration(&value)
+                    .ok()
+                    .filter(|s| *s > 0)
+                    .and_then(|s| i64::try_from(s).ok())
+                    .map(Duration::seconds)
+                    .ok_or(SettingsError::Invalid { name, value }),
+            };
+        Ok(Settings {
+            status_table: lookup("COURIER_STATUS_TABLE")
+                .filter(|v| !v.is_empty())
+                .ok_or(SettingsError::Missing("COURIER_STATUS_TABLE"))?,
+            lease_grace: duration("COURIER_SWEEP_LEASE_GRACE", Duration::minutes(5))?,
+            no_outcome_after: duration("COURIER_SWEEP_NO_OUTCOME_AFTER", Duration::hours(6))?,
+        })
+    }
+}
+
+/// What one run did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SweepReport {
+    pub stuck_processing: usize,
+    pub no_outcome: usize,
+    /// Found, but changed before the mark (left alone).
+    pub moved_on: usize,
+    /// Stopped at the deadline with work left for the next run.
+    pub stopped_early: bool,
+}
+
+impl SweepReport {
+    /// The run's metrics as one EMF document (namespace `Courier`, dimension `Function`).
+    pub fn to_emf(&self, timestamp_ms: i64) -> serde_json::Value {
+        serde_json::json!({
+            "_aws": {"Timestamp": timestamp_ms, "CloudWatchMetrics": [{
+                "Namespace": "Courier", "Dimensions": [["Function"]],
+                "Metrics": [
+                    {"Name": "SweptStuckProcessing", "Unit": "Count"},
+                    {"Name": "SweptNoOutcome", "Unit": "Count"}
+                ]}]},
+            "Function": "sweeper",
+            "SweptStuckProcessing": self.stuck_processing,
+            "SweptNoOutcome": self.no_outcome,
+            "SweepMovedOn": self.moved_on,
+            "SweepStoppedEarly": self.stopped_early,
+        })
+    }
+}
+
+/// The sweeper over its ports.
+pub struct Sweeper {
+    pub status: Arc<dyn StatusStore>,
+    pub clock: Arc<dyn Clock>,
+    pub settings: Settings,
+}
+
+/// Wires the sweeper from settings and SDK clients.
+pub fn wire(clients: &Clients, settings: Settings) -> Sweeper {
+    Sweeper {
+        status: Arc::new(DynamoDbStatusStore::new(
+            clients.dynamodb.clone(),
+            &settings.status_table,
+            std::time::Duration::from_secs(30 * 24 * 3600),
+        )),
+        clock: Arc::new(SystemClock),
+        settings,
+    }
+}
+
+impl Sweeper {
+    /// Sweeps both kinds until nothing is left or `deadline` is 5 s away.
+    pub async fn run(&self, deadline: DateTime<Utc>) -> Result<SweepReport, StoreError> {
+        let mut report = SweepReport::default();
+        let now = self.clock.now();
+        let kinds = [
+            (
+                OpenState::Processing,
+                now - MAX_LEASE - self.settings.lease_grace,
+                SweepMark::LeaseExpired,
+            ),
+            (
+                OpenState::AwaitingOutcome,
+                now - self.settings.no_outcome_after,
+                SweepMark::NoOutcome,
+            ),
+        ];
+        for (state, before, mark) in kinds {
+            // The index is eventually consistent: a record already marked may show up again
+            // for a moment; never act on one twice in a run, and stop when a page is all old.
+            let mut seen = HashSet::new();
+            loop {
+                if self.clock.now() + Duration::seconds(5) >= deadline {
+                    report.stopped_early = true;
+                    return Ok(report);
+                }
+                let page = self.status.open_before(state, before, PAGE).await?;
+                let fresh: Vec<_> = page
+                    .into_iter()
+                    .filter(|r| seen.insert(r.message_id.clone()))
+                    .collect();
+                if fresh.is_empty() {
+                    break;
+                }
+                for record in fresh {
+                    if self
+                        .status
+                        .sweep(&record, mark.clone(), self.clock.now())
+                        .await?
+                    {
+                        warn!(message_id = %record.message_id, status = %record.status, ?mark, "swept");
+                        match mark {
+                            SweepMark::LeaseExpired => report.stuck_processing += 1,
+                            SweepMark::NoOutcome => report.no_outcome += 1,
+                        }
+                    } else {
+                        report.moved_on += 1;
+                    }
+                }
+            }
+        }
+        info!(?report, "sweep finished");
+        Ok(report)
+    }
+}
+
+/// The Lambda handler: sweeps until shortly before the invocation's deadline.
+pub async fn function_handler(
+    sweeper: &Arc<Sweeper>,
+    event: lambda_runtime::LambdaEvent<serde_json::Value>,
+) -> Result<serde_json::Value, lambda_runtime::Error> {
+    let deadline =
+        DateTime::from_timestamp_millis(i64::try_from(event.context.deadline).unwrap_or(i64::MAX))
+            .unwrap_or_else(|| Utc::now() + Duration::seconds(60));
+    let report = sweeper.run(deadline).await?;
+    println!("{}", report.to_emf(sweeper.clock.now().timestamp_millis()));
+    Ok(serde_json::json!({
+        "stuck_processing": report.stuck_processing,
+        "no_outcome": report.no_outcome,
+        "moved_on": report.moved_on,
+        "stopped_early": report.stopped_early,
+    }))
+}
+
+#[cfg(test)]
+mod tests;

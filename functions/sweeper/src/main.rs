@@ -1,0 +1,26 @@
+//! The sweeper Lambda (scheduled): wires once at INIT, then sweeps on every scheduled event
+//! until its deadline nears.
+
+use std::sync::Arc;
+
+use lambda_runtime::{Error, LambdaEvent, service_fn};
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    lambda_runtime::tracing::init_default_subscriber();
+    let settings = match courier_sweeper::Settings::from_lookup(|k| std::env::var(k).ok()) {
+        Ok(s) => s,
+        Err(e) => {
+            // Logged with the variable it names; Lambda reports the exit as an INIT failure.
+            eprintln!("courier-sweeper: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
+    let clients = courier::aws::Clients::new(&courier::aws::sdk_config().await);
+    let sweeper = Arc::new(courier_sweeper::wire(&clients, settings));
+    lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
+        let sweeper = Arc::clone(&sweeper);
+        async move { courier_sweeper::function_handler(&sweeper, event).await }
+    }))
+    .await
+}

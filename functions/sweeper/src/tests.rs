@@ -1,0 +1,175 @@
+//! The sweeper on in-memory ports, on a manual clock.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Duration, Utc};
+use courier::memory::{ManualClock, MemoryStatusStore};
+use courier::ports::{JobRecord, StatusStore};
+use courier::status::Status;
+
+use super::*;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+struct World {
+    sweeper: Sweeper,
+    status: Arc<MemoryStatusStore>,
+    clock: Arc<ManualClock>,
+}
+
+fn world() -> World {
+    let status = Arc::new(MemoryStatusStore::default());
+    let clock = Arc::new(ManualClock::new(t0()));
+    World {
+        sweeper: Sweeper {
+            status: status.clone(),
+            clock: clock.clone(),
+            settings: Settings {
+                status_table: "status".into(),
+                lease_grace: Duration::minutes(5),
+                no_outcome_after: Duration::hours(6),
+            },
+        },
+        status,
+        clock,
+    }
+}
+
+impl World {
+    fn put(&self, id: &str, status: Status, provider: &str, age: Duration) {
+        let at = t0() - age;
+        let mut rec = JobRecord::new(id, status, 1, at);
+        rec.provider = Some(provider.into());
+        if status == Status::Processing {
+            rec.lease_owner = Some("dead-worker".into());
+            rec.lease_until = Some(at + Duration::minutes(2));
+        }
+        self.status.records.lock().unwrap().insert(id.into(), rec);
+    }
+
+    async fn get(&self, id: &str) -> JobRecord {
+        self.status.get(id).await.unwrap().unwrap()
+    }
+
+    fn far(&self) -> DateTime<Utc> {
+        self.clock.now() + Duration::minutes(5)
+    }
+}
+
+#[tokio::test]
+async fn stuck_and_silent_jobs_are_marked_and_the_rest_left_alone() {
+    let w = world();
+    w.put("stuck", Status::Processing, "ses", Duration::hours(1));
+    w.put("leased", Status::Processing, "ses", Duration::minutes(3));
+    w.put("silent", Status::SentToProvider, "ses", Duration::hours(7));
+    w.put("recent", Status::SentToProvider, "ses", Duration::hours(1));
+    w.put("smtp", Status::SentToProvider, "smtp", Duration::hours(30));
+    w.put("done", Status::Delivered, "ses", Duration::hours(30));
+    let report = w.sweeper.run(w.far()).await.unwrap();
+    assert_eq!(
+        report,
+        SweepReport {
+            stuck_processing: 1,
+            no_outcome: 1,
+            moved_on: 0,
+            stopped_early: false,
+        }
+    );
+    let stuck = w.get("stuck").await;
+    assert_eq!(stuck.status, Status::Unknown);
+    assert_eq!(stuck.unknown_since, Some(t0()));
+    assert_eq!(stuck.history.last().unwrap().by, "sweeper");
+    let silent = w.get("silent").await;
+    assert_eq!(silent.status, Status::SentToProvider);
+    assert_eq!(silent.swept_at, Some(t0()));
+    for (id, status) in [
+        ("leased", Status::Processing),
+        ("recent", Status::SentToProvider),
+        ("smtp", Status::SentToProvider),
+        ("done", Status::Delivered),
+    ] {
+        let rec = w.get(id).await;
+        assert_eq!(rec.status, status, "{id}");
+        assert!(rec.history.is_empty(), "{id}");
+    }
+    // Marked jobs are not found again.
+    assert_eq!(
+        w.sweeper.run(w.far()).await.unwrap(),
+        SweepReport::default()
+    );
+    let emf = report.to_emf(0);
+    assert_eq!(emf["SweptStuckProcessing"], 1);
+    assert_eq!(emf["SweptNoOutcome"], 1);
+}
+
+#[tokio::test]
+async fn many_pages_are_swept_and_the_deadline_is_kept() {
+    let w = world();
+    for i in 0..(PAGE * 2 + 7) {
+        w.put(
+            &format!("s{i}"),
+            Status::SentToProvider,
+            "ses",
+            Duration::hours(8),
+        );
+    }
+    let report = w.sweeper.run(w.far()).await.unwrap();
+    assert_eq!(report.no_outcome, PAGE * 2 + 7);
+    // Too close to the deadline: nothing is done, the next run has it.
+    w.put("late", Status::SentToProvider, "ses", Duration::hours(8));
+    let report = w
+        .sweeper
+        .run(w.clock.now() + Duration::seconds(2))
+        .await
+        .unwrap();
+    assert!(report.stopped_early);
+    assert!(w.get("late").await.swept_at.is_none());
+}
+
+#[tokio::test]
+async fn a_store_failure_is_an_error_not_a_silent_success() {
+    let w = world();
+    w.put("silent", Status::SentToProvider, "ses", Duration::hours(7));
+    w.status.fail_finishes.set(1);
+    assert!(w.sweeper.run(w.far()).await.is_err());
+    // The next run does it.
+    assert_eq!(w.sweeper.run(w.far()).await.unwrap().no_outcome, 1);
+}
+
+#[test]
+fn settings_name_the_variable_that_is_wrong() {
+    let lookup = |pairs: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == k)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    };
+    let s = Settings::from_lookup(lookup(&[("COURIER_STATUS_TABLE", "t")])).unwrap();
+    assert_eq!(s.no_outcome_after, Duration::hours(6));
+    assert_eq!(s.lease_grace, Duration::minutes(5));
+    let s = Settings::from_lookup(lookup(&[
+        ("COURIER_STATUS_TABLE", "t"),
+        ("COURIER_SWEEP_NO_OUTCOME_AFTER", "90m"),
+    ]))
+    .unwrap();
+    assert_eq!(s.no_outcome_after, Duration::minutes(90));
+    assert!(matches!(
+        Settings::from_lookup(lookup(&[])),
+        Err(SettingsError::Missing("COURIER_STATUS_TABLE"))
+    ));
+    for (name, value) in [
+        ("COURIER_SWEEP_NO_OUTCOME_AFTER", "soon"),
+        ("COURIER_SWEEP_LEASE_GRACE", "0s"),
+    ] {
+        let pairs: &'static [(&'static str, &'static str)] =
+            Box::leak(Box::new([("COURIER_STATUS_TABLE", "t"), (name, value)]));
+        match Settings::from_lookup(lookup(pairs)) {
+            Err(SettingsError::Invalid { name: n, .. }) => assert_eq!(n, name),
+            other => panic!("{name}={value}: {other:?}"),
+        }
+    }
+}
