@@ -13,7 +13,7 @@ test:
 	@scripts/phase.sh "install test dependencies" scripts/install-deps.sh all
 	@scripts/phase.sh "cargo fmt --check" $(MAKE) --no-print-directory fmt-check
 	@scripts/phase.sh "clippy -D warnings" $(MAKE) --no-print-directory clippy
-	@scripts/phase.sh "cfn-lint infra/template.yaml" $(MAKE) --no-print-directory lint-infra
+	@scripts/phase.sh "cfn-lint and checkov infra/template.yaml" $(MAKE) --no-print-directory lint-infra
 	@scripts/phase.sh "unit tests" $(MAKE) --no-print-directory unit
 	@scripts/phase.sh "release build (cargo lambda: arm64 zips, x86_64)" $(MAKE) --no-print-directory lambda-build
 	@scripts/phase.sh "integration tests on moto" $(MAKE) --no-print-directory it-moto
@@ -25,9 +25,11 @@ demo:
 	@scripts/install-deps.sh moto smtp
 	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(CARGO) run -q -p courierctl -- demo
 
+## make lint-infra: cfn-lint and checkov on infra/ (checkov's skips are justified next to each resource).
 lint-infra:
 	scripts/install-deps.sh infra
 	$${COURIER_CACHE:-.cache}/venv-infra/bin/cfn-lint infra/template.yaml
+	$${COURIER_CACHE:-.cache}/venv-checkov/bin/checkov --quiet --compact --skip-download --framework cloudformation -d infra
 
 fmt-check:
 	$(CARGO) fmt --all --check

@@ -6,7 +6,8 @@
 #   smtp       Debian's postfix (private instances only: the system service is never started)
 #              and swaks (a command-line SMTP client), plus curl.
 #   moto       a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-moto with moto[server]==5.2.5
-#   infra      a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-infra with cfn-lint (infra/template.yaml)
+#   infra      venvs at ${COURIER_CACHE:-$REPO/.cache}/venv-infra with cfn-lint and venv-checkov with
+#              checkov (both for infra/template.yaml)
 #              (Python from $COURIER_PYTHON, default python3; needs 3.9 or later).
 #   localstack delegates to localstack/install.sh.
 #   lambda     a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-lambda with cargo-lambda (PyPI; it brings
@@ -120,23 +121,32 @@ install_moto() {
     printf '%s\n' "$MOTO_SPEC" >"$stamp"
 }
 
-# cfn-lint (with the SAM translator it brings) for infra/template.yaml.
+# cfn-lint (with the SAM translator it brings) and checkov for infra/template.yaml, each in a
+# venv of its own (checkov pins many packages of its own). checkov installs in about 75 s.
 CFN_LINT_SPEC='cfn-lint==1.51.0'
-install_infra() {
-    install_basics
-    local venv=$CACHE/venv-infra stamp
+CHECKOV_SPEC='checkov==3.3.30'
+
+# infra_venv NAME SPEC BIN: a venv at $CACHE/NAME with SPEC, unless BIN is there with SPEC's stamp.
+infra_venv() {
+    local venv=$CACHE/$1 spec=$2 bin=$3 stamp
     stamp=$venv/.courier-installed
-    if [ -x "$venv/bin/cfn-lint" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$CFN_LINT_SPEC" ]; then
+    if [ -x "$venv/bin/$bin" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$spec" ]; then
         return 0
     fi
     local py=${COURIER_PYTHON:-python3}
-    log "creating $venv with $CFN_LINT_SPEC"
+    log "creating $venv with $spec"
     rm -rf "$venv"
     mkdir -p "$CACHE"
     "$py" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$CFN_LINT_SPEC" >&2
-    [ -x "$venv/bin/cfn-lint" ] || die "pip finished but $venv/bin/cfn-lint is missing"
-    printf '%s\n' "$CFN_LINT_SPEC" >"$stamp"
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$spec" >&2
+    [ -x "$venv/bin/$bin" ] || die "pip finished but $venv/bin/$bin is missing"
+    printf '%s\n' "$spec" >"$stamp"
+}
+
+install_infra() {
+    install_basics
+    infra_venv venv-infra "$CFN_LINT_SPEC" cfn-lint
+    infra_venv venv-checkov "$CHECKOV_SPEC" checkov
 }
 
 # cargo-lambda (and the zig it cross-compiles with) from PyPI: seconds, where `cargo install
@@ -176,7 +186,7 @@ main() {
             infra) install_infra ;;
             lambda) install_lambda ;;
             all) install_smtp; install_moto; install_localstack; install_infra; install_lambda ;;
-            -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
+            -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
             *) die "unknown component '$what' (expected moto, localstack, smtp, infra, lambda or all)" ;;
         esac
     done

@@ -1,5 +1,7 @@
-//! `courierctl provision`: creates Courier's resources on the endpoint the environment points at
-//! (an emulator, normally) and prints the send function's configuration as `export` lines.
+//! `courierctl provision`: deploys the data plane of `infra/template.yaml` (queues, tables,
+//! buckets, the delay state machine) as a CloudFormation stack named after the prefix on the
+//! endpoint the environment points at (an emulator) and prints the functions' configuration as
+//! `export` lines.
 
 use std::io::Write;
 use std::time::Duration;
@@ -40,6 +42,7 @@ pub(crate) fn run(prefix: &str, role_arn: &str, out: &mut dyn Write) -> std::io:
                     "COURIER_DEAD_LETTER_QUEUE_URL",
                     &stack.dead_letter_queue_url,
                 ),
+                ("COURIER_EVENTS_QUEUE_URL", &stack.events_queue_url),
                 ("COURIER_LETTER_INDEX_TABLE", &stack.letter_index_table),
                 ("COURIER_ARCHIVE_BUCKET", &stack.archive_bucket),
                 ("COURIER_STATUS_TABLE", &stack.status_table),
