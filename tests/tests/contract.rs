@@ -951,3 +951,229 @@ async fn letter_queue_memory_and_sqs() {
     })
     .await;
 }
+
+/// History, the kept payload, transient-bounce resends and the sweeper's open-job index.
+async fn status_lifecycle_contract(store: &dyn StatusStore) {
+    let t = now();
+    let id = unique("job");
+    store.claim(&claim(&id, 0, "a", t, 60)).await.unwrap();
+    store
+        .finish(&update(&id, "a", Status::SentToProvider, 0, t))
+        .await
+        .unwrap();
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        rec.payload.as_deref(),
+        Some(format!("{{\"body\":\"{id}\"}}").as_str())
+    );
+    let steps: Vec<(Status, &str)> = rec
+        .history
+        .iter()
+        .map(|h| (h.status, h.by.as_str()))
+        .collect();
+    assert_eq!(
+        steps,
+        vec![(Status::Processing, "send"), (Status::SentToProvider, "a")]
+    );
+    assert_eq!(
+        rec.history[1].detail.as_deref(),
+        Some("a wrote sent_to_provider")
+    );
+    assert_eq!(rec.history[1].at, t);
+
+    // Sent through SES and silent: the sweeper's index has it once it is old enough.
+    let later = t + chrono::Duration::seconds(2);
+    let found = store
+        .open_before(OpenState::AwaitingOutcome, later, 100)
+        .await
+        .unwrap();
+    let mine: Vec<&JobRecord> = found.iter().filter(|r| r.message_id == id).collect();
+    assert_eq!(mine.len(), 1, "{found:?}");
+    assert!(
+        !store
+            .open_before(OpenState::AwaitingOutcome, t, 100)
+            .await
+            .unwrap()
+            .iter()
+            .any(|r| r.message_id == id)
+    );
+
+    // A transient bounce: resend as generation 1, once.
+    store
+        .record(&update(&id, "events", Status::BouncedTransient, 0, later))
+        .await
+        .unwrap();
+    let resend = Resend {
+        message_id: id.clone(),
+        attempt: 0,
+        bounced: "pmid".into(),
+        detail: "mailbox full; resend in 600 s".into(),
+        now: later,
+    };
+    assert!(store.resend(&resend).await.unwrap());
+    assert!(
+        !store.resend(&resend).await.unwrap(),
+        "a second resend of generation 0"
+    );
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
+    assert_eq!(rec.resend_of.as_deref(), Some("pmid"));
+    assert_eq!(rec.history.len(), 4);
+    // Deferred is not open: the sweeper no longer sees it.
+    assert!(
+        !store
+            .open_before(
+                OpenState::AwaitingOutcome,
+                later + chrono::Duration::seconds(5),
+                100
+            )
+            .await
+            .unwrap()
+            .iter()
+            .any(|r| r.message_id == id)
+    );
+    // The resent copy claims generation 1.
+    assert_eq!(
+        store.claim(&claim(&id, 1, "b", later, 60)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+
+    // Stuck in processing long past the lease: swept to unknown, once.
+    let stuck = unique("job");
+    store.claim(&claim(&stuck, 0, "dead", t, 1)).await.unwrap();
+    let much_later = t + chrono::Duration::seconds(30);
+    let found: Vec<JobRecord> = store
+        .open_before(OpenState::Processing, much_later, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.message_id == stuck)
+        .collect();
+    assert_eq!(found.len(), 1);
+    assert!(
+        store
+            .sweep(&found[0], SweepMark::LeaseExpired, much_later)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .sweep(&found[0], SweepMark::LeaseExpired, much_later)
+            .await
+            .unwrap()
+    );
+    let rec = store.get(&stuck).await.unwrap().unwrap();
+    assert_eq!(rec.status, Status::Unknown);
+    assert_eq!(rec.history.last().unwrap().by, "sweeper");
+    assert!(
+        !store
+            .open_before(OpenState::Processing, much_later, 1000)
+            .await
+            .unwrap()
+            .iter()
+            .any(|r| r.message_id == stuck)
+    );
+
+    // Sent and silent: flagged, status unchanged, off the index.
+    let silent = unique("job");
+    store.claim(&claim(&silent, 0, "a", t, 60)).await.unwrap();
+    store
+        .finish(&update(&silent, "a", Status::SentToProvider, 0, t))
+        .await
+        .unwrap();
+    let found: Vec<JobRecord> = store
+        .open_before(OpenState::AwaitingOutcome, much_later, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.message_id == silent)
+        .collect();
+    assert!(
+        store
+            .sweep(&found[0], SweepMark::NoOutcome, much_later)
+            .await
+            .unwrap()
+    );
+    let rec = store.get(&silent).await.unwrap().unwrap();
+    assert_eq!(rec.status, Status::SentToProvider);
+    assert_eq!(rec.swept_at, Some(much_later));
+    assert!(
+        !store
+            .open_before(OpenState::AwaitingOutcome, much_later, 1000)
+            .await
+            .unwrap()
+            .iter()
+            .any(|r| r.message_id == silent)
+    );
+    // A sweep of a record that moved on meanwhile does nothing.
+    let moved = unique("job");
+    store.claim(&claim(&moved, 0, "a", t, 1)).await.unwrap();
+    let snapshot = store.get(&moved).await.unwrap().unwrap();
+    store
+        .finish(&update(&moved, "a", Status::SentToProvider, 0, later))
+        .await
+        .unwrap();
+    assert!(
+        !store
+            .sweep(&snapshot, SweepMark::LeaseExpired, much_later)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        store.get(&moved).await.unwrap().unwrap().status,
+        Status::SentToProvider
+    );
+}
+
+#[tokio::test]
+async fn status_lifecycle_memory_and_dynamodb() {
+    status_lifecycle_contract(&MemoryStatusStore::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let store = DynamoDbStatusStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    );
+    status_lifecycle_contract(&store).await;
+}
+
+async fn sightings_and_reputation_contract(sightings: &dyn Sightings, rep: &dyn ReputationStore) {
+    let t = now();
+    let code = unique("smtp:599 9.9.9");
+    assert!(sightings.first_sighting(&code, t).await.unwrap());
+    assert!(!sightings.first_sighting(&code, t).await.unwrap());
+    let domain = format!("{}.example", unique("d"));
+    let hour = courier::reputation::bucket_of(t);
+    let earlier = hour - chrono::Duration::hours(3);
+    let c = |sent, bounced, complained| courier::reputation::ReputationCounts {
+        sent,
+        delivered: sent - bounced,
+        bounced,
+        complained,
+    };
+    rep.add(&domain, earlier, &c(100, 10, 0)).await.unwrap();
+    rep.add(&domain, hour, &c(50, 1, 1)).await.unwrap();
+    rep.add(&domain, hour, &c(50, 1, 0)).await.unwrap();
+    assert_eq!(rep.window(&domain, hour).await.unwrap(), c(100, 2, 1));
+    assert_eq!(rep.window(&domain, earlier).await.unwrap(), c(200, 12, 1));
+    assert_eq!(
+        rep.window("nobody.example", earlier).await.unwrap(),
+        courier::reputation::ReputationCounts::default()
+    );
+}
+
+#[tokio::test]
+async fn sightings_and_reputation_memory_and_dynamodb() {
+    sightings_and_reputation_contract(
+        &MemorySightings::default(),
+        &MemoryReputationStore::default(),
+    )
+    .await;
+    let stack = Stack::create(&["ses"]).await;
+    let control = DynamoDbControlTable::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.breaker_table,
+        Duration::from_secs(60),
+    );
+    sightings_and_reputation_contract(&control, &control).await;
+}
