@@ -1,0 +1,151 @@
+//! Builds the events function from the environment at INIT.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use courier::aws::{
+    Clients, DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore,
+    DynamoDbSuppressionList, IndexedDeadLetterSink, SqsDeadLetterSink, SqsRetryScheduler,
+};
+use courier::policy::{RetryPolicy, parse_duration};
+use courier::ports::SystemClock;
+use courier::random::SeededRandom;
+use courier::reputation::GuardConfig;
+
+use crate::{Applier, Guard, Resender};
+
+/// Status records are kept this long after their last write (as the send function does).
+pub const STATUS_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// The events function's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub status_table: String,
+    pub suppression_table: String,
+    /// The control table: reputation buckets and the pauses (breaker items).
+    pub breaker_table: String,
+    pub queue_url: String,
+    pub delay_state_machine_arn: String,
+    pub dead_letter_queue_url: String,
+    pub letter_index_table: String,
+    pub policy: RetryPolicy,
+    pub guard: GuardConfig,
+}
+
+/// A setting that cannot be used, naming the variable.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{0} is required")]
+    Missing(&'static str),
+    #[error("{name}: {message}")]
+    Invalid { name: &'static str, message: String },
+}
+
+impl Settings {
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
+        let required = |name: &'static str| {
+            lookup(name)
+                .filter(|v| !v.is_empty())
+                .ok_or(SettingsError::Missing(name))
+        };
+        let defaults = GuardConfig::default();
+        let rate = |name: &'static str, default: f64| -> Result<f64, SettingsError> {
+            match lookup(name).filter(|v| !v.is_empty()) {
+                None => Ok(default),
+                Some(v) => v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|r| *r > 0.0 && *r < 1.0)
+                    .ok_or_else(|| SettingsError::Invalid {
+                        name,
+                        message: format!("{v:?} is not a fraction between 0 and 1 (e.g. 0.04)"),
+                    }),
+            }
+        };
+        let duration = |name: &'static str,
+                        default: chrono::Duration|
+         -> Result<chrono::Duration, SettingsError> {
+            match lookup(name).filter(|v| !v.is_empty()) {
+                None => Ok(default),
+                Some(v) => parse_duration(&v)
+                    .ok()
+                    .filter(|s| *s > 0)
+                    .and_then(|s| i64::try_from(s).ok())
+                    .map(chrono::Duration::seconds)
+                    .ok_or_else(|| SettingsError::Invalid {
+                        name,
+                        message: format!("{v:?} is not a positive duration (e.g. 24h, 90m)"),
+                    }),
+            }
+        };
+        let min_volume = match lookup("COURIER_REPUTATION_MIN_VOLUME").filter(|v| !v.is_empty()) {
+            None => defaults.min_volume,
+            Some(v) => v.parse().map_err(|_| SettingsError::Invalid {
+                name: "COURIER_REPUTATION_MIN_VOLUME",
+                message: format!("{v:?} is not a whole number"),
+            })?,
+        };
+        let policy = RetryPolicy::from_lookup(&lookup).map_err(|e| SettingsError::Invalid {
+            name: "COURIER_RETRY_POLICY_JSON",
+            message: e.to_string(),
+        })?;
+        Ok(Settings {
+            status_table: required("COURIER_STATUS_TABLE")?,
+            suppression_table: required("COURIER_SUPPRESSION_TABLE")?,
+            breaker_table: required("COURIER_BREAKER_TABLE")?,
+            queue_url: required("COURIER_QUEUE_URL")?,
+            delay_state_machine_arn: required("COURIER_DELAY_STATE_MACHINE_ARN")?,
+            dead_letter_queue_url: required("COURIER_DEAD_LETTER_QUEUE_URL")?,
+            letter_index_table: required("COURIER_LETTER_INDEX_TABLE")?,
+            policy,
+            guard: GuardConfig {
+                bounce_trip: rate("COURIER_REPUTATION_BOUNCE_TRIP", defaults.bounce_trip)?,
+                complaint_trip: rate("COURIER_REPUTATION_COMPLAINT_TRIP", defaults.complaint_trip)?,
+                min_volume,
+                window: duration("COURIER_REPUTATION_WINDOW", defaults.window)?,
+                pause: duration("COURIER_REPUTATION_PAUSE", defaults.pause)?,
+            },
+        })
+    }
+}
+
+/// Wires the function from settings and SDK clients.
+pub fn wire(clients: &Clients, settings: &Settings) -> Applier {
+    let dynamodb = clients.dynamodb.clone();
+    let control = Arc::new(DynamoDbControlTable::new(
+        dynamodb.clone(),
+        &settings.breaker_table,
+        Duration::from_secs(60),
+    ));
+    Applier {
+        status: Arc::new(DynamoDbStatusStore::new(
+            dynamodb.clone(),
+            &settings.status_table,
+            STATUS_RETENTION,
+        )),
+        suppression: Arc::new(DynamoDbSuppressionList::new(
+            dynamodb.clone(),
+            &settings.suppression_table,
+        )),
+        clock: Arc::new(SystemClock),
+        resender: Resender {
+            policy: settings.policy.clone(),
+            scheduler: Arc::new(SqsRetryScheduler::new(
+                clients.sqs.clone(),
+                clients.sfn.clone(),
+                &settings.queue_url,
+                &settings.delay_state_machine_arn,
+            )),
+            dead_letters: Arc::new(IndexedDeadLetterSink::new(
+                DynamoDbLetterIndex::new(dynamodb, &settings.letter_index_table),
+                SqsDeadLetterSink::new(clients.sqs.clone(), &settings.dead_letter_queue_url),
+            )),
+            rng: std::sync::Mutex::new(SeededRandom::from_entropy()),
+        },
+        guard: Guard {
+            store: control.clone(),
+            breakers: control,
+            config: settings.guard.clone(),
+        },
+    }
+}
