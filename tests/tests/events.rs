@@ -6,20 +6,68 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use courier::aws::{Clients, DynamoDbStatusStore, DynamoDbSuppressionList};
+use courier::aws::{Clients, DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList};
 use courier::policy::RetryPolicy;
-use courier::ports::{StatusStore, SuppressionList, SystemClock};
+use courier::ports::{BreakerStore, StatusStore, StatusUpdate, SuppressionList};
+use courier::reputation::GuardConfig;
 use courier::status::Status;
+use courier_events::wiring::{Settings, wire};
 use courier_events::{Applied, Applier};
-use courier_integration::Stack;
+use courier_integration::{Stack, unique};
 use courier_send::config::SendConfig;
 use courier_send::{RecordIn, wiring};
 
+/// The events function wired to the stack's real tables and queues.
+fn applier(stack: &Stack, policy: RetryPolicy, guard: GuardConfig) -> Applier {
+    let r = &stack.resources;
+    wire(
+        &Clients::new(&stack.sdk),
+        &Settings {
+            status_table: r.status_table.clone(),
+            suppression_table: r.suppression_table.clone(),
+            breaker_table: r.breaker_table.clone(),
+            queue_url: r.queue_url.clone(),
+            delay_state_machine_arn: r.delay_state_machine_arn.clone(),
+            dead_letter_queue_url: r.dead_letter_queue_url.clone(),
+            letter_index_table: r.letter_index_table.clone(),
+            policy,
+            guard,
+        },
+    )
+}
+
+/// Soft bounces retried after 2 s (queue delay), twice at most.
+const SOFT_POLICY: &str = r#"{
+  "transactional": {"classes": {
+    "mailbox_temporary": {"retries": 2, "schedule": {"delays": [2]}, "jitter": {"kind": "none"}, "spends_attempt": true, "horizon": "10m"}
+  }},
+  "bulk": {"classes": {
+    "mailbox_temporary": {"retries": 2, "schedule": {"delays": [2]}, "jitter": {"kind": "none"}, "spends_attempt": true, "horizon": "10m"}
+  }}
+}"#;
+
 fn event(kind: &str, message_id: &str, provider_id: &str, detail: serde_json::Value) -> String {
+    event_from(
+        "Shop <shop@example.com>",
+        kind,
+        message_id,
+        provider_id,
+        detail,
+    )
+}
+
+fn event_from(
+    source: &str,
+    kind: &str,
+    message_id: &str,
+    provider_id: &str,
+    detail: serde_json::Value,
+) -> String {
     let mut e = serde_json::json!({
         "eventType": kind,
         "mail": {
             "timestamp": "2026-11-30T10:00:00.000Z",
+            "source": source,
             "messageId": provider_id,
             "destination": ["ann@example.org"],
             "headers": [{"name": "X-Courier-Message-Id", "value": message_id}],
@@ -36,7 +84,16 @@ fn event(kind: &str, message_id: &str, provider_id: &str, detail: serde_json::Va
 }
 
 fn sqs(body: String) -> aws_lambda_events::sqs::SqsEvent {
-    serde_json::from_value(serde_json::json!({"Records": [{"messageId": "e1", "receiptHandle": "r", "body": body, "attributes": {}, "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:events", "awsRegion": "us-east-1"}]})).unwrap()
+    sqs_batch(vec![body])
+}
+
+fn sqs_batch(bodies: Vec<String>) -> aws_lambda_events::sqs::SqsEvent {
+    let records: Vec<serde_json::Value> = bodies
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| serde_json::json!({"messageId": format!("e{}", i + 1), "receiptHandle": "r", "body": body, "attributes": {}, "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs", "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:events", "awsRegion": "us-east-1"}))
+        .collect();
+    serde_json::from_value(serde_json::json!({ "Records": records })).unwrap()
 }
 
 #[tokio::test]
@@ -82,11 +139,7 @@ async fn delivery_and_bounce_events_reach_the_status_and_suppression_tables() {
         clients.dynamodb.clone(),
         &stack.resources.suppression_table,
     ));
-    let applier = Applier {
-        status: status.clone(),
-        suppression: suppression.clone(),
-        clock: Arc::new(SystemClock),
-    };
+    let applier = applier(&stack, RetryPolicy::default(), GuardConfig::default());
     let provider_id = |rec: courier::ports::JobRecord| rec.provider_message_id.unwrap();
     let p1 = provider_id(status.get("ev-1").await.unwrap().unwrap());
     let p2 = provider_id(status.get("ev-2").await.unwrap().unwrap());
@@ -145,4 +198,199 @@ async fn delivery_and_bounce_events_reach_the_status_and_suppression_tables() {
         )))
         .await;
     assert_eq!(early.failures, vec!["e1".to_owned()]);
+}
+
+#[tokio::test]
+async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
+    let stack = Stack::create(&["ses"]).await;
+    let clients = Clients::new(&stack.sdk);
+    let policy = RetryPolicy::from_json(SOFT_POLICY).unwrap();
+    let pipeline = Arc::new(
+        wiring::wire(
+            &clients,
+            SendConfig::default(),
+            &stack.resources,
+            policy.clone(),
+        )
+        .unwrap(),
+    );
+    let id = unique("soft");
+    let job = serde_json::json!({"version": 1, "message_id": id, "campaign_id": "soft", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}}).to_string();
+    let deadline = chrono::Utc::now() + chrono::Duration::seconds(30);
+    let report = pipeline
+        .handle_records(
+            vec![RecordIn {
+                sqs_message_id: "a".into(),
+                body: job,
+            }],
+            deadline,
+            "soft",
+        )
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    let status = DynamoDbStatusStore::new(
+        clients.dynamodb.clone(),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    );
+    let sent = status.get(&id).await.unwrap().unwrap();
+    assert!(sent.payload.is_some(), "the SES send keeps its payload");
+    let first = sent.provider_message_id.clone().unwrap();
+
+    let bounce = serde_json::json!({"bounce": {"bounceType": "Transient", "bounceSubType": "MailboxFull", "bouncedRecipients": [{"emailAddress": "ann@example.org", "status": "4.2.2", "diagnosticCode": "smtp; 452 4.2.2 mailbox full"}]}});
+    let events = applier(&stack, policy, GuardConfig::default());
+    let applied = events
+        .handle(sqs(event("Bounce", &id, &first, bounce)))
+        .await;
+    assert_eq!(applied.applied, vec![Applied::Resent], "{applied:?}");
+    let rec = status.get(&id).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
+
+    // The copy is on the send queue after its delay; the send function sends it again.
+    let copies = courier_integration::eventually(Duration::from_secs(20), || async {
+        let got = stack.drain(&stack.resources.queue_url).await;
+        (!got.is_empty()).then_some(got)
+    })
+    .await
+    .expect("the resent copy reaches the queue");
+    assert_eq!(copies.len(), 1);
+    let body = copies[0].body().unwrap().to_owned();
+    let report = pipeline
+        .handle_records(
+            vec![RecordIn {
+                sqs_message_id: "b".into(),
+                body,
+            }],
+            chrono::Utc::now() + chrono::Duration::seconds(30),
+            "soft",
+        )
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    let rec = status.get(&id).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempt), (Status::SentToProvider, 1));
+    assert_ne!(rec.provider_message_id.as_deref(), Some(first.as_str()));
+    let timeline: Vec<Status> = rec.history.iter().map(|h| h.status).collect();
+    assert_eq!(
+        timeline,
+        vec![
+            Status::Processing,
+            Status::SentToProvider,
+            Status::BouncedTransient,
+            Status::Deferred,
+            Status::Processing,
+            Status::SentToProvider
+        ]
+    );
+}
+
+#[tokio::test]
+async fn the_reputation_guard_pauses_a_domain_in_a_synthetic_bounce_wave() {
+    let stack = Stack::create(&["ses"]).await;
+    let clients = Clients::new(&stack.sdk);
+    let status = DynamoDbStatusStore::new(
+        clients.dynamodb.clone(),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    );
+    let domain = format!("{}.example", unique("wave"));
+    let source = format!("News <news@{domain}>");
+    let now = chrono::Utc::now();
+    let ids: Vec<String> = (0..120).map(|i| format!("{domain}-{i}")).collect();
+    for id in &ids {
+        let mut sent = StatusUpdate::new(id.clone(), "send", Status::SentToProvider, 0, now);
+        sent.provider = Some("ses".into());
+        status.record(&sent).await.unwrap();
+    }
+    let guard = GuardConfig {
+        min_volume: 100,
+        ..GuardConfig::default()
+    };
+    let events = applier(&stack, RetryPolicy::default(), guard);
+    let mut bodies: Vec<String> = ids
+        .iter()
+        .map(|id| {
+            event_from(
+                &source,
+                "Send",
+                id,
+                &format!("p-{id}"),
+                serde_json::json!({"send": {}}),
+            )
+        })
+        .collect();
+    let bounce = |id: &String| {
+        event_from(
+            &source,
+            "Bounce",
+            id,
+            &format!("p-{id}"),
+            serde_json::json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General", "bouncedRecipients": [{"emailAddress": "ann@example.org", "diagnosticCode": "smtp; 550 5.1.1 user unknown"}]}}),
+        )
+    };
+    // 4 bounces in 120 sends (3.3%): below the trip.
+    bodies.extend(ids[..4].iter().map(bounce));
+    let mut tripped = Vec::new();
+    for chunk in bodies.chunks(10) {
+        let report = events.handle(sqs_batch(chunk.to_vec())).await;
+        assert!(report.failures.is_empty(), "{report:?}");
+        tripped.extend(report.tripped);
+    }
+    assert!(tripped.is_empty());
+    // Two more: 6 in 120 (5%) trips it.
+    let report = events
+        .handle(sqs_batch(ids[4..6].iter().map(bounce).collect()))
+        .await;
+    assert_eq!(report.tripped.len(), 1, "{report:?}");
+    let control = DynamoDbControlTable::new(
+        clients.dynamodb.clone(),
+        &stack.resources.breaker_table,
+        Duration::from_secs(60),
+    );
+    let pause = control
+        .load(&courier::reputation::pause_key(&domain))
+        .await
+        .unwrap()
+        .expect("the pause is stored where the send function reads it");
+    assert_eq!(pause.mode, courier::breaker::Mode::Open);
+
+    // The send function holds back SES sends from that domain, and only from it.
+    let pipeline = Arc::new(
+        wiring::wire(
+            &clients,
+            SendConfig::default(),
+            &stack.resources,
+            RetryPolicy::default(),
+        )
+        .unwrap(),
+    );
+    let job = |id: &str, from: &str| {
+        serde_json::json!({"version": 1, "message_id": id, "campaign_id": "wave", "from": from, "to": ["carl@example.org"], "content": {"subject": "s", "text": "t"}}).to_string()
+    };
+    let held = unique("held");
+    let free = unique("free");
+    let report = pipeline
+        .handle_records(
+            vec![
+                RecordIn {
+                    sqs_message_id: "a".into(),
+                    body: job(&held, &format!("news@{domain}")),
+                },
+                RecordIn {
+                    sqs_message_id: "b".into(),
+                    body: job(&free, &stack.sender),
+                },
+            ],
+            chrono::Utc::now() + chrono::Duration::seconds(30),
+            "wave",
+        )
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(
+        status.get(&held).await.unwrap().unwrap().status,
+        Status::Deferred
+    );
+    assert_eq!(
+        status.get(&free).await.unwrap().unwrap().status,
+        Status::SentToProvider
+    );
 }
