@@ -164,61 +164,152 @@ pub(crate) fn status(message_id: &str, json: bool, out: &mut dyn Write) -> i32 {
                 )
                 .map(|()| 0);
             }
-            match &record {
-                Some(r) => w(
-                    out,
-                    format!(
-                        "{message_id}: {} (generation {}, updated {}{}{})",
-                        r.status,
-                        r.attempt,
-                        r.updated_at.to_rfc3339(),
-                        r.provider
-                            .as_deref()
-                            .map(|p| format!(", provider {p}"))
-                            .unwrap_or_default(),
-                        r.provider_message_id
-                            .as_deref()
-                            .map(|p| format!(", provider id {p}"))
-                            .unwrap_or_default(),
-                    ),
-                )?,
-                None => w(
-                    out,
-                    format!("{message_id}: no status record (never claimed)"),
-                )?,
-            }
-            for l in &letters {
-                w(
-                    out,
-                    format!(
-                        "  {} dead-lettered ({}, {}): {} [{}]",
-                        l.dead_lettered_at.to_rfc3339(),
-                        l.record.category.as_str(),
-                        l.record.class,
-                        l.record.reason,
-                        l.state.as_str()
-                    ),
-                )?;
-                for a in &l.record.history {
-                    w(
-                        out,
-                        format!(
-                            "    {} attempt via {}: {} {} {}",
-                            a.at.to_rfc3339(),
-                            a.provider.as_deref().unwrap_or("-"),
-                            a.class,
-                            a.code.as_deref().unwrap_or(""),
-                            a.delay_secs
-                                .map(|d| format!("-> retry in {d}s"))
-                                .unwrap_or_default()
-                        ),
-                    )?;
-                }
-                for entry in &l.audit {
-                    w(out, format!("    {entry}"))?;
-                }
+            for line in render_status(message_id, record.as_ref(), &letters) {
+                w(out, line)?;
             }
             Ok(0)
         })
     })())
+}
+
+/// The text of `courierctl status`: the record, its timeline (every transition, oldest first,
+/// who wrote it and why), then its dead letters with their attempts and audit trail.
+pub(crate) fn render_status(
+    message_id: &str,
+    record: Option<&courier::ports::JobRecord>,
+    letters: &[courier::letters::IndexedLetter],
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    match record {
+        Some(r) => {
+            lines.push(format!(
+                "{message_id}: {} (generation {}, updated {}{}{})",
+                r.status,
+                r.attempt,
+                r.updated_at.to_rfc3339(),
+                r.provider
+                    .as_deref()
+                    .map(|p| format!(", provider {p}"))
+                    .unwrap_or_default(),
+                r.provider_message_id
+                    .as_deref()
+                    .map(|p| format!(", provider id {p}"))
+                    .unwrap_or_default(),
+            ));
+            if let Some(at) = r.swept_at {
+                lines.push(format!(
+                    "  flagged by the sweeper at {}: no outcome event arrived",
+                    at.to_rfc3339()
+                ));
+            }
+            if !r.history.is_empty() {
+                lines.push("  timeline:".into());
+            }
+            for h in &r.history {
+                lines.push(format!(
+                    "    {}  {:<17} gen {}  by {}{}",
+                    h.at.to_rfc3339(),
+                    h.status.as_str(),
+                    h.attempt,
+                    h.by,
+                    h.detail
+                        .as_deref()
+                        .map(|d| format!(": {d}"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        None => lines.push(format!("{message_id}: no status record (never claimed)")),
+    }
+    for l in letters {
+        lines.push(format!(
+            "  {} dead-lettered ({}, {}): {} [{}]",
+            l.dead_lettered_at.to_rfc3339(),
+            l.record.category.as_str(),
+            l.record.class,
+            l.record.reason,
+            l.state.as_str()
+        ));
+        for a in &l.record.history {
+            lines.push(format!(
+                "    {} attempt via {}: {} {} {}",
+                a.at.to_rfc3339(),
+                a.provider.as_deref().unwrap_or("-"),
+                a.class,
+                a.code.as_deref().unwrap_or(""),
+                a.delay_secs
+                    .map(|d| format!("-> retry in {d}s"))
+                    .unwrap_or_default()
+            ));
+        }
+        for entry in &l.audit {
+            lines.push(format!("    {entry}"));
+        }
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{DateTime, Utc};
+    use courier::ports::{HistoryEntry, JobRecord};
+    use courier::status::Status;
+
+    use super::render_status;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
+    }
+
+    #[test]
+    fn the_timeline_lists_every_transition_with_who_and_why() {
+        let mut r = JobRecord::new("m1", Status::Delivered, 1, t(30));
+        r.provider = Some("ses".into());
+        let entry = |at, status, attempt, by: &str, detail: Option<&str>| HistoryEntry {
+            at: t(at),
+            status,
+            attempt,
+            by: by.into(),
+            detail: detail.map(str::to_owned),
+        };
+        r.history = vec![
+            entry(0, Status::Processing, 0, "send", Some("claimed by req-1/a")),
+            entry(
+                1,
+                Status::Deferred,
+                1,
+                "req-1/a",
+                Some("throttled (smtp.basic.421); retry in 8 s"),
+            ),
+            entry(10, Status::Processing, 1, "send", None),
+            entry(
+                11,
+                Status::SentToProvider,
+                1,
+                "req-2/b",
+                Some("accepted by ses"),
+            ),
+            entry(
+                30,
+                Status::Delivered,
+                1,
+                "events",
+                Some("delivered (Delivery event)"),
+            ),
+        ];
+        let lines = render_status("m1", Some(&r), &[]);
+        assert!(lines[0].starts_with("m1: delivered (generation 1"));
+        assert_eq!(lines[1], "  timeline:");
+        assert_eq!(lines.len(), 7);
+        assert!(
+            lines[3].contains("deferred") && lines[3].contains("retry in 8 s"),
+            "{}",
+            lines[3]
+        );
+        assert!(lines[6].contains("by events: delivered (Delivery event)"));
+        assert_eq!(
+            render_status("m2", None, &[]),
+            vec!["m2: no status record (never claimed)".to_owned()]
+        );
+    }
 }
