@@ -34,6 +34,9 @@
 #   COURIER_LOCALSTACK_URL (localstack only) COURIER_SMTP_HOST COURIER_SMTP_PORT
 #   COURIER_SMTP_DROP_PORT COURIER_SMTP_SLOW_PORT COURIER_SMTP_SLOW_SECONDS
 #   COURIER_SMTP_CAPTURE_DIR COURIER_SMTP_LOG COURIER_HARNESS_DIR
+#   COURIER_POSTFIX_CONF (Postfix's config dir, for a command that restarts Postfix itself) and
+#   COURIER_HARNESS_ADOPT (a file: a command that starts a server itself, e.g. the chaos suite's
+#   Postfix restart, appends "name pid" lines; those processes are stopped at exit with the rest)
 #
 # Inputs (environment): COURIER_HARNESS_DIR (state dir to use, must be empty; default mktemp -d,
 # removed after a successful run unless COURIER_HARNESS_KEEP=1), COURIER_SMTP_SLOW_SECONDS (20),
@@ -64,7 +67,7 @@ usage() {
 [ "$#" -ge 1 ] || usage
 MODE=$1
 shift
-case $MODE in moto | localstack) ;; -h | --help) sed -n '2,45p' "$0"; exit 0 ;; *) usage ;; esac
+case $MODE in moto | localstack) ;; -h | --help) sed -n '2,48p' "$0"; exit 0 ;; *) usage ;; esac
 [ "${1:-}" = "--" ] && shift
 [ "$#" -ge 1 ] || usage
 
@@ -328,6 +331,9 @@ cleanup() {
     trap '' INT TERM HUP
     set +e
     if [ -n "$CMD_PID" ]; then stop_tree command "$CMD_PID" 0; fi
+    if [ -f "$STATE/adopted" ]; then
+        while read -r name pid; do stop_tree "$name" "$pid" 1; done <"$STATE/adopted"
+    fi
     for ((i = ${#SERVER_PIDS[@]} - 1; i >= 0; i--)); do
         stop_tree "${SERVER_NAMES[i]}" "${SERVER_PIDS[i]}" 1
     done
@@ -583,11 +589,13 @@ export COURIER_SMTP_HOST=127.0.0.1 COURIER_SMTP_PORT=$SMTP_PORT COURIER_SMTP_DRO
 export COURIER_SMTP_SLOW_PORT=$SMTP_PORT COURIER_SMTP_SLOW_SECONDS=$SLOW_SECONDS
 export COURIER_SMTP_CAPTURE_DIR=$STATE/smtp/maildir/new COURIER_SMTP_LOG=$LOGS/postfix.log
 export COURIER_HARNESS_DIR=$STATE
+export COURIER_POSTFIX_CONF=$STATE/postfix/conf COURIER_HARNESS_ADOPT=$STATE/adopted
 
 ENV_VARS=(AWS_ENDPOINT_URL AWS_ENDPOINT_URL_SESV2 AWS_REGION AWS_DEFAULT_REGION AWS_ACCESS_KEY_ID
     AWS_SECRET_ACCESS_KEY AWS_EC2_METADATA_DISABLED COURIER_EMULATOR COURIER_MOTO_URL
     COURIER_SMTP_HOST COURIER_SMTP_PORT COURIER_SMTP_DROP_PORT COURIER_SMTP_SLOW_PORT
-    COURIER_SMTP_SLOW_SECONDS COURIER_SMTP_CAPTURE_DIR COURIER_SMTP_LOG COURIER_HARNESS_DIR)
+    COURIER_SMTP_SLOW_SECONDS COURIER_SMTP_CAPTURE_DIR COURIER_SMTP_LOG COURIER_HARNESS_DIR
+    COURIER_POSTFIX_CONF COURIER_HARNESS_ADOPT)
 [ "$MODE" = localstack ] && ENV_VARS+=(COURIER_LOCALSTACK_URL)
 {
     for v in "${ENV_VARS[@]}"; do printf 'export %s=%q\n' "$v" "${!v}"; done

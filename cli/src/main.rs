@@ -7,6 +7,7 @@
 //! - `dlq`: the dead-letter workbench (stats, list/search, show, replay, discard, redrive-all).
 //! - `suppression`, `status`: the suppression list and a job's timeline.
 //! - `demo`: a demo campaign through the send pipeline against a real SMTP server.
+//! - `drive`: the send function as a local long-running process (used by the chaos suite).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -16,6 +17,7 @@ use clap::{Parser, Subcommand};
 mod classify_cmd;
 mod demo;
 mod dlq_cmd;
+mod drive_cmd;
 mod ops_cmd;
 mod provision_cmd;
 
@@ -90,6 +92,10 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         jobs: usize,
     },
+    /// Run the send function as a local process: the handler wired from the environment as at
+    /// Lambda INIT, driven from COURIER_QUEUE_URL with Lambda's SQS semantics (the chaos suite
+    /// kills and restarts it).
+    Drive(drive_cmd::DriveArgs),
 }
 
 fn main() -> ExitCode {
@@ -110,6 +116,10 @@ fn main() -> ExitCode {
         Command::Provision { prefix, role_arn } => provision_cmd::run(&prefix, &role_arn, &mut out),
         Command::Demo { jobs } => demo::run(jobs).or_else(|e| {
             eprintln!("courierctl demo: {e}");
+            Ok(1)
+        }),
+        Command::Drive(args) => drive_cmd::run(&args).or_else(|e| {
+            eprintln!("courierctl drive: {e}");
             Ok(1)
         }),
         Command::Schema => {

@@ -1,0 +1,369 @@
+//! The audit: every job against what the system recorded and what Postfix received. Pure: the
+//! caller collects the evidence (status table, dead-letter index, redrive DLQ, Maildir, the
+//! drivers' journal) and [`audit`] judges it.
+//!
+//! Rules, per job:
+//! - it has a home: a terminal status (sent, bounced, suppressed, dead-lettered, ...) or a dead
+//!   letter with its record; otherwise it is **lost** (a raw copy that SQS redrove to the
+//!   redrive DLQ after maxReceiveCount carries no record of ours and does not count as a home);
+//! - exactly one: at most one dead letter, and no dead letter beside a sent/bounced/suppressed
+//!   status; a `dead_lettered` status has its letter; every letter carries the payload;
+//! - delivered at most once, unless the status machine recorded an ambiguous outcome
+//!   (`unknown`) for the job, in which case the duplicates are counted, not failed;
+//! - a job recorded as sent arrived; a job that arrived is recorded as sent (or ambiguous).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::mix::{Job, Kind};
+
+/// A status record as read back.
+#[derive(Debug, Clone, Default)]
+pub struct StatusSeen {
+    pub status: String,
+    /// The record's history shows an `unknown` status at some point.
+    pub unknown_in_history: bool,
+}
+
+/// A dead letter as read back from the index.
+#[derive(Debug, Clone)]
+pub struct LetterSeen {
+    pub letter_id: String,
+    pub fingerprint: String,
+    pub category: String,
+    pub has_payload: bool,
+}
+
+/// Everything the audit looks at.
+#[derive(Debug, Default)]
+pub struct Evidence {
+    pub statuses: HashMap<String, StatusSeen>,
+    pub letters: Vec<LetterSeen>,
+    /// Fingerprints (of the application's payload) of raw messages in the redrive DLQ.
+    pub redriven: Vec<String>,
+    /// Maildir files per `X-Courier-Message-Id`.
+    pub deliveries: HashMap<String, usize>,
+    /// Message ids the drivers' journal saw set to `unknown`.
+    pub journal_ambiguous: HashSet<String>,
+}
+
+/// Counts for one kind of job (or all).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Row {
+    pub jobs: usize,
+    pub sent: usize,
+    pub delivered_files: usize,
+    pub bounced: usize,
+    pub suppressed: usize,
+    pub dead_letters: BTreeMap<String, usize>,
+    pub other_terminal: usize,
+    pub redriven: usize,
+    pub ambiguous: usize,
+    pub duplicates_after_ambiguous: usize,
+    pub lost: usize,
+    pub violations: usize,
+}
+
+impl Row {
+    fn add(&mut self, other: &Row) {
+        self.jobs += other.jobs;
+        self.sent += other.sent;
+        self.delivered_files += other.delivered_files;
+        self.bounced += other.bounced;
+        self.suppressed += other.suppressed;
+        for (k, v) in &other.dead_letters {
+            *self.dead_letters.entry(k.clone()).or_default() += v;
+        }
+        self.other_terminal += other.other_terminal;
+        self.redriven += other.redriven;
+        self.ambiguous += other.ambiguous;
+        self.duplicates_after_ambiguous += other.duplicates_after_ambiguous;
+        self.lost += other.lost;
+        self.violations += other.violations;
+    }
+
+    fn dead_lettered(&self) -> usize {
+        self.dead_letters.values().sum()
+    }
+}
+
+/// The verdict of a run.
+#[derive(Debug, Default)]
+pub struct Audit {
+    pub rows: BTreeMap<Kind, Row>,
+    pub total: Row,
+    /// (message id, what is wrong).
+    pub violations: Vec<(String, String)>,
+}
+
+const SENT: [&str; 3] = ["sent_to_provider", "delivered", "complained"];
+const OTHER_TERMINAL: [&str; 2] = ["failed_internal", "bounced_transient"];
+
+pub fn audit(jobs: &[Job], ev: &Evidence) -> Audit {
+    let mut letters: HashMap<&str, Vec<&LetterSeen>> = HashMap::new();
+    for l in &ev.letters {
+        letters.entry(l.fingerprint.as_str()).or_default().push(l);
+    }
+    let mut redriven: HashMap<&str, usize> = HashMap::new();
+    for r in &ev.redriven {
+        *redriven.entry(r.as_str()).or_default() += 1;
+    }
+    let mut out = Audit::default();
+    for job in jobs {
+        let row = out.rows.entry(job.kind).or_default();
+        row.jobs += 1;
+        let mut wrong: Vec<String> = Vec::new();
+        let status = ev.statuses.get(&job.message_id);
+        let st = status.map(|s| s.status.as_str());
+        let mut own: Vec<&LetterSeen> = letters
+            .get(job.fingerprint.as_str())
+            .cloned()
+            .unwrap_or_default();
+        own.sort_by(|a, b| a.letter_id.cmp(&b.letter_id));
+        own.dedup_by(|a, b| a.letter_id == b.letter_id);
+        let delivered = ev.deliveries.get(&job.message_id).copied().unwrap_or(0);
+        let ambiguous = ev.journal_ambiguous.contains(&job.message_id)
+            || status.is_some_and(|s| s.unknown_in_history || s.status == "unknown");
+        row.delivered_files += delivered;
+        if ambiguous {
+            row.ambiguous += 1;
+        }
+        if redriven.contains_key(job.fingerprint.as_str()) {
+            row.redriven += 1;
+        }
+        let sent = st.is_some_and(|s| SENT.contains(&s));
+        let terminal_status = match st {
+            Some(s) if SENT.contains(&s) => {
+                row.sent += 1;
+                true
+            }
+            Some("bounced_permanent") => {
+                row.bounced += 1;
+                true
+            }
+            Some("suppressed") => {
+                row.suppressed += 1;
+                true
+            }
+            Some("dead_lettered") => true,
+            Some(s) if OTHER_TERMINAL.contains(&s) => {
+                row.other_terminal += 1;
+                true
+            }
+            _ => false,
+        };
+        if let Some(first) = own.first() {
+            *row.dead_letters.entry(first.category.clone()).or_default() += 1;
+        }
+        // A home.
+        if !terminal_status && own.is_empty() {
+            row.lost += 1;
+            wrong.push(format!(
+                "lost: status {}, no dead letter{}",
+                st.unwrap_or("(none)"),
+                if redriven.contains_key(job.fingerprint.as_str()) {
+                    ", only a raw copy in the redrive DLQ"
+                } else {
+                    ""
+                }
+            ));
+        }
+        // Exactly one.
+        if own.len() > 1 {
+            wrong.push(format!(
+                "{} dead letters: {}",
+                own.len(),
+                own.iter()
+                    .map(|l| l.letter_id.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if !own.is_empty() && terminal_status && st != Some("dead_lettered") {
+            wrong.push(format!(
+                "two terminal states: status {} and dead letter {}",
+                st.unwrap_or_default(),
+                own[0].category
+            ));
+        }
+        if st == Some("dead_lettered") && own.is_empty() {
+            wrong.push("status dead_lettered but no dead letter in the index".into());
+        }
+        if own.iter().any(|l| !l.has_payload) {
+            wrong.push("dead letter without the job's payload".into());
+        }
+        // Sent once.
+        if delivered > 1 {
+            if ambiguous {
+                row.duplicates_after_ambiguous += 1;
+            } else {
+                wrong.push(format!(
+                    "delivered {delivered} times with no ambiguous outcome recorded"
+                ));
+            }
+        }
+        if delivered >= 1 && !sent && !ambiguous {
+            wrong.push(format!(
+                "delivered but recorded as {}{}",
+                st.unwrap_or("(no status)"),
+                own.first()
+                    .map(|l| format!(" / dead letter {}", l.category))
+                    .unwrap_or_default()
+            ));
+        }
+        if sent && delivered == 0 {
+            wrong.push(format!(
+                "recorded {} but never arrived",
+                st.unwrap_or_default()
+            ));
+        }
+        if !wrong.is_empty() {
+            row.violations += 1;
+            out.violations
+                .push((job.message_id.clone(), wrong.join("; ")));
+        }
+    }
+    let mut total = Row::default();
+    for row in out.rows.values() {
+        total.add(row);
+    }
+    out.total = total;
+    out
+}
+
+/// The table printed at the end of a run.
+pub fn table(a: &Audit) -> String {
+    let mut categories: Vec<String> = a.total.dead_letters.keys().cloned().collect();
+    categories.sort();
+    let mut s = String::new();
+    s.push_str(&format!(
+        "{:<24} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}\n",
+        "job kind",
+        "jobs",
+        "sent",
+        "mails",
+        "bounce",
+        "suppr",
+        "dlq",
+        "redriv",
+        "ambig",
+        "dup(a)",
+        "lost",
+        "VIOL"
+    ));
+    let line = |name: &str, r: &Row| {
+        format!(
+            "{:<24} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}\n",
+            name,
+            r.jobs,
+            r.sent,
+            r.delivered_files,
+            r.bounced,
+            r.suppressed,
+            r.dead_lettered(),
+            r.redriven,
+            r.ambiguous,
+            r.duplicates_after_ambiguous,
+            r.lost,
+            r.violations
+        )
+    };
+    for (kind, row) in &a.rows {
+        s.push_str(&line(&kind.to_string(), row));
+    }
+    s.push_str(&line("all", &a.total));
+    if !categories.is_empty() {
+        s.push_str("dead letters by category:");
+        for c in &categories {
+            s.push_str(&format!(" {c}={}", a.total.dead_letters[c]));
+        }
+        s.push('\n');
+    }
+    s.push_str(
+        "(sent: status sent_to_provider/delivered; mails: Maildir files; dlq: jobs with a dead letter; redriv: raw copies in the redrive DLQ;\n ambig: status machine recorded `unknown`; dup(a): delivered more than once after an ambiguous outcome)\n",
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mix::job;
+
+    fn seen(status: &str) -> StatusSeen {
+        StatusSeen {
+            status: status.into(),
+            unknown_in_history: false,
+        }
+    }
+
+    #[test]
+    fn each_rule_catches_its_violation() {
+        // GIVEN six good jobs with different fates
+        let jobs: Vec<Job> = (16..22).map(|n| job("t", n)).collect();
+        let id = |i: usize| jobs[i].message_id.clone();
+        let mut ev = Evidence::default();
+        // 0: sent once (fine)
+        ev.statuses.insert(id(0), seen("sent_to_provider"));
+        ev.deliveries.insert(id(0), 1);
+        // 1: sent twice, no ambiguity (violation)
+        ev.statuses.insert(id(1), seen("sent_to_provider"));
+        ev.deliveries.insert(id(1), 2);
+        // 2: sent twice after an ambiguous outcome (counted)
+        ev.statuses.insert(id(2), seen("sent_to_provider"));
+        ev.deliveries.insert(id(2), 2);
+        ev.journal_ambiguous.insert(id(2));
+        // 3: nothing at all (lost)
+        ev.statuses.insert(id(3), seen("processing"));
+        // 4: dead-lettered with its letter (fine)
+        ev.statuses.insert(id(4), seen("dead_lettered"));
+        ev.letters.push(LetterSeen {
+            letter_id: "l4".into(),
+            fingerprint: jobs[4].fingerprint.clone(),
+            category: "retries_exhausted".into(),
+            has_payload: true,
+        });
+        // 5: sent and dead-lettered (two terminal states)
+        ev.statuses.insert(id(5), seen("sent_to_provider"));
+        ev.deliveries.insert(id(5), 1);
+        ev.letters.push(LetterSeen {
+            letter_id: "l5".into(),
+            fingerprint: jobs[5].fingerprint.clone(),
+            category: "needs_review".into(),
+            has_payload: true,
+        });
+        // WHEN audited
+        let a = audit(&jobs, &ev);
+        // THEN exactly 1, 3 and 5 are violations, 2 is a counted duplicate
+        let bad: Vec<&str> = a.violations.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(bad, vec![id(1), id(3), id(5)]);
+        assert!(a.violations[1].1.starts_with("lost"));
+        assert_eq!(a.total.lost, 1);
+        assert_eq!(a.total.duplicates_after_ambiguous, 1);
+        assert_eq!(a.total.ambiguous, 1);
+        assert_eq!(a.total.sent, 4);
+        assert_eq!(a.total.dead_letters.get("retries_exhausted"), Some(&1));
+        assert!(table(&a).contains("all"));
+    }
+
+    #[test]
+    fn invalid_jobs_are_homed_by_their_letter_and_arrivals_need_a_sent_status() {
+        let jobs = vec![job("t", 13), job("t", 16)];
+        let mut ev = Evidence::default();
+        ev.letters.push(LetterSeen {
+            letter_id: "bad".into(),
+            fingerprint: jobs[0].fingerprint.clone(),
+            category: "invalid_job".into(),
+            has_payload: true,
+        });
+        ev.statuses
+            .insert(jobs[1].message_id.clone(), seen("bounced_permanent"));
+        ev.deliveries.insert(jobs[1].message_id.clone(), 1);
+        let a = audit(&jobs, &ev);
+        assert_eq!(a.violations.len(), 1);
+        assert!(
+            a.violations[0]
+                .1
+                .contains("delivered but recorded as bounced_permanent")
+        );
+    }
+}

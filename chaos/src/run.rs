@@ -1,0 +1,692 @@
+//! One chaos run: provision, start the proxies and the driver processes, enqueue the jobs,
+//! follow the plan (kills, faults, Postfix restarts), wait until every job settled, audit.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+use courier::aws::provision::{Provisioned, QueueSettings, provision};
+
+use crate::audit::{self, Evidence, LetterSeen, StatusSeen};
+use crate::mix::{self, Job};
+use crate::postfix::Postfix;
+use crate::proxy::{Fault, Proxy};
+use crate::schedule::{Action, Plan, PlanSettings, Rng, Target};
+
+/// Settings of a run (the command-line flags).
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub jobs: usize,
+    pub kills: usize,
+    pub seed: u64,
+    /// Length of the chaos phase (jobs are enqueued over its first 60 %).
+    pub duration: Duration,
+    /// How long to wait for every job to settle after the chaos phase.
+    pub settle_deadline: Duration,
+    pub drivers: usize,
+    pub instances: usize,
+    pub postfix_restarts: usize,
+    pub aws_outage: Duration,
+    pub smtp_resets: bool,
+    pub driver_bin: PathBuf,
+    pub work_dir: PathBuf,
+}
+
+/// Why a run could not be carried out (as opposed to a run that found violations).
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("{0} is not set: run through `make chaos` (scripts/with-harness.sh moto -- ...)")]
+    Env(&'static str),
+    #[error("{0}")]
+    Store(#[from] courier::ports::StoreError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("postfix restart: {0}")]
+    Postfix(#[from] crate::postfix::RestartError),
+    #[error("{0}")]
+    Msg(String),
+}
+
+fn env(name: &'static str) -> Result<String, RunError> {
+    std::env::var(name)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .ok_or(RunError::Env(name))
+}
+
+fn host_port(url: &str) -> String {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.split('/').next().unwrap_or(rest).to_owned()
+}
+
+/// The driver processes (`courierctl drive`), restartable.
+struct Drivers {
+    bin: PathBuf,
+    envs: Vec<(String, String)>,
+    args: Vec<String>,
+    logs: PathBuf,
+    children: Vec<Option<tokio::process::Child>>,
+    started: usize,
+    crashed: usize,
+}
+
+impl Drivers {
+    fn spawn(&mut self, i: usize) -> Result<(), RunError> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.logs.join(format!("driver-{i}.log")))?;
+        let child = tokio::process::Command::new(&self.bin)
+            .arg("drive")
+            .args(&self.args)
+            .args(["--name", &format!("driver-{i}")])
+            .envs(self.envs.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .env_remove("COURIER_RETRY_POLICY_FILE")
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        self.children[i] = Some(child);
+        self.started += 1;
+        Ok(())
+    }
+
+    /// SIGKILL driver `i` and wait for it.
+    async fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.children[i].take() {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+
+    /// Restarts drivers that exited on their own.
+    fn revive(&mut self) -> Result<(), RunError> {
+        for i in 0..self.children.len() {
+            let exited = match self.children[i].as_mut() {
+                Some(child) => child.try_wait().ok().flatten().is_some(),
+                None => false,
+            };
+            if exited {
+                self.crashed += 1;
+                eprintln!("chaos: driver {i} exited on its own; restarting it");
+                self.spawn(i)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn queue_depth(sqs: &aws_sdk_sqs::Client, url: &str) -> Option<(i64, i64, i64)> {
+    let out = sqs
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::All)
+        .send()
+        .await
+        .ok()?;
+    let attrs = out.attributes?;
+    let get = |k: QueueAttributeName| -> i64 {
+        attrs
+            .get(&k)
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_default()
+    };
+    Some((
+        get(QueueAttributeName::ApproximateNumberOfMessages),
+        get(QueueAttributeName::ApproximateNumberOfMessagesNotVisible),
+        get(QueueAttributeName::ApproximateNumberOfMessagesDelayed),
+    ))
+}
+
+async fn enqueue(
+    sqs: aws_sdk_sqs::Client,
+    url: String,
+    jobs: Arc<Vec<Job>>,
+    window: Duration,
+    done: Arc<AtomicUsize>,
+) {
+    let started = Instant::now();
+    let chunks: Vec<&[Job]> = jobs.chunks(10).collect();
+    let n = chunks.len().max(1);
+    for (i, chunk) in chunks.iter().enumerate() {
+        let due = window.mul_f64(i as f64 / n as f64);
+        if let Some(wait) = due.checked_sub(started.elapsed()) {
+            tokio::time::sleep(wait).await;
+        }
+        let entries: Vec<SendMessageBatchRequestEntry> = chunk
+            .iter()
+            .enumerate()
+            .filter_map(|(k, j)| {
+                SendMessageBatchRequestEntry::builder()
+                    .id(k.to_string())
+                    .message_body(&j.body)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        // The producer is not under test: it talks to the emulator directly and retries.
+        loop {
+            match sqs
+                .send_message_batch()
+                .queue_url(&url)
+                .set_entries(Some(entries.clone()))
+                .send()
+                .await
+            {
+                Ok(out) if out.failed.is_empty() => break,
+                Ok(out) => eprintln!("chaos: enqueue: {} entries failed; again", out.failed.len()),
+                Err(e) => eprintln!("chaos: enqueue: {e}; again"),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        done.fetch_add(chunk.len(), Ordering::Relaxed);
+    }
+}
+
+fn unknown_in(value: &AttributeValue) -> bool {
+    match value {
+        AttributeValue::M(m) => {
+            m.get("status")
+                .and_then(|v| v.as_s().ok())
+                .is_some_and(|s| s == "unknown")
+                || m.values().any(unknown_in)
+        }
+        AttributeValue::L(l) => l.iter().any(unknown_in),
+        AttributeValue::S(s) => serde_json::from_str::<serde_json::Value>(s).is_ok_and(|v| {
+            v.get("status").and_then(|s| s.as_str()) == Some("unknown")
+                || v.as_array().is_some_and(|a| {
+                    a.iter()
+                        .any(|e| e.get("status").and_then(|s| s.as_str()) == Some("unknown"))
+                })
+        }),
+        _ => false,
+    }
+}
+
+async fn scan(
+    ddb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<Vec<HashMap<String, AttributeValue>>, RunError> {
+    let mut items = Vec::new();
+    let mut start: Option<HashMap<String, AttributeValue>> = None;
+    loop {
+        let out = ddb
+            .scan()
+            .table_name(table)
+            .consistent_read(true)
+            .set_exclusive_start_key(start.take())
+            .send()
+            .await
+            .map_err(courier::aws::store_error("scan"))?;
+        items.extend(out.items.unwrap_or_default());
+        match out.last_evaluated_key {
+            Some(k) if !k.is_empty() => start = Some(k),
+            _ => return Ok(items),
+        }
+    }
+}
+
+async fn collect(
+    sdk: &aws_config::SdkConfig,
+    stack: &Provisioned,
+    capture_dir: &Path,
+    journal: &Path,
+) -> Result<Evidence, RunError> {
+    let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let mut ev = Evidence::default();
+    let s = |item: &HashMap<String, AttributeValue>, k: &str| {
+        item.get(k).and_then(|v| v.as_s().ok()).cloned()
+    };
+    for item in scan(&ddb, &stack.status_table).await? {
+        if let (Some(id), Some(status)) = (s(&item, "message_id"), s(&item, "status")) {
+            let unknown_in_history = item.get("history").is_some_and(unknown_in);
+            ev.statuses.insert(
+                id,
+                StatusSeen {
+                    status,
+                    unknown_in_history,
+                },
+            );
+        }
+    }
+    for item in scan(&ddb, &stack.letter_index_table).await? {
+        let Some(letter_id) = s(&item, "letter_id") else {
+            continue;
+        };
+        let record: serde_json::Value = s(&item, "record")
+            .and_then(|r| serde_json::from_str(&r).ok())
+            .unwrap_or_default();
+        let text = |k: &str| {
+            record
+                .get(k)
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_owned()
+        };
+        ev.letters.push(LetterSeen {
+            letter_id,
+            fingerprint: text("fingerprint"),
+            category: text("category"),
+            has_payload: record.get("payload").is_some_and(|p| !p.is_null())
+                || record.get("payload_base64").is_some_and(|p| !p.is_null()),
+        });
+    }
+    // The redrive DLQ: read (and leave) every raw copy.
+    let mut empty = 0;
+    while empty < 2 {
+        let out = sqs
+            .receive_message()
+            .queue_url(&stack.redrive_dlq_url)
+            .max_number_of_messages(10)
+            .visibility_timeout(600)
+            .wait_time_seconds(1)
+            .send()
+            .await
+            .map_err(courier::aws::store_error("receive redrive"))?;
+        let batch = out.messages.unwrap_or_default();
+        if batch.is_empty() {
+            empty += 1;
+        }
+        for m in batch {
+            let body = m.body.unwrap_or_default();
+            let print = match courier::envelope::parse_body(body.as_bytes()) {
+                Ok(incoming) => courier::job::fingerprint(incoming.original.as_bytes()),
+                Err(_) => courier::job::fingerprint(body.as_bytes()),
+            };
+            ev.redriven.push(print);
+        }
+    }
+    // Maildir: one file per accepted recipient.
+    for entry in std::fs::read_dir(capture_dir)?.flatten() {
+        let Ok(text) = std::fs::read_to_string(entry.path()) else {
+            continue;
+        };
+        let header = text.split("\n\n").next().unwrap_or_default();
+        if let Some(id) = header.lines().find_map(|l| {
+            l.split_once(':')
+                .filter(|(k, _)| k.eq_ignore_ascii_case("X-Courier-Message-Id"))
+                .map(|(_, v)| v.trim().to_owned())
+        }) {
+            *ev.deliveries.entry(id).or_default() += 1;
+        }
+    }
+    if let Ok(text) = std::fs::read_to_string(journal) {
+        ev.journal_ambiguous = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("ambiguous "))
+            .map(|id| id.trim().to_owned())
+            .collect::<HashSet<_>>();
+    }
+    Ok(ev)
+}
+
+/// Runs the suite; returns the process exit code (0: no violation).
+pub async fn run(settings: Settings) -> Result<i32, RunError> {
+    let started = Instant::now();
+    let endpoint = env("AWS_ENDPOINT_URL")?;
+    let smtp_host = env("COURIER_SMTP_HOST")?;
+    let smtp_port = env("COURIER_SMTP_PORT")?;
+    let capture_dir = PathBuf::from(env("COURIER_SMTP_CAPTURE_DIR")?);
+    let mut postfix = if settings.postfix_restarts > 0 {
+        Some(Postfix::from_env().ok_or(RunError::Env(
+            "COURIER_HARNESS_ADOPT (with COURIER_HARNESS_DIR; needed to restart Postfix)",
+        ))?)
+    } else {
+        Postfix::from_env()
+    };
+    std::fs::create_dir_all(&settings.work_dir)?;
+    let journal = settings.work_dir.join("journal");
+    let run_id = format!("{}", std::process::id());
+    println!(
+        "chaos: seed {} | {} jobs | {} kills | {} drivers x {} instances | chaos phase {} s | work dir {}",
+        settings.seed,
+        settings.jobs,
+        settings.kills,
+        settings.drivers,
+        settings.instances,
+        settings.duration.as_secs(),
+        settings.work_dir.display()
+    );
+
+    let sdk = courier::aws::sdk_config().await;
+    let stack = provision(
+        &sdk,
+        &format!("chaos-{run_id}"),
+        "arn:aws:iam::123456789012:role/courier-chaos",
+        QueueSettings {
+            max_receive_count: 10,
+            visibility_timeout: Duration::from_secs(25),
+        },
+    )
+    .await?;
+    let aws_proxy = Proxy::start(host_port(&endpoint), settings.seed ^ 0xa5).await?;
+    let smtp_proxy = Proxy::start(format!("{smtp_host}:{smtp_port}"), settings.seed ^ 0x5a).await?;
+    println!(
+        "chaos: provisioned chaos-{run_id} in {:.1} s; AWS proxy 127.0.0.1:{} -> {}, SMTP proxy 127.0.0.1:{} -> {smtp_host}:{smtp_port}",
+        started.elapsed().as_secs_f64(),
+        aws_proxy.port,
+        host_port(&endpoint),
+        smtp_proxy.port
+    );
+
+    let plan = Plan::new(&PlanSettings {
+        seed: settings.seed,
+        duration: settings.duration,
+        kills: settings.kills,
+        drivers: settings.drivers,
+        postfix_restarts: if postfix.is_some() {
+            settings.postfix_restarts
+        } else {
+            0
+        },
+        aws_outage: settings.aws_outage,
+        smtp_resets: settings.smtp_resets,
+    });
+    println!(
+        "chaos: plan: {} kills, {} Postfix restarts, AWS proxy: {} latency / {} reset / {} blackhole episodes and 1 outage of {} s, SMTP proxy: {} episodes",
+        plan.kills(),
+        plan.steps
+            .iter()
+            .filter(|(_, a)| *a == Action::RestartPostfix)
+            .count(),
+        plan.count(Target::Aws, |f| matches!(f, Fault::Latency(_))),
+        plan.count(Target::Aws, |f| matches!(f, Fault::Reset(_))),
+        plan.count(Target::Aws, |f| *f == Fault::Blackhole),
+        settings.aws_outage.as_secs(),
+        plan.count(Target::Smtp, |f| *f != Fault::Pass),
+    );
+
+    let jobs: Arc<Vec<Job>> = Arc::new((0..settings.jobs).map(|n| mix::job(&run_id, n)).collect());
+    let aws_url = format!("http://127.0.0.1:{}", aws_proxy.port);
+    let envs: Vec<(String, String)> = vec![
+        ("AWS_ENDPOINT_URL", aws_url.as_str()),
+        ("COURIER_QUEUE_URL", stack.queue_url.as_str()),
+        ("COURIER_QUEUE_ARN", stack.queue_arn.as_str()),
+        (
+            "COURIER_DEAD_LETTER_QUEUE_URL",
+            stack.dead_letter_queue_url.as_str(),
+        ),
+        (
+            "COURIER_LETTER_INDEX_TABLE",
+            stack.letter_index_table.as_str(),
+        ),
+        ("COURIER_STATUS_TABLE", stack.status_table.as_str()),
+        (
+            "COURIER_SUPPRESSION_TABLE",
+            stack.suppression_table.as_str(),
+        ),
+        ("COURIER_BREAKER_TABLE", stack.control_table.as_str()),
+        ("COURIER_TEMPLATE_BUCKET", stack.template_bucket.as_str()),
+        (
+            "COURIER_DELAY_STATE_MACHINE_ARN",
+            stack.delay_state_machine_arn.as_str(),
+        ),
+        ("COURIER_PROVIDERS", "smtp"),
+        ("COURIER_SMTP_HOST", "127.0.0.1"),
+        ("COURIER_SMTP_TLS", "none"),
+        ("COURIER_SMTP_TIMEOUT", "10s"),
+        ("COURIER_AMBIGUITY_GRACE", "10s"),
+        ("COURIER_RETRY_POLICY_JSON", mix::POLICY),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .chain([
+        ("COURIER_SMTP_PORT".to_owned(), smtp_proxy.port.to_string()),
+        ("COURIER_CONCURRENCY".to_owned(), "10".to_owned()),
+    ])
+    .collect();
+    let mut drivers = Drivers {
+        bin: settings.driver_bin.clone(),
+        envs,
+        args: vec![
+            "--instances".into(),
+            settings.instances.to_string(),
+            "--visibility-timeout".into(),
+            "25".into(),
+            "--function-timeout".into(),
+            "20".into(),
+            "--log".into(),
+            "--journal".into(),
+            journal.display().to_string(),
+        ],
+        logs: settings.work_dir.clone(),
+        children: (0..settings.drivers.max(1)).map(|_| None).collect(),
+        started: 0,
+        crashed: 0,
+    };
+    for i in 0..drivers.children.len() {
+        drivers.spawn(i)?;
+    }
+
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    let enqueued = Arc::new(AtomicUsize::new(0));
+    let producer = tokio::spawn(enqueue(
+        sqs.clone(),
+        stack.queue_url.clone(),
+        Arc::clone(&jobs),
+        settings.duration.mul_f64(0.6),
+        Arc::clone(&enqueued),
+    ));
+
+    // The chaos phase: follow the plan.
+    let phase = Instant::now();
+    let mut rng = Rng::new(settings.seed ^ 0xd1e);
+    let mut kills = 0usize;
+    let mut postfix_restarts = 0usize;
+    let mut postfix_down = Duration::ZERO;
+    let mut last_report = Instant::now();
+    let report = |phase: &Instant,
+                  kills: usize,
+                  restarts: usize,
+                  depth: Option<(i64, i64, i64)>| {
+        let (v, nv, d) = depth.unwrap_or((-1, -1, -1));
+        println!(
+            "chaos: {:>6.1} s  enqueued {:>6}/{}  queue visible {v} in-flight {nv} delayed {d}  kills {kills}  postfix restarts {restarts}  AWS {} | SMTP {}  resets {}/{}",
+            phase.elapsed().as_secs_f64(),
+            enqueued.load(Ordering::Relaxed),
+            settings.jobs,
+            aws_proxy.fault().label(),
+            smtp_proxy.fault().label(),
+            aws_proxy.stats.resets.load(Ordering::Relaxed),
+            smtp_proxy.stats.resets.load(Ordering::Relaxed),
+        );
+    };
+    for (at, action) in &plan.steps {
+        while let Some(wait) = at.checked_sub(phase.elapsed()) {
+            tokio::time::sleep(wait.min(Duration::from_secs(1))).await;
+            drivers.revive()?;
+            if last_report.elapsed() >= Duration::from_secs(10) {
+                last_report = Instant::now();
+                report(
+                    &phase,
+                    kills,
+                    postfix_restarts,
+                    queue_depth(&sqs, &stack.queue_url).await,
+                );
+            }
+        }
+        match action {
+            Action::Kill(i) => {
+                let i = i % drivers.children.len();
+                drivers.kill(i).await;
+                kills += 1;
+                // Back after a moment, like a new Lambda instance.
+                tokio::time::sleep(Duration::from_millis((rng.unit() * 1500.0) as u64)).await;
+                drivers.spawn(i)?;
+            }
+            Action::SetFault(Target::Aws, fault) => aws_proxy.set(*fault),
+            Action::SetFault(Target::Smtp, fault) => smtp_proxy.set(*fault),
+            Action::RestartPostfix => {
+                if let Some(p) = postfix.as_mut() {
+                    let down = tokio::task::block_in_place(|| p.restart())?;
+                    postfix_restarts += 1;
+                    postfix_down += down;
+                    println!(
+                        "chaos: {:>6.1} s  Postfix restarted (SMTP down {:.1} s)",
+                        phase.elapsed().as_secs_f64(),
+                        down.as_secs_f64()
+                    );
+                }
+            }
+        }
+    }
+    aws_proxy.set(Fault::Pass);
+    smtp_proxy.set(Fault::Pass);
+    let _ = producer.await;
+    println!(
+        "chaos: chaos phase over after {:.1} s ({kills} kills, {postfix_restarts} Postfix restarts); waiting for every job to settle",
+        phase.elapsed().as_secs_f64()
+    );
+
+    // Settle: the send queue empty (visible, in flight, delayed) three checks in a row.
+    let settle = Instant::now();
+    let mut calm = 0;
+    let mut settled = false;
+    while settle.elapsed() < settings.settle_deadline {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        drivers.revive()?;
+        let depth = queue_depth(&sqs, &stack.queue_url).await;
+        if depth == Some((0, 0, 0)) {
+            calm += 1;
+            if calm >= 3 {
+                settled = true;
+                break;
+            }
+        } else {
+            calm = 0;
+        }
+        if last_report.elapsed() >= Duration::from_secs(10) {
+            last_report = Instant::now();
+            report(&phase, kills, postfix_restarts, depth);
+        }
+    }
+    let settle_took = settle.elapsed();
+    for i in 0..drivers.children.len() {
+        drivers.kill(i).await;
+    }
+    // Postfix delivers what it accepted.
+    if let Some(p) = &postfix {
+        let wait = Instant::now();
+        while p.queued() > 0 && wait.elapsed() < Duration::from_secs(120) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        if p.queued() > 0 {
+            eprintln!("chaos: {} files still in Postfix's queue", p.queued());
+        }
+    } else {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+
+    let ev = collect(&sdk, &stack, &capture_dir, &journal).await?;
+    let verdict = audit::audit(&jobs, &ev);
+    let total = started.elapsed();
+    println!(
+        "\nchaos suite: {} jobs, seed {}, {:.0} s in all (chaos phase {:.0} s, settling {:.0} s{})",
+        settings.jobs,
+        settings.seed,
+        total.as_secs_f64(),
+        settings.duration.as_secs_f64(),
+        settle_took.as_secs_f64(),
+        if settled {
+            ""
+        } else {
+            ", DEADLINE PASSED before the queue emptied"
+        }
+    );
+    println!(
+        "faults: {kills} SIGKILLs of the driver ({} driver starts, {} exits on their own), {postfix_restarts} Postfix restarts (SMTP down {:.1} s in all), AWS emulator unreachable {} s (proxy outage)",
+        drivers.started,
+        drivers.crashed,
+        postfix_down.as_secs_f64(),
+        settings.aws_outage.as_secs()
+    );
+    for (name, p) in [("AWS", &aws_proxy), ("SMTP", &smtp_proxy)] {
+        println!(
+            "{name} proxy: {} connections, {} chunks, {} reset, {} blackholed, {} refused",
+            p.stats.connections.load(Ordering::Relaxed),
+            p.stats.chunks.load(Ordering::Relaxed),
+            p.stats.resets.load(Ordering::Relaxed),
+            p.stats.blackholed.load(Ordering::Relaxed),
+            p.stats.refused.load(Ordering::Relaxed),
+        );
+    }
+    println!(
+        "evidence: {} status records, {} dead letters, {} raw copies in the redrive DLQ, {} Maildir files, {} jobs journaled ambiguous",
+        ev.statuses.len(),
+        ev.letters.len(),
+        ev.redriven.len(),
+        ev.deliveries.values().sum::<usize>(),
+        ev.journal_ambiguous.len()
+    );
+    println!("\n{}", audit::table(&verdict));
+    let mut failed = !verdict.violations.is_empty() || !settled;
+    if kills < settings.kills {
+        eprintln!("chaos: only {kills} of {} kills happened", settings.kills);
+        failed = true;
+    }
+    for (id, why) in verdict.violations.iter().take(30) {
+        println!("VIOLATION {id}: {why}");
+    }
+    if verdict.violations.len() > 30 {
+        println!("... and {} more", verdict.violations.len() - 30);
+    }
+    let report_path = settings.work_dir.join("violations.txt");
+    let mut text: String = verdict
+        .violations
+        .iter()
+        .map(|(id, why)| format!("{id}: {why}\n"))
+        .collect();
+    text.push_str(&explain(&sdk, &stack, &settings.work_dir, &verdict.violations).await);
+    std::fs::write(&report_path, text)?;
+    println!(
+        "{}: {} violations (list in {}; driver logs and journal in {})",
+        if failed { "FAIL" } else { "PASS" },
+        verdict.violations.len(),
+        report_path.display(),
+        settings.work_dir.display()
+    );
+    Ok(i32::from(failed))
+}
+
+/// Details of the first violations for the report file: the raw status item and what the
+/// drivers logged about the job.
+async fn explain(
+    sdk: &aws_config::SdkConfig,
+    stack: &Provisioned,
+    work_dir: &Path,
+    violations: &[(String, String)],
+) -> String {
+    let ddb = aws_sdk_dynamodb::Client::new(sdk);
+    let mut logs = String::new();
+    if let Ok(entries) = std::fs::read_dir(work_dir) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with("driver-") {
+                logs.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+    }
+    let mut out = String::new();
+    for (id, why) in violations.iter().take(40) {
+        out.push_str(&format!("\n==== {id}: {why}\n"));
+        let item = ddb
+            .get_item()
+            .table_name(&stack.status_table)
+            .key("message_id", AttributeValue::S(id.clone()))
+            .consistent_read(true)
+            .send()
+            .await
+            .ok()
+            .and_then(|o| o.item);
+        out.push_str(&format!("status item: {item:?}\n"));
+        for line in logs.lines().filter(|l| l.contains(id.as_str())).take(60) {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
