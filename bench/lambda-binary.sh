@@ -17,7 +17,8 @@ BATCHES=${1:-50}
 : "${AWS_ENDPOINT_URL:?run through scripts/with-harness.sh}"
 : "${COURIER_SMTP_PORT:?run through scripts/with-harness.sh}"
 
-BIN=${COURIER_BOOTSTRAP:-$REPO/target/lambda-x86_64/courier-send/bootstrap}
+TARGET=$(cd "$REPO" && realpath -m "${CARGO_TARGET_DIR:-target}")
+BIN=${COURIER_BOOTSTRAP:-$TARGET/lambda-x86_64/courier-send/bootstrap}
 [ -x "$BIN" ] || { echo "$BIN is missing: run make lambda-build" >&2; exit 1; }
 cargo build -q -p courierctl --manifest-path "$REPO/Cargo.toml"
 CTL=$REPO/target/debug/courierctl
@@ -70,7 +71,7 @@ hwm=$(awk '/VmHWM/ {print $2}' "/proc/$FN/status" 2>/dev/null || echo 0)
 [ "${hwm:-0}" -gt "$peak" ] && peak=$hwm
 kill "$FN" 2>/dev/null || true
 
-python3 - "$WORK/result.json" "$peak" "$BIN" "$WORK/function.log" "$REPO/target/lambda" <<'PY'
+python3 - "$WORK/result.json" "$peak" "$BIN" "$WORK/function.log" "$TARGET/lambda" <<'PY'
 import glob, json, os, statistics, sys, zipfile
 result, peak_kb, binary, log, zips = json.load(open(sys.argv[1])), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 if result["errors"]:
@@ -92,4 +93,5 @@ print(f"first event (batch of 10): {lat[0]:.1f} ms")
 print(f"event latency over {len(lat)} batches of 10: median {statistics.median(lat):.1f} ms, p90 {sorted(lat)[int(len(lat) * 0.9)]:.1f} ms")
 print(f"peak RSS (VmHWM): {peak_kb / 1024:.1f} MB")
 print(f"batch responses: {len(lat)} checked, no failures; EMF metric documents logged: {emf}")
+print(f"log output (CloudWatch Logs ingestion): {os.path.getsize(log) / len(lat):.0f} bytes per batch")
 PY

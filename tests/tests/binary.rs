@@ -32,12 +32,9 @@ fn free_port() -> u16 {
 
 /// The release `bootstrap` of `make lambda-build` for x86_64 (cargo-lambda, zig, release profile).
 fn release_bootstrap(name: &str) -> PathBuf {
-    let path = PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../target/lambda-x86_64"
-    ))
-    .join(name)
-    .join("bootstrap");
+    let repo = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(repo.join("target"), |d| repo.join(d));
+    let path = target.join("lambda-x86_64").join(name).join("bootstrap");
     assert!(
         path.exists(),
         "{} is not built: run `make lambda-build` (make it-moto does)",

@@ -25,6 +25,14 @@ fn repo() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
 }
 
+/// Cargo's target directory (`CARGO_TARGET_DIR` when set), where `make lambda-build` writes.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) => repo().join(dir),
+        None => repo().join("target"),
+    }
+}
+
 // ------------------------------------------------------------------------------ the template
 
 /// An environment value as the template gives it.
@@ -608,7 +616,7 @@ fn cargo_lambda_path() -> String {
 
 /// The arm64 zip `make lambda-build` made for `bin`.
 fn zip_of(bin: &str) -> PathBuf {
-    let zip = repo().join("target/lambda").join(bin).join("bootstrap.zip");
+    let zip = target_dir().join("lambda").join(bin).join("bootstrap.zip");
     assert!(
         zip.exists(),
         "{} is missing: run `make lambda-build` (make it-moto does)",
