@@ -1028,6 +1028,106 @@ mod tests {
         );
     }
 
+    /// Metric names an alarm reads, and its threshold.
+    fn alarms(template: &Value) -> Vec<(String, BTreeSet<String>, Value)> {
+        template["Resources"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm")
+            .map(|(id, r)| {
+                let p = &r["Properties"];
+                let mut names = BTreeSet::new();
+                if let Some(n) = p["MetricName"].as_str() {
+                    names.insert(n.to_owned());
+                }
+                for m in p["Metrics"].as_array().into_iter().flatten() {
+                    if let Some(n) = m["MetricStat"]["Metric"]["MetricName"].as_str() {
+                        names.insert(n.to_owned());
+                    }
+                }
+                (id.clone(), names, p["Threshold"].clone())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_template_alarms_on_every_category_and_class() {
+        // GIVEN the template's alarms and the code's dead-letter categories and error classes
+        let t = yaml_to_json(TEMPLATE).unwrap();
+        let alarms = alarms(&t);
+        let params = t["Parameters"].as_object().unwrap();
+        let mut thresholds = BTreeSet::new();
+        // THEN each category the send function writes has an alarm with a threshold of its own
+        for category in crate::policy::DeadLetterCategory::ALL {
+            if category == crate::policy::DeadLetterCategory::Redriven {
+                continue; // the archiver's category; raw redrives are alarmed on the queue
+            }
+            let metric = format!("DeadLettered_{}", category.as_str());
+            let (id, _, threshold) = alarms
+                .iter()
+                .find(|(_, names, _)| names.contains(&metric))
+                .unwrap_or_else(|| panic!("no alarm on {metric}"));
+            let param = threshold["Ref"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{id}: threshold"));
+            assert!(params.contains_key(param), "{id}: {param}");
+            assert!(thresholds.insert(param.to_owned()), "{param} shared");
+        }
+        let redriven = alarms
+            .iter()
+            .find(|(id, _, _)| id == "DeadLetterRedrivenAlarm")
+            .unwrap();
+        assert!(redriven.1.contains("ApproximateNumberOfMessagesVisible"));
+        assert!(thresholds.insert(redriven.2["Ref"].as_str().unwrap().to_owned()));
+        // AND every error class has its share-of-outcomes alarm
+        for class in crate::classify::ErrorClass::ALL {
+            let metric = format!("Failures_{}", class.as_str());
+            assert!(
+                alarms
+                    .iter()
+                    .any(|(_, names, _)| names.contains(&metric) && names.contains("Outcomes")),
+                "no share alarm on {metric}"
+            );
+        }
+        for metric in [
+            "BreakerTransitions",
+            "NewUnknownErrorCode",
+            "ReputationGuardTripped",
+            "SweptStuckProcessing",
+            "SweptNoOutcome",
+            "Sent",
+        ] {
+            assert!(
+                alarms.iter().any(|(_, names, _)| names.contains(metric)),
+                "no alarm on {metric}"
+            );
+        }
+        // AND the dashboard shows them all
+        let body = t["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+            .as_str()
+            .unwrap();
+        let dashboard: Value = serde_json::from_str(body).unwrap();
+        let shown = dashboard.to_string();
+        for class in crate::classify::ErrorClass::ALL {
+            assert!(shown.contains(&format!("\"Failures_{}\"", class.as_str())));
+        }
+        for metric in [
+            "DeadLettered_poison",
+            "DeadLettered_invalid_job",
+            "DeadLettered_needs_review",
+            "DeadLettered_retries_exhausted",
+            "BreakerTransitions",
+            "BounceRate",
+            "ComplaintRate",
+            "SweptStuckProcessing",
+            "SweptNoOutcome",
+            "ApproximateNumberOfMessagesVisible",
+        ] {
+            assert!(shown.contains(&format!("\"{metric}\"")), "{metric}");
+        }
+    }
+
     #[test]
     fn physical_ids_and_queue_names() {
         let map: BTreeMap<String, String> = [(
