@@ -5,7 +5,7 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo fmt-check clippy lint-infra unit lambda-build it-moto it-localstack deps schema bench bench-lambda bench-cost bench-dlq smoke
+.PHONY: test demo fmt-check clippy lint-infra unit lambda-build it-moto it-localstack deps schema bench bench-lambda bench-cost bench-dlq smoke chaos chaos-ci
 
 ## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack).
 test:
@@ -18,6 +18,7 @@ test:
 	@scripts/phase.sh "release build (cargo lambda: arm64 zips, x86_64)" $(MAKE) --no-print-directory lambda-build
 	@scripts/phase.sh "integration tests on moto" $(MAKE) --no-print-directory it-moto
 	@scripts/phase.sh "integration tests on LocalStack" $(MAKE) --no-print-directory it-localstack
+	@scripts/phase.sh "chaos suite, short (1,000 jobs, 5 kills)" $(MAKE) --no-print-directory chaos-ci
 	@scripts/phase.sh --summary
 
 ## make demo: the local run on moto and Postfix (see README).
@@ -64,6 +65,18 @@ it-localstack: lambda-build
 
 deps:
 	scripts/install-deps.sh all
+
+## make chaos [SEED=n]: the chaos suite (issue #8): 10,000 jobs, 20 SIGKILLs of the send driver,
+## Postfix restarts, faults between the functions and the emulator, then every job audited. On
+## LocalStack (DynamoDB Local: atomic conditional writes; moto's are not). `chaos-ci`: the short run.
+CHAOS = $(CARGO) build -q -p courierctl -p courier-chaos && COURIER_HARNESS_SKIP_INSTALL=1 \
+	scripts/with-harness.sh localstack -- "$${CARGO_TARGET_DIR:-target}/debug/courier-chaos"
+chaos:
+	@scripts/install-deps.sh localstack smtp moto
+	@$(CHAOS) --jobs 10000 --kills 20 --duration 360 $(if $(SEED),--seed $(SEED))
+
+chaos-ci:
+	@$(CHAOS) --jobs 1000 --kills 5 --duration 60 --settle-deadline 600 $(if $(SEED),--seed $(SEED))
 
 ## make schema: regenerate the published JSON Schema of the job contract.
 schema:
