@@ -7,6 +7,7 @@
 //! - `dlq`: the dead-letter workbench (stats, list/search, show, replay, discard, redrive-all).
 //! - `suppression`, `status`: the suppression list and a job's timeline.
 //! - `demo`: a demo campaign through the send pipeline against a real SMTP server.
+//! - `simulate`: the outage simulator (crate `courier-sim`), offline.
 //! - `drive`: the send function as a local long-running process (used by the chaos suite).
 
 use std::io::Write;
@@ -20,6 +21,7 @@ mod dlq_cmd;
 mod drive_cmd;
 mod ops_cmd;
 mod provision_cmd;
+mod simulate_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -92,6 +94,12 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         jobs: usize,
     },
+    /// Simulate outages, throttling, latency spikes and soft-bounce storms against the real
+    /// retry policy, classifier and breaker on a simulated clock; reports amplification, send
+    /// rate against the quota, drain time, dead letters and cost (offline, no AWS).
+    ///
+    /// Example: courierctl simulate outage-30m --jobs 1000000 --quota 500 --compare breaker
+    Simulate(simulate_cmd::SimulateArgs),
     /// Run the send function as a local process: the handler wired from the environment as at
     /// Lambda INIT, driven from COURIER_QUEUE_URL with Lambda's SQS semantics (the chaos suite
     /// kills and restarts it).
@@ -122,6 +130,7 @@ fn main() -> ExitCode {
             eprintln!("courierctl drive: {e}");
             Ok(1)
         }),
+        Command::Simulate(args) => simulate_cmd::run(&args, &mut out),
         Command::Schema => {
             serde_json::to_writer_pretty(&mut out, &courier::job::EmailJob::json_schema())
                 .map_err(std::io::Error::other)

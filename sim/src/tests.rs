@@ -1,0 +1,143 @@
+//! The simulator's targets, asserted on small deterministic scenarios.
+
+use super::*;
+
+/// A small outage: 20,000 jobs over 20 minutes, a 30-minute 421 outage from minute 5, 100/s quota.
+fn outage(breaker: bool) -> Scenario {
+    let mut sc = Scenario::preset("outage-30m").unwrap();
+    sc.jobs = 20_000;
+    sc.arrival_secs = 20 * 60;
+    sc.faults[0].start_secs = 5 * 60;
+    sc.provider.quota_per_sec = 100.0;
+    sc.lambda.max_concurrency = 20;
+    if !breaker {
+        sc.breaker = None;
+    }
+    sc
+}
+
+#[test]
+fn steady_traffic_costs_what_the_real_function_costs() {
+    // GIVEN no faults and a quota well above the arrival rate
+    let mut sc = Scenario {
+        jobs: 20_000,
+        arrival_secs: 0,
+        ..Scenario::default()
+    };
+    sc.provider.quota_per_sec = 1e6;
+    let r = run(&sc).unwrap();
+    // THEN every job is sent once, and AWS calls per job match the counted 3.20 of
+    // tests/tests/send.rs (claim, send, status, a tenth of a receive and of a delete)
+    assert_eq!(r.sent, 20_000);
+    assert_eq!(r.provider_calls, 20_000, "{r:#?}");
+    assert!(
+        (r.aws_calls_per_job - 3.2).abs() < 0.01,
+        "{}",
+        r.aws_calls_per_job
+    );
+}
+
+#[test]
+fn with_the_breaker_an_outage_costs_at_most_1_2_calls_per_job_and_loses_nothing() {
+    let r = run(&outage(true)).unwrap();
+    let o = r.outage.clone().unwrap();
+    assert!(o.calls_per_job <= 1.2, "{}", table(std::slice::from_ref(&r)));
+    // Nothing dead-lettered: the outage is shorter than the 2 h give-up horizon.
+    assert_eq!(
+        r.dead_lettered + r.redriven + r.pending,
+        0,
+        "{}",
+        table(std::slice::from_ref(&r))
+    );
+    assert_eq!(r.sent, 20_000);
+    assert!(r.breaker_opened >= 1);
+}
+
+#[test]
+fn after_recovery_calls_stay_within_the_quota() {
+    let r = run(&outage(true)).unwrap();
+    assert!(
+        f64::from(r.peak_calls_per_sec_after_recovery) <= r.quota_per_sec,
+        "{}",
+        table(std::slice::from_ref(&r))
+    );
+    assert!(r.drain_secs.is_some());
+}
+
+#[test]
+fn without_the_breaker_the_outage_is_amplified() {
+    let on = run(&outage(true)).unwrap();
+    let off = run(&outage(false)).unwrap();
+    let (on_o, off_o) = (on.outage.clone().unwrap(), off.outage.clone().unwrap());
+    assert!(
+        off_o.calls_per_job > 2.0 * on_o.calls_per_job && off_o.calls_per_job > 1.5,
+        "{}",
+        table(&[on, off])
+    );
+}
+
+#[test]
+fn same_seed_same_report() {
+    let mut a = run(&outage(true)).unwrap();
+    let mut b = run(&outage(true)).unwrap();
+    a.wall_ms = 0.0;
+    b.wall_ms = 0.0;
+    assert_eq!(a, b);
+    let mut sc = outage(true);
+    sc.seed = 2;
+    let mut c = run(&sc).unwrap();
+    c.wall_ms = 0.0;
+    assert_ne!(a, c);
+}
+
+#[test]
+fn a_recipient_that_always_throttles_is_retried_by_the_policy_then_dead_lettered() {
+    // GIVEN a policy that retries throttling once, and a fifth of the recipients always busy
+    let policy = courier::policy::RetryPolicy::from_json(
+        r#"{"transactional": {"classes": {"throttled": {"retries": 1, "schedule": {"delays": [1]}, "jitter": {"kind": "none"}, "spends_attempt": false, "horizon": "1h"}}}}"#,
+    )
+    .unwrap();
+    let sc = Scenario {
+        jobs: 100,
+        arrival_secs: 0,
+        policy,
+        mix: vec![RecipientShare {
+            share: 0.2,
+            reply: "421 4.7.0 <busy@courier.test>: Recipient address rejected: try again later"
+                .into(),
+        }],
+        ..Scenario::default()
+    };
+    let r = run(&sc).unwrap();
+    // THEN 80 are sent once and 20 tried twice, then dead-lettered as throttled
+    assert_eq!((r.sent, r.dead_lettered), (80, 20));
+    assert_eq!(r.provider_calls, 120);
+    assert_eq!(r.dead_letters_by_class.get("throttled"), Some(&20));
+}
+
+#[test]
+fn a_soft_bounce_storm_waits_in_the_state_machine_and_delivers() {
+    let mut sc = Scenario::preset("soft-bounce-storm").unwrap();
+    sc.jobs = 5_000;
+    sc.arrival_secs = 20 * 60;
+    sc.faults[0].start_secs = 60;
+    sc.faults[0].duration_secs = 10 * 60;
+    let r = run(&sc).unwrap();
+    assert!(r.aws.sfn_start > 0);
+    assert_eq!(r.pending, 0);
+    assert_eq!(r.sent + r.dead_lettered, 5_000);
+    // A storm of 10 minutes is far shorter than the 1-day mailbox horizon.
+    assert_eq!(r.dead_lettered, 0, "{}", table(std::slice::from_ref(&r)));
+}
+
+#[test]
+fn comparisons_run_every_variant() {
+    let mut sc = outage(true);
+    sc.jobs = 2_000;
+    assert_eq!(compare(&sc, "jitter").unwrap().len(), 6);
+    let b = compare(&sc, "breaker").unwrap();
+    assert_eq!(b.len(), 4);
+    assert_eq!(b[0].breaker, "off");
+    assert!(compare(&sc, "colour").is_err());
+    assert!(table(&b).contains("breaker opened"));
+}
