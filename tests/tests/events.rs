@@ -394,3 +394,155 @@ async fn the_reputation_guard_pauses_a_domain_in_a_synthetic_bounce_wave() {
         Status::SentToProvider
     );
 }
+
+/// A fixture (the shapes SES publishes) re-addressed to one of our jobs.
+fn fixture_for(name: &str, message_id: &str, provider_id: &str) -> String {
+    let path = format!(
+        "{}/../functions/events/fixtures/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut e: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let readdress = |e: &mut serde_json::Value| {
+        e["mail"]["messageId"] = provider_id.into();
+        e["mail"]["headers"] =
+            serde_json::json!([{"name": "X-Courier-Message-Id", "value": message_id}]);
+        e["mail"]["tags"]["courier-message-id"] = serde_json::json!([message_id]);
+    };
+    if e.get("detail").is_some() {
+        readdress(&mut e["detail"]);
+    } else if e["Type"] == "Notification" {
+        let mut inner: serde_json::Value =
+            serde_json::from_str(e["Message"].as_str().unwrap()).unwrap();
+        readdress(&mut inner);
+        e["Message"] = inner.to_string().into();
+    } else {
+        readdress(&mut e);
+    }
+    e.to_string()
+}
+
+#[tokio::test]
+async fn every_event_type_lands_on_the_real_tables() {
+    let stack = Stack::create(&["ses"]).await;
+    let clients = Clients::new(&stack.sdk);
+    let status = DynamoDbStatusStore::new(
+        clients.dynamodb.clone(),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    );
+    let events = applier(&stack, RetryPolicy::default(), GuardConfig::default());
+    // (fixture, the record's status before, the status after, what the batch reports)
+    let cases = [
+        (
+            "send",
+            Status::Unknown,
+            Status::SentToProvider,
+            Applied::Changed(Status::SentToProvider),
+        ),
+        (
+            "delivery",
+            Status::SentToProvider,
+            Status::Delivered,
+            Applied::Changed(Status::Delivered),
+        ),
+        (
+            "eventbridge-delivery",
+            Status::SentToProvider,
+            Status::Delivered,
+            Applied::Changed(Status::Delivered),
+        ),
+        (
+            "bounce-permanent",
+            Status::SentToProvider,
+            Status::BouncedPermanent,
+            Applied::Changed(Status::BouncedPermanent),
+        ),
+        (
+            "sns-bounce-permanent",
+            Status::SentToProvider,
+            Status::BouncedPermanent,
+            Applied::Changed(Status::BouncedPermanent),
+        ),
+        // No payload kept (e.g. sent before payloads were kept): recorded, not resent.
+        (
+            "bounce-transient",
+            Status::SentToProvider,
+            Status::BouncedTransient,
+            Applied::Changed(Status::BouncedTransient),
+        ),
+        (
+            "complaint",
+            Status::Delivered,
+            Status::Complained,
+            Applied::Changed(Status::Complained),
+        ),
+        // SES is still trying: recorded nowhere but the metrics, status unchanged.
+        (
+            "delivery-delay",
+            Status::SentToProvider,
+            Status::SentToProvider,
+            Applied::Absorbed,
+        ),
+        (
+            "reject",
+            Status::SentToProvider,
+            Status::BouncedPermanent,
+            Applied::Changed(Status::BouncedPermanent),
+        ),
+        (
+            "rendering-failure",
+            Status::SentToProvider,
+            Status::BouncedPermanent,
+            Applied::Changed(Status::BouncedPermanent),
+        ),
+        (
+            "open",
+            Status::Delivered,
+            Status::Delivered,
+            Applied::Absorbed,
+        ),
+    ];
+    let now = chrono::Utc::now();
+    for (name, before, after, applied) in cases {
+        let id = unique(name);
+        // The record as the send function (or, for `unknown`, a lease that expired) left it.
+        let mut path = vec![Status::SentToProvider];
+        if before == Status::Delivered {
+            path.push(Status::Delivered);
+        }
+        if before == Status::Unknown {
+            path = vec![Status::Unknown];
+        }
+        for s in path {
+            let mut u = StatusUpdate::new(id.clone(), "send", s, 0, now);
+            u.provider = Some("ses".into());
+            status.record(&u).await.unwrap();
+        }
+        assert_eq!(
+            status.get(&id).await.unwrap().unwrap().status,
+            before,
+            "{name}"
+        );
+        let report = events
+            .handle(sqs(fixture_for(name, &id, &format!("p-{id}"))))
+            .await;
+        assert!(report.failures.is_empty(), "{name}: {report:?}");
+        assert_eq!(report.applied, vec![applied], "{name}");
+        let rec = status.get(&id).await.unwrap().unwrap();
+        assert_eq!(rec.status, after, "{name}");
+        if after != before {
+            assert_eq!(rec.history.last().unwrap().by, "events", "{name}");
+        }
+        // Applied twice (SNS and SQS deliver at least once): nothing more changes.
+        let again = events
+            .handle(sqs(fixture_for(name, &id, &format!("p-{id}"))))
+            .await;
+        assert!(again.failures.is_empty(), "{name}");
+        assert_eq!(
+            status.get(&id).await.unwrap().unwrap().status,
+            after,
+            "{name}"
+        );
+    }
+}
