@@ -745,6 +745,8 @@ async fn cargo_lambda_deploys_every_function_as_the_template_configures_it() {
     }
 
     // A real deploy: the stack's values with --env-var replace the metadata's placeholders.
+    // Deployed as a new function from the same binary and metadata (`--binary-name`): LocalStack
+    // without Docker refuses to update a function whose first version never started.
     let stack = courier_integration::Stack::create(&["ses"]).await;
     let r = &stack.resources;
     let real = [
@@ -766,13 +768,14 @@ async fn cargo_lambda_deploys_every_function_as_the_template_configures_it() {
         ("COURIER_PROVIDERS", "ses".to_string()),
         ("COURIER_SES_CONFIGURATION_SET", "courier".to_string()),
     ];
-    let mut args = Vec::new();
+    let name = courier_integration::unique("courier-send");
+    let mut args = vec!["--binary-name".to_string(), "courier-send".to_string()];
     for (k, v) in &real {
         args.push("--env-var".to_string());
         args.push(format!("{k}={v}"));
     }
-    deploy("courier-send", &endpoint, &role, &args);
-    let config = get_function_configuration(&endpoint, "courier-send");
+    deploy(&name, &endpoint, &role, &args);
+    let config = get_function_configuration(&endpoint, &name);
     let deployed = &config["Environment"]["Variables"];
     for (k, v) in &real {
         assert_eq!(deployed[k], v.as_str(), "{k}: {config:#}");
