@@ -53,7 +53,7 @@ CARGO_LAMBDA = PATH="$${COURIER_CACHE:-$(CURDIR)/.cache}/venv-lambda/bin:$$PATH"
 lambda-build:
 	@scripts/install-deps.sh lambda
 	$(CARGO_LAMBDA) build -q --release --arm64 --output-format zip $(LAMBDA_PKGS)
-	$(CARGO_LAMBDA) build -q --release --x86-64 --lambda-dir target/lambda-x86_64 $(LAMBDA_PKGS)
+	$(CARGO_LAMBDA) build -q --release --x86-64 --lambda-dir "$${CARGO_TARGET_DIR:-target}/lambda-x86_64" $(LAMBDA_PKGS)
 
 it-moto: lambda-build
 	$(BINS)
