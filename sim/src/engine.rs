@@ -717,6 +717,13 @@ impl<'a> Engine<'a> {
             peak_calls_per_sec: peak(&self.per_sec_calls, 0),
             peak_calls_per_sec_after_recovery: peak(&self.per_sec_calls, after),
             peak_accepted_per_sec_after_recovery: peak(&self.per_sec_accepted, after),
+            peak_calls_per_sec_10s_after_recovery: self
+                .per_sec_calls
+                .get(after..)
+                .unwrap_or(&[])
+                .windows(10)
+                .map(|w| f64::from(w.iter().sum::<u32>()) / 10.0)
+                .fold(0.0, f64::max),
             secs_over_quota_after_recovery: over,
             recovery_secs: sc.recovery_secs(),
             drain_secs: match (drained_at, recovery_ms) {

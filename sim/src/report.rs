@@ -51,6 +51,9 @@ pub struct Report {
     /// Highest provider calls in one second after the last fault ended (the whole run if none).
     pub peak_calls_per_sec_after_recovery: u32,
     pub peak_accepted_per_sec_after_recovery: u32,
+    /// Highest 10-second average of calls per second after recovery (the token bucket's burst
+    /// lets single seconds exceed the quota).
+    pub peak_calls_per_sec_10s_after_recovery: f64,
     /// Seconds after recovery with more calls than the quota.
     pub secs_over_quota_after_recovery: u64,
     pub recovery_secs: Option<u64>,
@@ -131,6 +134,10 @@ impl Report {
                     self.peak_calls_per_sec_after_recovery,
                     self.peak_accepted_per_sec_after_recovery
                 ),
+            ),
+            (
+                "peak 10-s average calls/s after recovery",
+                format!("{:.0}", self.peak_calls_per_sec_10s_after_recovery),
             ),
             (
                 "seconds over quota after recovery",

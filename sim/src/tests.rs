@@ -41,7 +41,11 @@ fn steady_traffic_costs_what_the_real_function_costs() {
 fn with_the_breaker_an_outage_costs_at_most_1_2_calls_per_job_and_loses_nothing() {
     let r = run(&outage(true)).unwrap();
     let o = r.outage.clone().unwrap();
-    assert!(o.calls_per_job <= 1.2, "{}", table(std::slice::from_ref(&r)));
+    assert!(
+        o.calls_per_job <= 1.2,
+        "{}",
+        table(std::slice::from_ref(&r))
+    );
     // Nothing dead-lettered: the outage is shorter than the 2 h give-up horizon.
     assert_eq!(
         r.dead_lettered + r.redriven + r.pending,
