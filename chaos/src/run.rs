@@ -599,7 +599,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         }
     );
     println!(
-        "faults: {kills} SIGKILLs of the driver ({} driver starts, {} exits on their own), {postfix_restarts} Postfix restarts (SMTP down {:.1} s in all), AWS emulator unreachable {} s (proxy outage)",
+        "faults: {kills} SIGKILLs of the driver ({} driver starts; {} restarts after a driver exited itself, e.g. a batch past the function timeout), {postfix_restarts} Postfix restarts (SMTP down {:.1} s in all), AWS emulator unreachable {} s (proxy outage)",
         drivers.started,
         drivers.crashed,
         postfix_down.as_secs_f64(),
