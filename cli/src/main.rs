@@ -5,7 +5,8 @@
 //! - `schema`: print the job contract's JSON Schema.
 //! - `provision`: create the resources on an emulator and print the function's settings.
 //! - `dlq`: the dead-letter workbench (stats, list/search, show, replay, discard, redrive-all).
-//! - `suppression`, `status`: the suppression list and a job's timeline.
+//! - `suppression`, `status`, `reputation`: the suppression list, a job's timeline, a sending
+//!   domain's rates and pause.
 //! - `demo`: a demo campaign through the send pipeline against a real SMTP server.
 //! - `simulate`: the outage simulator (crate `courier-sim`), offline.
 //! - `drive`: the send function as a local long-running process (used by the chaos suite).
@@ -77,6 +78,22 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// A sending domain's reputation: rolling counts and bounce / complaint rates against SES's
+    /// review levels, and whether the reputation guard paused its SES sends. `--resume` lifts a
+    /// pause once the cause (a bad list, a broken form) is fixed. Reads COURIER_BREAKER_TABLE.
+    ///
+    /// Example: courierctl reputation example.com --window 24h
+    Reputation {
+        domain: String,
+        /// How far back to count (hourly buckets).
+        #[arg(long, default_value = "24h")]
+        window: String,
+        /// Lift the domain's pause.
+        #[arg(long)]
+        resume: bool,
+        #[arg(long)]
+        json: bool,
+    },
     /// Create Courier's queues, tables, bucket and delay state machine on the emulator that
     /// AWS_ENDPOINT_URL points at; prints the send function's settings as `export` lines.
     Provision {
@@ -120,6 +137,14 @@ fn main() -> ExitCode {
         ),
         Command::Suppression { command } => Ok(ops_cmd::suppression(command, &mut out)),
         Command::Status { message_id, json } => Ok(ops_cmd::status(&message_id, json, &mut out)),
+        Command::Reputation {
+            domain,
+            window,
+            resume,
+            json,
+        } => Ok(ops_cmd::reputation(
+            &domain, &window, resume, json, &mut out,
+        )),
         Command::Dlq { command } => Ok(dlq_cmd::run(*command, &mut out)),
         Command::Provision { prefix, role_arn } => provision_cmd::run(&prefix, &role_arn, &mut out),
         Command::Demo { jobs } => demo::run(jobs).or_else(|e| {

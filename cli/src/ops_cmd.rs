@@ -127,6 +127,118 @@ pub(crate) fn suppression(command: SuppressionCommand, out: &mut dyn Write) -> i
     })())
 }
 
+/// Runs `courierctl reputation DOMAIN`: the domain's rolling counts and rates, and its pause;
+/// `--resume` lifts a pause the reputation guard set (after the cause is fixed).
+pub(crate) fn reputation(
+    domain: &str,
+    window: &str,
+    resume: bool,
+    json: bool,
+    out: &mut dyn Write,
+) -> i32 {
+    use courier::breaker::{BreakerConfig, BreakerState, Mode};
+    use courier::ports::{BreakerStore, ReputationStore};
+    finish((|| {
+        let table = env("COURIER_BREAKER_TABLE")?;
+        let window_secs = parse_duration(window)
+            .ok()
+            .filter(|s| *s > 0)
+            .ok_or_else(|| format!("--window: invalid duration {window:?} (e.g. 24h)"))?;
+        let domain = domain.trim().trim_start_matches('@').to_ascii_lowercase();
+        if domain.is_empty() || !domain.contains('.') {
+            return Err(format!("invalid domain {domain:?} (e.g. example.com)"));
+        }
+        runtime()?.block_on(async {
+            let clients = Clients::new(&courier::aws::sdk_config().await);
+            let control = courier::aws::DynamoDbControlTable::new(
+                clients.dynamodb,
+                table,
+                std::time::Duration::from_secs(60),
+            );
+            let now = Utc::now();
+            let since = courier::reputation::bucket_of(
+                now - chrono::Duration::seconds(i64::try_from(window_secs).unwrap_or(86_400)),
+            );
+            let counts = control.window(&domain, since).await.map_err(store_err)?;
+            let key = courier::reputation::pause_key(&domain);
+            let pause = control.load(&key).await.map_err(store_err)?;
+            let paused_until = pause
+                .as_ref()
+                .filter(|p| p.mode == Mode::Open)
+                .and_then(|p| p.open_until)
+                .filter(|u| *u > now);
+            if resume {
+                let Some(current) = pause.filter(|_| paused_until.is_some()) else {
+                    writeln!(out, "{domain}: not paused; nothing to resume")
+                        .map_err(|e| e.to_string())?;
+                    return Ok(0);
+                };
+                let closed = BreakerState {
+                    version: current.version + 1,
+                    ..BreakerState::new(now, &BreakerConfig::default())
+                };
+                if !control
+                    .save(&key, &closed, Some(current.version))
+                    .await
+                    .map_err(store_err)?
+                {
+                    return Err("the pause changed while resuming; run the command again".into());
+                }
+                writeln!(
+                    out,
+                    "{domain}: resumed; SES sends from it go ahead within seconds"
+                )
+                .map_err(|e| e.to_string())?;
+            }
+            let paused_until = if resume { None } else { paused_until };
+            let lines = render_reputation(&domain, window, &counts, paused_until, json);
+            for line in lines {
+                writeln!(out, "{line}").map_err(|e| e.to_string())?;
+            }
+            Ok(0)
+        })
+    })())
+}
+
+/// The text (or JSON line) of `courierctl reputation`.
+pub(crate) fn render_reputation(
+    domain: &str,
+    window: &str,
+    counts: &courier::reputation::ReputationCounts,
+    paused_until: Option<chrono::DateTime<Utc>>,
+    json: bool,
+) -> Vec<String> {
+    let (bounce, complaint) = counts.rates();
+    if json {
+        return vec![
+            serde_json::json!({
+                "domain": domain, "window": window, "counts": counts,
+                "bounce_rate": bounce, "complaint_rate": complaint,
+                "paused_until": paused_until,
+            })
+            .to_string(),
+        ];
+    }
+    vec![
+        format!(
+            "{domain} over {window}: {} sent, {} delivered, {} bounced, {} complained",
+            counts.sent, counts.delivered, counts.bounced, counts.complained
+        ),
+        format!(
+            "  bounce rate {:.2}% (SES reviews at 5%), complaint rate {:.3}% (SES reviews at 0.1%)",
+            bounce * 100.0,
+            complaint * 100.0
+        ),
+        match paused_until {
+            Some(until) => format!(
+                "  PAUSED until {} by the reputation guard: SES sends from this domain wait or fail over",
+                until.to_rfc3339()
+            ),
+            None => "  not paused".to_owned(),
+        },
+    ]
+}
+
 /// Runs `courierctl status MESSAGE_ID`: the job's record and its dead letters (with their attempt
 /// history and audit trail), oldest first.
 pub(crate) fn status(message_id: &str, json: bool, out: &mut dyn Write) -> i32 {
@@ -259,6 +371,28 @@ mod tests {
 
     fn t(s: i64) -> DateTime<Utc> {
         DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
+    }
+
+    #[test]
+    fn reputation_shows_rates_against_the_review_levels_and_the_pause() {
+        let counts = courier::reputation::ReputationCounts {
+            sent: 1000,
+            delivered: 955,
+            bounced: 45,
+            complained: 1,
+        };
+        let lines = super::render_reputation("example.com", "24h", &counts, Some(t(3600)), false);
+        assert_eq!(
+            lines[0],
+            "example.com over 24h: 1000 sent, 955 delivered, 45 bounced, 1 complained"
+        );
+        assert!(lines[1].contains("bounce rate 4.50%"), "{}", lines[1]);
+        assert!(lines[1].contains("complaint rate 0.100%"), "{}", lines[1]);
+        assert!(lines[2].contains("PAUSED until"));
+        let json = super::render_reputation("example.com", "24h", &counts, None, true);
+        let v: serde_json::Value = serde_json::from_str(&json[0]).unwrap();
+        assert_eq!(v["counts"]["bounced"], 45);
+        assert!(v["paused_until"].is_null());
     }
 
     #[test]
