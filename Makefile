@@ -68,9 +68,11 @@ deps:
 
 ## make chaos [SEED=n]: the chaos suite (issue #8): 10,000 jobs, 20 SIGKILLs of the send driver,
 ## Postfix restarts, faults between the functions and the emulator, then every job audited. On
-## LocalStack (DynamoDB Local: atomic conditional writes; moto's are not). `chaos-ci`: the short run.
+## LocalStack for SQS and S3, DynamoDB Local on disk for the tables (atomic conditional writes, as
+## moto's are not; really restarted mid-run). `chaos-ci`: the short run.
 CHAOS = $(CARGO) build -q -p courierctl -p courier-chaos && COURIER_HARNESS_SKIP_INSTALL=1 \
-	scripts/with-harness.sh localstack -- "$${CARGO_TARGET_DIR:-target}/debug/courier-chaos"
+	scripts/with-harness.sh localstack -- "$${CARGO_TARGET_DIR:-target}/debug/courier-chaos" \
+	--dynamodb-local "$${COURIER_CACHE:-$(CURDIR)/.cache}/localstack-lib/dynamodb-local/2/DynamoDBLocal.jar"
 chaos:
 	@scripts/install-deps.sh localstack smtp moto
 	@$(CHAOS) --jobs 10000 --kills 20 --duration 360 $(if $(SEED),--seed $(SEED))

@@ -43,6 +43,10 @@ struct Cli {
     /// Also inject resets and stalls on the SMTP link (default: latency only; see README).
     #[arg(long)]
     smtp_resets: bool,
+    /// Run DynamoDB on DynamoDB Local (this jar) with its tables on disk, so the outage restarts
+    /// it for real; SQS and S3 stay on the harness's emulator.
+    #[arg(long)]
+    dynamodb_local: Option<PathBuf>,
     /// The courierctl binary (default: next to this one).
     #[arg(long)]
     driver_bin: Option<PathBuf>,
@@ -52,8 +56,42 @@ struct Cli {
     work_dir: Option<PathBuf>,
 }
 
+/// With `--dynamodb-local`, runs this program again with `AWS_ENDPOINT_URL_DYNAMODB` set (the SDK
+/// reads per-service endpoints from the environment; this process cannot set its own).
+fn trampoline(jar: &std::path::Path) -> ExitCode {
+    let port = match std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()) {
+        Ok(addr) => addr.port(),
+        Err(e) => {
+            eprintln!("courier-chaos: no free port for DynamoDB Local: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("courier-chaos"));
+    let status = std::process::Command::new(exe)
+        .args(std::env::args_os().skip(1))
+        .env(
+            "AWS_ENDPOINT_URL_DYNAMODB",
+            format!("http://127.0.0.1:{port}"),
+        )
+        .env(courier_chaos::dynamodb_local::ENV_JAR, jar)
+        .env(courier_chaos::dynamodb_local::ENV_PORT, port.to_string())
+        .status();
+    match status {
+        Ok(s) => ExitCode::from(u8::try_from(s.code().unwrap_or(2)).unwrap_or(2)),
+        Err(e) => {
+            eprintln!("courier-chaos: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Some(jar) = &cli.dynamodb_local
+        && std::env::var_os(courier_chaos::dynamodb_local::ENV_PORT).is_none()
+    {
+        return trampoline(jar);
+    }
     let seed = cli.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -12,6 +12,7 @@ use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use courier::aws::provision::{Provisioned, QueueSettings, provision};
 
 use crate::audit::{self, Evidence, LetterSeen, StatusSeen};
+use crate::dynamodb_local::DynamoDbLocal;
 use crate::mix::{self, Job};
 use crate::postfix::Postfix;
 use crate::proxy::{Fault, Proxy};
@@ -353,6 +354,17 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         settings.work_dir.display()
     );
 
+    // DynamoDB Local on disk (`--dynamodb-local`): the DynamoDB outage is a real restart.
+    let mut ddb = DynamoDbLocal::from_env(&settings.work_dir);
+    if let Some(d) = ddb.as_mut() {
+        let took = tokio::task::block_in_place(|| d.start())?;
+        println!(
+            "chaos: DynamoDB Local on {} (tables in {}) ready in {:.1} s",
+            d.url(),
+            d.db_path.display(),
+            took.as_secs_f64()
+        );
+    }
     let sdk = courier::aws::sdk_config().await;
     let stack = provision(
         &sdk,
@@ -364,8 +376,27 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         },
     )
     .await?;
+    if ddb.is_some() {
+        // Provisioning (the template, through CloudFormation) made the tables on the harness's
+        // emulator; the same tables, empty, on DynamoDB Local.
+        copy_tables(
+            &sdk,
+            &endpoint,
+            &[
+                &stack.status_table,
+                &stack.suppression_table,
+                &stack.control_table,
+                &stack.letter_index_table,
+            ],
+        )
+        .await?;
+    }
     let aws_proxy = Proxy::start(host_port(&endpoint), settings.seed ^ 0xa5).await?;
     let smtp_proxy = Proxy::start(format!("{smtp_host}:{smtp_port}"), settings.seed ^ 0x5a).await?;
+    let ddb_proxy = match &ddb {
+        Some(d) => Some(Proxy::start(format!("127.0.0.1:{}", d.port), settings.seed ^ 0xdd).await?),
+        None => None,
+    };
     println!(
         "chaos: provisioned chaos-{run_id} in {:.1} s; AWS proxy 127.0.0.1:{} -> {}, SMTP proxy 127.0.0.1:{} -> {smtp_host}:{smtp_port}",
         started.elapsed().as_secs_f64(),
@@ -435,6 +466,12 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .chain(ddb_proxy.as_ref().map(|p| {
+        (
+            "AWS_ENDPOINT_URL_DYNAMODB".to_owned(),
+            format!("http://127.0.0.1:{}", p.port),
+        )
+    }))
     .chain([
         ("COURIER_SMTP_PORT".to_owned(), smtp_proxy.port.to_string()),
         ("COURIER_CONCURRENCY".to_owned(), "10".to_owned()),
@@ -479,6 +516,10 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
     let mut kills = 0usize;
     let mut postfix_restarts = 0usize;
     let mut postfix_down = Duration::ZERO;
+    let mut ddb_stopped = false;
+    let mut ddb_restarts = 0usize;
+    let mut ddb_down = Duration::ZERO;
+    let mut ddb_down_since: Option<Instant> = None;
     let mut last_report = Instant::now();
     let report = |phase: &Instant,
                   kills: usize,
@@ -519,7 +560,35 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
                 tokio::time::sleep(Duration::from_millis((rng.unit() * 1500.0) as u64)).await;
                 drivers.spawn(i)?;
             }
-            Action::SetFault(Target::Aws, fault) => aws_proxy.set(*fault),
+            Action::SetFault(Target::Aws, fault) => {
+                aws_proxy.set(*fault);
+                if let Some(p) = &ddb_proxy {
+                    p.set(*fault);
+                }
+                if let Some(d) = ddb.as_mut() {
+                    if *fault == Fault::Down && !ddb_stopped {
+                        let at = Instant::now();
+                        tokio::task::block_in_place(|| d.stop());
+                        ddb_stopped = true;
+                        ddb_down_since = Some(at);
+                        println!(
+                            "chaos: {:>6.1} s  DynamoDB Local stopped",
+                            phase.elapsed().as_secs_f64()
+                        );
+                    } else if *fault != Fault::Down && ddb_stopped {
+                        tokio::task::block_in_place(|| d.start())?;
+                        ddb_stopped = false;
+                        ddb_restarts += 1;
+                        if let Some(since) = ddb_down_since.take() {
+                            ddb_down += since.elapsed();
+                        }
+                        println!(
+                            "chaos: {:>6.1} s  DynamoDB Local started again on its files",
+                            phase.elapsed().as_secs_f64()
+                        );
+                    }
+                }
+            }
             Action::SetFault(Target::Smtp, fault) => smtp_proxy.set(*fault),
             Action::RestartPostfix => {
                 if let Some(p) = postfix.as_mut() {
@@ -537,6 +606,15 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
     }
     aws_proxy.set(Fault::Pass);
     smtp_proxy.set(Fault::Pass);
+    if let Some(p) = &ddb_proxy {
+        p.set(Fault::Pass);
+    }
+    if let Some(d) = ddb.as_mut()
+        && ddb_stopped
+    {
+        tokio::task::block_in_place(|| d.start())?;
+        ddb_restarts += 1;
+    }
     let _ = producer.await;
     println!(
         "chaos: chaos phase over after {:.1} s ({kills} kills, {postfix_restarts} Postfix restarts); waiting for every job to settle",
@@ -605,7 +683,18 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         postfix_down.as_secs_f64(),
         settings.aws_outage.as_secs()
     );
-    for (name, p) in [("AWS", &aws_proxy), ("SMTP", &smtp_proxy)] {
+    if ddb.is_some() {
+        println!(
+            "DynamoDB Local (tables on disk) really restarted {ddb_restarts} times (down {:.1} s in all; SQS and S3 refused by the proxy meanwhile)",
+            ddb_down.as_secs_f64()
+        );
+    }
+    let proxies = [
+        ("AWS", Some(&aws_proxy)),
+        ("SMTP", Some(&smtp_proxy)),
+        ("DynamoDB", ddb_proxy.as_ref()),
+    ];
+    for (name, p) in proxies.iter().filter_map(|(n, p)| p.map(|p| (n, p))) {
         println!(
             "{name} proxy: {} connections, {} chunks, {} reset, {} blackholed, {} refused",
             p.stats.connections.load(Ordering::Relaxed),
@@ -689,4 +778,50 @@ async fn explain(
         }
     }
     out
+}
+
+/// Creates each table (keys, attributes, GSIs; on-demand) as it is on `endpoint` on the DynamoDB
+/// endpoint of `sdk` (DynamoDB Local).
+async fn copy_tables(
+    sdk: &aws_config::SdkConfig,
+    endpoint: &str,
+    tables: &[&String],
+) -> Result<(), RunError> {
+    use aws_sdk_dynamodb::types::{BillingMode, GlobalSecondaryIndex};
+    let source_conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .load()
+        .await;
+    let source = aws_sdk_dynamodb::Client::new(&source_conf);
+    let target = aws_sdk_dynamodb::Client::new(sdk);
+    for table in tables {
+        let described = source
+            .describe_table()
+            .table_name(table.as_str())
+            .send()
+            .await
+            .map_err(courier::aws::store_error("describe table"))?
+            .table
+            .ok_or_else(|| RunError::Msg(format!("no description of {table}")))?;
+        let mut create = target
+            .create_table()
+            .table_name(table.as_str())
+            .billing_mode(BillingMode::PayPerRequest)
+            .set_key_schema(described.key_schema)
+            .set_attribute_definitions(described.attribute_definitions);
+        for gsi in described.global_secondary_indexes.unwrap_or_default() {
+            let index = GlobalSecondaryIndex::builder()
+                .set_index_name(gsi.index_name)
+                .set_key_schema(gsi.key_schema)
+                .set_projection(gsi.projection)
+                .build()
+                .map_err(|e| RunError::Msg(format!("index of {table}: {e}")))?;
+            create = create.global_secondary_indexes(index);
+        }
+        create
+            .send()
+            .await
+            .map_err(courier::aws::store_error("create table on DynamoDB Local"))?;
+    }
+    Ok(())
 }
