@@ -67,8 +67,8 @@ const SMALL_WRITE_WRU: f64 = 1.0;
 /// Defaults measured by `make bench-lambda` (BENCHMARKS.md): median latency of a batch of 10
 /// (on moto: its DynamoDB dominates, so this overstates the duration on AWS), and the bytes of
 /// log output per batch.
-const DEFAULT_BATCH_MS: f64 = 271.0;
-const DEFAULT_LOG_BYTES_PER_BATCH: f64 = 2_000.0;
+const DEFAULT_BATCH_MS: f64 = 1_348.0;
+const DEFAULT_LOG_BYTES_PER_BATCH: f64 = 2_331.0;
 
 /// What one million jobs cost, counted by API operation.
 #[derive(Default, Clone)]
