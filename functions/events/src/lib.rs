@@ -393,13 +393,12 @@ impl Applier {
         let now = self.clock.now();
         let rescheduling = record.status == Status::Deferred
             && record.resend_of.as_deref() == Some(bounced.as_str());
-        if !rescheduling
-            && !(same_send
-                && matches!(
-                    record.status,
-                    Status::SentToProvider | Status::BouncedTransient
-                ))
-        {
+        let bounced_send = same_send
+            && matches!(
+                record.status,
+                Status::SentToProvider | Status::BouncedTransient
+            );
+        if !(rescheduling || bounced_send) {
             return Ok(None);
         }
         let Some(payload) = &record.payload else {

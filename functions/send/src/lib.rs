@@ -89,7 +89,7 @@ enum Step {
     /// Acknowledge once this re-enqueue is written, then write `then` (status `deferred`).
     Requeue {
         requeue: Requeue,
-        then: Option<StatusUpdate>,
+        then: Option<Box<StatusUpdate>>,
         outcome: Outcome,
     },
 }
@@ -213,7 +213,7 @@ impl Pipeline {
                             let release = StatusUpdate {
                                 status,
                                 attempt: update.attempt.saturating_sub(1),
-                                ..update.clone()
+                                ..(**update).clone()
                             };
                             let _ = self.status.finish(&release).await;
                         }
@@ -624,7 +624,7 @@ impl Pipeline {
                 match mechanism {
                     DelayMechanism::QueueDelay => Step::Requeue {
                         requeue,
-                        then: Some(then),
+                        then: Some(Box::new(then)),
                         outcome,
                     },
                     DelayMechanism::StateMachine => match self.scheduler.start_wait(&requeue).await
