@@ -489,9 +489,13 @@ impl Pipeline {
                     update.provider = Some(name.clone());
                     update.provider_message_id = Some(receipt.provider_message_id.clone());
                     update.detail = Some(format!("accepted by {name}"));
-                    // Kept for a resend on a transient bounce (only SES reports those).
+                    // Kept for a resend on a transient bounce (only SES reports those), unless
+                    // it would crowd the 400 KB DynamoDB item (then the bounce is recorded only).
                     if name == "ses" {
-                        update.payload = Some(current_body(incoming));
+                        let body = current_body(incoming);
+                        if body.len() <= MAX_KEPT_PAYLOAD {
+                            update.payload = Some(body);
+                        }
                     }
                     match self.status.finish(&update).await {
                         Ok(()) => {
@@ -943,6 +947,10 @@ pub fn deadline_of(ctx: &lambda_runtime::Context) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(i64::try_from(ctx.deadline).unwrap_or(i64::MAX))
         .unwrap_or_else(|| Utc::now() + chrono::Duration::seconds(60))
 }
+
+/// The largest payload kept with a sent job's record for a soft-bounce resend (DynamoDB items
+/// hold at most 400 KB, history included).
+pub const MAX_KEPT_PAYLOAD: usize = 300 * 1024;
 
 /// Default visibility-timeout-friendly lease when the deadline is far (or unknown).
 pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(120);

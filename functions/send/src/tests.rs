@@ -731,6 +731,17 @@ async fn a_sent_job_keeps_its_history_and_for_ses_its_payload() {
     let kept = courier::envelope::parse_body(record.payload.unwrap().as_bytes()).unwrap();
     assert_eq!(kept.attempt, 0);
     assert_eq!(kept.job.message_id, "m1");
+    // Too big to keep beside the record: sent, recorded, not kept.
+    let w2 = world_with(MemoryMailer::accepting("ses"));
+    let big = serde_json::json!({
+        "version": 1, "message_id": "big", "campaign_id": "c", "from": "shop@example.com",
+        "to": ["ann@example.org"], "content": {"subject": "Hi", "text": "x".repeat(MAX_KEPT_PAYLOAD)}
+    })
+    .to_string();
+    let report = w2.run(vec![rec("a", big)]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w2.status_of("big"), Some(Status::SentToProvider));
+    assert_eq!(w2.status.records.lock().unwrap()["big"].payload, None);
     // SMTP reports no outcomes, so nothing is kept for a resend.
     let w = world_with(MemoryMailer::accepting("smtp"));
     w.run(vec![rec("a", job("m2", "ann@example.org"))]).await;
