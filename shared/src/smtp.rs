@@ -2,7 +2,8 @@
 //!
 //! lettre bounds only the connect with its own timeout, so the whole exchange is bounded here.
 //! A failure is classified from the server's reply (code, enhanced code, text) when there is
-//! one; a timeout after the message data was sent is reported as ambiguous.
+//! one; a timeout or a broken session without a reply is reported as ambiguous (the relay may
+//! have queued the message).
 
 use std::time::Duration;
 
@@ -158,6 +159,21 @@ pub fn classify_lettre(error: &lettre::transport::smtp::Error) -> Verdict {
     }
 }
 
+/// Whether a failure left the outcome unknown: the session broke without a reply after it was
+/// established (a reset, an EOF, a read timeout). lettre does not say in which phase, and a
+/// relay may have queued the message before the break (e.g. a relay restarting between queueing
+/// and its `250`), so such a failure is ambiguous like a timeout: the job waits for the grace
+/// window instead of being resent at once. A failure to connect, a TLS failure, our own client
+/// error and any reply from the server are not ambiguous.
+pub fn broke_mid_session(error: &lettre::transport::smtp::Error) -> bool {
+    error.status().is_none()
+        && !error.is_client()
+        && !error.is_tls()
+        && !error.is_transport_shutdown()
+        // lettre's `Kind::Connection` (no public predicate): connecting or the handshake failed.
+        && !error.to_string().starts_with("Connection error")
+}
+
 fn strip_lettre_prefix(text: &str) -> &str {
     // e.g. "permanent error (550): 5.1.1 <u@x>: Recipient address rejected: User unknown"
     text.split_once("): ").map_or(text, |(_, rest)| rest)
@@ -186,7 +202,7 @@ impl Mailer for SmtpMailer {
             }),
             Ok(Err(error)) => Err(SendFailure {
                 verdict: classify_lettre(&error),
-                ambiguous: false,
+                ambiguous: broke_mid_session(&error),
                 source: Some(Box::new(error)),
             }),
             // The reply to DATA may be what we were waiting for: the relay may have the

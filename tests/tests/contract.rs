@@ -669,6 +669,29 @@ async fn smtp_mailer_classifies_every_scripted_reply() {
         "{:?}",
         dropped.verdict
     );
+    // The session broke without a reply: the relay may have queued the message (here it broke
+    // after RCPT, but the client cannot tell), so it is not resent blindly.
+    assert!(dropped.ambiguous, "{:?}", dropped.verdict);
+    // Nothing listening: nothing was sent, a plain retry.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let refused = SmtpMailer::new(&SmtpOptions {
+        host: "127.0.0.1".into(),
+        port: closed,
+        security: SmtpSecurity::None,
+        credentials: None,
+        timeout: Duration::from_secs(5),
+        pool_size: 1,
+    })
+    .unwrap()
+    .send(&email("s@courier.test", "x@courier.test", "smtp-r"))
+    .await
+    .unwrap_err();
+    assert_eq!(refused.verdict.class, ErrorClass::Network);
+    assert!(!refused.ambiguous, "{:?}", refused.verdict);
     let slow = smtp_mailer("COURIER_SMTP_SLOW_PORT", Duration::from_secs(2))
         .send(&email("s@courier.test", "slow@courier.test", "smtp-s"))
         .await
