@@ -113,6 +113,30 @@ impl World {
     }
 }
 
+/// The world's pipeline with its breakers on `store` (shared state, no cache).
+fn with_breaker_store(w: &World, store: Arc<MemoryBreakerStore>, seed: u64) -> Arc<Pipeline> {
+    Arc::new(Pipeline {
+        status: w.pipeline.status.clone(),
+        mailers: w.pipeline.mailers.clone(),
+        scheduler: w.pipeline.scheduler.clone(),
+        dead_letters: w.pipeline.dead_letters.clone(),
+        suppression: w.pipeline.suppression.clone(),
+        poison: w.pipeline.poison.clone(),
+        templates: w.pipeline.templates.clone(),
+        breakers: breakers::Breakers::new(
+            store,
+            BreakerConfig::default(),
+            std::time::Duration::from_secs(0),
+        ),
+        policy: RetryPolicy::default(),
+        clock: w.clock.clone(),
+        config: SendConfig::default(),
+        rng: std::sync::Mutex::new(SeededRandom::new(seed)),
+        sightings: w.pipeline.sightings.clone(),
+        new_codes: std::sync::Mutex::new(Vec::new()),
+    })
+}
+
 fn smtp_failure(reply: &'static str) -> MemoryMailer {
     MemoryMailer::with(
         "smtp",
@@ -449,28 +473,7 @@ async fn breaker_state_is_shared_between_instances_and_written_once_per_batch() 
     let b = world_with(failing());
     // Both instances share one breaker store, as they share one DynamoDB item.
     let shared = Arc::new(MemoryBreakerStore::default());
-    let with_store = |w: &World| {
-        Arc::new(Pipeline {
-            status: w.pipeline.status.clone(),
-            mailers: w.pipeline.mailers.clone(),
-            scheduler: w.pipeline.scheduler.clone(),
-            dead_letters: w.pipeline.dead_letters.clone(),
-            suppression: w.pipeline.suppression.clone(),
-            poison: w.pipeline.poison.clone(),
-            templates: w.pipeline.templates.clone(),
-            breakers: breakers::Breakers::new(
-                shared.clone(),
-                BreakerConfig::default(),
-                std::time::Duration::from_secs(0),
-            ),
-            policy: RetryPolicy::default(),
-            clock: w.clock.clone(),
-            config: SendConfig::default(),
-            rng: std::sync::Mutex::new(SeededRandom::new(2)),
-            sightings: w.pipeline.sightings.clone(),
-            new_codes: std::sync::Mutex::new(Vec::new()),
-        })
-    };
+    let with_store = |w: &World| with_breaker_store(w, shared.clone(), 2);
     let (pa, pb) = (with_store(&a), with_store(&b));
     let deadline = t0() + chrono::Duration::seconds(60);
     let records = (0..10)
@@ -761,26 +764,7 @@ async fn a_domain_paused_by_the_reputation_guard_is_not_sent_through_ses() {
         .lock()
         .unwrap()
         .insert(courier::reputation::pause_key("example.com"), paused);
-    let pipeline = Arc::new(Pipeline {
-        status: w.pipeline.status.clone(),
-        mailers: w.pipeline.mailers.clone(),
-        scheduler: w.pipeline.scheduler.clone(),
-        dead_letters: w.pipeline.dead_letters.clone(),
-        suppression: w.pipeline.suppression.clone(),
-        poison: w.pipeline.poison.clone(),
-        templates: w.pipeline.templates.clone(),
-        breakers: breakers::Breakers::new(
-            store,
-            BreakerConfig::default(),
-            std::time::Duration::from_secs(0),
-        ),
-        policy: RetryPolicy::default(),
-        clock: w.clock.clone(),
-        config: SendConfig::default(),
-        rng: std::sync::Mutex::new(SeededRandom::new(5)),
-        sightings: w.pipeline.sightings.clone(),
-        new_codes: std::sync::Mutex::new(Vec::new()),
-    });
+    let pipeline = with_breaker_store(&w, store, 5);
     let other_domain = serde_json::json!({
         "version": 1, "message_id": "m2", "campaign_id": "c", "from": "news@other.example",
         "to": ["bob@example.org"], "content": {"subject": "Hi", "text": "Hello"}
