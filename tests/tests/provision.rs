@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use courier::aws::provision::{QueueSettings, provision};
+use courier::aws::provision::{QueueSettings, TOKEN_TAG, created_by, provision};
 use courier_integration::{aws_config, emulator, role_arn, unique};
 use serde_json::Value;
 
@@ -163,6 +163,37 @@ async fn the_stack_has_the_templates_settings() {
     let deployed: Value = serde_json::from_str(machine.definition()).unwrap();
     let code: Value = serde_json::from_str(courier::delay::DEFINITION).unwrap();
     assert_eq!(deployed["States"], code["States"]);
+}
+
+#[tokio::test]
+async fn a_retried_create_recognises_its_own_stack_by_the_token_tag() {
+    // GIVEN a stack created with a provision token tag (as a first, seemingly failed attempt
+    // of `provision` leaves it when the SDK retries CreateStack)
+    let sdk = aws_config().await;
+    let cfn = aws_sdk_cloudformation::Client::new(&sdk);
+    let name = unique("prov-token");
+    let template = serde_json::json!({
+        "Resources": {"Q": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": format!("{name}-q")}}}
+    });
+    cfn.create_stack()
+        .stack_name(&name)
+        .template_body(template.to_string())
+        .tags(
+            aws_sdk_cloudformation::types::Tag::builder()
+                .key(TOKEN_TAG)
+                .value("token-of-the-first-attempt")
+                .build(),
+        )
+        .send()
+        .await
+        .expect("create stack");
+    // THEN the same call's token claims it, and any other token does not
+    assert!(
+        created_by(&cfn, &name, "token-of-the-first-attempt")
+            .await
+            .unwrap()
+    );
+    assert!(!created_by(&cfn, &name, "someone-else").await.unwrap());
 }
 
 #[tokio::test]

@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use aws_sdk_cloudformation::types::Parameter;
+use aws_sdk_cloudformation::types::{Parameter, Tag};
 use serde_json::{Map, Value, json};
 
 use super::store_error;
@@ -497,6 +497,44 @@ pub fn queue_name(physical_id: &str) -> &str {
     physical_id.rsplit('/').next().unwrap_or(physical_id)
 }
 
+/// The tag that carries a [`provision`] call's request token.
+pub const TOKEN_TAG: &str = "courier:provision-token";
+
+/// A token unique to one [`provision`] call (CloudFormation allows `[a-zA-Z0-9-]`, 128 chars).
+fn request_token(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let safe: String = prefix
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(80)
+        .collect();
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("p{}-{call}-{nanos}-{safe}", std::process::id())
+}
+
+/// Whether the existing stack `name` was created with `token` (by an earlier attempt of the
+/// same call), as opposed to by someone else.
+pub async fn created_by(
+    cfn: &aws_sdk_cloudformation::Client,
+    name: &str,
+    token: &str,
+) -> Result<bool, StoreError> {
+    let out = cfn
+        .describe_stacks()
+        .stack_name(name)
+        .send()
+        .await
+        .map_err(store_error("describe stacks"))?;
+    Ok(out.stacks().iter().any(|s| {
+        s.tags()
+            .iter()
+            .any(|t| t.key() == Some(TOKEN_TAG) && t.value() == Some(token))
+    }))
+}
+
 fn parameter(key: &str, value: impl Into<String>) -> Parameter {
     Parameter::builder()
         .parameter_key(key)
@@ -515,8 +553,16 @@ pub async fn provision(
     let template =
         local_template(TEMPLATE, prefix).map_err(|e| StoreError::new("local template", e))?;
     let cfn = aws_sdk_cloudformation::Client::new(sdk);
-    cfn.create_stack()
+    // CreateStack is not idempotent, but the SDK retries it after a transient failure (a dropped
+    // connection, a 5xx) that may have come after the emulator created the stack: the retry then
+    // fails with AlreadyExists for a stack this call made. The token, sent as CloudFormation's
+    // idempotency token and as a tag (the emulators ignore the former), tells the two apart.
+    let token = request_token(prefix);
+    let created = cfn
+        .create_stack()
         .stack_name(prefix)
+        .client_request_token(&token)
+        .tags(Tag::builder().key(TOKEN_TAG).value(&token).build())
         .template_body(template.to_string())
         .parameters(parameter(
             "MaxReceiveCount",
@@ -528,8 +574,15 @@ pub async fn provision(
         ))
         .parameters(parameter(ROLE_PARAMETER, role_arn))
         .send()
-        .await
-        .map_err(store_error("create stack"))?;
+        .await;
+    if let Err(e) = created {
+        let already_exists = e
+            .as_service_error()
+            .is_some_and(|s| s.is_already_exists_exception());
+        if !(already_exists && created_by(&cfn, prefix, &token).await?) {
+            return Err(store_error("create stack")(e));
+        }
+    }
     let status = wait_until_settled(
         || async {
             let out = cfn
@@ -708,6 +761,19 @@ mod tests {
 
     fn resources(v: &Value) -> &Map<String, Value> {
         v["Resources"].as_object().unwrap()
+    }
+
+    #[test]
+    fn request_tokens_are_valid_for_cloudformation_and_unique_per_call() {
+        let long = format!("x_y.z:{}", "a".repeat(200));
+        let (a, b) = (request_token(&long), request_token(&long));
+        assert_ne!(a, b);
+        assert!(a.len() <= 128, "{a}");
+        assert!(a.starts_with(|c: char| c.is_ascii_alphabetic()), "{a}");
+        assert!(
+            a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+            "{a}"
+        );
     }
 
     #[test]
