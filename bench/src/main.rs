@@ -125,6 +125,10 @@ fn handler_overhead() {
             BreakerConfig::default(),
             Duration::from_secs(60),
         ),
+        governor: courier_send::governor::Governor::new(
+            Arc::new(courier::memory::MemorySendSchedule::default()),
+            std::collections::BTreeMap::new(),
+        ),
         policy: RetryPolicy::default(),
         clock: clock.clone(),
         config: SendConfig::default(),

@@ -34,6 +34,7 @@ pub mod memory;
 pub mod policy;
 pub mod ports;
 pub mod random;
+pub mod rate;
 pub mod render;
 pub mod reputation;
 pub mod smtp;

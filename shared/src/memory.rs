@@ -11,9 +11,9 @@ use crate::breaker::BreakerState;
 use crate::ports::{
     BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink,
     HistoryEntry, JobRecord, Mailer, OpenState, OutgoingEmail, PoisonList, Receipt,
-    ReputationStore, Requeue, Resend, RetryScheduler, SendFailure, Sightings, StatusStore,
-    StatusUpdate, StoreError, SuppressionList, SweepMark, Template, TemplateError, TemplateStore,
-    judge_claim,
+    ReputationStore, Requeue, Resend, RetryScheduler, SendFailure, SendSchedule, Sightings,
+    StatusStore, StatusUpdate, StoreError, SuppressionList, SweepMark, Template, TemplateError,
+    TemplateStore, judge_claim,
 };
 use crate::status::Status;
 
@@ -846,5 +846,32 @@ impl ReputationStore for MemoryReputationStore {
             }
         }
         Ok(sum)
+    }
+}
+
+/// Send-rate schedules in a map: [`crate::rate::reserve`] under a lock.
+#[derive(Debug, Default)]
+pub struct MemorySendSchedule {
+    pub tats: Mutex<BTreeMap<String, i64>>,
+    pub fail: FailNext,
+}
+
+#[async_trait::async_trait]
+impl SendSchedule for MemorySendSchedule {
+    async fn reserve(
+        &self,
+        key: &str,
+        now_us: i64,
+        cost_us: i64,
+        max_ahead_us: i64,
+    ) -> Result<crate::rate::Reservation, StoreError> {
+        self.fail.take("send schedule")?;
+        let mut tats = lock(&self.tats);
+        let (answer, next) =
+            crate::rate::reserve(tats.get(key).copied(), now_us, cost_us, max_ahead_us);
+        if let Some(next) = next {
+            tats.insert(key.to_owned(), next);
+        }
+        Ok(answer)
     }
 }

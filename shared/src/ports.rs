@@ -642,6 +642,21 @@ pub trait ReputationStore: Send + Sync {
     ) -> Result<crate::reputation::ReputationCounts, StoreError>;
 }
 
+/// The shared send-rate schedules, one per provider (see [`crate::rate`]).
+#[async_trait::async_trait]
+pub trait SendSchedule: Send + Sync {
+    /// Reserves `cost_us` of `key`'s schedule at `now_us` unless it is booked more than
+    /// `max_ahead_us` past now: [`crate::rate::reserve`], performed atomically on the shared
+    /// state.
+    async fn reserve(
+        &self,
+        key: &str,
+        now_us: i64,
+        cost_us: i64,
+        max_ahead_us: i64,
+    ) -> Result<crate::rate::Reservation, StoreError>;
+}
+
 /// The clock, as a port so handlers can be tested on a fixed time.
 pub trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;

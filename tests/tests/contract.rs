@@ -1200,3 +1200,87 @@ async fn sightings_and_reputation_memory_and_dynamodb() {
     );
     sightings_and_reputation_contract(&control, &control).await;
 }
+
+async fn send_schedule_contract(schedule: &dyn SendSchedule, concurrent: bool) {
+    use courier::rate::Reservation::{Granted, Refused};
+    let key = unique("rate");
+    let (now, cost, ahead) = (1_000_000_000_i64, 20_000, 50_000);
+    // a fresh schedule starts now; the next reservation follows it
+    assert_eq!(
+        schedule.reserve(&key, now, cost, ahead).await.unwrap(),
+        Granted { start_us: now }
+    );
+    assert_eq!(
+        schedule.reserve(&key, now, cost, ahead).await.unwrap(),
+        Granted {
+            start_us: now + cost
+        }
+    );
+    assert_eq!(
+        schedule.reserve(&key, now + 1, cost, ahead).await.unwrap(),
+        Granted {
+            start_us: now + 2 * cost
+        }
+    );
+    // booked 60 ms ahead of now, past the 50 ms horizon: refused, and nothing is booked
+    assert_eq!(
+        schedule.reserve(&key, now, cost, ahead).await.unwrap(),
+        Refused {
+            booked_until_us: now + 3 * cost
+        }
+    );
+    assert_eq!(
+        schedule
+            .reserve(&key, now + cost, cost, ahead)
+            .await
+            .unwrap(),
+        Granted {
+            start_us: now + 3 * cost
+        }
+    );
+    // a schedule that fell behind restarts at now
+    let later = now + 10_000_000;
+    assert_eq!(
+        schedule.reserve(&key, later, cost, ahead).await.unwrap(),
+        Granted { start_us: later }
+    );
+    // schedules are per key
+    assert_eq!(
+        schedule
+            .reserve(&format!("{key}-other"), now, cost, ahead)
+            .await
+            .unwrap(),
+        Granted { start_us: now }
+    );
+    if concurrent {
+        // 12 instances at once on a fresh schedule: distinct, non-overlapping slots
+        let key = unique("rate-race");
+        let starts = futures::future::join_all(
+            (0..12).map(|_| schedule.reserve(&key, now, cost, 1_000_000)),
+        )
+        .await;
+        let mut starts: Vec<i64> = starts
+            .into_iter()
+            .map(|r| match r.unwrap() {
+                Granted { start_us } => start_us,
+                Refused { .. } => panic!("refused within the horizon"),
+            })
+            .collect();
+        starts.sort_unstable();
+        let expected: Vec<i64> = (0..12).map(|i| now + i * cost).collect();
+        assert_eq!(starts, expected);
+    }
+}
+
+#[tokio::test]
+async fn send_schedule_memory_and_dynamodb() {
+    send_schedule_contract(&MemorySendSchedule::default(), true).await;
+    let stack = Stack::create(&["ses"]).await;
+    let control = DynamoDbControlTable::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.breaker_table,
+        Duration::from_secs(60),
+    );
+    // The race is asserted where conditional writes are atomic (see atomic_conditional_writes).
+    send_schedule_contract(&control, courier_integration::atomic_conditional_writes()).await;
+}

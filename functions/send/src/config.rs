@@ -1,10 +1,12 @@
 //! Configuration, parsed once at INIT from the environment (see the README's configuration
 //! reference). `from_lookup` lets tests avoid the process environment.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use courier::breaker::BreakerConfig;
 use courier::policy::{PolicyError, RetryPolicy, parse_duration};
+use courier::rate::RateLimit;
 
 /// The send function's settings.
 #[derive(Debug, Clone)]
@@ -20,6 +22,9 @@ pub struct SendConfig {
     /// How long breaker state is cached per instance.
     pub breaker_cache: Duration,
     pub breaker: BreakerConfig,
+    /// Send-rate limits by provider (`COURIER_SEND_RATE_SES`, `COURIER_SEND_RATE_SMTP`): all
+    /// instances together call the provider at most this often (see `courier::rate`).
+    pub rate_limits: BTreeMap<String, RateLimit>,
 }
 
 impl Default for SendConfig {
@@ -31,6 +36,7 @@ impl Default for SendConfig {
             ambiguity_grace: Duration::from_secs(900),
             breaker_cache: Duration::from_secs(2),
             breaker: BreakerConfig::default(),
+            rate_limits: BTreeMap::new(),
         }
     }
 }
@@ -106,6 +112,62 @@ fn required(
         .ok_or(ConfigError::Missing { name })
 }
 
+/// The send-rate limits of the configured providers.
+fn rate_limits(
+    lookup: &impl Fn(&str) -> Option<String>,
+    providers: &[String],
+) -> Result<BTreeMap<String, RateLimit>, ConfigError> {
+    let max_ahead = duration(
+        lookup,
+        "COURIER_SEND_RATE_MAX_AHEAD",
+        RateLimit::DEFAULT_MAX_AHEAD,
+    )?;
+    let chunk = match lookup("COURIER_SEND_RATE_CHUNK") {
+        None => RateLimit::DEFAULT_CHUNK,
+        Some(v) => v.parse().map_err(|_| ConfigError::Invalid {
+            name: "COURIER_SEND_RATE_CHUNK",
+            value: v.clone(),
+            problem: "must be a whole number of slots".into(),
+        })?,
+    };
+    let mut limits = BTreeMap::new();
+    for (provider, name) in [
+        ("ses", "COURIER_SEND_RATE_SES"),
+        ("smtp", "COURIER_SEND_RATE_SMTP"),
+    ] {
+        let Some(v) = lookup(name).filter(|v| !v.trim().is_empty()) else {
+            continue;
+        };
+        let per_sec: f64 = v.trim().parse().map_err(|_| ConfigError::Invalid {
+            name,
+            value: v.clone(),
+            problem: "must be a number of calls per second".into(),
+        })?;
+        let limit = RateLimit {
+            per_sec,
+            max_ahead,
+            chunk,
+        }
+        .validated()
+        .map_err(|e| {
+            let name = match e {
+                courier::rate::RateLimitError::Rate(_) => name,
+                courier::rate::RateLimitError::Chunk(_) => "COURIER_SEND_RATE_CHUNK",
+                courier::rate::RateLimitError::Ahead(_) => "COURIER_SEND_RATE_MAX_AHEAD",
+            };
+            ConfigError::Invalid {
+                name,
+                value: lookup(name).unwrap_or_default(),
+                problem: e.to_string(),
+            }
+        })?;
+        if providers.iter().any(|p| p == provider) {
+            limits.insert(provider.to_owned(), limit);
+        }
+    }
+    Ok(limits)
+}
+
 impl SendConfig {
     pub fn from_lookup(
         lookup: impl Fn(&str) -> Option<String>,
@@ -179,6 +241,7 @@ impl SendConfig {
             ses_configuration_set: lookup("COURIER_SES_CONFIGURATION_SET"),
             smtp,
         };
+        config.rate_limits = rate_limits(&lookup, &resources.providers)?;
         let policy = RetryPolicy::from_lookup(&lookup)?;
         Ok((config, resources, policy))
     }
@@ -227,6 +290,22 @@ mod tests {
     }
 
     #[test]
+    fn send_rate_limits_per_provider() {
+        let mut env = base();
+        env.insert("COURIER_SEND_RATE_SES", "14".into());
+        env.insert("COURIER_SEND_RATE_MAX_AHEAD", "3s".into());
+        let (config, _, _) = parse(&env).unwrap();
+        let ses = config.rate_limits["ses"];
+        assert_eq!(ses.per_sec, 14.0);
+        assert_eq!(ses.max_ahead, Duration::from_secs(3));
+        assert_eq!(ses.chunk, 10);
+        // none by default, and none for a provider that is not configured
+        assert!(parse(&base()).unwrap().0.rate_limits.is_empty());
+        env.insert("COURIER_SEND_RATE_SMTP", "5".into());
+        assert!(!parse(&env).unwrap().0.rate_limits.contains_key("smtp"));
+    }
+
+    #[test]
     fn errors_name_the_variable() {
         let cases: Vec<(&'static str, &str, &str)> = vec![
             ("COURIER_CONCURRENCY", "0", "COURIER_CONCURRENCY"),
@@ -234,6 +313,14 @@ mod tests {
             ("COURIER_PROVIDERS", "pigeon", "COURIER_PROVIDERS"),
             ("COURIER_PROVIDERS", "smtp", "COURIER_SMTP_HOST"),
             ("COURIER_RETRY_POLICY_JSON", "{", "retry policy"),
+            ("COURIER_SEND_RATE_SES", "fast", "COURIER_SEND_RATE_SES"),
+            ("COURIER_SEND_RATE_SES", "0", "COURIER_SEND_RATE_SES"),
+            ("COURIER_SEND_RATE_CHUNK", "many", "COURIER_SEND_RATE_CHUNK"),
+            (
+                "COURIER_SEND_RATE_MAX_AHEAD",
+                "soon",
+                "COURIER_SEND_RATE_MAX_AHEAD",
+            ),
         ];
         for (k, v, needle) in cases {
             let mut env = base();

@@ -17,6 +17,7 @@
 pub mod breakers;
 pub mod config;
 pub mod driver;
+pub mod governor;
 pub mod metrics;
 pub mod wiring;
 
@@ -45,6 +46,7 @@ use futures::StreamExt;
 use tracing::{Instrument, info, warn};
 
 pub use config::SendConfig;
+use governor::Permit;
 use metrics::{Metrics, Outcome};
 
 /// Everything the pipeline needs, wired once at start-up.
@@ -59,6 +61,8 @@ pub struct Pipeline {
     pub poison: Arc<dyn PoisonList>,
     pub templates: Arc<dyn TemplateStore>,
     pub breakers: breakers::Breakers,
+    /// The providers' shared send-rate schedules.
+    pub governor: governor::Governor,
     pub policy: RetryPolicy,
     pub clock: Arc<dyn Clock>,
     pub config: SendConfig,
@@ -380,7 +384,11 @@ impl Pipeline {
             }
         }
         // 5-8. Provider, render, send, act.
-        let step = self.attempt(&incoming, &suppressed, now, &owner).await;
+        let send_by = claim.lease_until
+            - chrono::Duration::from_std(self.config.lease_margin).unwrap_or_default();
+        let step = self
+            .attempt(&incoming, &suppressed, now, &owner, send_by)
+            .await;
         if let Step::Fail(_) = &step {
             // Release the lease so the redelivered copy need not wait for it to expire.
             let release = self.update(
@@ -403,6 +411,7 @@ impl Pipeline {
         suppressed: &[String],
         now: DateTime<Utc>,
         owner: &str,
+        send_by: DateTime<Utc>,
     ) -> Step {
         let job = &incoming.job;
         // 6. Render (before choosing a provider: a rendering failure costs no provider call).
@@ -451,6 +460,7 @@ impl Pipeline {
             order.sort_by_key(|m| m.name() != name);
         }
         let mut earliest_retry: Option<DateTime<Utc>> = None;
+        let mut rate_limited = false;
         let domain = email.from.email.domain().to_owned();
         for mailer in order {
             let name = mailer.name().to_owned();
@@ -469,7 +479,27 @@ impl Pipeline {
                     earliest_retry = Some(earliest_retry.map_or(retry_at, |t| t.min(retry_at)));
                     continue;
                 }
-                Admission::Allow | Admission::Probe => {}
+                // A half-open probe goes at once: holding it back could strand the probe slot.
+                Admission::Probe => {}
+                Admission::Allow => match self.governor.permit(&name, now).await {
+                    Ok(Permit::Go { wait }) if wait.is_zero() => {}
+                    Ok(Permit::Go { wait }) if self.now() + wait < send_by => {
+                        tokio::time::sleep(wait).await;
+                    }
+                    Ok(Permit::Go { wait }) => {
+                        let until = now + chrono::Duration::from_std(wait).unwrap_or_default();
+                        warn!(provider = %name, %until, "send-rate slot past the lease; deferred");
+                        earliest_retry = Some(earliest_retry.map_or(until, |t| t.min(until)));
+                        continue;
+                    }
+                    Ok(Permit::Refused { until }) => {
+                        info!(provider = %name, %until, "send-rate quota booked; deferred");
+                        earliest_retry = Some(earliest_retry.map_or(until, |t| t.min(until)));
+                        rate_limited = true;
+                        continue;
+                    }
+                    Err(e) => return Step::Fail(e.to_string()),
+                },
             }
             // 7. Send.
             let started = std::time::Instant::now();
@@ -526,11 +556,21 @@ impl Pipeline {
             };
         }
         let retry_at = earliest_retry.unwrap_or(now);
-        let verdict = Verdict::local(
-            ErrorClass::CircuitOpen,
-            "breaker-open",
-            format!("every provider's circuit is open until {retry_at}"),
-        );
+        let verdict = if rate_limited {
+            Verdict::local(
+                ErrorClass::CircuitOpen,
+                "send-rate",
+                format!(
+                    "no provider could take the message now (the send-rate quota is booked until {retry_at})"
+                ),
+            )
+        } else {
+            Verdict::local(
+                ErrorClass::CircuitOpen,
+                "breaker-open",
+                format!("every provider's circuit is open until {retry_at}"),
+            )
+        };
         self.after_failure(incoming, verdict, None, now, owner, false)
             .await
     }

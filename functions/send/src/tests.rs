@@ -61,6 +61,7 @@ fn world_with(mailer: MemoryMailer) -> World {
             BreakerConfig::default(),
             std::time::Duration::from_secs(0),
         ),
+        governor: unlimited(),
         policy: RetryPolicy::default(),
         clock: clock.clone(),
         config: SendConfig::default(),
@@ -113,8 +114,30 @@ impl World {
     }
 }
 
+/// A governor with no rate limits.
+fn unlimited() -> crate::governor::Governor {
+    crate::governor::Governor::new(
+        Arc::new(courier::memory::MemorySendSchedule::default()),
+        std::collections::BTreeMap::new(),
+    )
+}
+
 /// The world's pipeline with its breakers on `store` (shared state, no cache).
 fn with_breaker_store(w: &World, store: Arc<MemoryBreakerStore>, seed: u64) -> Arc<Pipeline> {
+    rebuilt(w, store, seed, unlimited())
+}
+
+/// The world's pipeline with the send-rate `governor`.
+fn with_governor(w: &World, governor: crate::governor::Governor) -> Arc<Pipeline> {
+    rebuilt(w, Arc::new(MemoryBreakerStore::default()), 3, governor)
+}
+
+fn rebuilt(
+    w: &World,
+    store: Arc<MemoryBreakerStore>,
+    seed: u64,
+    governor: crate::governor::Governor,
+) -> Arc<Pipeline> {
     Arc::new(Pipeline {
         status: w.pipeline.status.clone(),
         mailers: w.pipeline.mailers.clone(),
@@ -128,6 +151,7 @@ fn with_breaker_store(w: &World, store: Arc<MemoryBreakerStore>, seed: u64) -> A
             BreakerConfig::default(),
             std::time::Duration::from_secs(0),
         ),
+        governor,
         policy: RetryPolicy::default(),
         clock: w.clock.clone(),
         config: SendConfig::default(),
@@ -814,4 +838,134 @@ async fn a_new_error_code_that_classifies_as_unknown_is_counted_once() {
     assert_eq!(first.metrics.counts.get("Failures_unknown"), Some(&2));
     let second = w.run(vec![rec("c", job("m3", "cy@example.org"))]).await;
     assert_eq!(second.metrics.counts.get("NewUnknownErrorCode"), None);
+}
+
+/// A governor limiting `ses` to 10 calls/s (horizon 5 s, chunks of 10) on `schedule`, whose
+/// next free slot is `booked_from` (None: unused).
+fn ses_governor(
+    schedule: &Arc<MemorySendSchedule>,
+    booked_from: Option<DateTime<Utc>>,
+) -> crate::governor::Governor {
+    if let Some(t) = booked_from {
+        schedule
+            .tats
+            .lock()
+            .unwrap()
+            .insert("ses".into(), t.timestamp_micros());
+    }
+    crate::governor::Governor::new(
+        schedule.clone(),
+        std::collections::BTreeMap::from([(
+            "ses".to_owned(),
+            courier::rate::RateLimit::per_second(10.0).unwrap(),
+        )]),
+    )
+}
+
+#[tokio::test]
+async fn a_send_waits_for_its_slot_in_the_shared_schedule() {
+    // GIVEN a schedule whose next free slot is 150 ms away
+    let w = world_with(MemoryMailer::accepting("ses"));
+    let schedule = Arc::new(MemorySendSchedule::default());
+    let booked = t0() + chrono::Duration::milliseconds(150);
+    let pipeline = with_governor(&w, ses_governor(&schedule, Some(booked)));
+    // WHEN a job is sent
+    let started = std::time::Instant::now();
+    let report = pipeline
+        .handle_records(
+            vec![rec("a", job("slot", "a@example.org"))],
+            t0() + chrono::Duration::seconds(60),
+            "req",
+        )
+        .await;
+    // THEN it went out after waiting for the slot, and the chunk of 10 slots is booked
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(150));
+    assert_eq!(
+        schedule.tats.lock().unwrap()["ses"],
+        (booked + chrono::Duration::seconds(1)).timestamp_micros()
+    );
+}
+
+#[tokio::test]
+async fn a_booked_out_schedule_defers_the_job_without_a_call_or_an_attempt() {
+    // GIVEN a schedule booked 30 s ahead (past the 5 s horizon)
+    let w = world_with(MemoryMailer::accepting("ses"));
+    let schedule = Arc::new(MemorySendSchedule::default());
+    let pipeline = with_governor(
+        &w,
+        ses_governor(&schedule, Some(t0() + chrono::Duration::seconds(30))),
+    );
+    let report = pipeline
+        .handle_records(
+            vec![rec("a", job("later", "a@example.org"))],
+            t0() + chrono::Duration::seconds(60),
+            "req",
+        )
+        .await;
+    // THEN nothing was sent; the job waits in the queue like one behind an open circuit
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 0);
+    assert_eq!(report.metrics.counts.get("Retried_circuit_open"), Some(&1));
+    let queued = w.scheduler.queued.lock().unwrap();
+    let copy = courier::envelope::parse_body(queued.last().unwrap().body.as_bytes()).unwrap();
+    assert_eq!(copy.retry.spent, 0);
+    let record = w.status.records.lock().unwrap()["later"].clone();
+    let last = record.history.last().unwrap();
+    assert!(
+        last.detail.as_deref().unwrap_or("").contains("send-rate"),
+        "{last:?}"
+    );
+    // AND nothing was booked for it
+    assert_eq!(
+        schedule.tats.lock().unwrap()["ses"],
+        (t0() + chrono::Duration::seconds(30)).timestamp_micros()
+    );
+}
+
+#[tokio::test]
+async fn a_slot_later_than_the_lease_allows_defers_the_job() {
+    // GIVEN a slot 4 s away (within the horizon) but an invocation with 8 s left and a 5 s
+    // lease margin
+    let w = world_with(MemoryMailer::accepting("ses"));
+    let schedule = Arc::new(MemorySendSchedule::default());
+    let pipeline = with_governor(
+        &w,
+        ses_governor(&schedule, Some(t0() + chrono::Duration::seconds(4))),
+    );
+    let report = pipeline
+        .handle_records(
+            vec![rec("a", job("tight", "a@example.org"))],
+            t0() + chrono::Duration::seconds(8),
+            "req",
+        )
+        .await;
+    // THEN it does not sleep past its lease: deferred, not sent
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 0);
+    assert_eq!(report.metrics.counts.get("Retried_circuit_open"), Some(&1));
+}
+
+#[tokio::test]
+async fn an_unreachable_schedule_leaves_the_record_for_redelivery_and_releases_it() {
+    let w = world_with(MemoryMailer::accepting("ses"));
+    let schedule = Arc::new(MemorySendSchedule::default());
+    schedule.fail.set(1);
+    let pipeline = with_governor(&w, ses_governor(&schedule, None));
+    let report = pipeline
+        .handle_records(
+            vec![rec("a", job("nosched", "a@example.org"))],
+            t0() + chrono::Duration::seconds(60),
+            "req",
+        )
+        .await;
+    assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert!(
+        report.reasons[0].contains("send schedule"),
+        "{:?}",
+        report.reasons
+    );
+    assert_eq!(w.mailer.sent_count(), 0);
+    assert_eq!(w.status_of("nosched"), Some(Status::Deferred));
 }

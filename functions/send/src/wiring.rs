@@ -16,6 +16,7 @@ use courier::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity, SmtpSetupError};
 use crate::Pipeline;
 use crate::breakers::Breakers;
 use crate::config::{ConfigError, Resources, SendConfig};
+use crate::governor::Governor;
 
 /// Why the function could not start.
 #[derive(Debug, thiserror::Error)]
@@ -106,6 +107,7 @@ pub fn wire(
         )),
         sightings: control.clone(),
         new_codes: std::sync::Mutex::new(Vec::new()),
+        governor: Governor::new(control.clone(), config.rate_limits.clone()),
         breakers: Breakers::new(control, config.breaker, config.breaker_cache),
         policy,
         clock: Arc::new(SystemClock),

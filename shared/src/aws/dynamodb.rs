@@ -18,9 +18,10 @@ use super::store_error as err;
 use crate::breaker::BreakerState;
 use crate::ports::{
     BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, HistoryEntry, JobRecord, OpenState,
-    PoisonList, ReputationStore, Resend, Sightings, StatusStore, StatusUpdate, StoreError,
-    SuppressionList, SweepMark, judge_claim,
+    PoisonList, ReputationStore, Resend, SendSchedule, Sightings, StatusStore, StatusUpdate,
+    StoreError, SuppressionList, SweepMark, judge_claim,
 };
+use crate::rate::Reservation;
 use crate::reputation::ReputationCounts;
 use crate::status::{Status, predecessors};
 
@@ -1077,6 +1078,115 @@ impl Sightings for DynamoDbControlTable {
             .send()
             .await;
         Ok(super::conditional(result, "code sighting")?.is_some())
+    }
+}
+
+/// Send-rate schedules live at (`rate`, `<provider>`) in the control table: one number, `tat`,
+/// the next free slot in microseconds (see [`crate::rate`]).
+///
+/// A reservation is usually one conditional update (`tat` within the horizon: move it on). When
+/// that fails, the old value (returned with the failure, or read when an emulator does not
+/// return it) tells why: booked past the horizon (refused, nothing written), or lagging behind
+/// now or absent (restart the schedule at now, conditionally), or moved by another instance in
+/// between (try again).
+#[async_trait::async_trait]
+impl SendSchedule for DynamoDbControlTable {
+    async fn reserve(
+        &self,
+        key: &str,
+        now_us: i64,
+        cost_us: i64,
+        max_ahead_us: i64,
+    ) -> Result<Reservation, StoreError> {
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+        const TRIES: usize = 5;
+        let mut last_seen = None;
+        for _ in 0..TRIES {
+            let moved = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key("pk", s("rate"))
+                .key("sk", s(key))
+                .update_expression("SET tat = tat + :cost")
+                .condition_expression("tat BETWEEN :now AND :horizon")
+                .expression_attribute_values(":cost", n(cost_us))
+                .expression_attribute_values(":now", n(now_us))
+                .expression_attribute_values(":horizon", n(now_us.saturating_add(max_ahead_us)))
+                .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
+                .return_values_on_condition_check_failure(
+                    ReturnValuesOnConditionCheckFailure::AllOld,
+                )
+                .send()
+                .await;
+            let old = match moved {
+                Ok(out) => {
+                    let tat = out
+                        .attributes
+                        .as_ref()
+                        .and_then(|a| get_n(a, "tat"))
+                        .ok_or_else(|| StoreError::msg("send schedule", "no tat returned"))?;
+                    return Ok(Reservation::Granted {
+                        start_us: tat - cost_us,
+                    });
+                }
+                Err(e) => match e.as_service_error() {
+                    Some(UpdateItemError::ConditionalCheckFailedException(failed)) => {
+                        match failed.item() {
+                            Some(item) => get_n(item, "tat"),
+                            None => self.read_tat(key).await?,
+                        }
+                    }
+                    _ => return Err(err("send schedule")(e)),
+                },
+            };
+            last_seen = old;
+            match old {
+                Some(tat) if tat > now_us.saturating_add(max_ahead_us) => {
+                    return Ok(Reservation::Refused {
+                        booked_until_us: tat,
+                    });
+                }
+                // Moved into the window by another instance since: book on it.
+                Some(tat) if tat >= now_us => continue,
+                _ => {}
+            }
+            let restarted = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .key("pk", s("rate"))
+                .key("sk", s(key))
+                .update_expression("SET tat = :next")
+                .condition_expression("attribute_not_exists(tat) OR tat < :now")
+                .expression_attribute_values(":next", n(now_us.saturating_add(cost_us)))
+                .expression_attribute_values(":now", n(now_us))
+                .send()
+                .await;
+            if super::conditional(restarted, "send schedule")?.is_some() {
+                return Ok(Reservation::Granted { start_us: now_us });
+            }
+        }
+        // Five lost races in a row: the schedule is hot; treat it as booked.
+        Ok(Reservation::Refused {
+            booked_until_us: last_seen.unwrap_or(now_us).max(now_us),
+        })
+    }
+}
+
+impl DynamoDbControlTable {
+    async fn read_tat(&self, key: &str) -> Result<Option<i64>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s("rate"))
+            .key("sk", s(key))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(err("send schedule"))?;
+        Ok(out.item.as_ref().and_then(|i| get_n(i, "tat")))
     }
 }
 
