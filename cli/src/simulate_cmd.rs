@@ -47,11 +47,16 @@ pub(crate) struct SimulateArgs {
     /// No circuit breaker at all.
     #[arg(long)]
     no_breaker: bool,
+    /// The send-rate governor (COURIER_SEND_RATE_*): `quota` (paced at the provider's quota,
+    /// as Courier should be deployed), a number of calls per second, or `off`.
+    #[arg(long, default_value = "quota")]
+    send_rate: String,
     /// A retry policy JSON file (as COURIER_RETRY_POLICY_FILE).
     #[arg(long)]
     policy: Option<String>,
-    /// Run side by side: every jitter strategy, or several breaker settings.
-    #[arg(long, value_parser = ["jitter", "breaker"])]
+    /// Run side by side: every jitter strategy, several breaker settings, or the send-rate
+    /// governor off and on.
+    #[arg(long, value_parser = ["jitter", "breaker", "governor"])]
     compare: Option<String>,
     /// Print the report(s) as JSON.
     #[arg(long)]
@@ -121,6 +126,13 @@ pub(crate) fn scenario(a: &SimulateArgs) -> Result<Scenario, String> {
     if a.no_breaker {
         sc.breaker = None;
     }
+    sc.send_rate = match a.send_rate.as_str() {
+        "off" => None,
+        "quota" => Some(Scenario::send_rate_of(sc.provider.quota_per_sec)),
+        n => Some(Scenario::send_rate_of(n.parse().map_err(|_| {
+            format!("--send-rate {n:?}: use quota, off or a number of calls per second")
+        })?)),
+    };
     if let Some(path) = &a.policy {
         let text = std::fs::read_to_string(path).map_err(|e| format!("--policy {path}: {e}"))?;
         sc.policy = RetryPolicy::from_json(&text).map_err(|e| e.to_string())?;
@@ -210,6 +222,16 @@ mod tests {
         assert!(sc.faults.iter().all(|f| f.duration_secs == 120));
         assert!(sc.breaker.is_none());
         assert_eq!(sc.priority, Priority::Bulk);
+        // the governor follows the quota unless told otherwise
+        assert_eq!(sc.send_rate.map(|r| r.per_sec), Some(20.0));
+        let off = scenario(&parse(&["steady", "--send-rate", "off"])).unwrap();
+        assert!(off.send_rate.is_none());
+        let n = scenario(&parse(&["steady", "--send-rate", "12.5"])).unwrap();
+        assert_eq!(n.send_rate.map(|r| r.per_sec), Some(12.5));
+        let bad = scenario(&parse(&["steady", "--send-rate", "fast"])).unwrap_err();
+        assert!(bad.contains("--send-rate"), "{bad}");
+        let zero = scenario(&parse(&["steady", "--send-rate", "0"])).unwrap_err();
+        assert!(zero.contains("send rate"), "{zero}");
         assert!(scenario(&parse(&["nope"])).unwrap_err().contains("known:"));
         assert!(scenario(&parse(&["steady", "--arrival", "5y"])).is_err());
     }

@@ -48,12 +48,15 @@ pub enum ErrorClass {
     Poison,
     /// Local: the provider's circuit breaker is open; nothing was sent.
     CircuitOpen,
+    /// Local: the provider's shared send-rate schedule is booked past its horizon (see
+    /// `courier::rate`); nothing was sent.
+    RateLimited,
     /// Nothing matched; handled conservatively (limited retries, then review).
     Unknown,
 }
 
 impl ErrorClass {
-    pub const ALL: [ErrorClass; 13] = [
+    pub const ALL: [ErrorClass; 14] = [
         ErrorClass::Network,
         ErrorClass::Tls,
         ErrorClass::Throttled,
@@ -66,6 +69,7 @@ impl ErrorClass {
         ErrorClass::InvalidJob,
         ErrorClass::Poison,
         ErrorClass::CircuitOpen,
+        ErrorClass::RateLimited,
         ErrorClass::Unknown,
     ];
 
@@ -84,6 +88,7 @@ impl ErrorClass {
             ErrorClass::InvalidJob => "invalid_job",
             ErrorClass::Poison => "poison",
             ErrorClass::CircuitOpen => "circuit_open",
+            ErrorClass::RateLimited => "rate_limited",
             ErrorClass::Unknown => "unknown",
         }
     }
@@ -103,6 +108,7 @@ impl ErrorClass {
                 | ErrorClass::ProviderUnavailable
                 | ErrorClass::MailboxTemporary
                 | ErrorClass::CircuitOpen
+                | ErrorClass::RateLimited
                 | ErrorClass::Unknown
         )
     }

@@ -585,6 +585,23 @@ fn default_tier(short_horizon: u64, mailbox_horizon: u64) -> TierPolicy {
             ),
         ),
         (
+            // Short first waits (the schedule is booked only seconds ahead), backing off while
+            // the backlog lasts; counted apart from circuit_open, so the waits of an outage do
+            // not carry over into the drain after it.
+            RateLimited,
+            rule(
+                10_000,
+                Schedule::Exponential {
+                    base: 5,
+                    factor: 1.5,
+                    cap: 5 * MINUTE,
+                },
+                Jitter::Equal,
+                false,
+                short_horizon,
+            ),
+        ),
+        (
             Unknown,
             rule(
                 3,

@@ -15,7 +15,7 @@
 //! `max(tat, now)` on, and `tat` moves `n` spacings on. Every reservation succeeds while the
 //! schedule is booked at most `max_ahead` past now; the instance then waits for its slot (at
 //! most `max_ahead`) and sends. Beyond that it is refused without booking anything, and the job
-//! waits in the queue like a job behind an open circuit (class `circuit_open`, no attempt spent).
+//! waits in the queue (class `rate_limited`, no attempt spent, its own short back-off).
 //! Calls are thus spaced at least `1 / per_sec` apart across all instances: in any second at
 //! most `per_sec` calls start.
 //!

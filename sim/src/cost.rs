@@ -38,6 +38,8 @@ pub struct AwsCalls {
     pub ddb_status_write: u64,
     pub ddb_breaker_read: u64,
     pub ddb_breaker_write: u64,
+    /// Send-rate schedule reservations (granted or refused: a conditional write either way).
+    pub ddb_rate_write: u64,
     pub ddb_poison_read: u64,
     pub ddb_letter_write: u64,
     pub ddb_suppression_write: u64,
@@ -63,6 +65,7 @@ impl AwsCalls {
             + self.ddb_claim
             + self.ddb_status_write
             + self.ddb_breaker_write
+            + self.ddb_rate_write
             + self.ddb_letter_write
             + self.ddb_suppression_write
             + self.sfn_start
@@ -140,6 +143,7 @@ impl Cost {
         let wru = calls.ddb_claim * CLAIM_WRU
             + calls.ddb_status_write
             + calls.ddb_breaker_write
+            + calls.ddb_rate_write
             + calls.ddb_letter_write * LETTER_WRU
             + calls.ddb_suppression_write;
         let rru = calls.ddb_breaker_read + calls.ddb_poison_read;

@@ -14,6 +14,7 @@ use courier::breaker::{Admission, BreakerState};
 use courier::classify::ErrorClass;
 use courier::policy::{Decision, DelayMechanism, MAX_QUEUE_DELAY_SECS, RetryState};
 use courier::random::{RandomSource, SeededRandom};
+use courier::rate::{Allowance, Reservation};
 
 use crate::breakers::{InstanceBreaker, SharedBreaker};
 use crate::cost::{AwsCalls, Cost, PRICES, SFN_TRANSITIONS_PER_WAIT};
@@ -39,6 +40,8 @@ enum Ev {
     Visible(u32),
     /// A poller's receive returns.
     Poll(u32),
+    /// An instance's next send-rate slot has come.
+    Send(u32),
     /// An invocation ends.
     Done(u32),
     Scale,
@@ -83,6 +86,25 @@ struct Instance {
     idle_since: u64,
     poison_fetched: Option<u64>,
     breaker: InstanceBreaker,
+    /// Send-rate slots reserved and not yet used.
+    allowance: Allowance,
+    /// The invocation in progress.
+    batch: BatchState,
+}
+
+/// What an invocation has done so far (it may wait for send-rate slots between records).
+#[derive(Debug, Clone, Default)]
+struct BatchState {
+    /// When the batch was received.
+    started: u64,
+    /// When its last step so far ends.
+    end: u64,
+    any_sfn: bool,
+    acked: usize,
+    /// Re-enqueues: (job, delay in ms).
+    requeues: Vec<(u32, u64)>,
+    /// Records waiting for their slot: (slot in ms, job), in slot order.
+    waiting: VecDeque<(u64, u32)>,
 }
 
 struct Engine<'a> {
@@ -108,6 +130,9 @@ struct Engine<'a> {
     per_sec_calls: Vec<u32>,
     per_sec_accepted: Vec<u32>,
     throttled: u64,
+    /// The shared send-rate schedule's next free slot (microseconds), as in `courier::rate`.
+    rate_tat: Option<i64>,
+    rate_refused: u64,
     failed_calls: u64,
     timed_out: u64,
     outage_calls: u64,
@@ -147,6 +172,7 @@ pub fn run(sc: &Scenario) -> Result<Report, String> {
                 e.wake();
             }
             Ev::Poll(inst) => e.poll(inst),
+            Ev::Send(inst) => e.send_waiting(inst),
             Ev::Done(inst) => e.done(inst),
             Ev::Scale => e.scale(),
         }
@@ -193,6 +219,8 @@ impl<'a> Engine<'a> {
             per_sec_calls: Vec::new(),
             per_sec_accepted: Vec::new(),
             throttled: 0,
+            rate_tat: None,
+            rate_refused: 0,
             failed_calls: 0,
             timed_out: 0,
             outage_calls: 0,
@@ -288,6 +316,8 @@ impl<'a> Engine<'a> {
                         idle_since: 0,
                         poison_fetched: None,
                         breaker: InstanceBreaker::default(),
+                        allowance: Allowance::default(),
+                        batch: BatchState::default(),
                     });
                     self.instances.len() - 1
                 }
@@ -399,11 +429,12 @@ impl<'a> Engine<'a> {
         }
         let tc = start + lat.dynamodb_ms;
         let in_outage = sc.in_outage(tc);
-        let mut longest_send = 0u64;
-        let mut any_sfn = false;
-        let mut acked = 0usize;
-        self.requeues.clear();
-        for &job in &batch {
+        self.instances[inst as usize].batch = BatchState {
+            started: t,
+            end: tc + lat.dynamodb_ms,
+            ..BatchState::default()
+        };
+        for (k, &job) in batch.iter().enumerate() {
             self.calls.ddb_claim += 1;
             if sc.aws_error_rate > 0.0 && self.rng_world.next_unit() < sc.aws_error_rate {
                 // A write failed: the lease is released and SQS redelivers the record.
@@ -411,7 +442,7 @@ impl<'a> Engine<'a> {
                 self.push(t + sc.sqs.visibility_timeout_secs * 1000, Ev::Visible(job));
                 continue;
             }
-            acked += 1;
+            self.instances[inst as usize].batch.acked += 1;
             if in_outage && self.jobs[job as usize].flags & F_OUTAGE == 0 {
                 self.jobs[job as usize].flags |= F_OUTAGE;
                 self.outage_jobs += 1;
@@ -425,101 +456,186 @@ impl<'a> Engine<'a> {
                 None => Admission::Allow,
             };
             if let Admission::Reject { .. } = admission {
-                any_sfn |= self.after_failure(job, ErrorClass::CircuitOpen, tc, false);
+                let sfn = self.after_failure(job, ErrorClass::CircuitOpen, tc, false);
+                self.instances[inst as usize].batch.any_sfn |= sfn;
                 continue;
             }
-            let answer = self
-                .provider
-                .call(sc, tc, self.share_of(job), &mut self.rng_world);
-            self.calls.provider_calls += 1;
-            if in_outage {
-                self.outage_calls += 1;
-                let j = &mut self.jobs[job as usize];
-                if j.flags & F_CALLED_IN_OUTAGE == 0 {
-                    j.flags |= F_CALLED_IN_OUTAGE;
-                    self.outage_calling_jobs += 1;
-                }
-            }
-            let (latency, accepted) = match answer {
-                Answer::Accepted { latency_ms } => (latency_ms, true),
-                Answer::Failed { latency_ms, .. } | Answer::TimedOut { latency_ms, .. } => (
-                    latency_ms,
-                    matches!(
-                        answer,
-                        Answer::TimedOut {
-                            delivered: true,
-                            ..
-                        }
-                    ),
-                ),
-            };
-            self.count_call(tc, accepted);
-            if accepted {
-                self.calls.provider_accepted += 1;
-            }
-            longest_send = longest_send.max(latency);
-            let done = tc + latency;
-            let (failed, class, ambiguous) = match answer {
-                Answer::Accepted { .. } => (false, None, false),
-                Answer::Failed { reply, .. } => {
-                    let class = self.provider.replies[reply].verdict.class;
-                    if class == ErrorClass::Throttled {
-                        self.throttled += 1;
-                    } else {
-                        self.failed_calls += 1;
+            // The send-rate governor (a half-open probe is never held back).
+            if admission == Admission::Allow && sc.send_rate.is_some() {
+                match self.slot(inst, tc, (batch.len() - k) as u32) {
+                    None => {
+                        self.rate_refused += 1;
+                        let sfn = self.after_failure(job, ErrorClass::RateLimited, tc, false);
+                        self.instances[inst as usize].batch.any_sfn |= sfn;
+                        continue;
                     }
-                    (class.counts_against_provider(), Some(class), false)
-                }
-                Answer::TimedOut { delivered, .. } => {
-                    self.timed_out += 1;
-                    if delivered {
-                        self.jobs[job as usize].flags |= F_MAYBE_DELIVERED;
+                    Some(slot) if slot > tc => {
+                        self.instances[inst as usize]
+                            .batch
+                            .waiting
+                            .push_back((slot, job));
+                        continue;
                     }
-                    let class = Provider::timeout_verdict().class;
-                    (class.counts_against_provider(), Some(class), true)
+                    Some(_) => {}
                 }
-            };
-            if let Some(shared) = self.shared.as_mut() {
-                self.instances[inst as usize].breaker.record(
-                    shared,
-                    failed,
-                    done,
-                    at(done),
-                    &mut self.calls,
-                );
             }
-            match class {
-                None => {
-                    self.calls.ddb_status_write += 1;
-                    if self.jobs[job as usize].flags & F_MAYBE_DELIVERED != 0 {
-                        self.possible_duplicates += 1;
-                    }
-                    self.finish(job, Fate::Sent, done + lat.dynamodb_ms);
-                }
-                Some(class) => any_sfn |= self.after_failure(job, class, done, ambiguous),
-            }
-        }
-        let mut end = tc + longest_send + lat.dynamodb_ms;
-        if any_sfn {
-            end += lat.sfn_ms;
-        }
-        if !self.requeues.is_empty() {
-            end += lat.sqs_ms;
-            self.calls.sqs_send_batch += self.requeues.len().div_ceil(10) as u64;
-            // The status write after each re-enqueue.
-            end += lat.dynamodb_ms;
-            let requeues = std::mem::take(&mut self.requeues);
-            for &(job, delay) in &requeues {
-                self.push(end + delay, Ev::Visible(job));
-            }
-            self.requeues = requeues;
-        }
-        self.calls.lambda_gb_ms += (end - t) as f64 * f64::from(sc.lambda.memory_mb) / 1024.0;
-        if acked > 0 {
-            self.calls.sqs_delete_batch += 1;
+            self.send_one(inst, job, tc);
         }
         self.batch = batch;
+        self.after_step(inst);
+    }
+
+    /// A send-rate slot for one call by `inst` at `now_ms` (None: refused), from its allowance
+    /// or a reservation of up to `wanted` slots (the batch's records still to send) on the
+    /// shared schedule, as `functions/send/src/governor.rs` does.
+    fn slot(&mut self, inst: u32, now_ms: u64, wanted: u32) -> Option<u64> {
+        let limit = self.sc.send_rate?;
+        let spacing = limit.spacing_us();
+        let now_us = i64::try_from(now_ms).unwrap_or(i64::MAX / 2_000) * 1000;
+        let to_ms = |us: i64| u64::try_from(us).unwrap_or(0).div_ceil(1000);
+        let i = &mut self.instances[inst as usize];
+        if let Some(slot) = i.allowance.take(now_us, spacing) {
+            return Some(to_ms(slot));
+        }
+        self.calls.ddb_rate_write += 1;
+        let chunk = limit.chunk.min(wanted.max(1));
+        let cost = spacing.saturating_mul(i64::from(chunk));
+        match courier::rate::reserve(self.rate_tat, now_us, cost, limit.max_ahead_us()) {
+            (Reservation::Granted { start_us }, next) => {
+                self.rate_tat = next;
+                i.allowance = Allowance::new(start_us, chunk);
+                i.allowance.take(now_us, spacing).map(to_ms)
+            }
+            (Reservation::Refused { .. }, _) => None,
+        }
+    }
+
+    /// The records of `inst` whose slot has come are sent.
+    fn send_waiting(&mut self, inst: u32) {
+        while let Some(&(slot, job)) = self.instances[inst as usize].batch.waiting.front() {
+            if slot > self.now {
+                break;
+            }
+            self.instances[inst as usize].batch.waiting.pop_front();
+            self.send_one(inst, job, slot);
+        }
+        self.after_step(inst);
+    }
+
+    /// After the records that could go now: wait for the next slot, or end the invocation.
+    fn after_step(&mut self, inst: u32) {
+        let requeues = std::mem::take(&mut self.requeues);
+        let b = &mut self.instances[inst as usize].batch;
+        b.requeues.extend(requeues);
+        if let Some(&(slot, _)) = b.waiting.front() {
+            self.push(slot, Ev::Send(inst));
+            return;
+        }
+        let sc = self.sc;
+        let lat = &sc.latency;
+        let b = std::mem::take(&mut self.instances[inst as usize].batch);
+        let mut end = b.end;
+        if b.any_sfn {
+            end += lat.sfn_ms;
+        }
+        if !b.requeues.is_empty() {
+            end += lat.sqs_ms;
+            self.calls.sqs_send_batch += b.requeues.len().div_ceil(10) as u64;
+            // The status write after each re-enqueue.
+            end += lat.dynamodb_ms;
+            for &(job, delay) in &b.requeues {
+                self.push(end + delay, Ev::Visible(job));
+            }
+        }
+        self.calls.lambda_gb_ms +=
+            (end - b.started) as f64 * f64::from(sc.lambda.memory_mb) / 1024.0;
+        if b.acked > 0 {
+            self.calls.sqs_delete_batch += 1;
+        }
         self.push(end + lat.sqs_ms, Ev::Done(inst));
+    }
+
+    /// One provider call for `job` at `tc` by `inst`, and what follows from its answer.
+    fn send_one(&mut self, inst: u32, job: u32, tc: u64) {
+        let sc = self.sc;
+        let lat = &sc.latency;
+        let in_outage = sc.in_outage(tc);
+        let answer = self
+            .provider
+            .call(sc, tc, self.share_of(job), &mut self.rng_world);
+        self.calls.provider_calls += 1;
+        if in_outage {
+            self.outage_calls += 1;
+            let j = &mut self.jobs[job as usize];
+            if j.flags & F_CALLED_IN_OUTAGE == 0 {
+                j.flags |= F_CALLED_IN_OUTAGE;
+                self.outage_calling_jobs += 1;
+            }
+        }
+        let (latency, accepted) = match answer {
+            Answer::Accepted { latency_ms } => (latency_ms, true),
+            Answer::Failed { latency_ms, .. } | Answer::TimedOut { latency_ms, .. } => (
+                latency_ms,
+                matches!(
+                    answer,
+                    Answer::TimedOut {
+                        delivered: true,
+                        ..
+                    }
+                ),
+            ),
+        };
+        self.count_call(tc, accepted);
+        if accepted {
+            self.calls.provider_accepted += 1;
+        }
+        let done = tc + latency;
+        {
+            let b = &mut self.instances[inst as usize].batch;
+            b.end = b.end.max(done + lat.dynamodb_ms);
+        }
+        let (failed, class, ambiguous) = match answer {
+            Answer::Accepted { .. } => (false, None, false),
+            Answer::Failed { reply, .. } => {
+                let class = self.provider.replies[reply].verdict.class;
+                if class == ErrorClass::Throttled {
+                    self.throttled += 1;
+                } else {
+                    self.failed_calls += 1;
+                }
+                (class.counts_against_provider(), Some(class), false)
+            }
+            Answer::TimedOut { delivered, .. } => {
+                self.timed_out += 1;
+                if delivered {
+                    self.jobs[job as usize].flags |= F_MAYBE_DELIVERED;
+                }
+                let class = Provider::timeout_verdict().class;
+                (class.counts_against_provider(), Some(class), true)
+            }
+        };
+        if let Some(shared) = self.shared.as_mut() {
+            self.instances[inst as usize].breaker.record(
+                shared,
+                failed,
+                done,
+                at(done),
+                &mut self.calls,
+            );
+        }
+        match class {
+            None => {
+                self.calls.ddb_status_write += 1;
+                if self.jobs[job as usize].flags & F_MAYBE_DELIVERED != 0 {
+                    self.possible_duplicates += 1;
+                }
+                self.finish(job, Fate::Sent, done + lat.dynamodb_ms);
+            }
+            Some(class) => {
+                let sfn = self.after_failure(job, class, done, ambiguous);
+                self.instances[inst as usize].batch.any_sfn |= sfn;
+            }
+        }
     }
 
     /// The policy's decision after a failure of `class` at `now`, acted on as the function does.
@@ -692,6 +808,10 @@ impl<'a> Engine<'a> {
                 ),
             },
             seed: sc.seed,
+            send_rate: sc
+                .send_rate
+                .map_or_else(|| "off".into(), |r| format!("{}/s", r.per_sec)),
+            rate_refused: self.rate_refused,
             jobs: self.jobs.len() as u64,
             sent: counts[1],
             bounced: counts[2],

@@ -10,6 +10,8 @@
 //! - [`scenario`]: the input ([`Scenario`], presets, faults).
 //! - [`engine`]: the models and the event loop; [`run`] runs one scenario.
 //! - `wheel`: the event queue (a timing wheel of 1 ms slots).
+//! - The send-rate governor: the real `courier::rate` schedule and allowance; an instance whose
+//!   slot is ahead waits for it between records (`Ev::Send`), as the function sleeps.
 //! - [`provider`]: the token-bucket quota, faults and replies (classified by the real classifier).
 //! - [`breakers`]: each instance's cached view of the shared breaker, as the send function has it.
 //! - [`cost`]: the AWS calls counted and the price table.
@@ -76,8 +78,8 @@ pub fn breaker_variants() -> Vec<Option<BreakerConfig>> {
     ]
 }
 
-/// Runs `base` once per variant of `what` (`jitter` or `breaker`); the default policy's own
-/// jitter is the first column of a jitter comparison.
+/// Runs `base` once per variant of `what` (`jitter`, `breaker`, or `governor`: off, then paced
+/// at the quota); the default policy's own jitter is the first column of a jitter comparison.
 pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
     let scenarios: Vec<Scenario> = match what {
         "jitter" => std::iter::once(base.clone())
@@ -94,7 +96,21 @@ pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
                 ..base.clone()
             })
             .collect(),
-        other => return Err(format!("cannot compare {other:?}: use jitter or breaker")),
+        "governor" => [
+            None,
+            Some(Scenario::send_rate_of(base.provider.quota_per_sec)),
+        ]
+        .into_iter()
+        .map(|send_rate| Scenario {
+            send_rate,
+            ..base.clone()
+        })
+        .collect(),
+        other => {
+            return Err(format!(
+                "cannot compare {other:?}: use jitter, breaker or governor"
+            ));
+        }
     };
     run_all(&scenarios)
 }

@@ -61,6 +61,10 @@ pub struct Report {
     pub drain_secs: Option<f64>,
     /// Time of the last job's end.
     pub makespan_secs: f64,
+    /// The send-rate governor: `off`, or its rate.
+    pub send_rate: String,
+    /// Sends the governor deferred (the schedule was booked past its horizon).
+    pub rate_refused: u64,
     /// Arrival to accepted, for sent jobs.
     pub latency_p50_secs: f64,
     pub latency_p99_secs: f64,
@@ -93,6 +97,7 @@ impl Report {
             ("scenario", self.scenario.clone()),
             ("policy / jitter", self.policy.clone()),
             ("breaker", self.breaker.clone()),
+            ("send-rate governor", self.send_rate.clone()),
             ("jobs", self.jobs.to_string()),
             ("sent", self.sent.to_string()),
             ("bounced (permanent)", self.bounced.to_string()),
@@ -160,6 +165,10 @@ impl Report {
                 self.possible_duplicates.to_string(),
             ),
             ("max concurrency", self.max_concurrency.to_string()),
+            (
+                "sends deferred by the governor",
+                self.rate_refused.to_string(),
+            ),
             ("breaker opened", format!("{} times", self.breaker_opened)),
             (
                 "AWS calls per job",
@@ -195,7 +204,7 @@ impl Report {
                 .iter()
                 .map(|(c, n)| format!("{c} {n}"))
                 .collect();
-            rows.insert(7, ("  dead letters by class", by.join(", ")));
+            rows.insert(8, ("  dead letters by class", by.join(", ")));
         }
         rows
     }

@@ -4,6 +4,7 @@
 use courier::breaker::BreakerConfig;
 use courier::job::Priority;
 use courier::policy::{Jitter, RetryPolicy};
+use courier::rate::RateLimit;
 use serde::Serialize;
 
 /// Reply of a provider that is down: the SMTP text it answers with, or no connection at all.
@@ -127,6 +128,9 @@ pub struct Scenario {
     pub breaker: Option<BreakerConfig>,
     /// How long an instance caches the shared breaker state (`COURIER_BREAKER_CACHE`).
     pub breaker_cache_ms: u64,
+    /// The send-rate governor (`COURIER_SEND_RATE_*`); `None`: calls are not paced.
+    #[serde(skip)]
+    pub send_rate: Option<RateLimit>,
     /// How long an instance caches the poison blocklist.
     pub poison_cache_ms: u64,
     #[serde(skip)]
@@ -195,6 +199,7 @@ impl Default for Scenario {
             mix: Vec::new(),
             breaker: Some(BreakerConfig::default()),
             breaker_cache_ms: 2_000,
+            send_rate: Some(Scenario::send_rate_of(500.0)),
             poison_cache_ms: 60_000,
             policy: RetryPolicy::default(),
             policy_label: "default".into(),
@@ -270,6 +275,16 @@ impl Scenario {
         self
     }
 
+    /// The governor as Courier is meant to be deployed: paced at the provider's quota, with the
+    /// default horizon and chunk.
+    pub fn send_rate_of(per_sec: f64) -> RateLimit {
+        RateLimit {
+            per_sec,
+            max_ahead: RateLimit::DEFAULT_MAX_AHEAD,
+            chunk: RateLimit::DEFAULT_CHUNK,
+        }
+    }
+
     /// Whether any outage is active at `at_ms`.
     pub(crate) fn in_outage(&self, at_ms: u64) -> bool {
         self.faults
@@ -301,6 +316,9 @@ impl Scenario {
                 "quota must be positive, is {}",
                 self.provider.quota_per_sec
             ));
+        }
+        if let Some(rate) = self.send_rate {
+            rate.validated().map_err(|e| e.to_string())?;
         }
         let total: f64 = self.mix.iter().map(|m| m.share).sum();
         if !(0.0..=1.0).contains(&total) {

@@ -25,6 +25,8 @@ fn steady_traffic_costs_what_the_real_function_costs() {
         ..Scenario::default()
     };
     sc.provider.quota_per_sec = 1e6;
+    // unpaced, as tests/tests/send.rs runs the function
+    sc.send_rate = None;
     let r = run(&sc).unwrap();
     // THEN every job is sent once, and AWS calls per job match the counted 3.20 of
     // tests/tests/send.rs (claim, send, status, a tenth of a receive and of a delete)
@@ -144,4 +146,36 @@ fn comparisons_run_every_variant() {
     assert_eq!(b[0].breaker, "off");
     assert!(compare(&sc, "colour").is_err());
     assert!(table(&b).contains("breaker opened"));
+}
+
+#[test]
+fn the_governor_keeps_every_second_after_recovery_within_the_quota() {
+    // GIVEN the small outage with up to 1,000 instances and a quota of 20/s: the backlog comes
+    // back after recovery far faster than the provider takes it
+    let mut sc = outage(true);
+    sc.lambda.max_concurrency = 1000;
+    sc.provider.quota_per_sec = 20.0;
+    sc.send_rate = None;
+    let unpaced = run(&sc).unwrap();
+    sc.send_rate = Some(Scenario::send_rate_of(sc.provider.quota_per_sec));
+    let paced = run(&sc).unwrap();
+    let both = table(&[unpaced.clone(), paced.clone()]);
+    // THEN unpaced, the backlog meets the provider far above its quota after recovery
+    assert!(unpaced.secs_over_quota_after_recovery > 0, "{both}");
+    assert!(unpaced.throttled > 0, "{both}");
+    // AND paced, no second after recovery (or ever) holds more calls than the quota, nothing is
+    // throttled, and every job is sent: none dead-lettered for an outage within its horizon
+    assert_eq!(paced.secs_over_quota_after_recovery, 0, "{both}");
+    assert!(f64::from(paced.peak_calls_per_sec) <= 20.0, "{both}");
+    assert_eq!(paced.throttled, 0, "{both}");
+    assert_eq!(paced.sent, 20_000, "{both}");
+    assert_eq!(
+        paced.dead_lettered + paced.redriven + paced.pending,
+        0,
+        "{both}"
+    );
+    // AND the breaker still caps the outage's amplification
+    assert!(paced.outage.unwrap().calls_per_job <= 1.2, "{both}");
+    // AND the jobs the schedule could not take waited in the queue instead
+    assert!(paced.rate_refused > 0, "{both}");
 }

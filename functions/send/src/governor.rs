@@ -40,8 +40,14 @@ impl Governor {
     }
 
     /// A slot for one call to `provider` at `now`: from this instance's unused slots, else from
-    /// the shared schedule (one write for `chunk` slots).
-    pub async fn permit(&self, provider: &str, now: DateTime<Utc>) -> Result<Permit, StoreError> {
+    /// the shared schedule (one write for `chunk` slots, or `wanted` if fewer: the sends the
+    /// caller expects to make soon; slots booked and not used lapse, idling the provider).
+    pub async fn permit(
+        &self,
+        provider: &str,
+        now: DateTime<Utc>,
+        wanted: u32,
+    ) -> Result<Permit, StoreError> {
         let Some(limit) = self.limits.get(provider) else {
             return Ok(Permit::Go {
                 wait: Duration::ZERO,
@@ -58,14 +64,15 @@ impl Governor {
         if let Some(slot) = allowance.take(now_us, spacing) {
             return Ok(go(slot));
         }
-        let cost = spacing.saturating_mul(i64::from(limit.chunk));
+        let chunk = limit.chunk.min(wanted.max(1));
+        let cost = spacing.saturating_mul(i64::from(chunk));
         match self
             .schedule
             .reserve(provider, now_us, cost, limit.max_ahead_us())
             .await?
         {
             Reservation::Granted { start_us } => {
-                *allowance = Allowance::new(start_us, limit.chunk);
+                *allowance = Allowance::new(start_us, chunk);
                 Ok(allowance.take(now_us, spacing).map_or(
                     Permit::Refused {
                         until: now + chrono::Duration::microseconds(spacing),
@@ -105,7 +112,7 @@ mod tests {
         schedule.fail.set(1);
         let g = governor(schedule.clone(), 10.0, 2);
         assert_eq!(
-            g.permit("smtp", t(0)).await.unwrap(),
+            g.permit("smtp", t(0), 10).await.unwrap(),
             Permit::Go {
                 wait: Duration::ZERO
             }
@@ -124,15 +131,18 @@ mod tests {
             wait: Duration::from_millis(ms),
         };
         // THEN a gets slots 0 and 100 ms, b the next chunk (200, 300 ms), a the one after
-        assert_eq!(a.permit("ses", t(0)).await.unwrap(), wait(0));
-        assert_eq!(b.permit("ses", t(0)).await.unwrap(), wait(200));
-        assert_eq!(a.permit("ses", t(0)).await.unwrap(), wait(100));
-        assert_eq!(b.permit("ses", t(0)).await.unwrap(), wait(300));
-        assert_eq!(a.permit("ses", t(0)).await.unwrap(), wait(400));
+        assert_eq!(a.permit("ses", t(0), 10).await.unwrap(), wait(0));
+        assert_eq!(b.permit("ses", t(0), 10).await.unwrap(), wait(200));
+        assert_eq!(a.permit("ses", t(0), 10).await.unwrap(), wait(100));
+        assert_eq!(b.permit("ses", t(0), 10).await.unwrap(), wait(300));
+        assert_eq!(a.permit("ses", t(0), 10).await.unwrap(), wait(400));
+        // AND a caller that wants fewer slots than a chunk books only those
+        assert_eq!(b.permit("ses", t(0), 1).await.unwrap(), wait(600));
+        assert_eq!(a.permit("ses", t(0), 10).await.unwrap(), wait(500));
         // AND the shared schedule holds exactly what was handed out
         assert_eq!(
             schedule.tats.lock().unwrap().get("ses").copied(),
-            Some(t(600_000).timestamp_micros())
+            Some(t(700_000).timestamp_micros())
         );
     }
 
@@ -148,13 +158,13 @@ mod tests {
         let g = governor(schedule, 10.0, 2);
         // THEN the send is refused until then, and later it is granted the booked slot
         assert_eq!(
-            g.permit("ses", t(0)).await.unwrap(),
+            g.permit("ses", t(0), 10).await.unwrap(),
             Permit::Refused {
                 until: t(1_200_000)
             }
         );
         assert_eq!(
-            g.permit("ses", t(300_000)).await.unwrap(),
+            g.permit("ses", t(300_000), 10).await.unwrap(),
             Permit::Go {
                 wait: Duration::from_millis(900)
             }
@@ -166,7 +176,7 @@ mod tests {
         let schedule = Arc::new(MemorySendSchedule::default());
         schedule.fail.set(1);
         let g = governor(schedule, 10.0, 2);
-        let e = g.permit("ses", t(0)).await.unwrap_err();
+        let e = g.permit("ses", t(0), 10).await.unwrap_err();
         assert_eq!(e.operation, "send schedule");
     }
 }

@@ -73,6 +73,24 @@ pub struct Pipeline {
     pub new_codes: std::sync::Mutex<Vec<String>>,
 }
 
+/// What a record's send may take: the time its slot must come by (its lease, less the
+/// margin), and the batch's records not finished yet (how many send-rate slots to book at once).
+struct SendBudget {
+    send_by: DateTime<Utc>,
+    unfinished: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl SendBudget {
+    fn wanted(&self) -> u32 {
+        u32::try_from(
+            self.unfinished
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .max(1),
+        )
+        .unwrap_or(u32::MAX)
+    }
+}
+
 /// One SQS record, reduced to what the pipeline reads.
 #[derive(Debug, Clone)]
 pub struct RecordIn {
@@ -151,13 +169,21 @@ impl Pipeline {
     ) -> BatchReport {
         let mut report = BatchReport::default();
         let total = records.len();
+        // Records of the batch not finished yet: how many send-rate slots are worth booking.
+        let unfinished = Arc::new(std::sync::atomic::AtomicUsize::new(total));
         let steps: Vec<(String, Step)> = futures::stream::iter(records.into_iter().map(|record| {
             let pipeline = Arc::clone(self);
             let owner = format!("{request_id}/{}", record.sqs_message_id);
             let id = record.sqs_message_id.clone();
+            let unfinished = Arc::clone(&unfinished);
             async move {
-                let task =
-                    tokio::spawn(async move { pipeline.process(record, deadline, owner).await });
+                let task = tokio::spawn(async move {
+                    let step = pipeline
+                        .process(record, deadline, owner, Arc::clone(&unfinished))
+                        .await;
+                    unfinished.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                    step
+                });
                 let step = match task.await {
                     Ok(step) => step,
                     Err(e) if e.is_panic() => Step::Fail("the record's task panicked".into()),
@@ -249,7 +275,13 @@ impl Pipeline {
         self.clock.now()
     }
 
-    async fn process(&self, record: RecordIn, deadline: DateTime<Utc>, owner: String) -> Step {
+    async fn process(
+        &self,
+        record: RecordIn,
+        deadline: DateTime<Utc>,
+        owner: String,
+        unfinished: Arc<std::sync::atomic::AtomicUsize>,
+    ) -> Step {
         let span = tracing::info_span!(
             "record",
             sqs_message_id = %record.sqs_message_id,
@@ -257,7 +289,7 @@ impl Pipeline {
             campaign_id = tracing::field::Empty,
             trace_id = tracing::field::Empty,
         );
-        self.process_inner(record, deadline, owner, span.clone())
+        self.process_inner(record, deadline, owner, unfinished, span.clone())
             .instrument(span)
             .await
     }
@@ -267,6 +299,7 @@ impl Pipeline {
         record: RecordIn,
         deadline: DateTime<Utc>,
         owner: String,
+        unfinished: Arc<std::sync::atomic::AtomicUsize>,
         span: tracing::Span,
     ) -> Step {
         let now = self.now();
@@ -386,8 +419,12 @@ impl Pipeline {
         // 5-8. Provider, render, send, act.
         let send_by = claim.lease_until
             - chrono::Duration::from_std(self.config.lease_margin).unwrap_or_default();
+        let budget = SendBudget {
+            send_by,
+            unfinished,
+        };
         let step = self
-            .attempt(&incoming, &suppressed, now, &owner, send_by)
+            .attempt(&incoming, &suppressed, now, &owner, &budget)
             .await;
         if let Step::Fail(_) = &step {
             // Release the lease so the redelivered copy need not wait for it to expire.
@@ -411,7 +448,7 @@ impl Pipeline {
         suppressed: &[String],
         now: DateTime<Utc>,
         owner: &str,
-        send_by: DateTime<Utc>,
+        budget: &SendBudget,
     ) -> Step {
         let job = &incoming.job;
         // 6. Render (before choosing a provider: a rendering failure costs no provider call).
@@ -481,15 +518,16 @@ impl Pipeline {
                 }
                 // A half-open probe goes at once: holding it back could strand the probe slot.
                 Admission::Probe => {}
-                Admission::Allow => match self.governor.permit(&name, now).await {
+                Admission::Allow => match self.governor.permit(&name, now, budget.wanted()).await {
                     Ok(Permit::Go { wait }) if wait.is_zero() => {}
-                    Ok(Permit::Go { wait }) if self.now() + wait < send_by => {
+                    Ok(Permit::Go { wait }) if self.now() + wait < budget.send_by => {
                         tokio::time::sleep(wait).await;
                     }
                     Ok(Permit::Go { wait }) => {
                         let until = now + chrono::Duration::from_std(wait).unwrap_or_default();
                         warn!(provider = %name, %until, "send-rate slot past the lease; deferred");
                         earliest_retry = Some(earliest_retry.map_or(until, |t| t.min(until)));
+                        rate_limited = true;
                         continue;
                     }
                     Ok(Permit::Refused { until }) => {
@@ -558,7 +596,7 @@ impl Pipeline {
         let retry_at = earliest_retry.unwrap_or(now);
         let verdict = if rate_limited {
             Verdict::local(
-                ErrorClass::CircuitOpen,
+                ErrorClass::RateLimited,
                 "send-rate",
                 format!(
                     "no provider could take the message now (the send-rate quota is booked until {retry_at})"

@@ -878,13 +878,14 @@ async fn a_send_waits_for_its_slot_in_the_shared_schedule() {
             "req",
         )
         .await;
-    // THEN it went out after waiting for the slot, and the chunk of 10 slots is booked
+    // THEN it went out after waiting for the slot, and only the one slot a one-record batch
+    // needs is booked (10 calls/s: 100 ms)
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
     assert_eq!(w.mailer.sent_count(), 1);
     assert!(started.elapsed() >= std::time::Duration::from_millis(150));
     assert_eq!(
         schedule.tats.lock().unwrap()["ses"],
-        (booked + chrono::Duration::seconds(1)).timestamp_micros()
+        (booked + chrono::Duration::milliseconds(100)).timestamp_micros()
     );
 }
 
@@ -907,7 +908,7 @@ async fn a_booked_out_schedule_defers_the_job_without_a_call_or_an_attempt() {
     // THEN nothing was sent; the job waits in the queue like one behind an open circuit
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
     assert_eq!(w.mailer.sent_count(), 0);
-    assert_eq!(report.metrics.counts.get("Retried_circuit_open"), Some(&1));
+    assert_eq!(report.metrics.counts.get("Retried_rate_limited"), Some(&1));
     let queued = w.scheduler.queued.lock().unwrap();
     let copy = courier::envelope::parse_body(queued.last().unwrap().body.as_bytes()).unwrap();
     assert_eq!(copy.retry.spent, 0);
@@ -944,7 +945,7 @@ async fn a_slot_later_than_the_lease_allows_defers_the_job() {
     // THEN it does not sleep past its lease: deferred, not sent
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
     assert_eq!(w.mailer.sent_count(), 0);
-    assert_eq!(report.metrics.counts.get("Retried_circuit_open"), Some(&1));
+    assert_eq!(report.metrics.counts.get("Retried_rate_limited"), Some(&1));
 }
 
 #[tokio::test]
