@@ -213,6 +213,8 @@ async fn the_simulator_matches_a_real_run_on_the_emulators() {
     sc.latency.provider_ms = 20;
     sc.latency.provider_spread_ms = 20;
     sc.provider.quota_per_sec = 1e6;
+    // The real run sets no COURIER_SEND_RATE_*: unpaced.
+    sc.send_rate = None;
     let r = courier_sim::run(&sc).unwrap();
     let sim_attempts = r.provider_calls;
     // The simulator counts provider calls among AWS calls (as SES SendEmail); here the provider
