@@ -152,11 +152,31 @@ pub fn current_body(incoming: &Incoming) -> String {
 
 /// Builds the body of the next generation's queue message.
 pub fn next_body(incoming: &Incoming, retry: RetryState, history: Vec<AttemptRecord>) -> String {
+    body_of(incoming, incoming.attempt + 1, retry, history)
+}
+
+/// Builds a queue message of the same generation with an updated retry state and history: a
+/// wait decided without claiming the job (the generation moves on only when a lease holder
+/// decides to retry, which is what lets a claim tell a retry from an unfinished send).
+pub fn same_generation_body(
+    incoming: &Incoming,
+    retry: RetryState,
+    history: Vec<AttemptRecord>,
+) -> String {
+    body_of(incoming, incoming.attempt, retry, history)
+}
+
+fn body_of(
+    incoming: &Incoming,
+    attempt: u32,
+    retry: RetryState,
+    history: Vec<AttemptRecord>,
+) -> String {
     let job = serde_json::from_str(&incoming.original).unwrap_or(serde_json::Value::Null);
     let skip = history.len().saturating_sub(MAX_HISTORY);
     let envelope = Envelope {
         courier_envelope: 1,
-        attempt: incoming.attempt + 1,
+        attempt,
         retry,
         history: history.into_iter().skip(skip).collect(),
         job,
@@ -225,6 +245,11 @@ mod tests {
         assert_eq!(second.history.len(), MAX_HISTORY);
         assert_eq!(second.history.last().unwrap().delay_secs, Some(29));
         assert_eq!(second.job, first.job);
+        // a wait decided without a claim keeps the generation, with the new retry state
+        let same = same_generation_body(&second, retry.clone(), vec![]);
+        let same = parse_body(same.as_bytes()).unwrap();
+        assert_eq!((same.attempt, &same.retry), (1, &retry));
+        assert_eq!(same.job, first.job);
     }
 
     #[test]

@@ -40,6 +40,19 @@ impl InstanceBreaker {
         shared.state.clone()
     }
 
+    /// Whether the cached state says open and not yet due for probing (no write; a read when
+    /// the cache is stale), as `Breakers::paused` in the send function.
+    pub fn open(
+        &mut self,
+        shared: &SharedBreaker,
+        now_ms: u64,
+        now: DateTime<Utc>,
+        calls: &mut AwsCalls,
+    ) -> bool {
+        let state = self.state(shared, now_ms, calls);
+        state.mode == Mode::Open && state.open_until.is_some_and(|until| until > now)
+    }
+
     /// Whether a send may go ahead now.
     pub fn admit(
         &mut self,

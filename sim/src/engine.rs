@@ -88,6 +88,8 @@ struct Instance {
     breaker: InstanceBreaker,
     /// Send-rate slots reserved and not yet used.
     allowance: Allowance,
+    /// After a refused booking: until when bookings are sure to be refused (µs).
+    rate_refused_until_us: i64,
     /// The invocation in progress.
     batch: BatchState,
 }
@@ -317,6 +319,7 @@ impl<'a> Engine<'a> {
                         poison_fetched: None,
                         breaker: InstanceBreaker::default(),
                         allowance: Allowance::default(),
+                        rate_refused_until_us: 0,
                         batch: BatchState::default(),
                     });
                     self.instances.len() - 1
@@ -435,6 +438,18 @@ impl<'a> Engine<'a> {
             ..BatchState::default()
         };
         for (k, &job) in batch.iter().enumerate() {
+            // No provider can take it now, as the instance knows without a call: it waits
+            // unclaimed (the send function's `wait_unclaimed`).
+            if let Some(class) = self.known_blocked(inst, tc)
+                && self.wait_unclaimed(job, class, tc)
+            {
+                self.instances[inst as usize].batch.acked += 1;
+                if in_outage && self.jobs[job as usize].flags & F_OUTAGE == 0 {
+                    self.jobs[job as usize].flags |= F_OUTAGE;
+                    self.outage_jobs += 1;
+                }
+                continue;
+            }
             self.calls.ddb_claim += 1;
             if sc.aws_error_rate > 0.0 && self.rng_world.next_unit() < sc.aws_error_rate {
                 // A write failed: the lease is released and SQS redelivers the record.
@@ -485,6 +500,58 @@ impl<'a> Engine<'a> {
         self.after_step(inst);
     }
 
+    /// The class of the wait when `inst` already knows no call can be made at `now_ms`: the
+    /// cached breaker state is open, or a booking was refused and its window has not passed.
+    fn known_blocked(&mut self, inst: u32, now_ms: u64) -> Option<ErrorClass> {
+        if let Some(shared) = self.shared.as_ref()
+            && self.instances[inst as usize].breaker.open(
+                shared,
+                now_ms,
+                at(now_ms),
+                &mut self.calls,
+            )
+        {
+            return Some(ErrorClass::CircuitOpen);
+        }
+        let limit = self.sc.send_rate?;
+        let now_us = i64::try_from(now_ms).unwrap_or(i64::MAX / 2_000) * 1000;
+        let i = &self.instances[inst as usize];
+        let mut probe = i.allowance;
+        (now_us < i.rate_refused_until_us && probe.take(now_us, limit.spacing_us()).is_none())
+            .then_some(ErrorClass::RateLimited)
+    }
+
+    /// Re-enqueues `job` with the policy's wait for `class`, unclaimed (no status write); false
+    /// when the policy would not grant a queue delay (then the claim path decides).
+    fn wait_unclaimed(&mut self, job: u32, class: ErrorClass, now: u64) -> bool {
+        let sc = self.sc;
+        let decision = sc.policy.decide(
+            sc.priority,
+            class,
+            &self.jobs[job as usize].retry,
+            at(now),
+            None,
+            &mut self.rng_policy as &mut dyn RandomSource,
+        );
+        let Decision::Retry {
+            delay,
+            mechanism: DelayMechanism::QueueDelay,
+            spends_attempt,
+        } = decision
+        else {
+            return false;
+        };
+        if class == ErrorClass::RateLimited {
+            self.rate_refused += 1;
+        }
+        let secs = delay.as_secs();
+        let j = &mut self.jobs[job as usize];
+        j.retry.record(class, spends_attempt, secs, at(now));
+        j.receives = 0;
+        self.requeues.push((job, secs * 1000));
+        true
+    }
+
     /// A send-rate slot for one call by `inst` at `now_ms` (None: refused), from its allowance
     /// or a reservation of up to `wanted` slots (the batch's records still to send) on the
     /// shared schedule, as `functions/send/src/governor.rs` does.
@@ -506,7 +573,10 @@ impl<'a> Engine<'a> {
                 i.allowance = Allowance::new(start_us, chunk);
                 i.allowance.take(now_us, spacing).map(to_ms)
             }
-            (Reservation::Refused { .. }, _) => None,
+            (Reservation::Refused { booked_until_us }, _) => {
+                i.rate_refused_until_us = booked_until_us - limit.max_ahead_us();
+                None
+            }
         }
     }
 

@@ -23,6 +23,8 @@ pub struct Governor {
     schedule: Arc<dyn SendSchedule>,
     limits: BTreeMap<String, RateLimit>,
     allowances: tokio::sync::Mutex<BTreeMap<String, Allowance>>,
+    /// Per provider, when the last refused booking saw the schedule booked until (µs).
+    refused: std::sync::Mutex<BTreeMap<String, i64>>,
 }
 
 impl Governor {
@@ -31,7 +33,33 @@ impl Governor {
             schedule,
             limits,
             allowances: tokio::sync::Mutex::new(BTreeMap::new()),
+            refused: std::sync::Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Until when a booking on `provider`'s schedule is sure to be refused, as this instance
+    /// last saw it (no call): the schedule only moves forward, so after a refusal that saw it
+    /// booked until `b`, every booking before `b - max_ahead` is refused too, unless this
+    /// instance still holds slots of its own.
+    pub async fn refused_until(&self, provider: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let limit = self.limits.get(provider)?;
+        let booked = *self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(provider)?;
+        let grantable = booked - limit.max_ahead_us();
+        let now_us = now.timestamp_micros();
+        if now_us >= grantable {
+            return None;
+        }
+        let allowances = self.allowances.lock().await;
+        if let Some(mut probe) = allowances.get(provider).copied()
+            && probe.take(now_us, limit.spacing_us()).is_some()
+        {
+            return None;
+        }
+        DateTime::from_timestamp_micros(grantable)
     }
 
     /// The limit on `provider`, if any.
@@ -80,9 +108,15 @@ impl Governor {
                     go,
                 ))
             }
-            Reservation::Refused { booked_until_us } => Ok(Permit::Refused {
-                until: DateTime::from_timestamp_micros(booked_until_us).unwrap_or(now),
-            }),
+            Reservation::Refused { booked_until_us } => {
+                self.refused
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(provider.to_owned(), booked_until_us);
+                Ok(Permit::Refused {
+                    until: DateTime::from_timestamp_micros(booked_until_us).unwrap_or(now),
+                })
+            }
         }
     }
 }
@@ -169,6 +203,28 @@ mod tests {
                 wait: Duration::from_millis(900)
             }
         );
+    }
+
+    #[tokio::test]
+    async fn after_a_refusal_the_instance_knows_without_asking_until_when_it_lasts() {
+        // GIVEN a schedule booked 1.2 s ahead (horizon 1 s): a booking is refused
+        let schedule = Arc::new(MemorySendSchedule::default());
+        schedule
+            .tats
+            .lock()
+            .unwrap()
+            .insert("ses".into(), t(1_200_000).timestamp_micros());
+        let g = governor(schedule.clone(), 10.0, 2);
+        assert_eq!(g.refused_until("ses", t(0)).await, None, "nothing seen yet");
+        assert!(matches!(
+            g.permit("ses", t(0), 10).await.unwrap(),
+            Permit::Refused { .. }
+        ));
+        // THEN, with the schedule unreachable, it still answers: refused until 0.2 s
+        schedule.fail.set(10);
+        assert_eq!(g.refused_until("ses", t(100_000)).await, Some(t(200_000)));
+        assert_eq!(g.refused_until("ses", t(200_000)).await, None);
+        assert_eq!(g.refused_until("smtp", t(0)).await, None, "no limit");
     }
 
     #[tokio::test]

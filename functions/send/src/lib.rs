@@ -30,6 +30,7 @@ use courier::breaker::Admission;
 use courier::classify::{ErrorClass, Verdict};
 use courier::envelope::{
     Incoming, attempt_record, current_body, dead_letter_of, next_body, parse_body,
+    same_generation_body,
 };
 use courier::job::{Rejected, fingerprint, parse_mailbox};
 use courier::letters::letter_id;
@@ -341,6 +342,10 @@ impl Pipeline {
             Ok(false) => {}
             Err(e) => return Step::Fail(e.to_string()),
         }
+        // 2b. No provider can take it now (known without a call): wait, unclaimed.
+        if let Some(step) = self.wait_unclaimed(&incoming, now).await {
+            return step;
+        }
         // 3 + 4. Suppression check and idempotent claim, in one conditional write.
         let recipients: Vec<String> = job.recipients().map(str::to_owned).collect();
         let lease_end = (now
@@ -488,14 +493,7 @@ impl Pipeline {
             }
         };
         // 5. Breaker per provider, in failover order (the job's hint first).
-        let mut order: Vec<&Arc<dyn Mailer>> = self.mailers.iter().collect();
-        if let Some(hint) = job.provider {
-            let name = match hint {
-                courier::job::ProviderHint::Ses => "ses",
-                courier::job::ProviderHint::Smtp => "smtp",
-            };
-            order.sort_by_key(|m| m.name() != name);
-        }
+        let order = self.provider_order(job);
         let mut earliest_retry: Option<DateTime<Utc>> = None;
         let mut rate_limited = false;
         let domain = email.from.email.domain().to_owned();
@@ -611,6 +609,99 @@ impl Pipeline {
         };
         self.after_failure(incoming, verdict, None, now, owner, false)
             .await
+    }
+
+    /// The providers in failover order, the job's hint first.
+    fn provider_order(&self, job: &courier::job::EmailJob) -> Vec<&Arc<dyn Mailer>> {
+        let mut order: Vec<&Arc<dyn Mailer>> = self.mailers.iter().collect();
+        if let Some(hint) = job.provider {
+            let name = match hint {
+                courier::job::ProviderHint::Ses => "ses",
+                courier::job::ProviderHint::Smtp => "smtp",
+            };
+            order.sort_by_key(|m| m.name() != name);
+        }
+        order
+    }
+
+    /// When no provider can take the job now, as this instance already knows without a call
+    /// (every provider's circuit is open, per the cached breaker state, or its send-rate
+    /// schedule was seen booked past the horizon), the job waits in the queue without being
+    /// claimed: no status write, the same generation, the retry state in the envelope. A claim
+    /// would cost a transaction and a status write for every wait of every job during an
+    /// outage or a drain. `None`: go on and claim (anything else, including a wait the policy
+    /// would not grant, is decided after the claim as before).
+    async fn wait_unclaimed(&self, incoming: &Incoming, now: DateTime<Utc>) -> Option<Step> {
+        let job = &incoming.job;
+        let mut until: Option<DateTime<Utc>> = None;
+        let mut rate_limited = false;
+        for mailer in self.provider_order(job) {
+            let name = mailer.name();
+            if let Some(t) = self.breakers.paused(name, now).await {
+                until = Some(until.map_or(t, |u| u.min(t)));
+            } else if let Some(t) = self.governor.refused_until(name, now).await {
+                until = Some(until.map_or(t, |u| u.min(t)));
+                rate_limited = true;
+            } else {
+                return None;
+            }
+        }
+        let until = until?;
+        let verdict = if rate_limited {
+            Verdict::local(
+                ErrorClass::RateLimited,
+                "send-rate",
+                format!("the send-rate quota is booked; no booking before {until} (not claimed)"),
+            )
+        } else {
+            Verdict::local(
+                ErrorClass::CircuitOpen,
+                "breaker-open",
+                format!("every provider's circuit is open until {until} (not claimed)"),
+            )
+        };
+        let decision = {
+            let mut rng = self
+                .rng
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.policy.decide(
+                job.priority,
+                verdict.class,
+                &incoming.retry,
+                now,
+                job.not_after,
+                &mut *rng as &mut dyn RandomSource,
+            )
+        };
+        let Decision::Retry {
+            delay,
+            mechanism: DelayMechanism::QueueDelay,
+            spends_attempt,
+        } = decision
+        else {
+            return None;
+        };
+        let mut retry = incoming.retry.clone();
+        retry.record(verdict.class, spends_attempt, delay.as_secs(), now);
+        let mut history = incoming.history.clone();
+        history.push(attempt_record(
+            &verdict,
+            None,
+            now,
+            spends_attempt,
+            Some(delay.as_secs()),
+        ));
+        info!(class = %verdict.class, delay_s = delay.as_secs(), "no provider can take it now; waiting unclaimed");
+        Some(Step::Requeue {
+            requeue: Requeue {
+                message_id: job.message_id.clone(),
+                body: same_generation_body(incoming, retry, history),
+                delay_secs: delay.as_secs(),
+            },
+            then: None,
+            outcome: Outcome::Retried(verdict.class),
+        })
     }
 
     /// Classifies and acts on a failure (steps 8): retry, dead letter or terminal status.

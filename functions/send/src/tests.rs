@@ -442,6 +442,12 @@ async fn an_open_circuit_waits_without_spending_an_attempt() {
     let queued = w.scheduler.queued.lock().unwrap();
     let last = courier::envelope::parse_body(queued.last().unwrap().body.as_bytes()).unwrap();
     assert_eq!(last.retry.spent, 0);
+    // The cached state already said open: the job waits unclaimed (no status write), as the
+    // same generation, with the wait in its envelope.
+    assert_eq!(w.status_of("n1"), None);
+    assert_eq!(last.attempt, 0);
+    assert_eq!(last.retry.streak, Some((ErrorClass::CircuitOpen, 1)));
+    assert_eq!(last.history.last().unwrap().class, ErrorClass::CircuitOpen);
 }
 
 #[tokio::test]
@@ -969,4 +975,50 @@ async fn an_unreachable_schedule_leaves_the_record_for_redelivery_and_releases_i
     );
     assert_eq!(w.mailer.sent_count(), 0);
     assert_eq!(w.status_of("nosched"), Some(Status::Deferred));
+}
+
+#[tokio::test]
+async fn after_a_refused_booking_the_next_jobs_wait_unclaimed_without_asking_again() {
+    // GIVEN a schedule booked 30 s ahead: the first job's booking is refused (after its claim)
+    let w = world_with(MemoryMailer::accepting("ses"));
+    let schedule = Arc::new(MemorySendSchedule::default());
+    let pipeline = with_governor(
+        &w,
+        ses_governor(&schedule, Some(t0() + chrono::Duration::seconds(30))),
+    );
+    let deadline = t0() + chrono::Duration::seconds(60);
+    pipeline
+        .handle_records(
+            vec![rec("a", job("first", "a@example.org"))],
+            deadline,
+            "r1",
+        )
+        .await;
+    assert_eq!(w.status_of("first"), Some(Status::Deferred));
+    // WHEN more jobs come while the schedule is still booked (and unreachable, to be sure it is
+    // not asked)
+    schedule.fail.set(100);
+    let report = pipeline
+        .handle_records(
+            vec![
+                rec("b", job("second", "b@example.org")),
+                rec("c", job("third", "c@example.org")),
+            ],
+            deadline,
+            "r2",
+        )
+        .await;
+    // THEN they wait as rate_limited without a claim, a status write or a provider call
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(report.metrics.counts.get("Retried_rate_limited"), Some(&2));
+    assert_eq!(w.status_of("second"), None);
+    assert_eq!(w.status_of("third"), None);
+    assert_eq!(w.mailer.sent_count(), 0);
+    let queued = w.scheduler.queued.lock().unwrap();
+    for copy in queued.iter().skip(1) {
+        let copy = courier::envelope::parse_body(copy.body.as_bytes()).unwrap();
+        assert_eq!(copy.attempt, 0, "same generation");
+        assert_eq!(copy.retry.streak, Some((ErrorClass::RateLimited, 1)));
+        assert_eq!(copy.retry.spent, 0);
+    }
 }
