@@ -6,9 +6,9 @@
 //!   the real SMTP server and SES v2 on the emulator (the demo verifies its sending domain and
 //!   creates the configuration set through the SES v2 API first);
 //! - the events function, through the same driver on the events queue. Emulators never publish
-//!   SES events, so the demo acts as SES's event destination (see `ses`): for every SES send
-//!   awaiting its outcome it publishes SES's events, in SNS notification envelopes, on the events
-//!   queue;
+//!   SES events, so the demo acts as SES's event destination (see `ses`): for every message the
+//!   emulator's SES accepted (noted by a wrapper around the send function's SES mailer) it
+//!   publishes SES's events, in SNS notification envelopes, on the events queue;
 //! - the archiver, once at the end (dead letters to S3);
 //!
 //! then shows live progress and ends with a report. The exit code is 0 only when every job
@@ -57,7 +57,7 @@ use courier_send::config::{Resources, SendConfig, SmtpSettings};
 use courier_send::driver::Driver;
 use courier_send::wiring;
 
-use ses::{Destination, EventPublisher, Script};
+use ses::{Destination, EventPublisher, Script, SesAcceptLog};
 
 /// The compressed retry policy of the demo (same classes as production, waits in seconds).
 pub(crate) const DEMO_POLICY: &str = r#"{
@@ -454,12 +454,20 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
         ..SendConfig::default()
     };
     let clients = courier::aws::Clients::new(&sdk);
-    let pipeline = Arc::new(wiring::wire(
+    let mut pipeline = wiring::wire(
         &clients,
         config,
         &resources,
         RetryPolicy::from_json(DEMO_POLICY)?,
-    )?);
+    )?;
+    // SES's view of what it accepted, for the events it publishes.
+    let accepted: Arc<Mutex<Vec<ses::Accepted>>> = Arc::default();
+    for mailer in &mut pipeline.mailers {
+        if mailer.name() == "ses" {
+            *mailer = Arc::new(SesAcceptLog::new(Arc::clone(mailer), Arc::clone(&accepted)));
+        }
+    }
+    let pipeline = Arc::new(pipeline);
     let guard = GuardConfig::default();
     let applier = Arc::new(courier_events::wiring::wire(
         &clients,
@@ -583,7 +591,6 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
         courier_send::wiring::STATUS_RETENTION,
     ));
     let mut publisher = EventPublisher::new(
-        Arc::clone(&status),
         sqs.clone(),
         Destination {
             events_queue_url: stack.events_queue_url.clone(),
@@ -595,6 +602,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             region: region(&sdk),
             account: ACCOUNT.to_owned(),
         },
+        accepted,
     );
     {
         let events = Arc::clone(&events);
@@ -612,8 +620,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
                     }
                     Err(e) => eprintln!("SES event destination: {e}"),
                 }
-                // SES reports within seconds; each round queries the status table's index.
-                tokio::time::sleep(Duration::from_secs(2)).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
             }
         }));
     }

@@ -5,26 +5,27 @@
 //! `SesEventsSubscription` is) on the stack's events queue, where the events function's real
 //! handler picks them up.
 //!
-//! What SES "knows" comes from where the send function left it: the status table's sparse
-//! `by_open` index lists the SES sends still awaiting an outcome (one per generation), and the
-//! record gives SES's message id and the envelope sent (its `payload`), hence the sender, the
-//! recipients, the campaign and the `courier-message-id` / `courier-campaign-id` tags
-//! [`SesMailer`](courier::aws::SesMailer) set.
+//! What SES knows comes from where SES learns it: [`SesAcceptLog`] wraps the send function's SES
+//! mailer and notes every message the emulator's SES v2 accepted (sender, recipients, subject, the
+//! `X-Courier-Message-Id` / `X-Courier-Campaign-Id` headers and the `courier-message-id` /
+//! `courier-campaign-id` tags [`SesMailer`](courier::aws::SesMailer) sets, and SES's message id),
+//! whether or not the send function then managed to record the send: SES publishes for what it
+//! accepted, which is how its events resolve a job left `unknown`.
 //!
 //! The outcome is decided by the recipient's local part before a `+` ([`Script::of`]):
 //! `bounce+…` a permanent bounce, `complaint+…` a delivery then a complaint, `softbounce+…` a
 //! transient bounce of the first send (later sends are delivered), `delay+…` a delivery delay
-//! then the delivery; any other address is delivered. Outcome events are published with a short
-//! SQS delay after the `Send` event (complaints a little later), as SES reports them after the
-//! send.
+//! then the delivery; any other address is delivered. Events are published with short SQS delays
+//! (the `Send` event after a second, outcomes after it, complaints later still), as SES reports
+//! them after the send.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
 use chrono::{DateTime, SecondsFormat, Utc};
 use courier::aws::ses::{TAG_CAMPAIGN_ID, TAG_MESSAGE_ID, tag_value};
-use courier::ports::{JobRecord, OpenState, StatusStore, StoreError};
+use courier::ports::{Mailer, OutgoingEmail, Receipt, SendFailure, StoreError};
 use courier::random::SeededRandom;
 use courier::status::Status;
 use serde_json::{Value, json};
@@ -171,10 +172,10 @@ impl Script {
 /// delivery after a delivery delay later than the delay.
 fn delay_of(script: Script, event_type: &str) -> i32 {
     match (script, event_type) {
-        (_, "Send") => 0,
-        (Script::Delay, "Delivery") => 4,
-        (_, "Complaint") => 3,
-        _ => 1,
+        (_, "Send") => 1,
+        (Script::Delay, "Delivery") => 5,
+        (_, "Complaint") => 4,
+        _ => 2,
     }
 }
 
@@ -201,32 +202,27 @@ pub(crate) struct Accepted {
     pub(crate) provider_message_id: String,
     pub(crate) from: String,
     pub(crate) to: Vec<String>,
+    pub(crate) subject: String,
     pub(crate) at: DateTime<Utc>,
 }
 
 impl Accepted {
-    /// Reads an SES send from its status record; `None` when the record is not an SES send
-    /// awaiting its outcome (it moved on, or went through another provider).
-    pub(crate) fn from_record(record: &JobRecord) -> Result<Option<Accepted>, StoreError> {
-        if record.status != Status::SentToProvider || record.provider.as_deref() != Some("ses") {
-            return Ok(None);
+    pub(crate) fn new(email: &OutgoingEmail, receipt: &Receipt, at: DateTime<Utc>) -> Accepted {
+        Accepted {
+            message_id: email.message_id.clone(),
+            campaign_id: email.campaign_id.clone(),
+            provider_message_id: receipt.provider_message_id.clone(),
+            from: email.from.to_string(),
+            to: email
+                .to
+                .iter()
+                .chain(&email.cc)
+                .chain(&email.bcc)
+                .map(|m| m.email.to_string())
+                .collect(),
+            subject: email.subject.clone(),
+            at,
         }
-        let (Some(provider_message_id), Some(payload)) =
-            (&record.provider_message_id, &record.payload)
-        else {
-            return Ok(None);
-        };
-        let incoming = courier::envelope::parse_body(payload.as_bytes())
-            .map_err(|rejected| StoreError::new("read the sent payload", rejected.error))?;
-        let job = incoming.job;
-        Ok(Some(Accepted {
-            message_id: job.message_id,
-            campaign_id: job.campaign_id,
-            provider_message_id: provider_message_id.clone(),
-            from: job.from,
-            to: job.to.into_iter().chain(job.cc).chain(job.bcc).collect(),
-            at: record.updated_at,
-        }))
     }
 
     /// The `mail` object of SES's events.
@@ -244,10 +240,11 @@ impl Accepted {
             "headers": [
                 {"name": "From", "value": self.from},
                 {"name": "To", "value": to},
+                {"name": "Subject", "value": self.subject},
                 {"name": "X-Courier-Message-Id", "value": self.message_id},
                 {"name": "X-Courier-Campaign-Id", "value": self.campaign_id}
             ],
-            "commonHeaders": {"from": [self.from], "to": self.to},
+            "commonHeaders": {"from": [self.from], "to": self.to, "subject": self.subject},
             "tags": {
                 "ses:configuration-set": [destination.configuration_set],
                 "ses:source-ip": ["192.0.2.10"],
@@ -312,13 +309,41 @@ pub(crate) fn notifications(
         .collect()
 }
 
-/// The publisher: finds SES sends awaiting an outcome and publishes their events once per
-/// generation.
+/// SES's own record of what it accepted: wraps the SES mailer the send function uses.
+pub(crate) struct SesAcceptLog {
+    inner: Arc<dyn Mailer>,
+    accepted: Arc<Mutex<Vec<Accepted>>>,
+}
+
+impl SesAcceptLog {
+    /// Wraps `inner`; what it accepts is appended to `accepted`.
+    pub(crate) fn new(inner: Arc<dyn Mailer>, accepted: Arc<Mutex<Vec<Accepted>>>) -> Self {
+        SesAcceptLog { inner, accepted }
+    }
+}
+
+#[async_trait::async_trait]
+impl Mailer for SesAcceptLog {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+
+    async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure> {
+        let receipt = self.inner.send(email).await?;
+        let accepted = Accepted::new(email, &receipt, Utc::now());
+        self.accepted
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(accepted);
+        Ok(receipt)
+    }
+}
+
+/// The publisher: publishes the events of every message SES accepted since its last round.
 pub(crate) struct EventPublisher {
-    pub(crate) status: Arc<dyn StatusStore>,
     pub(crate) sqs: aws_sdk_sqs::Client,
     pub(crate) destination: Destination,
-    published: BTreeSet<(String, u32)>,
+    accepted: Arc<Mutex<Vec<Accepted>>>,
     /// Jobs sent through SES before (a transient bounce hits only the first send).
     seen: BTreeSet<String>,
     rng: SeededRandom,
@@ -327,7 +352,7 @@ pub(crate) struct EventPublisher {
 /// What one round published.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(crate) struct Published {
-    /// Events per `eventType` (a transient bounce counted as `Bounce (Transient)`).
+    /// Events per `eventType` (a bounce counted as `Bounce (Permanent)` or `Bounce (Transient)`).
     pub(crate) events: BTreeMap<String, u64>,
     /// Recipients of permanent bounces and complaints (to be suppressed by the events function).
     pub(crate) to_suppress: Vec<String>,
@@ -335,95 +360,95 @@ pub(crate) struct Published {
 
 impl EventPublisher {
     pub(crate) fn new(
-        status: Arc<dyn StatusStore>,
         sqs: aws_sdk_sqs::Client,
         destination: Destination,
+        accepted: Arc<Mutex<Vec<Accepted>>>,
     ) -> EventPublisher {
         EventPublisher {
-            status,
             sqs,
             destination,
-            published: BTreeSet::new(),
+            accepted,
             seen: BTreeSet::new(),
             rng: SeededRandom::from_entropy(),
         }
     }
 
-    /// One round: every SES send awaiting its outcome whose events are not published yet.
+    /// One round: the events of every message accepted since the last round. A message whose
+    /// events could not be published stays for the next round.
     pub(crate) async fn publish_new(&mut self) -> Result<Published, StoreError> {
         let mut out = Published::default();
-        let open = self
-            .status
-            .open_before(OpenState::AwaitingOutcome, Utc::now(), 1000)
-            .await?;
-        for found in open {
-            let key = (found.message_id.clone(), found.attempt);
-            if self.published.contains(&key) {
-                continue;
-            }
-            let Some(record) = self.status.get(&found.message_id).await? else {
-                continue;
-            };
-            let accepted = match Accepted::from_record(&record) {
-                Ok(Some(accepted)) => accepted,
-                Ok(None) => continue,
-                Err(e) => {
-                    // Not a message SES could describe: nothing to publish, now or later.
-                    eprintln!("SES event destination: {}: {e}", record.message_id);
-                    self.published.insert(key);
-                    continue;
-                }
-            };
-            let first = !self.seen.contains(&accepted.message_id);
-            let notes = notifications(&accepted, &self.destination, first, &mut self.rng);
-            let mut request = self
-                .sqs
-                .send_message_batch()
-                .queue_url(&self.destination.events_queue_url);
-            for (i, (_, body, delay)) in notes.iter().enumerate() {
-                let entry = SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(body.to_string())
-                    .delay_seconds(*delay)
-                    .build()
-                    .map_err(|e| StoreError::new("publish ses events", e))?;
-                request = request.entries(entry);
-            }
-            let sent = request
-                .send()
-                .await
-                .map_err(courier::aws::store_error("publish ses events"))?;
-            if !sent.failed.is_empty() {
-                return Err(StoreError::msg(
-                    "publish ses events",
-                    format!(
-                        "{} of {} events not accepted",
-                        sent.failed.len(),
-                        notes.len()
-                    ),
-                ));
-            }
-            // Keyed by generation: a resend is a new SES message with events of its own.
-            self.published
-                .insert((record.message_id.clone(), record.attempt));
-            self.seen.insert(record.message_id.clone());
-            let script = accepted
-                .to
-                .first()
-                .map_or(Script::Deliver, |r| Script::of(r));
-            for (event_type, _, _) in &notes {
-                let name = match (*event_type, script) {
-                    ("Bounce", Script::SoftBounce) => "Bounce (Transient)".to_owned(),
-                    ("Bounce", _) => "Bounce (Permanent)".to_owned(),
-                    (other, _) => other.to_owned(),
-                };
-                *out.events.entry(name).or_default() += 1;
-            }
-            if first && matches!(script, Script::Bounce | Script::Complaint) {
-                out.to_suppress.extend(accepted.to.iter().cloned());
+        let batch: Vec<Accepted> = std::mem::take(
+            &mut *self
+                .accepted
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        let mut rest = batch.into_iter();
+        while let Some(accepted) = rest.next() {
+            if let Err(e) = self.publish(&accepted, &mut out).await {
+                let mut log = self
+                    .accepted
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                log.push(accepted);
+                log.extend(rest);
+                return Err(e);
             }
         }
         Ok(out)
+    }
+
+    async fn publish(
+        &mut self,
+        accepted: &Accepted,
+        out: &mut Published,
+    ) -> Result<(), StoreError> {
+        let first = !self.seen.contains(&accepted.message_id);
+        let notes = notifications(accepted, &self.destination, first, &mut self.rng);
+        let mut request = self
+            .sqs
+            .send_message_batch()
+            .queue_url(&self.destination.events_queue_url);
+        for (i, (_, body, delay)) in notes.iter().enumerate() {
+            let entry = SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(body.to_string())
+                .delay_seconds(*delay)
+                .build()
+                .map_err(|e| StoreError::new("publish ses events", e))?;
+            request = request.entries(entry);
+        }
+        let sent = request
+            .send()
+            .await
+            .map_err(courier::aws::store_error("publish ses events"))?;
+        if !sent.failed.is_empty() {
+            return Err(StoreError::msg(
+                "publish ses events",
+                format!(
+                    "{} of {} events not accepted",
+                    sent.failed.len(),
+                    notes.len()
+                ),
+            ));
+        }
+        self.seen.insert(accepted.message_id.clone());
+        let script = accepted
+            .to
+            .first()
+            .map_or(Script::Deliver, |r| Script::of(r));
+        for (event_type, _, _) in &notes {
+            let name = match (*event_type, script) {
+                ("Bounce", Script::SoftBounce) => "Bounce (Transient)".to_owned(),
+                ("Bounce", _) => "Bounce (Permanent)".to_owned(),
+                (other, _) => other.to_owned(),
+            };
+            *out.events.entry(name).or_default() += 1;
+        }
+        if first && matches!(script, Script::Bounce | Script::Complaint) {
+            out.to_suppress.extend(accepted.to.iter().cloned());
+        }
+        Ok(())
     }
 }
 
@@ -451,6 +476,7 @@ mod tests {
             provider_message_id: "ses-36".into(),
             from: "Courier Demo <demo@courier.test>".into(),
             to: vec![to.into()],
+            subject: "Welcome, Reader 36".into(),
             at: Utc::now(),
         }
     }
@@ -510,7 +536,7 @@ mod tests {
 
     #[test]
     fn outcomes_follow_the_send() {
-        assert_eq!(delay_of(Script::Bounce, "Send"), 0);
+        assert!(delay_of(Script::Bounce, "Bounce") > delay_of(Script::Bounce, "Send"));
         assert!(delay_of(Script::Delay, "Delivery") > delay_of(Script::Delay, "DeliveryDelay"));
         assert!(delay_of(Script::Complaint, "Complaint") > delay_of(Script::Complaint, "Delivery"));
     }
