@@ -41,8 +41,9 @@ clippy:
 unit:
 	$(CARGO) test --workspace --exclude courier-integration
 
-# The function binaries are built first: tests/tests/binary.rs runs them under a Runtime API.
-BINS := $(CARGO) build -q -p courier-send -p courier-archiver -p courier-events
+# The function binaries are built first: tests/tests/binary.rs runs them under a Runtime API,
+# tests/tests/demo.rs runs `courierctl demo`.
+BINS := $(CARGO) build -q -p courier-send -p courier-archiver -p courier-events -p courierctl
 
 ## make lambda-build: what cargo-lambda builds for every crate under functions/ (release profile):
 ## arm64 zips in target/lambda/<bin>/bootstrap.zip (what `cargo lambda deploy` uploads, see

@@ -1,25 +1,63 @@
 //! `courierctl demo`: the local run. Provisions Courier's resources on the emulator the harness
-//! started (moto by default), enqueues a demo campaign with a realistic failure mix, runs the send
-//! function's real handler through the local event-source driver (several concurrent "instances",
-//! Lambda's batch, visibility-timeout and partial-failure semantics) against the real SMTP server,
-//! shows live progress and ends with a report.
+//! started (moto by default), enqueues a demo campaign with a realistic failure mix and drives the
+//! three functions through their real handlers:
+//! - the send function, through the local event-source driver (several concurrent "instances",
+//!   Lambda's batch, visibility-timeout and partial-failure semantics) on the send queue, against
+//!   the real SMTP server and SES v2 on the emulator (the demo verifies its sending domain and
+//!   creates the configuration set through the SES v2 API first);
+//! - the events function, through the same driver on the events queue. Emulators never publish
+//!   SES events, so the demo acts as SES's event destination (see `ses`): for every message the
+//!   emulator's SES accepted (noted by a wrapper around the send function's SES mailer) it
+//!   publishes SES's events, in SNS notification envelopes, on the events queue;
+//! - the archiver, once at the end (dead letters to S3);
+//!
+//! then shows live progress and ends with a report. The exit code is 0 only when every job
+//! reached a known end (the send function's final outcomes, and for SES sends the end their
+//! events lead to).
+//!
+//! The campaign, per 100 jobs (`i` is the job's number, `demo-{i:05}` its message id):
+//! - SMTP (the harness's Postfix scripts replies by recipient): 3 unknown users (two later ones
+//!   hit the suppression list), 2 busy (throttling), 3 greylisted, 2 mailbox full, 2 policy
+//!   rejections, 1 rendering failure, 2 malformed, 1 invalid address, 1 poison, 1 duplicate of an
+//!   earlier job, and 72 good addresses;
+//! - SES (`i % 100` in 30..=39, `"provider": "ses"`), the outcome decided by the recipient's
+//!   local part before `+`: `reader{i}@` delivered (Send, Delivery); `bounce+{i}@`
+//!   (`i % 100 == 36`) a permanent bounce, the recipient then suppressed by the events function;
+//!   `softbounce+{i}@` (37) a transient bounce, sent again by the events function through the
+//!   send queue and then delivered; `delay+{i}@` (38) a delivery delay, then the delivery;
+//!   `complaint+{i}@` (`i % 500 == 39`) delivered, then a complaint, the recipient suppressed.
 //!
 //! Retry waits use a compressed policy ([`DEMO_POLICY`]) so the run takes about a minute; the
-//! production defaults wait minutes to hours.
+//! production defaults wait minutes to hours. The reputation guard keeps its production
+//! settings: it needs 500 SES messages in its window before it judges a domain, so a run of
+//! 1,000 jobs (100 through SES) never trips it; a run of 5,000 or more does (the demo's bounce
+//! rate is far above SES's review level), and the report then shows the pause.
+//!
+//! With `RUST_LOG` set, the functions' logs (tracing) go to stderr.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+mod ses;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use courier::aws::DynamoDbControlTable;
+use aws_sdk_sesv2::types::VerificationStatus;
+use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use courier::aws::provision::{QueueSettings, provision};
+use courier::aws::{
+    DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList, store_error,
+};
 use courier::policy::RetryPolicy;
-use courier::ports::DeadLetter;
+use courier::ports::{DeadLetter, JobRecord, StatusStore, StoreError, SuppressionList};
+use courier::reputation::GuardConfig;
+use courier::status::Status;
+use courier_events::Applied;
 use courier_send::config::{Resources, SendConfig, SmtpSettings};
 use courier_send::driver::Driver;
 use courier_send::wiring;
+
+use ses::{Destination, EventPublisher, Script, SesAcceptLog};
 
 /// The compressed retry policy of the demo (same classes as production, waits in seconds).
 pub(crate) const DEMO_POLICY: &str = r#"{
@@ -37,8 +75,14 @@ pub(crate) const DEMO_POLICY: &str = r#"{
   }}
 }"#;
 
-/// Concurrent driver loops, standing in for concurrent Lambda instances.
+/// Concurrent driver loops on the send queue, standing in for concurrent Lambda instances.
 const INSTANCES: usize = 4;
+/// Concurrent driver loops on the events queue (the template allows the events function 5).
+const EVENT_INSTANCES: usize = 2;
+/// The demo's sending and recipient domain (the harness's Postfix scripts replies for it).
+const DOMAIN: &str = "courier.test";
+/// The account the emulator reports (moto's default), for ARNs in the published events.
+const ACCOUNT: &str = "123456789012";
 
 /// Why the demo could not run.
 #[derive(Debug, thiserror::Error)]
@@ -48,11 +92,13 @@ pub(crate) enum DemoError {
     )]
     Env(&'static str),
     #[error("setting up: {0}")]
-    Store(#[from] courier::ports::StoreError),
+    Store(#[from] StoreError),
     #[error("wiring the send function: {0}")]
     Wiring(#[from] courier_send::wiring::WiringError),
     #[error("demo policy: {0}")]
     Policy(#[from] courier::policy::PolicyError),
+    #[error("SES identity {identity} is not verified for sending (verification status {status})")]
+    Unverified { identity: String, status: String },
     #[error("dead letters: {0}")]
     Archive(String),
     #[error("cannot start the async runtime: {0}")]
@@ -75,15 +121,22 @@ fn job(i: usize, from: &str, to: &str) -> serde_json::Value {
     })
 }
 
-/// The campaign: mostly good addresses, plus every scripted failure and some bad input.
-/// Per 100 jobs: 82 good, 3 unknown users (two later ones hit the suppression list), 2 busy
-/// (throttling), 3 greylisted, 2 mailbox full, 2 policy rejections, 1 rendering failure,
-/// 2 malformed, 1 invalid address, 1 poison, 1 duplicate of an earlier job.
-fn campaign(size: usize, from: &str) -> (Vec<String>, Vec<String>) {
+/// The campaign's queue bodies, the poison ones among them, and the jobs routed through SES
+/// with the status their events end them in.
+struct Campaign {
+    jobs: Vec<String>,
+    poison: Vec<String>,
+    ses: BTreeMap<String, Status>,
+}
+
+/// The campaign: mostly good addresses, every scripted SMTP failure, some bad input, and a slice
+/// through SES whose events the demo publishes (see the module docs for the mix).
+fn campaign(size: usize, from: &str) -> Campaign {
     let mut jobs = Vec::with_capacity(size);
     let mut poison = Vec::new();
+    let mut ses = BTreeMap::new();
     for i in 0..size {
-        let scripted = |name: &str| job(i, from, &format!("{name}@courier.test")).to_string();
+        let scripted = |name: &str| job(i, from, &format!("{name}@{DOMAIN}")).to_string();
         let body = match i % 100 {
             0..=2 => scripted("unknown"),
             3 | 4 => scripted("busy"),
@@ -91,7 +144,7 @@ fn campaign(size: usize, from: &str) -> (Vec<String>, Vec<String>) {
             8 | 9 => scripted("full"),
             10 | 11 => scripted("policy"),
             12 => {
-                let mut j = job(i, from, &format!("reader{i}@courier.test"));
+                let mut j = job(i, from, &format!("reader{i}@{DOMAIN}"));
                 j["template"]["variables"] = serde_json::json!({});
                 j.to_string()
             }
@@ -99,34 +152,230 @@ fn campaign(size: usize, from: &str) -> (Vec<String>, Vec<String>) {
             14 => String::from_utf8_lossy(b"\xff\xfe garbage").into_owned(),
             15 => job(i, from, "not an address").to_string(),
             16 => {
-                let body = job(i, from, &format!("reader{i}@courier.test")).to_string();
+                let body = job(i, from, &format!("reader{i}@{DOMAIN}")).to_string();
                 poison.push(body.clone());
                 body
             }
             17 if i >= 100 => job(
                 i - 100 + 20,
                 from,
-                &format!("reader{}@courier.test", i - 100 + 20),
+                &format!("reader{}@{DOMAIN}", i - 100 + 20),
             )
             .to_string(),
-            _ => job(i, from, &format!("reader{i}@courier.test")).to_string(),
+            30..=39 => {
+                let local = match i % 100 {
+                    36 => format!("bounce+{i}"),
+                    37 => format!("softbounce+{i}"),
+                    38 => format!("delay+{i}"),
+                    39 if i % 500 == 39 => format!("complaint+{i}"),
+                    _ => format!("reader{i}"),
+                };
+                let to = format!("{local}@{DOMAIN}");
+                let mut j = job(i, from, &to);
+                j["provider"] = serde_json::json!("ses");
+                ses.insert(format!("demo-{i:05}"), Script::of(&to).end());
+                j.to_string()
+            }
+            _ => job(i, from, &format!("reader{i}@{DOMAIN}")).to_string(),
         };
         jobs.push(body);
     }
-    (jobs, poison)
+    Campaign { jobs, poison, ses }
 }
 
-pub(crate) fn run(size: usize) -> Result<i32, DemoError> {
+pub(crate) fn run(size: usize, prefix: Option<String>) -> Result<i32, DemoError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     // lettre's connection pool spawns its reaper on the runtime it is built in.
     let _entered = runtime.enter();
-    runtime.block_on(run_async(size))
+    if std::env::var_os("RUST_LOG").is_some() {
+        // The functions' logs (tracing) to stderr, filtered by RUST_LOG.
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    let prefix = prefix.unwrap_or_else(|| format!("courier-demo-{}", std::process::id()));
+    runtime.block_on(run_async(size, prefix))
 }
 
-async fn run_async(size: usize) -> Result<i32, DemoError> {
+/// SES sends only from verified identities, and moto checks it too (`SendEmail` from an
+/// unverified address is `MessageRejected`): the demo verifies its sending domain through the
+/// SES v2 API and creates the configuration set the template declares (the local template leaves
+/// SES out). moto reports `VerifiedForSendingStatus` false for every identity but
+/// `VerificationStatus` SUCCESS, and sends from it; AWS sets both once it finds the DKIM records.
+async fn prepare_ses(
+    sdk: &aws_config::SdkConfig,
+    configuration_set: &str,
+) -> Result<(), DemoError> {
+    let ses = aws_sdk_sesv2::Client::new(sdk);
+    ses.create_configuration_set()
+        .configuration_set_name(configuration_set)
+        .send()
+        .await
+        .map_err(store_error("create configuration set"))?;
+    if let Err(e) = ses
+        .create_email_identity()
+        .email_identity(DOMAIN)
+        .send()
+        .await
+        && !e
+            .as_service_error()
+            .is_some_and(|s| s.is_already_exists_exception())
+    {
+        return Err(store_error("create email identity")(e).into());
+    }
+    let identity = ses
+        .get_email_identity()
+        .email_identity(DOMAIN)
+        .send()
+        .await
+        .map_err(store_error("get email identity"))?;
+    let status = identity.verification_status;
+    if identity.verified_for_sending_status || status == Some(VerificationStatus::Success) {
+        Ok(())
+    } else {
+        Err(DemoError::Unverified {
+            identity: DOMAIN.to_owned(),
+            status: status.map_or_else(|| "unknown".to_owned(), |s| s.as_str().to_owned()),
+        })
+    }
+}
+
+async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, StoreError> {
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(store_error("queue attributes"))?
+        .attributes
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .ok_or_else(|| StoreError::msg("queue attributes", format!("no arn for {url}")))
+}
+
+/// What the events side did, summed over the events function's batches and the publisher's
+/// rounds.
+#[derive(Debug, Default, Clone)]
+struct EventTotals {
+    /// What the events function's handler did with each event (see [`applied_key`]).
+    applied: BTreeMap<&'static str, u64>,
+    unparseable: u64,
+    /// Events the demo published, per type.
+    published: BTreeMap<String, u64>,
+    /// Recipients of permanent bounces and complaints.
+    to_suppress: Vec<String>,
+    /// Latest bounce and complaint rate per sending domain.
+    rates: BTreeMap<String, (f64, f64)>,
+    /// Domains the reputation guard paused, with the reason.
+    paused: Vec<(String, String)>,
+}
+
+fn applied_key(applied: &Applied) -> &'static str {
+    match applied {
+        Applied::Changed(Status::Delivered) => "delivered",
+        Applied::Changed(Status::BouncedPermanent) => "bounced_permanent",
+        Applied::Changed(Status::Complained) => "complained",
+        Applied::Changed(_) => "changed_other",
+        Applied::Resent => "resent",
+        Applied::GaveUp => "gave_up",
+        Applied::Absorbed => "absorbed",
+        Applied::NotYet => "not_yet",
+        Applied::Uncorrelated => "uncorrelated",
+    }
+}
+
+/// The SES jobs: those still on their way (with the status their script ends them in), and those
+/// at an end.
+struct SesJobs {
+    pending: BTreeMap<String, Status>,
+    ended: BTreeMap<String, Ended>,
+}
+
+/// An SES job at an end, as its record shows it.
+struct Ended {
+    status: Status,
+    expected: Status,
+    provider: Option<String>,
+    /// How many times the send function sent it.
+    sends: u32,
+}
+
+impl SesJobs {
+    /// Reads the pending jobs' records and moves those at an end. A job is at an end in the
+    /// status its script leads to, in another final status, or sent through another provider
+    /// (no events will come: the reputation guard paused SES and the job failed over).
+    async fn settle(&mut self, status: &dyn StatusStore) -> Result<(), StoreError> {
+        let ids: Vec<(String, Status)> =
+            self.pending.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for (id, expected) in ids {
+            let Some(record) = status.get(&id).await? else {
+                continue;
+            };
+            let ended = match record.status {
+                s if s == expected => true,
+                Status::Delivered => expected != Status::Complained,
+                Status::BouncedPermanent
+                | Status::Complained
+                | Status::Suppressed
+                | Status::DeadLettered
+                | Status::FailedInternal => true,
+                Status::SentToProvider => record.provider.as_deref() != Some("ses"),
+                _ => false,
+            };
+            if ended {
+                self.pending.remove(&id);
+                self.ended.insert(
+                    id,
+                    Ended {
+                        status: record.status,
+                        expected,
+                        provider: record.provider.clone(),
+                        sends: sends(&record),
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends beyond each job's first (resends after a transient bounce): the send function's
+    /// counters count every send, the campaign each job once.
+    fn extra_sends(&self) -> u64 {
+        self.ended
+            .values()
+            .map(|e| u64::from(e.sends.saturating_sub(1)))
+            .sum()
+    }
+}
+
+/// How many times the send function recorded the job as sent.
+fn sends(record: &JobRecord) -> u32 {
+    let n = record
+        .history
+        .iter()
+        .filter(|h| h.status == Status::SentToProvider && h.by != "events")
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The send function's final outcomes (each job ends in one of these once per send).
+fn finals(t: &BTreeMap<String, u64>) -> u64 {
+    t.iter()
+        .filter(|(k, _)| {
+            k.as_str() == "Sent"
+                || k.as_str() == "BouncedPermanent"
+                || k.as_str() == "Suppressed"
+                || k.starts_with("DeadLettered_")
+                || k.as_str() == "DuplicatesSkipped"
+        })
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
     env("AWS_ENDPOINT_URL")?;
     let smtp_host = env("COURIER_SMTP_HOST")?;
     let smtp_port: u16 = env("COURIER_SMTP_PORT")?
@@ -134,19 +383,20 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
         .map_err(|_| DemoError::Env("COURIER_SMTP_PORT"))?;
     let started = Instant::now();
     let sdk = courier::aws::sdk_config().await;
-    let prefix = format!("courier-demo-{}", std::process::id());
     let stack = provision(
         &sdk,
         &prefix,
-        "arn:aws:iam::123456789012:role/courier-demo",
+        &format!("arn:aws:iam::{ACCOUNT}:role/courier-demo"),
         QueueSettings {
             max_receive_count: 5,
             visibility_timeout: Duration::from_secs(30),
         },
     )
     .await?;
+    let configuration_set = format!("{prefix}-ses-configuration-set");
+    prepare_ses(&sdk, &configuration_set).await?;
     println!(
-        "provisioned {prefix}: queue, redrive DLQ, dead-letter queue, 3 tables, bucket, delay state machine ({:.1} s)",
+        "provisioned {prefix}: send and events queues, redrive DLQ, dead-letter queue, tables, buckets, delay state machine; SES identity {DOMAIN} verified, configuration set {configuration_set} ({:.1} s)",
         started.elapsed().as_secs_f64()
     );
     aws_sdk_s3::Client::new(&sdk)
@@ -156,11 +406,16 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
         .body(br#"{"subject": "Welcome, {{ name }}", "text": "Hello {{ name }}, thanks for joining.", "html": "<p>Hello {{ name }}, thanks for joining.</p>"}"#.to_vec().into())
         .send()
         .await
-        .map_err(courier::aws::store_error("upload template"))?;
-    let from = "Courier Demo <demo@courier.test>";
-    let (jobs, poison) = campaign(size, from);
+        .map_err(store_error("upload template"))?;
+    let from = format!("Courier Demo <demo@{DOMAIN}>");
+    let Campaign {
+        jobs,
+        poison,
+        ses: ses_jobs,
+    } = campaign(size, &from);
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
     let control = DynamoDbControlTable::new(
-        aws_sdk_dynamodb::Client::new(&sdk),
+        dynamodb.clone(),
         &stack.control_table,
         Duration::from_secs(60),
     );
@@ -182,8 +437,9 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
         breaker_table: stack.control_table.clone(),
         template_bucket: stack.template_bucket.clone(),
         delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
-        providers: vec!["smtp".into()],
-        ses_configuration_set: None,
+        // SMTP first: jobs without a provider hint go to Postfix, `"provider": "ses"` to SES.
+        providers: vec!["smtp".into(), "ses".into()],
+        ses_configuration_set: Some(configuration_set.clone()),
         smtp: Some(SmtpSettings {
             host: smtp_host.clone(),
             port: smtp_port,
@@ -197,12 +453,36 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
         ambiguity_grace: Duration::from_secs(30),
         ..SendConfig::default()
     };
-    let pipeline = Arc::new(wiring::wire(
-        &courier::aws::Clients::new(&sdk),
+    let clients = courier::aws::Clients::new(&sdk);
+    let mut pipeline = wiring::wire(
+        &clients,
         config,
         &resources,
         RetryPolicy::from_json(DEMO_POLICY)?,
-    )?);
+    )?;
+    // SES's view of what it accepted, for the events it publishes.
+    let accepted: Arc<Mutex<Vec<ses::Accepted>>> = Arc::default();
+    for mailer in &mut pipeline.mailers {
+        if mailer.name() == "ses" {
+            *mailer = Arc::new(SesAcceptLog::new(Arc::clone(mailer), Arc::clone(&accepted)));
+        }
+    }
+    let pipeline = Arc::new(pipeline);
+    let guard = GuardConfig::default();
+    let applier = Arc::new(courier_events::wiring::wire(
+        &clients,
+        &courier_events::wiring::Settings {
+            status_table: stack.status_table.clone(),
+            suppression_table: stack.suppression_table.clone(),
+            breaker_table: stack.control_table.clone(),
+            queue_url: stack.queue_url.clone(),
+            delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
+            dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
+            letter_index_table: stack.letter_index_table.clone(),
+            policy: RetryPolicy::from_json(DEMO_POLICY)?,
+            guard: guard.clone(),
+        },
+    ));
 
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     for (chunk_no, chunk) in jobs.chunks(10).enumerate() {
@@ -212,20 +492,19 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
                 .id(format!("{chunk_no}-{i}"))
                 .message_body(body)
                 .build()
-                .map_err(|e| courier::ports::StoreError::new("enqueue", e))?;
+                .map_err(|e| StoreError::new("enqueue", e))?;
             request = request.entries(entry);
         }
-        request
-            .send()
-            .await
-            .map_err(courier::aws::store_error("enqueue"))?;
+        request.send().await.map_err(store_error("enqueue"))?;
     }
     println!(
-        "enqueued {} jobs -> SMTP {smtp_host}:{smtp_port}; {INSTANCES} driver instances, batches of 10",
-        jobs.len()
+        "enqueued {} jobs ({} through SES) -> SMTP {smtp_host}:{smtp_port} and SES; {INSTANCES} send and {EVENT_INSTANCES} events driver instances, batches of 10",
+        jobs.len(),
+        ses_jobs.len(),
     );
 
-    let totals: Arc<std::sync::Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let totals: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let events: Arc<Mutex<EventTotals>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for instance in 0..INSTANCES {
@@ -264,45 +543,142 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
             }
         }));
     }
+    let events_queue_arn = queue_arn(&sqs, &stack.events_queue_url).await?;
+    for instance in 0..EVENT_INSTANCES {
+        let driver = Driver {
+            sqs: sqs.clone(),
+            queue_url: stack.events_queue_url.clone(),
+            queue_arn: events_queue_arn.clone(),
+            batch_size: 10,
+            visibility_timeout: 30,
+            wait_seconds: 1,
+            function_timeout: Duration::from_secs(30),
+        };
+        let applier = Arc::clone(&applier);
+        let events = Arc::clone(&events);
+        let stop = Arc::clone(&stop);
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let polled = driver
+                    .poll_with(|event, _deadline| async {
+                        let report = applier.handle(event).await;
+                        (report.failures.clone(), report)
+                    })
+                    .await;
+                match polled {
+                    Ok((_, Some(report))) => {
+                        if let Ok(mut t) = events.lock() {
+                            for a in &report.applied {
+                                *t.applied.entry(applied_key(a)).or_default() += 1;
+                            }
+                            t.unparseable += report.unparseable as u64;
+                            t.rates.extend(report.rates);
+                            t.paused.extend(report.tripped);
+                        }
+                    }
+                    Ok((_, None)) => {}
+                    Err(e) => {
+                        eprintln!("events instance {instance}: {e}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        }));
+    }
+    let status: Arc<dyn StatusStore> = Arc::new(DynamoDbStatusStore::new(
+        dynamodb.clone(),
+        &stack.status_table,
+        courier_send::wiring::STATUS_RETENTION,
+    ));
+    let mut publisher = EventPublisher::new(
+        sqs.clone(),
+        Destination {
+            events_queue_url: stack.events_queue_url.clone(),
+            topic_arn: format!(
+                "arn:aws:sns:{}:{ACCOUNT}:{prefix}-ses-events-topic",
+                region(&sdk)
+            ),
+            configuration_set: configuration_set.clone(),
+            region: region(&sdk),
+            account: ACCOUNT.to_owned(),
+        },
+        accepted,
+    );
+    {
+        let events = Arc::clone(&events);
+        let stop = Arc::clone(&stop);
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match publisher.publish_new().await {
+                    Ok(round) => {
+                        if let Ok(mut t) = events.lock() {
+                            for (k, v) in round.events {
+                                *t.published.entry(k).or_default() += v;
+                            }
+                            t.to_suppress.extend(round.to_suppress);
+                        }
+                    }
+                    Err(e) => eprintln!("SES event destination: {e}"),
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }));
+    }
 
-    let finals = |t: &BTreeMap<String, u64>| -> u64 {
-        t.iter()
-            .filter(|(k, _)| {
-                k.as_str() == "Sent"
-                    || k.as_str() == "BouncedPermanent"
-                    || k.as_str() == "Suppressed"
-                    || k.starts_with("DeadLettered_")
-                    || k.as_str() == "DuplicatesSkipped"
-            })
-            .map(|(_, v)| *v)
-            .sum()
+    let mut ses = SesJobs {
+        pending: ses_jobs,
+        ended: BTreeMap::new(),
     };
     let deadline = Instant::now() + Duration::from_secs(600);
     let mut last_line = Instant::now();
+    let mut last_settle = Instant::now();
+    let mut all_done;
     loop {
         tokio::time::sleep(Duration::from_millis(250)).await;
         let snapshot = totals.lock().map(|t| t.clone()).unwrap_or_default();
-        let done = finals(&snapshot);
-        if last_line.elapsed() >= Duration::from_secs(2) || done >= jobs.len() as u64 {
-            last_line = Instant::now();
-            let retried: u64 = snapshot
+        let send_done = finals(&snapshot).saturating_sub(ses.extra_sends());
+        let looks_done = send_done >= jobs.len() as u64;
+        if last_line.elapsed() < Duration::from_secs(2) && !looks_done {
+            continue;
+        }
+        last_line = Instant::now();
+        // One read per SES job still on its way: when the send side looks done, else now and then.
+        if looks_done || last_settle.elapsed() >= Duration::from_secs(10) {
+            last_settle = Instant::now();
+            if let Err(e) = ses.settle(status.as_ref()).await {
+                eprintln!("reading SES jobs' status: {e}");
+            }
+        }
+        let send_done = finals(&snapshot).saturating_sub(ses.extra_sends());
+        all_done = send_done >= jobs.len() as u64 && ses.pending.is_empty();
+        let ev = events.lock().map(|t| t.clone()).unwrap_or_default();
+        let applied = |k: &str| ev.applied.get(k).copied().unwrap_or(0);
+        println!(
+            "  {:>5.1} s  finished {:>5}/{}  sent {:>5}  retries {:>4}  dead letters {:>4} | SES at an end {:>3}/{}  events {:>4}: delivered {:>3}  bounced {:>3}  complaints {:>2}  resent {:>2}  delays {:>2}",
+            started.elapsed().as_secs_f64(),
+            send_done.min(jobs.len() as u64),
+            jobs.len(),
+            snapshot.get("Sent").copied().unwrap_or(0),
+            snapshot
                 .iter()
                 .filter(|(k, _)| k.starts_with("Retried"))
                 .map(|(_, v)| v)
-                .sum();
-            println!(
-                "  {:>5.1} s  finished {done:>5}/{}  sent {:>5}  retries {retried:>4}  dead letters {:>4}",
-                started.elapsed().as_secs_f64(),
-                jobs.len(),
-                snapshot.get("Sent").copied().unwrap_or(0),
-                snapshot
-                    .iter()
-                    .filter(|(k, _)| k.starts_with("DeadLettered_"))
-                    .map(|(_, v)| v)
-                    .sum::<u64>(),
-            );
-        }
-        if done >= jobs.len() as u64 || Instant::now() > deadline {
+                .sum::<u64>(),
+            snapshot
+                .iter()
+                .filter(|(k, _)| k.starts_with("DeadLettered_"))
+                .map(|(_, v)| v)
+                .sum::<u64>(),
+            ses.ended.len(),
+            ses.ended.len() + ses.pending.len(),
+            ev.published.values().sum::<u64>(),
+            applied("delivered"),
+            applied("bounced_permanent"),
+            applied("complained"),
+            applied("resent"),
+            ev.published.get("DeliveryDelay").copied().unwrap_or(0),
+        );
+        if all_done || Instant::now() > deadline {
             break;
         }
     }
@@ -311,11 +687,14 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
         let _ = task.await;
     }
     let totals = totals.lock().map(|t| t.clone()).unwrap_or_default();
+    let events = events.lock().map(|t| t.clone()).unwrap_or_default();
+    // The events function's suppressions, read back from the suppression table.
+    let suppression = DynamoDbSuppressionList::new(dynamodb.clone(), &stack.suppression_table);
+    let suppressed = suppression
+        .suppressed(&events.to_suppress, chrono::Utc::now())
+        .await?;
     // Dead letters, read back from the index (no draining of the queue).
-    let index = courier::aws::DynamoDbLetterIndex::new(
-        aws_sdk_dynamodb::Client::new(&sdk),
-        &stack.letter_index_table,
-    );
+    let index = courier::aws::DynamoDbLetterIndex::new(dynamodb, &stack.letter_index_table);
     let letters: Vec<DeadLetter> =
         courier::workbench::select(&index, &courier::letters::LetterFilter::default())
             .await
@@ -335,31 +714,56 @@ async fn run_async(size: usize) -> Result<i32, DemoError> {
         archive_bucket: stack.archive_bucket.clone(),
         ages,
     };
-    let archiver = courier_archiver::wiring::wire(&courier::aws::Clients::new(&sdk), &settings);
+    let archiver = courier_archiver::wiring::wire(&clients, &settings);
     let archived = archiver
         .run("demo", chrono::Utc::now() + chrono::Duration::seconds(120))
         .await
         .map_err(|e| DemoError::Archive(e.to_string()))?;
-    report(&totals, &letters, &archived, jobs.len(), started.elapsed());
-    Ok(if finals(&totals) >= jobs.len() as u64 {
-        0
-    } else {
-        1
-    })
+    report(&Report {
+        totals: &totals,
+        events: &events,
+        ses: &ses,
+        suppressed: suppressed.len(),
+        guard: &guard,
+        letters: &letters,
+        archived: &archived,
+        jobs: jobs.len(),
+        took: started.elapsed(),
+    });
+    Ok(if all_done { 0 } else { 1 })
 }
 
-fn report(
-    totals: &BTreeMap<String, u64>,
-    letters: &[DeadLetter],
-    archived: &courier_archiver::ArchiveReport,
+fn region(sdk: &aws_config::SdkConfig) -> String {
+    sdk.region()
+        .map_or_else(|| "us-east-1".to_owned(), |r| r.as_ref().to_owned())
+}
+
+/// What the final report shows.
+struct Report<'a> {
+    totals: &'a BTreeMap<String, u64>,
+    events: &'a EventTotals,
+    ses: &'a SesJobs,
+    /// Recipients of published bounces and complaints found on the suppression list.
+    suppressed: usize,
+    guard: &'a GuardConfig,
+    letters: &'a [DeadLetter],
+    archived: &'a courier_archiver::ArchiveReport,
     jobs: usize,
     took: Duration,
-) {
-    println!("\nreport: {jobs} jobs in {:.1} s", took.as_secs_f64());
-    let get = |k: &str| totals.get(k).copied().unwrap_or(0);
-    println!("  sent to provider            {:>6}", get("Sent"));
+}
+
+fn report(r: &Report<'_>) {
+    println!("\nreport: {} jobs in {:.1} s", r.jobs, r.took.as_secs_f64());
+    let get = |k: &str| r.totals.get(k).copied().unwrap_or(0);
+    let ses_jobs = r.ses.ended.len() + r.ses.pending.len();
     println!(
-        "  bounced permanently         {:>6}  (recipient suppressed)",
+        "  sent to provider            {:>6}  (SES: {} jobs by their provider hint, {} sent again after a transient bounce)",
+        get("Sent"),
+        ses_jobs,
+        r.ses.extra_sends()
+    );
+    println!(
+        "  bounced permanently (SMTP)  {:>6}  (recipient suppressed)",
         get("BouncedPermanent")
     );
     println!("  suppressed before sending   {:>6}", get("Suppressed"));
@@ -368,11 +772,11 @@ fn report(
         get("DuplicatesSkipped")
     );
     println!("  retried, by class:");
-    for (k, v) in totals.iter().filter(|(k, _)| k.starts_with("Retried_")) {
+    for (k, v) in r.totals.iter().filter(|(k, _)| k.starts_with("Retried_")) {
         println!("    {:<26}{v:>6}", k.trim_start_matches("Retried_"));
     }
     let mut by_category: BTreeMap<&str, usize> = BTreeMap::new();
-    for l in letters {
+    for l in r.letters {
         *by_category.entry(l.category.as_str()).or_default() += 1;
     }
     println!("  dead-lettered, by category (read back from the dead-letter index):");
@@ -381,11 +785,99 @@ fn report(
     }
     println!(
         "  archived to S3              {:>6}  in {} objects, e.g. {}",
-        archived.archived,
-        archived.objects.len(),
-        archived.objects.first().map_or("-", String::as_str)
+        r.archived.archived,
+        r.archived.objects.len(),
+        r.archived.objects.first().map_or("-", String::as_str)
     );
-    if let Some(sample) = letters.iter().find(|l| l.history.len() > 1) {
+    let ev = r.events;
+    let published: Vec<String> = ev
+        .published
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    println!(
+        "  SES events published        {:>6}  (SNS notifications on the events queue: {})",
+        ev.published.values().sum::<u64>(),
+        published.join(", ")
+    );
+    let applied = |k: &str| ev.applied.get(k).copied().unwrap_or(0);
+    let to_suppress: BTreeSet<&String> = ev.to_suppress.iter().collect();
+    println!("  applied by the events function:");
+    println!("    delivered                 {:>6}", applied("delivered"));
+    println!(
+        "    bounced permanently       {:>6}  (recipients suppressed: {} of {}, read back from the suppression list)",
+        applied("bounced_permanent"),
+        r.suppressed,
+        to_suppress.len()
+    );
+    println!(
+        "    complaints                {:>6}  (recipients suppressed, counted above)",
+        applied("complained")
+    );
+    println!(
+        "    transient bounces resent  {:>6}  (through the send queue; sent again by the send function)",
+        applied("resent")
+    );
+    println!(
+        "    delivery delays           {:>6}  (status unchanged: SES keeps trying)",
+        ev.published.get("DeliveryDelay").copied().unwrap_or(0)
+    );
+    println!(
+        "    absorbed                  {:>6}  (Send events on recorded sends, duplicates, late events, delays)",
+        applied("absorbed")
+    );
+    println!(
+        "    ahead of their record     {:>6}  (left on the queue, applied on a later delivery)",
+        applied("not_yet")
+    );
+    for (k, label) in [
+        ("gave_up", "transient bounces given up"),
+        ("changed_other", "unknown jobs resolved"),
+        ("uncorrelated", "uncorrelated"),
+    ] {
+        if applied(k) > 0 {
+            println!("    {label:<26}{:>6}", applied(k));
+        }
+    }
+    if ev.unparseable > 0 {
+        println!("    not SES events            {:>6}", ev.unparseable);
+    }
+    for (domain, (bounce, complaint)) in &ev.rates {
+        println!(
+            "  reputation of {domain}: bounce rate {:.1} %, complaint rate {:.2} % (the guard judges from {} messages, trips at {:.0} % / {:.2} %)",
+            bounce * 100.0,
+            complaint * 100.0,
+            r.guard.min_volume,
+            r.guard.bounce_trip * 100.0,
+            r.guard.complaint_trip * 100.0,
+        );
+    }
+    for (domain, reason) in &ev.paused {
+        println!("  reputation guard paused SES sends from {domain}: {reason}");
+    }
+    let mut ends: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in r.ses.ended.values() {
+        *ends.entry(e.status.as_str()).or_default() += 1;
+    }
+    let ends: Vec<String> = ends.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    println!(
+        "  SES jobs at their end       {:>6}  of {ses_jobs} (read back from the status table: {})",
+        r.ses.ended.len(),
+        ends.join(", ")
+    );
+    for (id, e) in r.ses.ended.iter().filter(|(_, e)| e.status != e.expected) {
+        println!(
+            "    {id}: {} through {} (its script ends it {}; see `courierctl status {id}`)",
+            e.status,
+            e.provider.as_deref().unwrap_or("no provider"),
+            e.expected
+        );
+    }
+    if !r.ses.pending.is_empty() {
+        let pending: Vec<&str> = r.ses.pending.keys().map(String::as_str).take(10).collect();
+        println!("    not at an end: {}", pending.join(", "));
+    }
+    if let Some(sample) = r.letters.iter().find(|l| l.history.len() > 1) {
         println!(
             "\na dead letter as an operator sees it:\n{}",
             serde_json::to_string_pretty(sample).unwrap_or_default()

@@ -7,7 +7,8 @@
 //! - `dlq`: the dead-letter workbench (stats, list/search, show, replay, discard, redrive-all).
 //! - `suppression`, `status`, `reputation`: the suppression list, a job's timeline, a sending
 //!   domain's rates and pause.
-//! - `demo`: a demo campaign through the send pipeline against a real SMTP server.
+//! - `demo`: a demo campaign through the send pipeline (SMTP and SES), the events function and
+//!   the archiver, on the emulator and a real SMTP server.
 //! - `simulate`: the outage simulator (crate `courier-sim`), offline.
 //! - `drive`: the send function as a local long-running process (used by the chaos suite).
 
@@ -105,11 +106,16 @@ enum Command {
         role_arn: String,
     },
     /// The local run: provision Courier on the emulator, enqueue a demo campaign with a realistic
-    /// failure mix, drive the send handler against the real SMTP server, report (use `make demo`).
+    /// failure mix, drive the send handler against the real SMTP server and SES on the emulator,
+    /// publish SES's events and drive the events handler with them, run the archiver, report
+    /// (use `make demo`).
     Demo {
         /// Number of jobs in the campaign.
         #[arg(long, default_value_t = 1000)]
         jobs: usize,
+        /// Name prefix of the demo's stack (default `courier-demo-<pid>`).
+        #[arg(long)]
+        prefix: Option<String>,
     },
     /// Simulate outages, throttling, latency spikes and soft-bounce storms against the real
     /// retry policy, classifier and breaker on a simulated clock; reports amplification, send
@@ -147,7 +153,7 @@ fn main() -> ExitCode {
         )),
         Command::Dlq { command } => Ok(dlq_cmd::run(*command, &mut out)),
         Command::Provision { prefix, role_arn } => provision_cmd::run(&prefix, &role_arn, &mut out),
-        Command::Demo { jobs } => demo::run(jobs).or_else(|e| {
+        Command::Demo { jobs, prefix } => demo::run(jobs, prefix).or_else(|e| {
             eprintln!("courierctl demo: {e}");
             Ok(1)
         }),

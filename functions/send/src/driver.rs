@@ -3,12 +3,17 @@
 //! SQS event, delete exactly the records not listed in `batchItemFailures`, and leave the rest
 //! to reappear after the visibility timeout (SQS then redrives them to the DLQ after
 //! maxReceiveCount). The emulators cannot run Lambda code, so tests and the local run use this.
+//!
+//! [`Driver::poll_once`] invokes the send pipeline; [`Driver::poll_with`] invokes any handler
+//! (the local run drives the events function's handler on the events queue with it).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use aws_lambda_events::sqs::SqsEvent;
 use aws_sdk_sqs::types::{DeleteMessageBatchRequestEntry, MessageSystemAttributeName};
+use chrono::{DateTime, Utc};
 use courier::ports::StoreError;
 
 use crate::{BatchReport, Pipeline};
@@ -36,12 +41,33 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// Receives one batch, invokes the handler, deletes the successes.
+    /// Receives one batch, invokes the send pipeline, deletes the successes.
     pub async fn poll_once(
         &self,
         pipeline: &Arc<Pipeline>,
         request_id: &str,
     ) -> Result<(PollStats, BatchReport), StoreError> {
+        let (stats, report) = self
+            .poll_with(|event, deadline| async move {
+                let report = pipeline.handle(event, deadline, request_id).await;
+                (report.failures.clone(), report)
+            })
+            .await?;
+        Ok((stats, report.unwrap_or_default()))
+    }
+
+    /// Receives one batch and invokes `handler` with it and the invocation's deadline; the
+    /// handler returns the SQS message ids of its `batchItemFailures` and its own report. The
+    /// other records are deleted. `None` when the queue had nothing (the handler is not invoked,
+    /// as Lambda does not invoke a function for an empty poll).
+    pub async fn poll_with<R, F, Fut>(
+        &self,
+        handler: F,
+    ) -> Result<(PollStats, Option<R>), StoreError>
+    where
+        F: FnOnce(SqsEvent, DateTime<Utc>) -> Fut,
+        Fut: Future<Output = (Vec<String>, R)>,
+    {
         let out = self
             .sqs
             .receive_message()
@@ -55,7 +81,7 @@ impl Driver {
             .map_err(courier::aws::store_error("receive"))?;
         let messages = out.messages.unwrap_or_default();
         if messages.is_empty() {
-            return Ok((PollStats::default(), BatchReport::default()));
+            return Ok((PollStats::default(), None));
         }
         let records: Vec<serde_json::Value> = messages
             .iter()
@@ -83,11 +109,11 @@ impl Driver {
             .map_err(|e| StoreError::new("build sqs event", e))?;
         let deadline = chrono::Utc::now()
             + chrono::Duration::from_std(self.function_timeout).unwrap_or_default();
-        let report = pipeline.handle(event, deadline, request_id).await;
+        let (failures, report) = handler(event, deadline).await;
         let mut entries = Vec::new();
         for (i, m) in messages.iter().enumerate() {
             let id = m.message_id.clone().unwrap_or_default();
-            if report.failures.contains(&id) {
+            if failures.contains(&id) {
                 continue;
             }
             if let Some(handle) = &m.receipt_handle {
@@ -120,9 +146,9 @@ impl Driver {
             PollStats {
                 received: messages.len(),
                 deleted,
-                failed: report.failures.len(),
+                failed: failures.len(),
             },
-            report,
+            Some(report),
         ))
     }
 }

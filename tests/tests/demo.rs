@@ -1,0 +1,156 @@
+//! `courierctl demo` end to end on the emulator and Postfix: the debug binary runs a short
+//! campaign (100 jobs: the whole SMTP failure mix and ten jobs through SES), publishes SES's
+//! events for the SES sends and drives the events function with them; then the stack's tables
+//! are read back: each SES job ends where its recipient's script says, the events function
+//! suppressed the bounced and complaining recipients, and the soft-bounced job was sent again.
+//! Build the binary first (`cargo build -p courierctl`; `make it-moto` does).
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use courier::aws::provision::kebab;
+use courier::aws::{DynamoDbStatusStore, DynamoDbSuppressionList};
+use courier::ports::{JobRecord, StatusStore, SuppressionList};
+use courier::status::Status;
+use courier_integration::{aws_config, require_env, unique};
+
+fn courierctl() -> PathBuf {
+    let repo = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(repo.join("target"), |d| repo.join(d));
+    let path = target.join("debug").join("courierctl");
+    assert!(
+        path.exists(),
+        "{} is not built: run `cargo build -p courierctl` (make it-moto does)",
+        path.display()
+    );
+    path
+}
+
+/// The report line starting with `label`, trimmed.
+fn line<'a>(report: &'a str, label: &str) -> &'a str {
+    report
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(label))
+        .unwrap_or_else(|| panic!("no {label:?} line in the report:\n{report}"))
+}
+
+/// The first number after `label` on its report line.
+fn number(report: &str, label: &str) -> u64 {
+    let l = line(report, label);
+    l[label.len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no number after {label:?} in {l:?}"))
+}
+
+#[tokio::test]
+async fn the_demo_drives_ses_events_through_the_events_function() {
+    require_env("AWS_ENDPOINT_URL");
+    require_env("COURIER_SMTP_PORT");
+    let prefix = unique("demo");
+    // GIVEN a 100-job demo campaign on its own stack
+    let out = Command::new(courierctl())
+        .args(["demo", "--jobs", "100", "--prefix", &prefix])
+        .output()
+        .expect("run courierctl demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // THEN it exits 0: every job reached a known end
+    assert!(
+        out.status.success(),
+        "demo exited {:?}\n{stdout}\n{stderr}",
+        out.status
+    );
+    // AND the report accounts for the SES slice and the events applied
+    assert!(
+        line(&stdout, "SES jobs at their end").contains("of 10 (read back from the status table: bounced_permanent 1, complained 1, delivered 8)"),
+        "{stdout}"
+    );
+    assert_eq!(number(&stdout, "bounced permanently  "), 1, "{stdout}");
+    assert!(
+        line(&stdout, "bounced permanently  ").contains("recipients suppressed: 2 of 2"),
+        "{stdout}"
+    );
+    assert_eq!(number(&stdout, "complaints"), 1, "{stdout}");
+    assert!(number(&stdout, "transient bounces resent") >= 1, "{stdout}");
+    assert_eq!(number(&stdout, "delivery delays"), 1, "{stdout}");
+
+    // AND the tables agree, read back directly
+    let sdk = aws_config().await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    let table = |logical: &str| format!("{prefix}-{}", kebab(logical));
+    let status = DynamoDbStatusStore::new(
+        dynamodb.clone(),
+        table("StatusTable"),
+        Duration::from_secs(3600),
+    );
+    let suppression = DynamoDbSuppressionList::new(dynamodb, table("SuppressionTable"));
+    let record = |id: &'static str| {
+        let status = &status;
+        async move {
+            status
+                .get(id)
+                .await
+                .unwrap()
+                .unwrap_or_else(|| panic!("no record for {id}"))
+        }
+    };
+    let by_events =
+        |r: &JobRecord, s: Status| r.history.iter().any(|h| h.by == "events" && h.status == s);
+    let suppressed = |address: &'static str| {
+        let suppression = &suppression;
+        async move {
+            !suppression
+                .suppressed(&[address.to_owned()], chrono::Utc::now())
+                .await
+                .unwrap()
+                .is_empty()
+        }
+    };
+
+    // A job delivered through SES: its Delivery event made it `delivered`.
+    let delivered = record("demo-00030").await;
+    assert_eq!(delivered.status, Status::Delivered, "{delivered:?}");
+    assert_eq!(delivered.provider.as_deref(), Some("ses"));
+    assert!(by_events(&delivered, Status::Delivered), "{delivered:?}");
+    assert!(!suppressed("reader30@courier.test").await);
+
+    // A permanent bounce: `bounced_permanent` by the events function, the recipient suppressed.
+    let bounced = record("demo-00036").await;
+    assert_eq!(bounced.status, Status::BouncedPermanent, "{bounced:?}");
+    assert!(by_events(&bounced, Status::BouncedPermanent), "{bounced:?}");
+    assert!(suppressed("bounce+36@courier.test").await);
+
+    // A transient bounce: recorded, resent through the send queue, sent again, then delivered.
+    let soft = record("demo-00037").await;
+    assert_eq!(soft.status, Status::Delivered, "{soft:?}");
+    assert!(by_events(&soft, Status::BouncedTransient), "{soft:?}");
+    assert!(soft.resend_of.is_some(), "{soft:?}");
+    let sends = soft
+        .history
+        .iter()
+        .filter(|h| h.status == Status::SentToProvider && h.by != "events")
+        .count();
+    assert_eq!(sends, 2, "{soft:?}");
+    assert!(!suppressed("softbounce+37@courier.test").await);
+
+    // A delivery delay changes nothing; the later delivery does.
+    let delayed = record("demo-00038").await;
+    assert_eq!(delayed.status, Status::Delivered, "{delayed:?}");
+
+    // A complaint after the delivery: `complained`, the recipient suppressed.
+    let complained = record("demo-00039").await;
+    assert_eq!(complained.status, Status::Complained, "{complained:?}");
+    assert!(by_events(&complained, Status::Delivered), "{complained:?}");
+    assert!(suppressed("complaint+39@courier.test").await);
+
+    // A job without a hint went through SMTP and stays `sent_to_provider` (SMTP has no events).
+    let smtp = record("demo-00050").await;
+    assert_eq!(smtp.status, Status::SentToProvider, "{smtp:?}");
+    assert_eq!(smtp.provider.as_deref(), Some("smtp"));
+}
