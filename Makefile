@@ -21,10 +21,11 @@ test:
 	@scripts/phase.sh "chaos suite, short (1,000 jobs, 5 kills)" $(MAKE) --no-print-directory chaos-ci
 	@scripts/phase.sh --summary
 
-## make demo: the local run on moto and Postfix (see README).
+## make demo: the local run on LocalStack (SQS, S3, DynamoDB Local), moto (SES v2) and Postfix (see
+## README: moto's DynamoDB loses concurrent writes, which the demo's concurrent instances make).
 demo:
-	@scripts/install-deps.sh moto smtp
-	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(CARGO) run -q -p courierctl -- demo
+	@scripts/install-deps.sh localstack moto smtp
+	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh localstack -- $(CARGO) run -q -p courierctl -- demo
 
 ## make lint-infra: cfn-lint and checkov on infra/ (checkov's skips are justified next to each resource).
 lint-infra:
@@ -56,9 +57,12 @@ lambda-build:
 	$(CARGO_LAMBDA) build -q --release --arm64 --output-format zip $(LAMBDA_PKGS)
 	$(CARGO_LAMBDA) build -q --release --x86-64 --lambda-dir "$${CARGO_TARGET_DIR:-target}/lambda-x86_64" $(LAMBDA_PKGS)
 
+# The demo test runs on LocalStack only: moto's DynamoDB applies concurrent writes without
+# isolation (a failed transaction restores a copy of the tables, undoing writes made meanwhile),
+# and the demo runs six instances at once (see README, The local run).
 it-moto: lambda-build
 	$(BINS)
-	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(IT)
+	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(IT) --skip the_demo_drives_ses_events_through_the_events_function
 
 it-localstack: lambda-build
 	$(BINS)

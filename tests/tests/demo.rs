@@ -3,7 +3,12 @@
 //! events for the SES sends and drives the events function with them; then the stack's tables
 //! are read back: each SES job ends where its recipient's script says, the events function
 //! suppressed the bounced and complaining recipients, and the soft-bounced job was sent again.
-//! Build the binary first (`cargo build -p courierctl`; `make it-moto` does).
+//! Build the binary first (`cargo build -p courierctl`; `make it-localstack` does).
+//!
+//! Run on LocalStack (`make it-localstack`), as `make demo` is; `make it-moto` skips it by name:
+//! moto's DynamoDB applies concurrent writes without isolation (a failed transaction restores a
+//! copy of the tables taken before writes other requests made meanwhile), and the demo's six
+//! concurrent instances lose status writes there (README, "make demo").
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 
