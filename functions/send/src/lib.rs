@@ -660,20 +660,7 @@ impl Pipeline {
                 format!("every provider's circuit is open until {until} (not claimed)"),
             )
         };
-        let decision = {
-            let mut rng = self
-                .rng
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.policy.decide(
-                job.priority,
-                verdict.class,
-                &incoming.retry,
-                now,
-                job.not_after,
-                &mut *rng as &mut dyn RandomSource,
-            )
-        };
+        let decision = self.decide(incoming, verdict.class, now);
         let Decision::Retry {
             delay,
             mechanism: DelayMechanism::QueueDelay,
@@ -704,6 +691,22 @@ impl Pipeline {
         })
     }
 
+    /// The retry policy's decision for a failure of `class` at `now` (with the shared jitter).
+    fn decide(&self, incoming: &Incoming, class: ErrorClass, now: DateTime<Utc>) -> Decision {
+        let mut rng = self
+            .rng
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.policy.decide(
+            incoming.job.priority,
+            class,
+            &incoming.retry,
+            now,
+            incoming.job.not_after,
+            &mut *rng as &mut dyn RandomSource,
+        )
+    }
+
     /// Classifies and acts on a failure (steps 8): retry, dead letter or terminal status.
     ///
     /// An `ambiguous` failure (the provider may have the message) counts as an attempt like any
@@ -723,20 +726,7 @@ impl Pipeline {
             self.note_unknown_code(&verdict, provider.as_deref(), now)
                 .await;
         }
-        let decision = {
-            let mut rng = self
-                .rng
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.policy.decide(
-                job.priority,
-                verdict.class,
-                &incoming.retry,
-                now,
-                job.not_after,
-                &mut *rng as &mut dyn RandomSource,
-            )
-        };
+        let decision = self.decide(incoming, verdict.class, now);
         match decision {
             Decision::Retry {
                 delay,
