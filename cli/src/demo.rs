@@ -396,7 +396,8 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
     let configuration_set = format!("{prefix}-ses-configuration-set");
     prepare_ses(&sdk, &configuration_set).await?;
     println!(
-        "provisioned {prefix}: send and events queues, redrive DLQ, dead-letter queue, tables, buckets, delay state machine; SES identity {DOMAIN} verified, configuration set {configuration_set} ({:.1} s)",
+        "provisioned {}: send and events queues, redrive DLQ, dead-letter queue, tables, buckets, delay state machine; SES identity {DOMAIN} verified, configuration set {configuration_set} ({:.1} s)",
+        stack.stack_name,
         started.elapsed().as_secs_f64()
     );
     aws_sdk_s3::Client::new(&sdk)

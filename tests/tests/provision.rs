@@ -166,9 +166,9 @@ async fn the_stack_has_the_templates_settings() {
 }
 
 #[tokio::test]
-async fn a_retried_create_recognises_its_own_stack_by_the_token_tag() {
-    // GIVEN a stack created with a provision token tag (as a first, seemingly failed attempt
-    // of `provision` leaves it when the SDK retries CreateStack)
+async fn a_failed_attempt_recognises_its_own_stack_by_the_token_tag() {
+    // GIVEN a stack created with a provision token tag (as an attempt of `provision` that failed
+    // part-way leaves it; only such a stack is deleted before the next attempt)
     let sdk = aws_config().await;
     let cfn = aws_sdk_cloudformation::Client::new(&sdk);
     let name = unique("prov-token");
@@ -253,6 +253,31 @@ async fn a_stack_that_cannot_be_created_reports_why() {
             err.message.contains("StatusTable") && err.message.contains("already exists"),
             "{}",
             err.message
+        );
+    }
+}
+
+#[tokio::test]
+async fn concurrent_stacks_all_get_created() {
+    // GIVEN several stacks created at once (moto creates their resources inside CreateStack,
+    // and its queue map is not safe under concurrent creation: a stack can fail part-way)
+    let sdk = aws_config().await;
+    let prefixes: Vec<String> = (0..4).map(|i| unique(&format!("prov-par{i}"))).collect();
+    let role = role_arn();
+    // WHEN they are provisioned concurrently
+    let stacks =
+        futures::future::join_all(prefixes.iter().map(|p| provision(&sdk, p, &role, SETTINGS)))
+            .await;
+    // THEN every one is created, each under its prefix (or the prefix of a later attempt), and
+    // its resources carry its name
+    for (prefix, stack) in prefixes.iter().zip(stacks) {
+        let stack = stack.unwrap_or_else(|e| panic!("{prefix}: {e}"));
+        assert!(stack.stack_name.starts_with(prefix.as_str()));
+        assert!(
+            stack.status_table.starts_with(&stack.stack_name),
+            "{} in {}",
+            stack.status_table,
+            stack.stack_name
         );
     }
 }

@@ -31,6 +31,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use aws_sdk_cloudformation::types::{Parameter, Tag};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
 use serde_json::{Map, Value, json};
 
 use super::store_error;
@@ -515,8 +516,8 @@ fn request_token(prefix: &str) -> String {
     format!("p{}-{call}-{nanos}-{safe}", std::process::id())
 }
 
-/// Whether the existing stack `name` was created with `token` (by an earlier attempt of the
-/// same call), as opposed to by someone else.
+/// Whether the existing stack `name` was created with `token` (by this [`provision`] call), as
+/// opposed to by someone else.
 pub async fn created_by(
     cfn: &aws_sdk_cloudformation::Client,
     name: &str,
@@ -542,27 +543,98 @@ fn parameter(key: &str, value: impl Into<String>) -> Parameter {
         .build()
 }
 
-/// Creates the stack `prefix` from the template's data plane (see the module docs) and returns
-/// the addresses of what it created.
-pub async fn provision(
-    sdk: &aws_config::SdkConfig,
+/// How many stacks [`provision`] tries before it gives up on transient failures.
+pub const CREATE_ATTEMPTS: u32 = 3;
+
+/// Why one `CreateStack` call failed.
+#[derive(Debug)]
+pub enum CreateFailure {
+    /// The emulator failed part-way (a 5xx, a dropped connection, a timeout): the stack may
+    /// exist half-created, so the next attempt uses a new name.
+    Transient(StoreError),
+    /// The request itself is wrong (a clash, a bad template): trying again cannot help.
+    Permanent(StoreError),
+}
+
+/// Whether a failed call may have failed for reasons of the moment rather than of the request:
+/// no answer at all, or a 5xx answer.
+pub fn transient<E>(e: &aws_smithy_runtime_api::client::result::SdkError<E, HttpResponse>) -> bool {
+    use aws_smithy_runtime_api::client::result::SdkError;
+    match e {
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => true,
+        _ => e
+            .raw_response()
+            .is_some_and(|r| r.status().is_server_error()),
+    }
+}
+
+/// The name of attempt `attempt` (from 1) at the stack `prefix`: the prefix, then `prefix-rN`.
+pub fn attempt_name(prefix: &str, attempt: u32) -> String {
+    if attempt <= 1 {
+        prefix.to_owned()
+    } else {
+        format!("{prefix}-r{attempt}")
+    }
+}
+
+/// Runs `create` on [`attempt_name`]s until one succeeds, fails permanently, or
+/// [`CREATE_ATTEMPTS`] have failed; after each transient failure, `discard` gets the failed
+/// attempt's name (to delete what it left) before the next attempt. Returns the created name.
+///
+/// moto's CloudFormation is the reason: it creates a stack's resources inside the `CreateStack`
+/// request, and when one of them fails there (measured: `create_queue` iterating moto's queue
+/// map while a concurrent request adds a queue, "dictionary changed size during iteration") it
+/// answers 500 and leaves the stack `CREATE_IN_PROGRESS` for ever. Retrying the same name can
+/// only meet that stack.
+pub async fn create_with_retries<C, CF, D, DF>(
     prefix: &str,
+    mut create: C,
+    mut discard: D,
+) -> Result<String, StoreError>
+where
+    C: FnMut(String) -> CF,
+    CF: std::future::Future<Output = Result<(), CreateFailure>>,
+    D: FnMut(String) -> DF,
+    DF: std::future::Future<Output = ()>,
+{
+    let mut attempt = 1;
+    loop {
+        let name = attempt_name(prefix, attempt);
+        match create(name.clone()).await {
+            Ok(()) => return Ok(name),
+            Err(CreateFailure::Permanent(e)) => return Err(e),
+            Err(CreateFailure::Transient(e)) if attempt >= CREATE_ATTEMPTS => {
+                return Err(StoreError {
+                    message: format!("{} (attempt {attempt} of {CREATE_ATTEMPTS})", e.message),
+                    ..e
+                });
+            }
+            Err(CreateFailure::Transient(e)) => {
+                tracing::warn!(stack = %name, attempt, error = %e.message,
+                    "create stack failed part-way; trying again under a new name");
+                discard(name).await;
+                tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt))).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// One `CreateStack` of `template` as `name`, without the SDK's retries (a retried
+/// `CreateStack` after a 5xx only meets the half-created stack of the first try).
+async fn create_stack(
+    cfn: &aws_sdk_cloudformation::Client,
+    name: &str,
+    token: &str,
+    template: &Value,
     role_arn: &str,
     queue: QueueSettings,
-) -> Result<Provisioned, StoreError> {
-    let template =
-        local_template(TEMPLATE, prefix).map_err(|e| StoreError::new("local template", e))?;
-    let cfn = aws_sdk_cloudformation::Client::new(sdk);
-    // CreateStack is not idempotent, but the SDK retries it after a transient failure (a dropped
-    // connection, a 5xx) that may have come after the emulator created the stack: the retry then
-    // fails with AlreadyExists for a stack this call made. The token, sent as CloudFormation's
-    // idempotency token and as a tag (the emulators ignore the former), tells the two apart.
-    let token = request_token(prefix);
+) -> Result<(), CreateFailure> {
     let created = cfn
         .create_stack()
-        .stack_name(prefix)
-        .client_request_token(&token)
-        .tags(Tag::builder().key(TOKEN_TAG).value(&token).build())
+        .stack_name(name)
+        .client_request_token(token)
+        .tags(Tag::builder().key(TOKEN_TAG).value(token).build())
         .template_body(template.to_string())
         .parameters(parameter(
             "MaxReceiveCount",
@@ -573,16 +645,70 @@ pub async fn provision(
             queue.visibility_timeout.as_secs().to_string(),
         ))
         .parameters(parameter(ROLE_PARAMETER, role_arn))
+        .customize()
+        .config_override(
+            aws_sdk_cloudformation::config::Builder::default()
+                .retry_config(aws_sdk_cloudformation::config::retry::RetryConfig::disabled()),
+        )
         .send()
         .await;
-    if let Err(e) = created {
-        let already_exists = e
-            .as_service_error()
-            .is_some_and(|s| s.is_already_exists_exception());
-        if !(already_exists && created_by(&cfn, prefix, &token).await?) {
-            return Err(store_error("create stack")(e));
+    match created {
+        Ok(_) => Ok(()),
+        Err(e) if transient(&e) => Err(CreateFailure::Transient(store_error("create stack")(e))),
+        Err(e) => Err(CreateFailure::Permanent(store_error("create stack")(e))),
+    }
+}
+
+/// Deletes the stack `name` if this call's `token` created it (never someone else's); best
+/// effort, as the emulator that just failed may fail again.
+async fn discard_own(cfn: &aws_sdk_cloudformation::Client, name: &str, token: &str) {
+    match created_by(cfn, name, token).await {
+        Ok(true) => {
+            if let Err(e) = cfn.delete_stack().stack_name(name).send().await {
+                tracing::warn!(stack = %name, error = %aws_smithy_types::error::display::DisplayErrorContext(&e),
+                    "could not delete the half-created stack");
+            }
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(stack = %name, error = %e.message, "could not look the stack up");
         }
     }
+}
+
+/// Creates the stack `prefix` from the template's data plane (see the module docs) and returns
+/// the addresses of what it created. When the emulator fails part-way, the stack is created
+/// again as `prefix-r2`, then `prefix-r3` ([`create_with_retries`]); [`Provisioned::stack_name`]
+/// says which.
+pub async fn provision(
+    sdk: &aws_config::SdkConfig,
+    prefix: &str,
+    role_arn: &str,
+    queue: QueueSettings,
+) -> Result<Provisioned, StoreError> {
+    let cfn = aws_sdk_cloudformation::Client::new(sdk);
+    // The token, sent as CloudFormation's idempotency token and as a tag (the emulators ignore
+    // the former), marks the stacks this call made: only those are deleted after a failure.
+    let token = request_token(prefix);
+    let name = create_with_retries(
+        prefix,
+        |name| {
+            let (cfn, token) = (&cfn, &token);
+            async move {
+                let template = local_template(TEMPLATE, &name)
+                    .map_err(|e| CreateFailure::Permanent(StoreError::new("local template", e)))?;
+                create_stack(cfn, &name, token, &template, role_arn, queue).await
+            }
+        },
+        |name| {
+            let (cfn, token) = (&cfn, &token);
+            async move { discard_own(cfn, &name, token).await }
+        },
+    )
+    .await?;
+    let prefix = name.as_str();
+    let template =
+        local_template(TEMPLATE, prefix).map_err(|e| StoreError::new("local template", e))?;
     let status = wait_until_settled(
         || async {
             let out = cfn
@@ -1061,6 +1187,90 @@ mod tests {
         .await
         .unwrap_err();
         assert_eq!(err.operation, "describe stacks");
+    }
+
+    fn transient_failure(n: u32) -> CreateFailure {
+        CreateFailure::Transient(StoreError::msg("create stack", format!("500 on try {n}")))
+    }
+
+    /// Runs [`create_with_retries`] on `outcomes` (one per attempt, in order); returns its
+    /// result, the names tried and the names discarded.
+    async fn retries(
+        mut outcomes: Vec<Result<(), CreateFailure>>,
+    ) -> (Result<String, StoreError>, Vec<String>, Vec<String>) {
+        outcomes.reverse();
+        let tried = std::cell::RefCell::new(Vec::new());
+        let discarded = std::cell::RefCell::new(Vec::new());
+        let outcomes = std::cell::RefCell::new(outcomes);
+        let result = create_with_retries(
+            "courier-x",
+            |name| {
+                tried.borrow_mut().push(name);
+                let outcome = outcomes.borrow_mut().pop().expect("an outcome per attempt");
+                async move { outcome }
+            },
+            |name| {
+                discarded.borrow_mut().push(name);
+                async {}
+            },
+        )
+        .await;
+        (result, tried.into_inner(), discarded.into_inner())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stack_that_failed_part_way_is_discarded_and_created_under_a_new_name() {
+        let (result, tried, discarded) = retries(vec![Err(transient_failure(1)), Ok(())]).await;
+        assert_eq!(result.unwrap(), "courier-x-r2");
+        assert_eq!(tried, ["courier-x", "courier-x-r2"]);
+        assert_eq!(discarded, ["courier-x"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_permanent_failure_is_not_retried() {
+        let (result, tried, discarded) = retries(vec![Err(CreateFailure::Permanent(
+            StoreError::msg("create stack", "Stack courier-x already exists"),
+        ))])
+        .await;
+        assert!(result.unwrap_err().message.contains("already exists"));
+        assert_eq!(tried, ["courier-x"]);
+        assert!(discarded.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_give_up_after_the_last_attempt() {
+        let outcomes = (1..=CREATE_ATTEMPTS)
+            .map(|n| Err(transient_failure(n)))
+            .collect();
+        let (result, tried, discarded) = retries(outcomes).await;
+        let err = result.unwrap_err();
+        assert_eq!(err.operation, "create stack");
+        assert!(
+            err.message.contains("500 on try 3 (attempt 3 of 3)"),
+            "{}",
+            err.message
+        );
+        assert_eq!(tried, ["courier-x", "courier-x-r2", "courier-x-r3"]);
+        assert_eq!(discarded, ["courier-x", "courier-x-r2"]);
+    }
+
+    #[test]
+    fn only_missing_and_5xx_answers_are_transient() {
+        use aws_sdk_cloudformation::operation::create_stack::CreateStackError;
+        use aws_smithy_runtime_api::client::result::SdkError;
+        use aws_smithy_types::body::SdkBody;
+        let answer = |status: u16| {
+            SdkError::<CreateStackError, HttpResponse>::response_error(
+                "an answer the SDK cannot parse",
+                HttpResponse::new(status.try_into().unwrap(), SdkBody::empty()),
+            )
+        };
+        assert!(transient(&answer(500)));
+        assert!(transient(&answer(503)));
+        assert!(!transient(&answer(400)));
+        assert!(transient(
+            &SdkError::<CreateStackError, HttpResponse>::timeout_error("no answer in time")
+        ));
     }
 
     #[test]
