@@ -61,8 +61,11 @@ def main():
                 i = state["next"]
                 state["next"] += 1
             if i >= len(events):
-                # No more work: park this request until the server shuts down.
+                # No more work: park this request until the server shuts down (with --park, until
+                # the server is killed: the function stays as an idle instance would).
                 state["done"].wait()
+                if args.park:
+                    threading.Event().wait()
                 return self._reply(503)
             rid = str(uuid.uuid4())
             deadline = int(time.time() * 1000) + args.timeout_ms

@@ -76,7 +76,9 @@ pub async fn sdk_config() -> aws_config::SdkConfig {
 pub fn https_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
     use aws_smithy_http_client::tls;
     aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(tls::rustls_provider::CryptoMode::Ring))
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
         .build_https()
 }
 
