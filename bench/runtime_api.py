@@ -3,10 +3,14 @@
 locally: it hands out SQS events, collects the responses, and reports cold start, per-event
 latency and the batch responses as JSON. Standard library only.
 
-Usage: runtime_api.py --port P --events FILE.jsonl --out RESULT.json [--start-ns NS]
+Usage: runtime_api.py --port P --events FILE.jsonl --out RESULT.json [--start-file F] [--park]
 Each line of FILE.jsonl is one SQS event (the JSON Lambda would pass). The server exits after the
-last response (or an /error), writing RESULT.json.
+last response (or an /error), writing RESULT.json; the function's next poll then gets a 503 (and
+lambda_runtime exits, panicking on the missing request id). With --park the server writes
+RESULT.json and keeps that poll waiting until it is killed, as Lambda keeps an idle instance
+waiting: the caller can measure the process as it stands after its last invocation.
 """
+import os
 import argparse
 import json
 import threading
@@ -22,6 +26,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--start-file", help="file holding the function's start time in ns (written by the caller)")
     ap.add_argument("--timeout-ms", type=int, default=30000)
+    ap.add_argument("--park", action="store_true", help="after the last response, keep the next poll waiting until killed")
     args = ap.parse_args()
     with open(args.events) as f:
         events = [line for line in f if line.strip()]
@@ -56,8 +61,11 @@ def main():
                 i = state["next"]
                 state["next"] += 1
             if i >= len(events):
-                # No more work: park this request until the server shuts down.
+                # No more work: park this request until the server shuts down (with --park, until
+                # the server is killed: the function stays as an idle instance would).
                 state["done"].wait()
+                if args.park:
+                    threading.Event().wait()
                 return self._reply(503)
             rid = str(uuid.uuid4())
             deadline = int(time.time() * 1000) + args.timeout_ms
@@ -114,8 +122,11 @@ def main():
         "results": sorted(state["results"], key=lambda r: r["event"]),
         "errors": state["errors"],
     }
-    with open(args.out, "w") as f:
+    with open(args.out + ".tmp", "w") as f:
         json.dump(out, f)
+    os.replace(args.out + ".tmp", args.out)
+    if args.park:
+        threading.Event().wait()
     server.shutdown()
 
 

@@ -789,6 +789,7 @@ async fn copy_tables(
 ) -> Result<(), RunError> {
     use aws_sdk_dynamodb::types::{BillingMode, GlobalSecondaryIndex};
     let source_conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(courier::aws::https_client())
         .endpoint_url(endpoint)
         .load()
         .await;

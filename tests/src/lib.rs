@@ -33,6 +33,7 @@ pub fn atomic_conditional_writes() -> bool {
 pub async fn aws_config() -> aws_config::SdkConfig {
     require_env("AWS_ENDPOINT_URL");
     aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(courier::aws::https_client())
         .load()
         .await
 }

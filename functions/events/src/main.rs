@@ -7,7 +7,10 @@ use courier::aws::Clients;
 use courier_events::wiring::{Settings, wire};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
-#[tokio::main]
+// One thread: Lambda hands an instance one invocation at a time, and the work within it (the
+// per-record tasks, the SDK's and lettre's connections) waits on I/O. A multi-threaded runtime
+// would add a worker per core and its own malloc arena for each (BENCHMARKS.md, release binary).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let settings = Settings::from_lookup(|k| std::env::var(k).ok())?;

@@ -5,7 +5,10 @@ use std::sync::Arc;
 use aws_lambda_events::sqs::SqsEvent;
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
-#[tokio::main]
+// One thread: Lambda hands an instance one invocation at a time, and the work within it (the
+// per-record tasks, the SDK's and lettre's connections) waits on I/O. A multi-threaded runtime
+// would add a worker per core and its own malloc arena for each (BENCHMARKS.md, release binary).
+#[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let pipeline = match courier_send::wiring::from_env().await {

@@ -63,8 +63,23 @@ where
 /// Loads the SDK configuration from the environment.
 pub async fn sdk_config() -> aws_config::SdkConfig {
     aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .http_client(https_client())
         .load()
         .await
+}
+
+/// The HTTP client of every SDK client (and of the credential providers): hyper with rustls on the
+/// ring crypto provider, trusting the system's roots. Built here rather than by the SDK's
+/// `default-https-client` feature, which brings rustls on aws-lc-rs, a larger library (the
+/// deployment zip's size, BENCHMARKS.md). Every `aws_config` loader must set it: without it the
+/// SDK has no HTTP client and every call fails.
+pub fn https_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    use aws_smithy_http_client::tls;
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(
+            tls::rustls_provider::CryptoMode::Ring,
+        ))
+        .build_https()
 }
 
 /// Counts AWS API calls by `service.operation`: operations Courier issued, and HTTP attempts
