@@ -521,18 +521,24 @@ impl<'a> Engine<'a> {
             .then_some(ErrorClass::RateLimited)
     }
 
-    /// Re-enqueues `job` with the policy's wait for `class`, unclaimed (no status write); false
-    /// when the policy would not grant a queue delay (then the claim path decides).
-    fn wait_unclaimed(&mut self, job: u32, class: ErrorClass, now: u64) -> bool {
+    /// The real policy's decision for `job` after `class` at `now` (the function's
+    /// `Pipeline::decide`).
+    fn decide(&mut self, job: u32, class: ErrorClass, now: u64) -> Decision {
         let sc = self.sc;
-        let decision = sc.policy.decide(
+        sc.policy.decide(
             sc.priority,
             class,
             &self.jobs[job as usize].retry,
             at(now),
             None,
             &mut self.rng_policy as &mut dyn RandomSource,
-        );
+        )
+    }
+
+    /// Re-enqueues `job` with the policy's wait for `class`, unclaimed (no status write); false
+    /// when the policy would not grant a queue delay (then the claim path decides).
+    fn wait_unclaimed(&mut self, job: u32, class: ErrorClass, now: u64) -> bool {
+        let decision = self.decide(job, class, now);
         let Decision::Retry {
             delay,
             mechanism: DelayMechanism::QueueDelay,
@@ -712,14 +718,7 @@ impl<'a> Engine<'a> {
     /// Returns whether a delay execution was started.
     fn after_failure(&mut self, job: u32, class: ErrorClass, now: u64, ambiguous: bool) -> bool {
         let sc = self.sc;
-        let decision = sc.policy.decide(
-            sc.priority,
-            class,
-            &self.jobs[job as usize].retry,
-            at(now),
-            None,
-            &mut self.rng_policy as &mut dyn RandomSource,
-        );
+        let decision = self.decide(job, class, now);
         match decision {
             Decision::Retry {
                 delay,

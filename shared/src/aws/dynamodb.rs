@@ -1016,17 +1016,10 @@ impl PoisonList for DynamoDbControlTable {
 #[async_trait::async_trait]
 impl BreakerStore for DynamoDbControlTable {
     async fn load(&self, provider: &str) -> Result<Option<BreakerState>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", s("breaker"))
-            .key("sk", s(provider))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(err("breaker load"))?;
-        let Some(item) = out.item else {
+        let Some(item) = self
+            .control_item("breaker", provider, "breaker load")
+            .await?
+        else {
             return Ok(None);
         };
         let Some(json) = get_s(&item, "state") else {
@@ -1176,17 +1169,28 @@ impl SendSchedule for DynamoDbControlTable {
 
 impl DynamoDbControlTable {
     async fn read_tat(&self, key: &str) -> Result<Option<i64>, StoreError> {
+        let item = self.control_item("rate", key, "send schedule").await?;
+        Ok(item.as_ref().and_then(|i| get_n(i, "tat")))
+    }
+
+    /// The control item (`pk`, `sk`), read consistently (it decides what happens next).
+    async fn control_item(
+        &self,
+        pk: &str,
+        sk: &str,
+        operation: &'static str,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
         let out = self
             .client
             .get_item()
             .table_name(&self.table)
-            .key("pk", s("rate"))
-            .key("sk", s(key))
+            .key("pk", s(pk))
+            .key("sk", s(sk))
             .consistent_read(true)
             .send()
             .await
-            .map_err(err("send schedule"))?;
-        Ok(out.item.as_ref().and_then(|i| get_n(i, "tat")))
+            .map_err(err(operation))?;
+        Ok(out.item)
     }
 }
 
