@@ -5,7 +5,7 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo fmt-check clippy lint-infra unit lambda-build it-moto it-localstack deps schema bench bench-lambda bench-cost bench-dlq smoke chaos chaos-ci
+.PHONY: test demo fmt-check clippy lint-infra unit lambda-build it-moto it-localstack deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci
 
 ## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack).
 test:
@@ -98,6 +98,14 @@ EMULATOR ?= moto
 bench-dlq:
 	@scripts/install-deps.sh $(EMULATOR) smtp moto
 	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh $(EMULATOR) -- $(CARGO) run --release -q -p courier-bench --bin dlq
+
+## make bench-throughput [EMULATOR=moto] [JOBS=n]: end-to-end jobs per second through the emulator with
+## the local driver and the real pipeline, 1, 4 and 8 instances (bench/src/bin/throughput.rs).
+## LocalStack by default: its DynamoDB (DynamoDB Local) keeps concurrent writes, moto's does not.
+TP_EMULATOR = $(if $(filter command line environment,$(origin EMULATOR)),$(EMULATOR),localstack)
+bench-throughput:
+	@scripts/install-deps.sh $(TP_EMULATOR) smtp moto
+	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh $(TP_EMULATOR) -- $(CARGO) run --release -q -p courier-bench --bin throughput -- $(or $(JOBS),1000)
 
 ## make bench-lambda: the release bootstrap through a local Lambda Runtime API (cold start, RSS, zip sizes).
 bench-lambda: lambda-build

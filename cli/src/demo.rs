@@ -429,19 +429,12 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             )
             .await?;
     }
-    let resources = Resources {
-        queue_url: stack.queue_url.clone(),
-        dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
-        letter_index_table: stack.letter_index_table.clone(),
-        status_table: stack.status_table.clone(),
-        suppression_table: stack.suppression_table.clone(),
-        breaker_table: stack.control_table.clone(),
-        template_bucket: stack.template_bucket.clone(),
-        delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
-        // SMTP first: jobs without a provider hint go to Postfix, `"provider": "ses"` to SES.
-        providers: vec!["smtp".into(), "ses".into()],
-        ses_configuration_set: Some(configuration_set.clone()),
-        smtp: Some(SmtpSettings {
+    // SMTP first: jobs without a provider hint go to Postfix, `"provider": "ses"` to SES.
+    let resources = Resources::of_stack(
+        &stack,
+        &["smtp", "ses"],
+        Some(configuration_set.clone()),
+        Some(SmtpSettings {
             host: smtp_host.clone(),
             port: smtp_port,
             tls: "none".into(),
@@ -449,7 +442,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             password: None,
             timeout: Duration::from_secs(10),
         }),
-    };
+    );
     let config = SendConfig {
         ambiguity_grace: Duration::from_secs(30),
         ..SendConfig::default()
@@ -509,15 +502,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
     let stop = Arc::new(AtomicBool::new(false));
     let mut tasks = Vec::new();
     for instance in 0..INSTANCES {
-        let driver = Driver {
-            sqs: sqs.clone(),
-            queue_url: stack.queue_url.clone(),
-            queue_arn: stack.queue_arn.clone(),
-            batch_size: 10,
-            visibility_timeout: 30,
-            wait_seconds: 1,
-            function_timeout: Duration::from_secs(30),
-        };
+        let driver = Driver::new(sqs.clone(), &stack.queue_url, &stack.queue_arn);
         let pipeline = Arc::clone(&pipeline);
         let totals = Arc::clone(&totals);
         let stop = Arc::clone(&stop);
@@ -546,15 +531,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
     }
     let events_queue_arn = queue_arn(&sqs, &stack.events_queue_url).await?;
     for instance in 0..EVENT_INSTANCES {
-        let driver = Driver {
-            sqs: sqs.clone(),
-            queue_url: stack.events_queue_url.clone(),
-            queue_arn: events_queue_arn.clone(),
-            batch_size: 10,
-            visibility_timeout: 30,
-            wait_seconds: 1,
-            function_timeout: Duration::from_secs(30),
-        };
+        let driver = Driver::new(sqs.clone(), &stack.events_queue_url, &events_queue_arn);
         let applier = Arc::clone(&applier);
         let events = Arc::clone(&events);
         let stop = Arc::clone(&stop);

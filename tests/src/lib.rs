@@ -125,19 +125,7 @@ impl Stack {
         });
         Stack {
             sdk,
-            resources: courier_send::config::Resources {
-                queue_url: stack.queue_url,
-                dead_letter_queue_url: stack.dead_letter_queue_url,
-                letter_index_table: stack.letter_index_table.clone(),
-                status_table: stack.status_table,
-                suppression_table: stack.suppression_table,
-                breaker_table: stack.control_table,
-                template_bucket: stack.template_bucket,
-                delay_state_machine_arn: stack.delay_state_machine_arn,
-                providers: providers.iter().map(|p| (*p).to_owned()).collect(),
-                ses_configuration_set: None,
-                smtp,
-            },
+            resources: courier_send::config::Resources::of_stack(&stack, providers, None, smtp),
             redrive_dlq_url: stack.redrive_dlq_url,
             queue_arn: stack.queue_arn,
             sender,

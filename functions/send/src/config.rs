@@ -74,6 +74,31 @@ pub struct Resources {
     pub smtp: Option<SmtpSettings>,
 }
 
+impl Resources {
+    /// The resources of a stack provisioned on an emulator (`courier::aws::provision`), sending
+    /// through `providers` in that order.
+    pub fn of_stack(
+        stack: &courier::aws::provision::Provisioned,
+        providers: &[&str],
+        ses_configuration_set: Option<String>,
+        smtp: Option<SmtpSettings>,
+    ) -> Resources {
+        Resources {
+            queue_url: stack.queue_url.clone(),
+            dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
+            letter_index_table: stack.letter_index_table.clone(),
+            status_table: stack.status_table.clone(),
+            suppression_table: stack.suppression_table.clone(),
+            breaker_table: stack.control_table.clone(),
+            template_bucket: stack.template_bucket.clone(),
+            delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
+            providers: providers.iter().map(|p| (*p).to_owned()).collect(),
+            ses_configuration_set,
+            smtp,
+        }
+    }
+}
+
 /// SMTP relay settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SmtpSettings {

@@ -41,6 +41,20 @@ pub struct Driver {
 }
 
 impl Driver {
+    /// A driver for `queue_url` as the local run sets Lambda's event source mapping up: batches
+    /// of 10, 30 s visibility timeout and function timeout, 1 s long polls.
+    pub fn new(sqs: aws_sdk_sqs::Client, queue_url: &str, queue_arn: &str) -> Driver {
+        Driver {
+            sqs,
+            queue_url: queue_url.to_owned(),
+            queue_arn: queue_arn.to_owned(),
+            batch_size: 10,
+            visibility_timeout: 30,
+            wait_seconds: 1,
+            function_timeout: Duration::from_secs(30),
+        }
+    }
+
     /// Receives one batch, invokes the send pipeline, deletes the successes.
     pub async fn poll_once(
         &self,
