@@ -398,7 +398,9 @@ def call(action, body):
         "Authorization": "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/states/aws4_request, "
                          "SignedHeaders=host, Signature=0",
     })
-    with urllib.request.urlopen(req, timeout=10) as r:
+    # 60 s: moto imports its Step Functions backend on the first call (about 6 s when the
+    # machine is idle; a 10 s limit was seen to time out on a loaded one).
+    with urllib.request.urlopen(req, timeout=60) as r:
         return json.load(r)
 try:
     definition = {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}
