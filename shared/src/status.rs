@@ -8,7 +8,7 @@
 //!    |          |   |   \           |   +--> bounced_transient --> (processing: retry)
 //!    |          |   |    \          +------> bounced_permanent, complained
 //!    |          v   |     +--> unknown --(provider evidence)--> sent_to_provider / delivered / ...
-//!    |       deferred           +--(grace window over, no evidence)--> processing
+//!    |       deferred           +--(grace window over, no evidence)--> processing (or suppressed)
 //!    |          |
 //!    +----------+--> suppressed | dead_lettered | failed_internal | bounced_permanent
 //! ```
@@ -165,9 +165,13 @@ fn allowed(from: Status, to: Status) -> bool {
                 | FailedInternal
         ),
         Deferred => matches!(to, Processing | Suppressed | DeadLettered | FailedInternal),
+        // Suppressed: the retry after the grace window found the recipient suppressed meanwhile
+        // (measured in the chaos suite: without it the job stayed `unknown` for ever while its
+        // message was deleted).
         Unknown => matches!(
             to,
             Processing
+                | Suppressed
                 | SentToProvider
                 | BouncedTransient
                 | Delivered
@@ -257,6 +261,9 @@ mod tests {
         assert_eq!(transition(Unknown, SentToProvider), Ok(Transition::Applied));
         assert_eq!(transition(Unknown, Delivered), Ok(Transition::Applied));
         assert_eq!(transition(Unknown, Processing), Ok(Transition::Applied));
+        // the retry after the grace window meets a suppression made meanwhile: the job ends there
+        assert_eq!(transition(Unknown, Suppressed), Ok(Transition::Applied));
+        assert!(predecessors(Status::Suppressed).contains(&Unknown));
     }
 
     #[test]
