@@ -131,6 +131,17 @@ mod tests {
         DateTime::from_timestamp_micros(1_800_000_000_000_000 + us).unwrap()
     }
 
+    /// A schedule whose `ses` slots are booked until `until`.
+    fn booked_until(until: DateTime<Utc>) -> Arc<MemorySendSchedule> {
+        let schedule = Arc::new(MemorySendSchedule::default());
+        schedule
+            .tats
+            .lock()
+            .unwrap()
+            .insert("ses".into(), until.timestamp_micros());
+        schedule
+    }
+
     fn governor(schedule: Arc<MemorySendSchedule>, per_sec: f64, chunk: u32) -> Governor {
         let limit = RateLimit {
             per_sec,
@@ -183,12 +194,7 @@ mod tests {
     #[tokio::test]
     async fn past_the_horizon_a_send_is_refused_until_the_booked_time() {
         // GIVEN a schedule already booked 1.2 s ahead (horizon 1 s)
-        let schedule = Arc::new(MemorySendSchedule::default());
-        schedule
-            .tats
-            .lock()
-            .unwrap()
-            .insert("ses".into(), t(1_200_000).timestamp_micros());
+        let schedule = booked_until(t(1_200_000));
         let g = governor(schedule, 10.0, 2);
         // THEN the send is refused until then, and later it is granted the booked slot
         assert_eq!(
@@ -208,12 +214,7 @@ mod tests {
     #[tokio::test]
     async fn after_a_refusal_the_instance_knows_without_asking_until_when_it_lasts() {
         // GIVEN a schedule booked 1.2 s ahead (horizon 1 s): a booking is refused
-        let schedule = Arc::new(MemorySendSchedule::default());
-        schedule
-            .tats
-            .lock()
-            .unwrap()
-            .insert("ses".into(), t(1_200_000).timestamp_micros());
+        let schedule = booked_until(t(1_200_000));
         let g = governor(schedule.clone(), 10.0, 2);
         assert_eq!(g.refused_until("ses", t(0)).await, None, "nothing seen yet");
         assert!(matches!(
