@@ -79,29 +79,45 @@ pub fn letter_id(
 pub struct ArchiveAges(pub BTreeMap<DeadLetterCategory, Duration>);
 
 impl Default for ArchiveAges {
-    /// Invalid jobs and poison are rarely replayed: 7 days. Exhausted retries and review cases
-    /// are worked by operators: 14 days. Raw redrives: 14 days.
+    /// Invalid jobs, poison and raw redrives: 7 days (the redrive DLQ's clock starts when the
+    /// message entered the send queue, see [`ArchiveAges::limit`]). Exhausted retries and review
+    /// cases are worked by operators: 10 days.
     fn default() -> Self {
         let day = 24 * 3600;
         ArchiveAges(BTreeMap::from([
             (
                 DeadLetterCategory::RetriesExhausted,
-                Duration::from_secs(14 * day),
+                Duration::from_secs(10 * day),
             ),
             (DeadLetterCategory::InvalidJob, Duration::from_secs(7 * day)),
             (DeadLetterCategory::Poison, Duration::from_secs(7 * day)),
             (
                 DeadLetterCategory::NeedsReview,
-                Duration::from_secs(14 * day),
+                Duration::from_secs(10 * day),
             ),
-            (DeadLetterCategory::Redriven, Duration::from_secs(14 * day)),
+            (DeadLetterCategory::Redriven, Duration::from_secs(7 * day)),
         ]))
     }
 }
 
+/// How long the dead-letter queues keep a message: 14 days, SQS's maximum (the template's).
+pub const LETTER_QUEUE_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// What an archive age must leave before the queue drops the letter: the archiver runs hourly
+/// and hides a too-young letter for up to 12 h at a time, so a day covers a missed run or two.
+pub const ARCHIVE_MARGIN: Duration = Duration::from_secs(24 * 3600);
+
 impl ArchiveAges {
-    /// Reads `COURIER_ARCHIVE_AGE_<CATEGORY>` (e.g. `COURIER_ARCHIVE_AGE_POISON=3d`).
+    /// Reads `COURIER_ARCHIVE_AGE_<CATEGORY>` (e.g. `COURIER_ARCHIVE_AGE_POISON=3d`) and
+    /// `COURIER_SEND_QUEUE_RETENTION` (seconds; default 4 days, the template's), and refuses an
+    /// age the queue would not keep the letter for ([`ArchiveAges::limit`]).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<ArchiveAges, String> {
+        let source = match lookup("COURIER_SEND_QUEUE_RETENTION") {
+            None => Duration::from_secs(4 * 24 * 3600),
+            Some(v) => Duration::from_secs(v.trim().parse().map_err(|_| {
+                format!("COURIER_SEND_QUEUE_RETENTION: {v:?} is not a number of seconds")
+            })?),
+        };
         let mut ages = ArchiveAges::default();
         for category in DeadLetterCategory::ALL {
             let name = format!("COURIER_ARCHIVE_AGE_{}", category.as_str().to_uppercase());
@@ -109,15 +125,41 @@ impl ArchiveAges {
                 let secs = parse_duration(&v).map_err(|e| format!("{name}: {e}"))?;
                 ages.0.insert(category, Duration::from_secs(secs));
             }
+            let (age, limit) = (ages.age(category), ArchiveAges::limit(category, source));
+            if age > limit {
+                return Err(format!(
+                    "{name}: {} days is longer than the dead-letter queue keeps such a letter before archival can be sure to run ({} days at most: 14 days of retention{}, less a day's margin)",
+                    age.as_secs_f64() / 86_400.0,
+                    limit.as_secs_f64() / 86_400.0,
+                    if category == DeadLetterCategory::Redriven {
+                        ", counted from when the message entered the send queue, less that queue's retention"
+                    } else {
+                        ""
+                    }
+                ));
+            }
         }
         Ok(ages)
+    }
+
+    /// The longest age `category` may have. SQS drops a message from a dead-letter queue 14
+    /// days after it entered it, except for a redriven message of a standard queue, whose clock
+    /// started when it entered the send queue (up to `source_retention` earlier); the archiver's
+    /// age counts from when the letter was indexed (for raw redrives: first seen in the DLQ).
+    pub fn limit(category: DeadLetterCategory, source_retention: Duration) -> Duration {
+        let limit = LETTER_QUEUE_RETENTION.saturating_sub(ARCHIVE_MARGIN);
+        if category == DeadLetterCategory::Redriven {
+            limit.saturating_sub(source_retention)
+        } else {
+            limit
+        }
     }
 
     pub fn age(&self, category: DeadLetterCategory) -> Duration {
         self.0
             .get(&category)
             .copied()
-            .unwrap_or(Duration::from_secs(14 * 24 * 3600))
+            .unwrap_or(Duration::from_secs(7 * 24 * 3600))
     }
 }
 
@@ -335,6 +377,40 @@ mod tests {
         })
         .unwrap_err();
         assert!(err.contains("COURIER_ARCHIVE_AGE_INVALID_JOB"), "{err}");
+        let err = ArchiveAges::from_lookup(|k| {
+            (k == "COURIER_SEND_QUEUE_RETENTION").then(|| "four days".into())
+        })
+        .unwrap_err();
+        assert!(err.contains("COURIER_SEND_QUEUE_RETENTION"), "{err}");
+    }
+
+    #[test]
+    fn ages_the_queue_would_not_keep_are_refused() {
+        // the defaults fit the template's queues
+        assert_eq!(
+            ArchiveAges::from_lookup(|_| None).unwrap(),
+            ArchiveAges::default()
+        );
+        // 13 days fits a letter, 14 (the queue's retention) does not
+        let at = |k: &'static str, v: &'static str| move |n: &str| (n == k).then(|| v.to_owned());
+        assert!(ArchiveAges::from_lookup(at("COURIER_ARCHIVE_AGE_NEEDS_REVIEW", "13d")).is_ok());
+        let err =
+            ArchiveAges::from_lookup(at("COURIER_ARCHIVE_AGE_NEEDS_REVIEW", "14d")).unwrap_err();
+        assert!(
+            err.contains("COURIER_ARCHIVE_AGE_NEEDS_REVIEW") && err.contains("13 days at most"),
+            "{err}"
+        );
+        // a redriven message's clock started in the send queue (4 days by default)
+        assert!(ArchiveAges::from_lookup(at("COURIER_ARCHIVE_AGE_REDRIVEN", "9d")).is_ok());
+        let err = ArchiveAges::from_lookup(at("COURIER_ARCHIVE_AGE_REDRIVEN", "10d")).unwrap_err();
+        assert!(err.contains("9 days at most"), "{err}");
+        let longer_source = |n: &str| match n {
+            "COURIER_ARCHIVE_AGE_REDRIVEN" => Some("7d".into()),
+            "COURIER_SEND_QUEUE_RETENTION" => Some("1209600".into()),
+            _ => None,
+        };
+        let err = ArchiveAges::from_lookup(longer_source).unwrap_err();
+        assert!(err.contains("0 days at most"), "{err}");
     }
 
     #[test]

@@ -199,11 +199,22 @@ fn progress(out: &mut dyn Write, done: usize, total: usize) -> std::io::Result<(
     out.flush()
 }
 
+/// Whether the job is `pending` because a replay reopened it (and nothing has happened since).
+fn reopened_by_replay(rec: &crate::ports::JobRecord) -> bool {
+    rec.status == crate::status::Status::Pending
+        && rec
+            .history
+            .last()
+            .is_some_and(|h| h.status == crate::status::Status::Pending && h.by == "operator")
+}
+
 /// `dlq replay`: puts each live letter's job back on the send queue as a new generation with a
 /// fresh retry budget, and records who replayed it and why. Order per letter: reopen the status
-/// record (only a `dead_lettered` job), enqueue, then mark the letter `replayed`: a crash between
-/// steps can re-enqueue a job at most once more, and the send function's idempotent claim sends
-/// it once.
+/// record (only a `dead_lettered` job), enqueue, then mark the letter `replayed`. A payload that
+/// cannot become a job is skipped before anything is written. A replay that stops between the
+/// steps (an enqueue error, a crash) leaves the letter live and the job `pending` as reopened: a
+/// second replay of the letter resumes it with the same generation (so it can be enqueued at
+/// most once more, and the send function's idempotent claim sends it once).
 #[allow(clippy::too_many_arguments)]
 pub async fn replay(
     letters: &[IndexedLetter],
@@ -234,12 +245,21 @@ pub async fn replay(
             ));
             continue;
         };
+        // A payload that cannot become a job is skipped before the status record is touched.
+        if let Err(why) = crate::envelope::replay_body(payload, 0, Vec::new()) {
+            outcome.skipped.push((l.letter_id.clone(), why));
+            continue;
+        }
         let generation = match l.record.message_id.as_deref() {
             Some(id) => match status.reopen(id, now()).await? {
                 Some(g) => g,
                 None => match status.get(id).await? {
                     // Never claimed (invalid or redriven before any claim): a first generation.
                     None => 0,
+                    // Reopened by a replay that stopped before it marked the letter (a failed
+                    // enqueue, a crash): resume it. Enqueuing that generation again is safe, the
+                    // send function's claim sends it once.
+                    Some(rec) if reopened_by_replay(&rec) => rec.attempt,
                     Some(rec) => {
                         outcome.skipped.push((
                             l.letter_id.clone(),
@@ -477,6 +497,109 @@ mod tests {
         .unwrap();
         assert!(outcome.done.is_empty());
         assert_eq!(scheduler.queued.lock().unwrap().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_replay_that_failed_after_reopening_is_resumed_by_the_next() {
+        // GIVEN a dead-lettered job whose replay fails to enqueue after reopening it
+        let index = MemoryLetterIndex::default();
+        let status = MemoryStatusStore::default();
+        let scheduler = MemoryScheduler::default();
+        status.records.lock().unwrap().insert(
+            "m1".into(),
+            JobRecord {
+                message_id: "m1".into(),
+                status: Status::DeadLettered,
+                attempt: 2,
+                lease_owner: None,
+                lease_until: None,
+                unknown_since: None,
+                provider: None,
+                provider_message_id: None,
+                updated_at: t(),
+                history: Vec::new(),
+                payload: None,
+                resend_of: None,
+                swept_at: None,
+            },
+        );
+        let letters = vec![letter(
+            "l1",
+            Some("m1"),
+            DeadLetterCategory::NeedsReview,
+            Some(JOB),
+        )];
+        index.put_new(&letters[0]).await.unwrap();
+        scheduler.fail_enqueues.set(1);
+        let (mut first, mut second) = (Vec::new(), Vec::new());
+        let failed = replay(
+            &letters, &status, &scheduler, &index, "ann", "x", 1000.0, t, &mut first,
+        )
+        .await;
+        assert!(failed.is_err());
+        assert_eq!(status.records.lock().unwrap()["m1"].status, Status::Pending);
+        assert!(scheduler.queued.lock().unwrap().is_empty());
+        // WHEN it is replayed again THEN the same generation is enqueued and the letter marked
+        let outcome = replay(
+            &letters, &status, &scheduler, &index, "ann", "x", 1000.0, t, &mut second,
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.done, vec!["l1".to_owned()]);
+        let queued = scheduler.queued.lock().unwrap();
+        assert_eq!(queued.len(), 1);
+        let body = crate::envelope::parse_body(queued[0].body.as_bytes()).unwrap();
+        assert_eq!(body.attempt, 3, "the generation the first replay opened");
+        assert_eq!(status.records.lock().unwrap()["m1"].attempt, 3);
+        let l1 = &index.get_many(&["l1".to_owned()]).await.unwrap()[0];
+        assert_eq!(l1.state, LetterState::Replayed);
+    }
+
+    #[tokio::test]
+    async fn a_payload_that_cannot_be_replayed_leaves_the_job_untouched() {
+        let index = MemoryLetterIndex::default();
+        let status = MemoryStatusStore::default();
+        status.records.lock().unwrap().insert(
+            "m1".into(),
+            JobRecord {
+                message_id: "m1".into(),
+                status: Status::DeadLettered,
+                attempt: 2,
+                lease_owner: None,
+                lease_until: None,
+                unknown_since: None,
+                provider: None,
+                provider_message_id: None,
+                updated_at: t(),
+                history: Vec::new(),
+                payload: None,
+                resend_of: None,
+                swept_at: None,
+            },
+        );
+        let letters = vec![letter(
+            "l1",
+            Some("m1"),
+            DeadLetterCategory::InvalidJob,
+            Some("{broken"),
+        )];
+        index.put_new(&letters[0]).await.unwrap();
+        let outcome = replay(
+            &letters,
+            &status,
+            &MemoryScheduler::default(),
+            &index,
+            "ann",
+            "x",
+            1000.0,
+            t,
+            &mut Vec::new(),
+        )
+        .await
+        .unwrap();
+        assert!(outcome.done.is_empty());
+        let rec = &status.records.lock().unwrap()["m1"];
+        assert_eq!((rec.status, rec.attempt), (Status::DeadLettered, 2));
     }
 
     #[tokio::test]
