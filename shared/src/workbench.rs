@@ -541,7 +541,15 @@ mod tests {
         assert!(scheduler.queued.lock().unwrap().is_empty());
         // WHEN it is replayed again THEN the same generation is enqueued and the letter marked
         let outcome = replay(
-            &letters, &status, &scheduler, &index, "ann", "x", 1000.0, t, &mut second,
+            &letters,
+            &status,
+            &scheduler,
+            &index,
+            "ann",
+            "x",
+            1000.0,
+            t,
+            &mut second,
         )
         .await
         .unwrap();

@@ -79,6 +79,8 @@ pub struct Pipeline {
 struct SendBudget {
     send_by: DateTime<Utc>,
     unfinished: Arc<std::sync::atomic::AtomicUsize>,
+    /// Set just before a provider is called (see [`Pipeline::handle_records`]).
+    called: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl SendBudget {
@@ -177,17 +179,41 @@ impl Pipeline {
             let owner = format!("{request_id}/{}", record.sqs_message_id);
             let id = record.sqs_message_id.clone();
             let unfinished = Arc::clone(&unfinished);
+            // Set just before the provider is called: a panic after it may have sent the email.
+            let called = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let (after, body, crashed_owner) =
+                (Arc::clone(self), record.body.clone(), owner.clone());
             async move {
-                let task = tokio::spawn(async move {
-                    let step = pipeline
-                        .process(record, deadline, owner, Arc::clone(&unfinished))
-                        .await;
-                    unfinished.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-                    step
+                let task = tokio::spawn({
+                    let called = Arc::clone(&called);
+                    async move {
+                        let step = pipeline
+                            .process(record, deadline, owner, Arc::clone(&unfinished), called)
+                            .await;
+                        unfinished.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        step
+                    }
                 });
                 let step = match task.await {
                     Ok(step) => step,
-                    Err(e) if e.is_panic() => Step::Fail("the record's task panicked".into()),
+                    Err(e) if e.is_panic() => {
+                        let what = panic_text(e.into_panic());
+                        if called.load(std::sync::atomic::Ordering::SeqCst) {
+                            // The email may be out: redelivery resolves it as an ambiguous send.
+                            Step::Fail(format!(
+                                "the record's task panicked after calling the provider: {what}"
+                            ))
+                        } else {
+                            // A job that crashes the worker before any send is poison. Its
+                            // own task too: a second panic fails only this record.
+                            let poisoned = tokio::spawn(async move {
+                                after.poison_after_panic(&body, &crashed_owner, &what).await
+                            });
+                            poisoned.await.unwrap_or_else(|e| {
+                                Step::Fail(format!("the record's task panicked twice: {e}"))
+                            })
+                        }
+                    }
                     Err(e) => Step::Fail(format!("the record's task failed: {e}")),
                 };
                 (id, step)
@@ -282,6 +308,7 @@ impl Pipeline {
         deadline: DateTime<Utc>,
         owner: String,
         unfinished: Arc<std::sync::atomic::AtomicUsize>,
+        called: Arc<std::sync::atomic::AtomicBool>,
     ) -> Step {
         let span = tracing::info_span!(
             "record",
@@ -290,7 +317,7 @@ impl Pipeline {
             campaign_id = tracing::field::Empty,
             trace_id = tracing::field::Empty,
         );
-        self.process_inner(record, deadline, owner, unfinished, span.clone())
+        self.process_inner(record, deadline, owner, unfinished, called, span.clone())
             .instrument(span)
             .await
     }
@@ -301,6 +328,7 @@ impl Pipeline {
         deadline: DateTime<Utc>,
         owner: String,
         unfinished: Arc<std::sync::atomic::AtomicUsize>,
+        called: Arc<std::sync::atomic::AtomicBool>,
         span: tracing::Span,
     ) -> Step {
         let now = self.now();
@@ -427,6 +455,7 @@ impl Pipeline {
         let budget = SendBudget {
             send_by,
             unfinished,
+            called,
         };
         let step = self
             .attempt(&incoming, &suppressed, now, &owner, &budget)
@@ -538,6 +567,9 @@ impl Pipeline {
                 },
             }
             // 7. Send.
+            budget
+                .called
+                .store(true, std::sync::atomic::Ordering::SeqCst);
             let started = std::time::Instant::now();
             let result = mailer.send(&email).await;
             let latency = started.elapsed();
@@ -908,6 +940,41 @@ impl Pipeline {
         Step::Done(Outcome::DeadLettered(category, verdict.class))
     }
 
+    /// A record whose task panicked before any provider call: the job crashes the worker, so
+    /// it is dead-lettered as poison now rather than crash every redelivery until SQS redrives
+    /// it without a record. The status record, if this copy claimed it, becomes
+    /// `dead_lettered`; a payload that does not even parse is an invalid job as usual.
+    async fn poison_after_panic(&self, body: &str, owner: &str, what: &str) -> Step {
+        let now = self.now();
+        let incoming = match parse_body(body.as_bytes()) {
+            Ok(incoming) => incoming,
+            Err(rejected) => {
+                let record = RecordIn {
+                    sqs_message_id: String::new(),
+                    body: body.to_owned(),
+                };
+                let print = fingerprint(body.as_bytes());
+                return self.reject(&record, &rejected, &print, now).await;
+            }
+        };
+        let verdict = Verdict::local(
+            ErrorClass::Poison,
+            "worker-panic",
+            format!("the worker panicked on this job: {what}"),
+        );
+        warn!(message_id = %incoming.job.message_id, panic = %what, "the job crashed the worker; dead-lettered as poison");
+        self.dead_letter(
+            &incoming,
+            &verdict,
+            DeadLetterCategory::Poison,
+            format!("crashed the worker: {what}"),
+            None,
+            now,
+            Some(owner),
+        )
+        .await
+    }
+
     /// An unparseable or invalid payload: dead letter with whatever ids could be salvaged.
     async fn reject(
         &self,
@@ -1113,6 +1180,15 @@ pub const MAX_KEPT_PAYLOAD: usize = 300 * 1024;
 
 /// Default visibility-timeout-friendly lease when the deadline is far (or unknown).
 pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(120);
+
+/// The message of a caught panic (`panic!("...")` payloads are `&str` or `String`).
+fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
 
 #[cfg(test)]
 mod tests;

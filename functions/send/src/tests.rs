@@ -420,6 +420,72 @@ async fn a_panicking_provider_fails_only_its_record() {
     assert_eq!(w.status_of("fine"), Some(Status::SentToProvider));
 }
 
+/// A template store with a bug: it panics on every lookup.
+struct PanickingTemplates;
+
+#[async_trait::async_trait]
+impl courier::ports::TemplateStore for PanickingTemplates {
+    async fn get(&self, _id: &str) -> Result<Template, courier::ports::TemplateError> {
+        panic!("template store bug");
+    }
+}
+
+#[tokio::test]
+async fn a_job_that_crashes_the_worker_before_sending_is_poison() {
+    // GIVEN a worker that panics while rendering templated jobs
+    let w = world_with(MemoryMailer::accepting("ses"));
+    let mut pipeline = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 1, unlimited());
+    Arc::get_mut(&mut pipeline).unwrap().templates = Arc::new(PanickingTemplates);
+    let templated = serde_json::json!({
+        "version": 1, "message_id": "crash", "campaign_id": "c", "from": "shop@example.com",
+        "to": ["r@example.org"], "template": {"id": "welcome", "variables": {}}
+    })
+    .to_string();
+    // WHEN a batch holds it and a plain job
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = pipeline
+        .handle_records(
+            vec![rec("a", templated), rec("b", job("plain", "b@example.org"))],
+            deadline,
+            "req-1",
+        )
+        .await;
+    // THEN it is dead-lettered as poison at once (no redelivery loop), with the panic's text;
+    // the other record is sent
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    let letters = w.dead.letters.lock().unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].category, DeadLetterCategory::Poison);
+    assert_eq!(letters[0].class, ErrorClass::Poison);
+    assert!(
+        letters[0].reason.contains("template store bug"),
+        "{}",
+        letters[0].reason
+    );
+    assert!(letters[0].payload.is_some());
+    assert_eq!(w.status_of("crash"), Some(Status::DeadLettered));
+    assert_eq!(w.status_of("plain"), Some(Status::SentToProvider));
+    assert_eq!(w.mailer.sent_count(), 1);
+}
+
+#[tokio::test]
+async fn a_panic_after_the_provider_call_is_left_for_redelivery_not_poisoned() {
+    let w = world_with(MemoryMailer::with(
+        "ses",
+        Box::new(|_| panic!("adapter bug after the request went out")),
+    ));
+    let report = w
+        .run(vec![rec("a", job("maybe-sent", "a@example.org"))])
+        .await;
+    assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert!(
+        report.reasons[0].contains("after calling the provider"),
+        "{:?}",
+        report.reasons
+    );
+    assert!(w.dead.letters.lock().unwrap().is_empty());
+}
+
 #[tokio::test]
 async fn an_open_circuit_waits_without_spending_an_attempt() {
     let w = world_with(smtp_failure(
