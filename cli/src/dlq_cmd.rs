@@ -16,7 +16,8 @@ use courier::workbench::{self as dlq, DlqError};
 
 #[derive(Subcommand)]
 pub(crate) enum DlqCommand {
-    /// Counts of live dead letters by category, class, campaign and provider, with bars.
+    /// Counts of dead letters (live ones unless --state) by category, class, campaign and
+    /// provider, with bars. Counts every matching letter, a page at a time.
     Stats {
         #[command(flatten)]
         filter: FilterArgs,
@@ -99,7 +100,8 @@ pub(crate) struct FilterArgs {
     /// An error class, e.g. content_rejected
     #[arg(long)]
     class: Option<String>,
-    /// live (default for replay and discard) | archiving | archived | replayed | discarded
+    /// live (the default of stats, replay and discard) | archiving | archived | replaying |
+    /// replayed | discarded | all. `replay --state replaying` finishes replays that stopped.
     #[arg(long)]
     state: Option<String>,
     /// RFC 3339 time, or an age such as 2h or 3d (meaning: that long ago)
@@ -156,11 +158,12 @@ impl FilterArgs {
                 ))
             })?),
         };
-        let state = match &self.state {
+        let state = match self.state.as_deref() {
             None => default_state,
+            Some("all") => None,
             Some(s) => Some(LetterState::parse(s).ok_or_else(|| {
                 DlqError::Usage(format!(
-                    "--state {s:?}: use live, archiving, archived, replayed or discarded"
+                    "--state {s:?}: use live, archiving, archived, replaying, replayed, discarded or all"
                 ))
             })?),
         };
@@ -193,6 +196,7 @@ impl FilterArgs {
             && self.since.is_none()
             && self.until.is_none()
             && self.text.is_none()
+            && self.state.is_none()
     }
 }
 
@@ -233,8 +237,9 @@ async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqE
     let index = DynamoDbLetterIndex::new(clients.dynamodb.clone(), index_table);
     match command {
         DlqCommand::Stats { filter, json } => {
-            let letters = dlq::select(&index, &filter.to_filter(now, None)?).await?;
-            dlq::stats(&letters, json, out)?;
+            let filter = filter.to_filter(now, Some(LetterState::Live))?;
+            let counted = dlq::count(&index, &filter, &mut *progress_out()).await?;
+            dlq::stats(&counted, json, out)?;
         }
         DlqCommand::List {
             filter,
@@ -286,7 +291,7 @@ async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqE
                 &reason,
                 rate,
                 Utc::now,
-                out,
+                &mut *progress_out(),
             )
             .await?;
             report("replayed", &outcome, out)?;
@@ -318,6 +323,7 @@ async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqE
                 &operator,
                 &reason,
                 now,
+                &mut *progress_out(),
             )
             .await?;
             report("discarded", &outcome, out)?;
@@ -351,6 +357,16 @@ async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqE
         }
     }
     Ok(0)
+}
+
+/// Progress bars go to stderr when it is a terminal (stdout stays clean for tables and JSON).
+fn progress_out() -> Box<dyn Write> {
+    use std::io::IsTerminal;
+    if std::io::stderr().is_terminal() {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::sink())
+    }
 }
 
 async fn selection(
@@ -425,6 +441,29 @@ mod tests {
         assert_eq!(f.category, Some(DeadLetterCategory::NeedsReview));
         assert_eq!(f.since, Some(now - chrono::Duration::hours(2)));
         assert_eq!(f.state, Some(LetterState::Live));
+        let every = FilterArgs {
+            state: Some("all".into()),
+            ..FilterArgs::default()
+        };
+        assert_eq!(
+            every.to_filter(now, Some(LetterState::Live)).unwrap().state,
+            None
+        );
+        let stopped = FilterArgs {
+            state: Some("replaying".into()),
+            ..FilterArgs::default()
+        };
+        assert!(
+            !stopped.is_empty(),
+            "--state alone selects (to finish stopped replays)"
+        );
+        assert_eq!(
+            stopped
+                .to_filter(now, Some(LetterState::Live))
+                .unwrap()
+                .state,
+            Some(LetterState::Replaying)
+        );
         for bad in [
             FilterArgs {
                 category: Some("lost".into()),

@@ -1,6 +1,7 @@
 //! Dead letters as a quarantine ward: stable letter ids, the life of a letter in the index
-//! (live -> archiving -> archived, or replayed / discarded), per-category archive ages, and the
-//! archive layout. Pure: the archiver and the CLI drive it through ports.
+//! (live -> archiving -> archived, live -> replaying -> replayed, or live -> discarded),
+//! per-category archive ages, and the archive layout. Pure: the archiver and the CLI drive it
+//! through ports.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,7 +13,9 @@ use crate::policy::{DeadLetterCategory, parse_duration};
 use crate::ports::DeadLetter;
 
 /// Where a letter is in its life. Only `live` letters can be archived, replayed or discarded,
-/// and every move is a conditional write, so none happens twice.
+/// and every move is a conditional write, so none happens twice. A replay claims its letter
+/// (`replaying`) before it touches the job, so the archiver cannot archive a letter that is
+/// being replayed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum LetterState {
@@ -20,6 +23,8 @@ pub enum LetterState {
     /// Claimed by an archiver run for the object `archive_key`, not yet confirmed written.
     Archiving,
     Archived,
+    /// Claimed by a replay that has not finished (or stopped: `dlq replay` resumes it).
+    Replaying,
     Replayed,
     Discarded,
 }
@@ -30,6 +35,7 @@ impl LetterState {
             LetterState::Live => "live",
             LetterState::Archiving => "archiving",
             LetterState::Archived => "archived",
+            LetterState::Replaying => "replaying",
             LetterState::Replayed => "replayed",
             LetterState::Discarded => "discarded",
         }
@@ -40,6 +46,7 @@ impl LetterState {
             LetterState::Live,
             LetterState::Archiving,
             LetterState::Archived,
+            LetterState::Replaying,
             LetterState::Replayed,
             LetterState::Discarded,
         ]
@@ -187,7 +194,13 @@ pub enum ArchiveStep {
     Drop,
     /// A previous run claimed it for `key` and stopped: check whether that object exists.
     Recover(String),
+    /// A replay has claimed it: never archive it; look again after [`REPLAY_WAIT`] (a replay
+    /// that stopped is finished by running `dlq replay` on it again).
+    AwaitReplay,
 }
+
+/// How long the archiver hides a letter that a replay has claimed.
+pub const REPLAY_WAIT: Duration = Duration::from_secs(3600);
 
 /// SQS's longest visibility timeout.
 pub const MAX_HIDE: Duration = Duration::from_secs(12 * 3600);
@@ -199,6 +212,7 @@ pub fn archive_step(letter: &IndexedLetter, ages: &ArchiveAges, now: DateTime<Ut
         LetterState::Archiving => {
             ArchiveStep::Recover(letter.archive_key.clone().unwrap_or_default())
         }
+        LetterState::Replaying => ArchiveStep::AwaitReplay,
         _ => {
             let age = (now - letter.dead_lettered_at).to_std().unwrap_or_default();
             let wanted = ages.age(letter.record.category);
@@ -353,6 +367,8 @@ mod tests {
             archive_step(&l, &ages, almost),
             ArchiveStep::Hide(Duration::from_secs(60))
         );
+        l.state = LetterState::Replaying;
+        assert_eq!(archive_step(&l, &ages, t(8)), ArchiveStep::AwaitReplay);
         l.state = LetterState::Replayed;
         assert_eq!(archive_step(&l, &ages, t(8)), ArchiveStep::Drop);
         l.state = LetterState::Archiving;

@@ -80,15 +80,23 @@ fn bar(count: usize, max: usize, width: usize) -> String {
     "█".repeat(n)
 }
 
-/// `dlq stats`: counts of live letters by category, class, campaign and provider.
-pub fn stats(letters: &[IndexedLetter], json: bool, out: &mut dyn Write) -> std::io::Result<()> {
-    let live: Vec<&IndexedLetter> = letters
-        .iter()
-        .filter(|l| l.state == LetterState::Live)
-        .collect();
-    let mut groups: BTreeMap<&str, BTreeMap<String, usize>> = BTreeMap::new();
-    for l in &live {
+/// Letter counts by category, class, campaign and provider (and state, when not filtered on).
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Stats {
+    /// The state counted (`None`: every state).
+    pub state: Option<LetterState>,
+    pub letters: usize,
+    pub by: BTreeMap<&'static str, BTreeMap<String, usize>>,
+}
+
+impl Stats {
+    pub fn add(&mut self, l: &IndexedLetter) {
         let r = &l.record;
+        self.letters += 1;
+        let state = self
+            .state
+            .is_none()
+            .then(|| ("state", l.state.as_str().to_owned()));
         for (dim, key) in [
             ("category", r.category.as_str().to_owned()),
             ("class", r.class.as_str().to_owned()),
@@ -100,20 +108,63 @@ pub fn stats(letters: &[IndexedLetter], json: bool, out: &mut dyn Write) -> std:
                 "provider",
                 r.provider.clone().unwrap_or_else(|| "(none)".into()),
             ),
-        ] {
-            *groups.entry(dim).or_default().entry(key).or_default() += 1;
+        ]
+        .into_iter()
+        .chain(state)
+        {
+            *self.by.entry(dim).or_default().entry(key).or_default() += 1;
         }
     }
+}
+
+/// Counts every letter matching `filter`, a page at a time (no cap, nothing kept but the
+/// counts), drawing a running count on `progress`.
+pub async fn count(
+    index: &dyn LetterIndex,
+    filter: &LetterFilter,
+    progress: &mut dyn Write,
+) -> Result<Stats, DlqError> {
+    let mut stats = Stats {
+        state: filter.state,
+        ..Stats::default()
+    };
+    let mut cursor = None;
+    loop {
+        let (page, next) = index.search(filter, 1000, cursor).await?;
+        for l in &page {
+            stats.add(l);
+        }
+        write!(progress, "\rcounted {} letters", stats.letters)?;
+        progress.flush()?;
+        match next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    writeln!(progress)?;
+    Ok(stats)
+}
+
+/// `dlq stats`: the counts, with the top keys of each dimension drawn as bars; or JSON
+/// (`{"state": "live", "letters": n, "live": n, "by": {"category": {...}, ...}}`, `live`
+/// only when live letters were counted).
+pub fn stats(stats: &Stats, json: bool, out: &mut dyn Write) -> std::io::Result<()> {
+    let state = stats.state.map(LetterState::as_str);
     if json {
-        serde_json::to_writer(
-            &mut *out,
-            &serde_json::json!({"live": live.len(), "by": groups}),
-        )
-        .map_err(std::io::Error::other)?;
+        let mut v = serde_json::json!({"state": state, "letters": stats.letters, "by": stats.by});
+        if stats.state == Some(LetterState::Live) {
+            v["live"] = stats.letters.into();
+        }
+        serde_json::to_writer(&mut *out, &v).map_err(std::io::Error::other)?;
         return writeln!(out);
     }
-    writeln!(out, "{} live dead letters", live.len())?;
-    for (dim, counts) in &groups {
+    writeln!(
+        out,
+        "{} {} dead letters",
+        stats.letters,
+        state.unwrap_or("(every state)")
+    )?;
+    for (dim, counts) in &stats.by {
         writeln!(out, "\nby {dim}:")?;
         let mut rows: Vec<(&String, &usize)> = counts.iter().collect();
         rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
@@ -187,7 +238,8 @@ pub struct Outcome {
     pub skipped: Vec<(String, String)>,
 }
 
-fn progress(out: &mut dyn Write, done: usize, total: usize) -> std::io::Result<()> {
+/// Draws a progress bar (`\r`-redrawn) of `done` out of `total`.
+fn draw(out: &mut dyn Write, done: usize, total: usize) -> std::io::Result<()> {
     let width = 30;
     let filled = (done * width).checked_div(total).unwrap_or(width);
     write!(
@@ -209,12 +261,15 @@ fn reopened_by_replay(rec: &crate::ports::JobRecord) -> bool {
 }
 
 /// `dlq replay`: puts each live letter's job back on the send queue as a new generation with a
-/// fresh retry budget, and records who replayed it and why. Order per letter: reopen the status
-/// record (only a `dead_lettered` job), enqueue, then mark the letter `replayed`. A payload that
-/// cannot become a job is skipped before anything is written. A replay that stops between the
-/// steps (an enqueue error, a crash) leaves the letter live and the job `pending` as reopened: a
-/// second replay of the letter resumes it with the same generation (so it can be enqueued at
-/// most once more, and the send function's idempotent claim sends it once).
+/// fresh retry budget, and records who replayed it and why. Order per letter: claim the letter
+/// (`live -> replaying`, so the archiver leaves it alone), reopen the status record (only a
+/// `dead_lettered` job), enqueue, then mark the letter `replayed`. A payload that cannot become
+/// a job is skipped before anything is written; a job that is no longer dead-lettered releases
+/// the letter (`replaying -> live`). A replay that stops between the steps (an enqueue error, a
+/// crash) leaves the letter `replaying` and the job `pending` as reopened: replaying the letter
+/// again resumes it with the same generation (so it can be enqueued at most once more, and the
+/// send function's idempotent claim sends it once), or, when the job has moved on since (the
+/// enqueue had happened), only marks it `replayed`. Progress goes to `progress`.
 #[allow(clippy::too_many_arguments)]
 pub async fn replay(
     letters: &[IndexedLetter],
@@ -225,19 +280,22 @@ pub async fn replay(
     reason: &str,
     per_second: f64,
     now: impl Fn() -> DateTime<Utc>,
-    out: &mut dyn Write,
+    progress: &mut dyn Write,
 ) -> Result<Outcome, DlqError> {
     let mut outcome = Outcome::default();
     let pause = Duration::from_secs_f64(1.0 / per_second.max(0.1));
     for (i, l) in letters.iter().enumerate() {
-        progress(out, i, letters.len())?;
-        if l.state != LetterState::Live {
-            outcome.skipped.push((
-                l.letter_id.clone(),
-                format!("state is {}", l.state.as_str()),
-            ));
-            continue;
-        }
+        draw(progress, i, letters.len())?;
+        let resuming = match l.state {
+            LetterState::Live => false,
+            LetterState::Replaying => true,
+            other => {
+                outcome
+                    .skipped
+                    .push((l.letter_id.clone(), format!("state is {}", other.as_str())));
+                continue;
+            }
+        };
         let Some(payload) = l.record.payload.as_deref() else {
             outcome.skipped.push((
                 l.letter_id.clone(),
@@ -245,9 +303,27 @@ pub async fn replay(
             ));
             continue;
         };
-        // A payload that cannot become a job is skipped before the status record is touched.
+        // A payload that cannot become a job is skipped before anything is written.
         if let Err(why) = crate::envelope::replay_body(payload, 0, Vec::new()) {
             outcome.skipped.push((l.letter_id.clone(), why));
+            continue;
+        }
+        let mark = |what: String| format!("{} {what} by {operator}: {reason}", now().to_rfc3339());
+        if !resuming
+            && !index
+                .transition(
+                    &l.letter_id,
+                    LetterState::Live,
+                    LetterState::Replaying,
+                    None,
+                    Some(&mark("replay started".into())),
+                )
+                .await?
+        {
+            outcome.skipped.push((
+                l.letter_id.clone(),
+                "changed by someone else meanwhile (archived, replayed or discarded)".into(),
+            ));
             continue;
         }
         let generation = match l.record.message_id.as_deref() {
@@ -260,7 +336,25 @@ pub async fn replay(
                     // enqueue, a crash): resume it. Enqueuing that generation again is safe, the
                     // send function's claim sends it once.
                     Some(rec) if reopened_by_replay(&rec) => rec.attempt,
+                    // A stopped replay whose enqueued copy the send function has taken since.
+                    Some(rec) if resuming => {
+                        let audit = mark(format!(
+                            "replay finished (the job had moved on to {})",
+                            rec.status
+                        ));
+                        finish(index, l, &audit, &mut outcome).await?;
+                        continue;
+                    }
                     Some(rec) => {
+                        index
+                            .transition(
+                                &l.letter_id,
+                                LetterState::Replaying,
+                                LetterState::Live,
+                                None,
+                                Some(&mark(format!("replay refused (job is {})", rec.status))),
+                            )
+                            .await?;
                         outcome.skipped.push((
                             l.letter_id.clone(),
                             format!("job status is {}, not dead_lettered", rec.status),
@@ -291,30 +385,46 @@ pub async fn replay(
         {
             return Err(e.into());
         }
-        let audit = format!("{} replayed by {operator}: {reason}", now().to_rfc3339());
-        if !index
-            .transition(
-                &l.letter_id,
-                LetterState::Live,
-                LetterState::Replayed,
-                None,
-                Some(&audit),
-            )
-            .await?
-        {
-            outcome.skipped.push((l.letter_id.clone(), "changed by someone else meanwhile (re-enqueued once; the send function sends it once)".into()));
-            continue;
-        }
-        outcome.done.push(l.letter_id.clone());
+        finish(index, l, &mark("replayed".into()), &mut outcome).await?;
         tokio::time::sleep(pause).await;
     }
-    progress(out, letters.len(), letters.len())?;
-    writeln!(out)?;
+    draw(progress, letters.len(), letters.len())?;
+    writeln!(progress)?;
     Ok(outcome)
+}
+
+/// Marks a claimed letter `replayed`.
+async fn finish(
+    index: &dyn LetterIndex,
+    l: &IndexedLetter,
+    audit: &str,
+    outcome: &mut Outcome,
+) -> Result<(), DlqError> {
+    if index
+        .transition(
+            &l.letter_id,
+            LetterState::Replaying,
+            LetterState::Replayed,
+            None,
+            Some(audit),
+        )
+        .await?
+    {
+        outcome.done.push(l.letter_id.clone());
+    } else {
+        // Only a concurrent resume of the same letter gets here; its job was enqueued and
+        // the send function's claim sends it once.
+        outcome.skipped.push((
+            l.letter_id.clone(),
+            "finished by another replay meanwhile".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// `dlq discard`: marks live letters discarded (the archiver then drops their queue copies), and
 /// optionally blocklists their payloads so identical jobs go straight to the poison category.
+/// Progress goes to `progress`.
 pub async fn discard(
     letters: &[IndexedLetter],
     index: &dyn LetterIndex,
@@ -322,9 +432,11 @@ pub async fn discard(
     operator: &str,
     reason: &str,
     now: DateTime<Utc>,
+    progress: &mut dyn Write,
 ) -> Result<Outcome, DlqError> {
     let mut outcome = Outcome::default();
-    for l in letters {
+    for (i, l) in letters.iter().enumerate() {
+        draw(progress, i, letters.len())?;
         let audit = format!("{} discarded by {operator}: {reason}", now.to_rfc3339());
         if !index
             .transition(
@@ -357,6 +469,8 @@ pub async fn discard(
         }
         outcome.done.push(l.letter_id.clone());
     }
+    draw(progress, letters.len(), letters.len())?;
+    writeln!(progress)?;
     Ok(outcome)
 }
 
@@ -478,7 +592,8 @@ mod tests {
         assert_eq!(status.records.lock().unwrap()["m1"].status, Status::Pending);
         let l1 = &index.get_many(&["l1".to_owned()]).await.unwrap()[0];
         assert_eq!(l1.state, LetterState::Replayed);
-        assert!(l1.audit[0].contains("replayed by ann: template fixed"));
+        assert!(l1.audit[0].contains("replay started by ann: template fixed"));
+        assert!(l1.audit[1].contains("replayed by ann: template fixed"));
         assert!(String::from_utf8(out).unwrap().contains("3/3"));
         // Replaying again does nothing: the letter is no longer live.
         let again = index.get_many(&["l1".to_owned()]).await.unwrap();
@@ -539,6 +654,29 @@ mod tests {
         assert!(failed.is_err());
         assert_eq!(status.records.lock().unwrap()["m1"].status, Status::Pending);
         assert!(scheduler.queued.lock().unwrap().is_empty());
+        // the letter stays claimed: the archiver leaves it alone
+        let letters = index.get_many(&["l1".to_owned()]).await.unwrap();
+        assert_eq!(letters[0].state, LetterState::Replaying);
+        assert_eq!(
+            crate::letters::archive_step(
+                &letters[0],
+                &crate::letters::ArchiveAges::default(),
+                t() + chrono::Duration::days(30)
+            ),
+            crate::letters::ArchiveStep::AwaitReplay
+        );
+        assert!(
+            !index
+                .transition(
+                    "l1",
+                    LetterState::Live,
+                    LetterState::Archiving,
+                    Some("k"),
+                    None
+                )
+                .await
+                .unwrap()
+        );
         // WHEN it is replayed again THEN the same generation is enqueued and the letter marked
         let outcome = replay(
             &letters,
@@ -554,7 +692,7 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(outcome.done, vec!["l1".to_owned()]);
-        let queued = scheduler.queued.lock().unwrap();
+        let queued = scheduler.queued.lock().unwrap().clone();
         assert_eq!(queued.len(), 1);
         let body = crate::envelope::parse_body(queued[0].body.as_bytes()).unwrap();
         assert_eq!(body.attempt, 3, "the generation the first replay opened");
@@ -653,6 +791,65 @@ mod tests {
         .await
         .unwrap();
         assert!(outcome.skipped[0].1.contains("sent_to_provider"));
+        // the letter is released, not left claimed
+        let l1 = &index.get_many(&["l1".to_owned()]).await.unwrap()[0];
+        assert_eq!(l1.state, LetterState::Live);
+        assert!(l1.audit.last().unwrap().contains("replay refused"));
+    }
+
+    #[tokio::test]
+    async fn a_stopped_replay_whose_copy_was_taken_is_only_marked() {
+        // GIVEN a letter left `replaying` by a replay that enqueued and then stopped, and a job
+        // the send function has sent since
+        let index = MemoryLetterIndex::default();
+        let status = MemoryStatusStore::default();
+        let scheduler = MemoryScheduler::default();
+        status.records.lock().unwrap().insert(
+            "m1".into(),
+            JobRecord {
+                message_id: "m1".into(),
+                status: Status::SentToProvider,
+                attempt: 3,
+                lease_owner: None,
+                lease_until: None,
+                unknown_since: None,
+                provider: None,
+                provider_message_id: None,
+                updated_at: t(),
+                history: Vec::new(),
+                payload: None,
+                resend_of: None,
+                swept_at: None,
+            },
+        );
+        let mut l = letter("l1", Some("m1"), DeadLetterCategory::NeedsReview, Some(JOB));
+        l.state = LetterState::Replaying;
+        index.put_new(&l).await.unwrap();
+        // WHEN it is replayed again
+        let outcome = replay(
+            &[l],
+            &status,
+            &scheduler,
+            &index,
+            "ann",
+            "x",
+            1000.0,
+            t,
+            &mut Vec::new(),
+        )
+        .await
+        .unwrap();
+        // THEN nothing is enqueued again and the letter is marked replayed
+        assert_eq!(outcome.done, vec!["l1".to_owned()]);
+        assert!(scheduler.queued.lock().unwrap().is_empty());
+        let l1 = &index.get_many(&["l1".to_owned()]).await.unwrap()[0];
+        assert_eq!(l1.state, LetterState::Replayed);
+        assert!(
+            l1.audit
+                .last()
+                .unwrap()
+                .contains("moved on to sent_to_provider")
+        );
     }
 
     #[tokio::test]
@@ -673,6 +870,7 @@ mod tests {
             "bob",
             "crashes the renderer",
             t(),
+            &mut Vec::new(),
         )
         .await
         .unwrap();
@@ -686,7 +884,7 @@ mod tests {
         let l1 = &index.get_many(&["l1".to_owned()]).await.unwrap()[0];
         assert_eq!(l1.state, LetterState::Discarded);
         assert!(l1.audit[0].contains("discarded by bob"));
-        let outcome = discard(&letters, &index, None, "bob", "twice", t())
+        let outcome = discard(&letters, &index, None, "bob", "twice", t(), &mut Vec::new())
             .await
             .unwrap();
         assert!(outcome.done.is_empty());
@@ -708,18 +906,47 @@ mod tests {
         }
         let all = select(&index, &LetterFilter::default()).await.unwrap();
         assert_eq!(all.len(), 12);
-        let mut out = Vec::new();
-        stats(&all, false, &mut out).unwrap();
-        let text = String::from_utf8(out).unwrap();
-        assert!(text.contains("12 live dead letters"), "{text}");
+        index
+            .transition("l0", LetterState::Live, LetterState::Discarded, None, None)
+            .await
+            .unwrap();
+        let live = LetterFilter {
+            state: Some(LetterState::Live),
+            ..Default::default()
+        };
+        let mut progress = Vec::new();
+        let counted = count(&index, &live, &mut progress).await.unwrap();
         assert!(
-            text.contains("needs_review") && text.contains('█'),
+            String::from_utf8(progress)
+                .unwrap()
+                .contains("counted 11 letters")
+        );
+        let mut out = Vec::new();
+        stats(&counted, false, &mut out).unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("11 live dead letters"), "{text}");
+        assert!(
+            text.contains("needs_review") && text.contains('█') && !text.contains("by state"),
             "{text}"
         );
         let mut out = Vec::new();
-        stats(&all, true, &mut out).unwrap();
+        stats(&counted, true, &mut out).unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["by"]["category"]["poison"], 3);
+        assert_eq!(
+            (v["live"].as_u64(), v["state"].as_str()),
+            (Some(11), Some("live"))
+        );
+        // every state: counted by state too
+        let every = count(&index, &LetterFilter::default(), &mut Vec::new())
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        stats(&every, true, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["letters"], 12);
+        assert_eq!(v["by"]["state"]["discarded"], 1);
+        assert!(v.get("live").is_none());
         let mut out = Vec::new();
         table(&all[..2], t(), false, &mut out).unwrap();
         let text = String::from_utf8(out).unwrap();
@@ -730,5 +957,26 @@ mod tests {
         assert!(
             matches!(by_ids(&index, &["l1".into(), "nope".into()]).await, Err(DlqError::NotFound(id)) if id == "nope")
         );
+    }
+
+    #[tokio::test]
+    async fn stats_count_past_the_selection_cap() {
+        let index = MemoryLetterIndex::default();
+        for i in 0..MAX_SELECTION + 5 {
+            index
+                .put_new(&letter(
+                    &format!("l{i}"),
+                    None,
+                    DeadLetterCategory::Poison,
+                    None,
+                ))
+                .await
+                .unwrap();
+        }
+        assert!(select(&index, &LetterFilter::default()).await.is_err());
+        let counted = count(&index, &LetterFilter::default(), &mut std::io::sink())
+            .await
+            .unwrap();
+        assert_eq!(counted.letters, MAX_SELECTION + 5);
     }
 }

@@ -5,7 +5,8 @@
 //! For each batch received from a queue (hidden from other receivers meanwhile):
 //! 1. letters not yet indexed (raw messages SQS redrove) are indexed as `redriven`;
 //! 2. settled letters (archived, replayed, discarded) are deleted from the queue; letters too
-//!    young are hidden until they are old enough (at most 12 h at a time);
+//!    young are hidden until they are old enough (at most 12 h at a time); letters a replay has
+//!    claimed (`replaying`) are never archived: they are hidden for an hour and looked at again;
 //! 3. the rest are claimed in the index `live -> archiving` with the object key they will go to;
 //! 4. the object is written (never overwriting: a new key per run and batch);
 //! 5. the claimed letters are marked `archiving -> archived`;
@@ -34,7 +35,7 @@ use courier::classify::ErrorClass;
 use courier::envelope::parse_body;
 use courier::job::fingerprint;
 use courier::letters::{
-    ArchiveAges, ArchiveStep, IndexedLetter, LetterState, archive_key, archive_step,
+    ArchiveAges, ArchiveStep, IndexedLetter, LetterState, REPLAY_WAIT, archive_key, archive_step,
 };
 use courier::policy::DeadLetterCategory;
 use courier::ports::{
@@ -76,6 +77,9 @@ pub struct ArchiveReport {
     pub dropped: usize,
     pub indexed_raw: usize,
     pub recovered: usize,
+    /// Letters claimed by a replay (not archived; a stopped replay is finished by running
+    /// `dlq replay` on them again).
+    pub replaying: usize,
     /// Stopped because the deadline came near, with work left for the next run.
     pub out_of_time: bool,
 }
@@ -255,6 +259,11 @@ impl Archiver {
                     queue.hide(&queued.receipt, for_).await?;
                     report.hidden += 1;
                 }
+                ArchiveStep::AwaitReplay => {
+                    warn!(letter = %id, "a replay has claimed this letter; not archived (if no replay is running, finish it with `courierctl dlq replay --state replaying`)");
+                    queue.hide(&queued.receipt, REPLAY_WAIT).await?;
+                    report.replaying += 1;
+                }
                 ArchiveStep::Recover(key) => {
                     report.recovered += 1;
                     if self.archive.exists(&key).await? {
@@ -354,6 +363,7 @@ pub async fn function_handler(
         "dropped": report.dropped,
         "indexed_raw": report.indexed_raw,
         "recovered": report.recovered,
+        "replaying": report.replaying,
         "out_of_time": report.out_of_time,
     }))
 }

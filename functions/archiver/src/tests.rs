@@ -189,6 +189,44 @@ async fn replayed_and_discarded_letters_are_dropped_not_archived() {
     assert!(!w.archived().contains_key("l0") && !w.archived().contains_key("l1"));
 }
 
+#[tokio::test]
+async fn a_letter_claimed_by_a_replay_is_never_archived() {
+    // GIVEN an old letter a replay has claimed (running, or stopped before it finished)
+    let w = world().await;
+    w.index
+        .transition(
+            "l0",
+            LetterState::Live,
+            LetterState::Replaying,
+            None,
+            Some("replay started by ann"),
+        )
+        .await
+        .unwrap();
+    // WHEN the archiver runs
+    let report = w.archiver.run("run1", w.deadline()).await.unwrap();
+    // THEN it is neither archived nor deleted: hidden for an hour, counted, still replaying
+    assert_eq!((report.replaying, report.archived), (1, 19));
+    assert!(!w.archived().contains_key("l0"));
+    assert_eq!(w.letters.len(), 6, "5 young letters and the claimed one");
+    let l0 = &w.index.get_many(&["l0".to_owned()]).await.unwrap()[0];
+    assert_eq!(l0.state, LetterState::Replaying);
+    // and once the replay marks it, the next run drops the queue copy
+    w.index
+        .transition(
+            "l0",
+            LetterState::Replaying,
+            LetterState::Replayed,
+            None,
+            None,
+        )
+        .await
+        .unwrap();
+    w.clock.advance(2 * 3600);
+    let report = w.archiver.run("run2", w.deadline()).await.unwrap();
+    assert_eq!((report.dropped, report.archived), (1, 0));
+}
+
 /// Crashes the first run at the k-th call of one kind, then lets a clean run finish: every old
 /// letter must end archived exactly once, and none may be missing from both queue and archive.
 #[tokio::test]
