@@ -289,7 +289,9 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
     assert_eq!(outcome.done.len(), 1, "{outcome:?}");
     let replayed = &index.get_many(&outcome.done).await.unwrap()[0];
     assert_eq!(replayed.state, LetterState::Replayed);
-    assert!(replayed.audit[0].contains("replayed by ann: retry after fix"));
+    // claimed (live -> replaying) before the job was touched, then marked
+    assert!(replayed.audit[0].contains("replay started by ann: retry after fix"));
+    assert!(replayed.audit[1].contains("replayed by ann: retry after fix"));
     let mut again = Vec::new();
     for _ in 0..10 {
         driver.poll_once(&pipeline, "wb2").await.unwrap();
@@ -336,6 +338,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
         "bob",
         "bad payload",
         chrono::Utc::now(),
+        &mut Vec::new(),
     )
     .await
     .unwrap();
