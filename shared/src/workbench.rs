@@ -523,19 +523,14 @@ mod tests {
         }
     }
 
-    const JOB: &str = r#"{"version":1,"message_id":"m1","campaign_id":"spring","from":"a@b.co","to":["x@y.co"],"content":{"subject":"s","text":"t"}}"#;
-
-    #[tokio::test]
-    async fn replay_reopens_enqueues_a_new_generation_and_records_who_and_why() {
-        let index = MemoryLetterIndex::default();
-        let status = MemoryStatusStore::default();
-        let scheduler = MemoryScheduler::default();
-        status.records.lock().unwrap().insert(
+    /// Puts job `m1` with `status` and generation `attempt` in the store.
+    fn job_in(store: &MemoryStatusStore, status: Status, attempt: u32) {
+        store.records.lock().unwrap().insert(
             "m1".into(),
             JobRecord {
                 message_id: "m1".into(),
-                status: Status::DeadLettered,
-                attempt: 2,
+                status,
+                attempt,
                 lease_owner: None,
                 lease_until: None,
                 unknown_since: None,
@@ -548,6 +543,16 @@ mod tests {
                 swept_at: None,
             },
         );
+    }
+
+    const JOB: &str = r#"{"version":1,"message_id":"m1","campaign_id":"spring","from":"a@b.co","to":["x@y.co"],"content":{"subject":"s","text":"t"}}"#;
+
+    #[tokio::test]
+    async fn replay_reopens_enqueues_a_new_generation_and_records_who_and_why() {
+        let index = MemoryLetterIndex::default();
+        let status = MemoryStatusStore::default();
+        let scheduler = MemoryScheduler::default();
+        job_in(&status, Status::DeadLettered, 2);
         let letters = vec![
             letter("l1", Some("m1"), DeadLetterCategory::NeedsReview, Some(JOB)),
             letter("l2", None, DeadLetterCategory::InvalidJob, Some("{broken")),
@@ -620,24 +625,7 @@ mod tests {
         let index = MemoryLetterIndex::default();
         let status = MemoryStatusStore::default();
         let scheduler = MemoryScheduler::default();
-        status.records.lock().unwrap().insert(
-            "m1".into(),
-            JobRecord {
-                message_id: "m1".into(),
-                status: Status::DeadLettered,
-                attempt: 2,
-                lease_owner: None,
-                lease_until: None,
-                unknown_since: None,
-                provider: None,
-                provider_message_id: None,
-                updated_at: t(),
-                history: Vec::new(),
-                payload: None,
-                resend_of: None,
-                swept_at: None,
-            },
-        );
+        job_in(&status, Status::DeadLettered, 2);
         let letters = vec![letter(
             "l1",
             Some("m1"),
@@ -705,24 +693,7 @@ mod tests {
     async fn a_payload_that_cannot_be_replayed_leaves_the_job_untouched() {
         let index = MemoryLetterIndex::default();
         let status = MemoryStatusStore::default();
-        status.records.lock().unwrap().insert(
-            "m1".into(),
-            JobRecord {
-                message_id: "m1".into(),
-                status: Status::DeadLettered,
-                attempt: 2,
-                lease_owner: None,
-                lease_until: None,
-                unknown_since: None,
-                provider: None,
-                provider_message_id: None,
-                updated_at: t(),
-                history: Vec::new(),
-                payload: None,
-                resend_of: None,
-                swept_at: None,
-            },
-        );
+        job_in(&status, Status::DeadLettered, 2);
         let letters = vec![letter(
             "l1",
             Some("m1"),
@@ -752,24 +723,7 @@ mod tests {
     async fn replay_skips_a_job_that_is_no_longer_dead_lettered() {
         let index = MemoryLetterIndex::default();
         let status = MemoryStatusStore::default();
-        status.records.lock().unwrap().insert(
-            "m1".into(),
-            JobRecord {
-                message_id: "m1".into(),
-                status: Status::SentToProvider,
-                attempt: 0,
-                lease_owner: None,
-                lease_until: None,
-                unknown_since: None,
-                provider: None,
-                provider_message_id: None,
-                updated_at: t(),
-                history: Vec::new(),
-                payload: None,
-                resend_of: None,
-                swept_at: None,
-            },
-        );
+        job_in(&status, Status::SentToProvider, 0);
         let letters = vec![letter(
             "l1",
             Some("m1"),
@@ -804,24 +758,7 @@ mod tests {
         let index = MemoryLetterIndex::default();
         let status = MemoryStatusStore::default();
         let scheduler = MemoryScheduler::default();
-        status.records.lock().unwrap().insert(
-            "m1".into(),
-            JobRecord {
-                message_id: "m1".into(),
-                status: Status::SentToProvider,
-                attempt: 3,
-                lease_owner: None,
-                lease_until: None,
-                unknown_since: None,
-                provider: None,
-                provider_message_id: None,
-                updated_at: t(),
-                history: Vec::new(),
-                payload: None,
-                resend_of: None,
-                swept_at: None,
-            },
-        );
+        job_in(&status, Status::SentToProvider, 3);
         let mut l = letter("l1", Some("m1"), DeadLetterCategory::NeedsReview, Some(JOB));
         l.state = LetterState::Replaying;
         index.put_new(&l).await.unwrap();
