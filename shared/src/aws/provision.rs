@@ -1350,6 +1350,16 @@ mod tests {
             assert!(params.contains_key(param), "{id}: {param}");
             assert!(thresholds.insert(param.to_owned()), "{param} shared");
         }
+        // AND exhausted retries count the events function's give-ups (transient bounces past
+        // the horizon) as well as the send function's
+        let exhausted = &t["Resources"]["DeadLetterRetriesExhaustedAlarm"]["Properties"]["Metrics"];
+        let functions: BTreeSet<&str> = exhausted
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["MetricStat"]["Metric"]["Dimensions"][0]["Value"].as_str())
+            .collect();
+        assert_eq!(functions, BTreeSet::from(["send", "events"]));
         let redriven = alarms
             .iter()
             .find(|(id, _, _)| id == "DeadLetterRedrivenAlarm")
