@@ -1415,6 +1415,107 @@ mod tests {
     }
 
     #[test]
+    fn ses_events_take_one_path_chosen_at_deploy_time() {
+        // GIVEN the template's SES event resources
+        let t = yaml_to_json(TEMPLATE).unwrap();
+        let r = t["Resources"].as_object().unwrap();
+        let parameter = &t["Parameters"]["SesEventsVia"];
+        assert_eq!(parameter["Default"], "sns");
+        assert_eq!(parameter["AllowedValues"], json!(["sns", "eventbridge"]));
+        for (condition, value) in [
+            ("SesEventsViaSns", "sns"),
+            ("SesEventsViaEventBridge", "eventbridge"),
+        ] {
+            assert_eq!(
+                t["Conditions"][condition],
+                json!({"Fn::Equals": [{"Ref": "SesEventsVia"}, value]})
+            );
+        }
+        // THEN each event destination is created under its own value of the parameter: one
+        // path at a time, so no event is delivered twice
+        let mut destinations: Vec<(&str, &str)> = r
+            .iter()
+            .filter(|(_, v)| v["Type"] == "AWS::SES::ConfigurationSetEventDestination")
+            .map(|(id, v)| {
+                let condition = v["Condition"].as_str();
+                (
+                    condition.unwrap_or_else(|| panic!("{id} has no Condition")),
+                    id.as_str(),
+                )
+            })
+            .collect();
+        destinations.sort_unstable();
+        assert_eq!(
+            destinations,
+            [
+                ("SesEventsViaEventBridge", "SesEventBridgeDestination"),
+                ("SesEventsViaSns", "SesEventDestination"),
+            ]
+        );
+        let destination = |id: &str| &r[id]["Properties"]["EventDestination"];
+        assert_eq!(
+            destination("SesEventDestination")["MatchingEventTypes"],
+            destination("SesEventBridgeDestination")["MatchingEventTypes"]
+        );
+        assert!(
+            destination("SesEventBridgeDestination")["EventBridgeDestination"]["EventBusArn"]
+                ["Fn::Sub"]
+                .as_str()
+                .unwrap()
+                .ends_with(":event-bus/default")
+        );
+        // AND the SNS resources come with the SNS path only, the rule with the EventBridge path
+        for id in ["SesEventsTopic", "SesEventsSubscription"] {
+            assert_eq!(r[id]["Condition"], "SesEventsViaSns", "{id}");
+        }
+        let rule = &r["SesEventsRule"];
+        assert_eq!(rule["Type"], "AWS::Events::Rule");
+        assert_eq!(rule["Condition"], "SesEventsViaEventBridge");
+        let pattern = &rule["Properties"]["EventPattern"];
+        assert_eq!(pattern["source"], json!(["aws.ses"]));
+        assert_eq!(
+            pattern["detail"]["mail"]["tags"]["ses:configuration-set"],
+            json!([{"Ref": "SesConfigurationSet"}])
+        );
+        let target = &rule["Properties"]["Targets"][0];
+        assert_eq!(target["Arn"], json!({"Fn::GetAtt": ["EventsQueue", "Arn"]}));
+        assert_eq!(
+            target["DeadLetterConfig"]["Arn"],
+            json!({"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]})
+        );
+        // AND the events queue admits the chosen path's sender only, from that topic or rule
+        let statement =
+            &r["EventsQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"][0]["Fn::If"];
+        assert_eq!(statement[0], "SesEventsViaSns");
+        let sender = |s: &Value| {
+            (
+                s["Principal"]["Service"].clone(),
+                s["Condition"]["ArnEquals"]["aws:SourceArn"].clone(),
+            )
+        };
+        assert_eq!(
+            sender(&statement[1]),
+            (json!("sns.amazonaws.com"), json!({"Ref": "SesEventsTopic"}))
+        );
+        assert_eq!(
+            sender(&statement[2]),
+            (
+                json!("events.amazonaws.com"),
+                json!({"Fn::GetAtt": ["SesEventsRule", "Arn"]})
+            )
+        );
+        let dlq_policy = &r["EventsDeadLetterQueuePolicy"];
+        assert_eq!(dlq_policy["Condition"], "SesEventsViaEventBridge");
+        assert_eq!(
+            sender(&dlq_policy["Properties"]["PolicyDocument"]["Statement"][0]),
+            (
+                json!("events.amazonaws.com"),
+                json!({"Fn::GetAtt": ["SesEventsRule", "Arn"]})
+            )
+        );
+    }
+
+    #[test]
     fn physical_ids_and_queue_names() {
         let map: BTreeMap<String, String> = [(
             "SendQueue".to_owned(),

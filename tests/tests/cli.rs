@@ -1,0 +1,856 @@
+//! `courierctl` end to end: the built binary (`$CARGO_TARGET_DIR/debug/courierctl`, built by the
+//! Makefile's `BINS` line before the integration tests) runs against a stack provisioned on the
+//! emulator, with the `COURIER_*` settings `courierctl provision` would print. State is seeded
+//! through the library's adapters (letter index, status store, suppression list, poison list)
+//! and read back through them; assertions are on exit codes (0 success, 1 failure, 2 bad input
+//! or usage) and on the `--json` outputs parsed into the library's types, not on the wording of
+//! human-readable output, so progress bars or table layout can change without breaking this.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use courier::aws::{
+    DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore, DynamoDbSuppressionList,
+};
+use courier::classify::ErrorClass;
+use courier::letters::{IndexedLetter, LetterState, letter_id};
+use courier::policy::DeadLetterCategory;
+use courier::ports::{
+    AttemptRecord, ClaimOutcome, ClaimRequest, DeadLetter, JobRecord, LetterIndex, PoisonList,
+    StatusStore, StatusUpdate, SuppressionEntry, SuppressionList,
+};
+use courier::status::Status;
+use courier_integration::{Stack, require_env};
+use serde_json::Value;
+
+fn courierctl() -> PathBuf {
+    let repo = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(repo.join("target"), |d| repo.join(d));
+    let path = target.join("debug").join("courierctl");
+    assert!(
+        path.exists(),
+        "{} is not built: run `cargo build -p courierctl` first (`make it-moto` and `make it-localstack` do, through BINS)",
+        path.display()
+    );
+    path
+}
+
+/// What one run of the binary did.
+#[derive(Debug)]
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl Run {
+    /// Asserts the exit code, showing both streams when it differs.
+    fn expect(self, code: i32, what: &str) -> Run {
+        assert_eq!(
+            self.code, code,
+            "{what}: exit code {} (expected {code})\nstdout:\n{}\nstderr:\n{}",
+            self.code, self.stdout, self.stderr
+        );
+        self
+    }
+
+    /// stdout as one JSON document per non-empty line.
+    fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                serde_json::from_str(l)
+                    .unwrap_or_else(|e| panic!("not a JSON line ({e}): {l:?}\n{}", self.stdout))
+            })
+            .collect()
+    }
+
+    /// stdout as one JSON document.
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}):\n{}", self.stdout))
+    }
+}
+
+/// The `COURIER_*` settings of a stack, as `courierctl provision` prints them.
+fn settings(stack: &Stack) -> Vec<(&'static str, String)> {
+    let r = &stack.resources;
+    vec![
+        ("COURIER_QUEUE_URL", r.queue_url.clone()),
+        (
+            "COURIER_DEAD_LETTER_QUEUE_URL",
+            r.dead_letter_queue_url.clone(),
+        ),
+        ("COURIER_LETTER_INDEX_TABLE", r.letter_index_table.clone()),
+        ("COURIER_STATUS_TABLE", r.status_table.clone()),
+        ("COURIER_SUPPRESSION_TABLE", r.suppression_table.clone()),
+        ("COURIER_BREAKER_TABLE", r.breaker_table.clone()),
+        ("COURIER_TEMPLATE_BUCKET", r.template_bucket.clone()),
+        (
+            "COURIER_DELAY_STATE_MACHINE_ARN",
+            r.delay_state_machine_arn.clone(),
+        ),
+    ]
+}
+
+/// Runs `courierctl args` with exactly the `COURIER_*` variables in `env` (every other
+/// `COURIER_*` variable of the harness removed; the AWS ones kept).
+fn courierctl_with(env: &[(&str, String)], args: &[&str]) -> Run {
+    let mut command = Command::new(courierctl());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("COURIER_") {
+            command.env_remove(k);
+        }
+    }
+    command.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    command.env("USER", "courier-it");
+    let out = command
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run courierctl {args:?}: {e}"));
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// `env` without the variable `name`.
+fn without(env: &[(&'static str, String)], name: &str) -> Vec<(&'static str, String)> {
+    env.iter().filter(|(k, _)| *k != name).cloned().collect()
+}
+
+fn job(message_id: &str, campaign: &str, to: &str) -> String {
+    serde_json::json!({
+        "version": 1, "message_id": message_id, "campaign_id": campaign,
+        "from": "sender@courier.test", "to": [to],
+        "content": {"subject": "Hello", "text": "hello"}
+    })
+    .to_string()
+}
+
+/// A live letter as the send function indexes it.
+#[allow(clippy::too_many_arguments)]
+fn letter(
+    message_id: Option<&str>,
+    campaign: Option<&str>,
+    category: DeadLetterCategory,
+    class: ErrorClass,
+    provider: Option<&str>,
+    reason: &str,
+    payload: &str,
+    at: DateTime<Utc>,
+) -> IndexedLetter {
+    let fingerprint = courier::job::fingerprint(payload.as_bytes());
+    let id = letter_id(message_id, &fingerprint, 1, category);
+    IndexedLetter {
+        letter_id: id.clone(),
+        state: LetterState::Live,
+        dead_lettered_at: at,
+        archive_key: None,
+        record: DeadLetter {
+            id: message_id.map_or(fingerprint.clone(), str::to_owned),
+            category,
+            reason: reason.into(),
+            message_id: message_id.map(str::to_owned),
+            campaign_id: campaign.map(str::to_owned),
+            trace_id: None,
+            recipients: vec!["reader@courier.test".into()],
+            provider: provider.map(str::to_owned),
+            class,
+            rule: "it.rule".into(),
+            raw_code: Some(reason.split_whitespace().next().unwrap_or("").to_owned()),
+            raw_text: Some(reason.into()),
+            attempts: 1,
+            history: vec![AttemptRecord {
+                at,
+                provider: provider.map(str::to_owned),
+                class,
+                rule: "it.rule".into(),
+                code: None,
+                text: Some(reason.into()),
+                spent: true,
+                delay_secs: None,
+            }],
+            first_failure_at: at,
+            last_failure_at: at,
+            fingerprint,
+            payload: Some(payload.into()),
+            payload_base64: None,
+        },
+        audit: vec![],
+    }
+}
+
+/// Writes the job's record as the send function would: claimed as generation 1, then
+/// dead-lettered with its reason in the history.
+async fn dead_lettered(status: &DynamoDbStatusStore, message_id: &str, now: DateTime<Utc>) {
+    let claim = ClaimRequest {
+        message_id: message_id.into(),
+        attempt: 1,
+        owner: "req-it/1".into(),
+        now,
+        lease_until: now + chrono::Duration::seconds(60),
+        grace: chrono::Duration::seconds(900),
+        check_suppressed: vec![],
+    };
+    assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
+    let mut done = StatusUpdate::new(message_id, "req-it/1", Status::DeadLettered, 1, now);
+    done.detail = Some("content_rejected (it.rule): 554 5.7.1 rejected by policy".into());
+    status.finish(&done).await.unwrap();
+}
+
+fn ids(letters: &[IndexedLetter]) -> Vec<&str> {
+    let mut ids: Vec<&str> = letters.iter().map(|l| l.letter_id.as_str()).collect();
+    ids.sort_unstable();
+    ids
+}
+
+fn sorted(mut ids: Vec<&str>) -> Vec<&str> {
+    ids.sort_unstable();
+    ids
+}
+
+/// `dlq list`/`search --json`: one letter per line.
+fn listed(run: &Run) -> Vec<IndexedLetter> {
+    run.json_lines()
+        .into_iter()
+        .map(|v| serde_json::from_value(v).expect("a dlq list line is an IndexedLetter"))
+        .collect()
+}
+
+async fn one(index: &DynamoDbLetterIndex, id: &str) -> IndexedLetter {
+    let mut found = index.get_many(&[id.to_owned()]).await.unwrap();
+    assert_eq!(found.len(), 1, "{id} is indexed");
+    found.remove(0)
+}
+
+/// Every message visible on the queue now (received and deleted).
+async fn drain(stack: &Stack) -> Vec<aws_sdk_sqs::types::Message> {
+    stack.drain(&stack.resources.queue_url).await
+}
+
+#[tokio::test]
+async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
+    let stack = Stack::create(&["smtp"]).await;
+    let env = settings(&stack);
+    let ctl = |args: &[&str]| courierctl_with(&env, args);
+    let dynamodb = aws_sdk_dynamodb::Client::new(&stack.sdk);
+    let index = DynamoDbLetterIndex::new(dynamodb.clone(), &stack.resources.letter_index_table);
+    let status = DynamoDbStatusStore::new(
+        dynamodb.clone(),
+        &stack.resources.status_table,
+        courier_send::wiring::STATUS_RETENTION,
+    );
+    // a fresh adapter per check: each caches the poison list for its TTL
+    let poison = || {
+        DynamoDbControlTable::new(
+            dynamodb.clone(),
+            &stack.resources.breaker_table,
+            Duration::from_secs(60),
+        )
+    };
+    // whole seconds: what the index stores round-trips exactly
+    let now = DateTime::from_timestamp(Utc::now().timestamp(), 0).unwrap();
+
+    // GIVEN three live letters: a policy rejection in campaign spring (its job dead-lettered in
+    // the status table), a full mailbox in campaign autumn, and an invalid job without a message id
+    let policy_job = job("cli-policy", "spring", "policy@courier.test");
+    let policy = letter(
+        Some("cli-policy"),
+        Some("spring"),
+        DeadLetterCategory::NeedsReview,
+        ErrorClass::ContentRejected,
+        Some("smtp"),
+        "554 5.7.1 rejected by policy",
+        &policy_job,
+        now - chrono::Duration::minutes(30),
+    );
+    let full = letter(
+        Some("cli-full"),
+        Some("autumn"),
+        DeadLetterCategory::RetriesExhausted,
+        ErrorClass::MailboxTemporary,
+        Some("ses"),
+        "452 4.2.2 Mailbox FULL, try later",
+        &job("cli-full", "autumn", "full@courier.test"),
+        now - chrono::Duration::minutes(20),
+    );
+    let broken_payload = "{\"version\": 1, \"message_id\": \"cli-broken\"";
+    let broken = letter(
+        None,
+        None,
+        DeadLetterCategory::InvalidJob,
+        ErrorClass::InvalidJob,
+        None,
+        "the job is not JSON: EOF while parsing an object",
+        broken_payload,
+        now - chrono::Duration::minutes(10),
+    );
+    for l in [&policy, &full, &broken] {
+        assert!(index.put_new(l).await.unwrap());
+    }
+    dead_lettered(&status, "cli-policy", now - chrono::Duration::minutes(30)).await;
+    let all = sorted(vec![
+        policy.letter_id.as_str(),
+        full.letter_id.as_str(),
+        broken.letter_id.as_str(),
+    ]);
+
+    // WHEN `dlq stats --json` THEN it counts the live letters by category, class, campaign, provider
+    let stats = ctl(&["dlq", "stats", "--json"])
+        .expect(0, "dlq stats")
+        .json();
+    assert_eq!(stats["live"], 3, "{stats}");
+    let by = &stats["by"];
+    assert_eq!(by["category"]["needs_review"], 1, "{stats}");
+    assert_eq!(by["category"]["retries_exhausted"], 1, "{stats}");
+    assert_eq!(by["category"]["invalid_job"], 1, "{stats}");
+    assert_eq!(by["class"]["content_rejected"], 1, "{stats}");
+    assert_eq!(by["class"]["mailbox_temporary"], 1, "{stats}");
+    assert_eq!(by["campaign"]["spring"], 1, "{stats}");
+    assert_eq!(by["campaign"]["autumn"], 1, "{stats}");
+    assert_eq!(by["provider"]["ses"], 1, "{stats}");
+    assert_eq!(by["provider"]["smtp"], 1, "{stats}");
+    let spring = ctl(&["dlq", "stats", "--campaign", "spring", "--json"])
+        .expect(0, "dlq stats --campaign")
+        .json();
+    assert_eq!(spring["live"], 1, "{spring}");
+
+    // `dlq list --json` lists every letter as the index holds it (without a campaign or category
+    // filter the index is scanned, so the order is the table's, not newest first)
+    let list = listed(&ctl(&["dlq", "list", "--json"]).expect(0, "dlq list"));
+    assert_eq!(ids(&list), all);
+    for l in [&policy, &full, &broken] {
+        assert!(
+            list.contains(l),
+            "the JSON line is the indexed letter: {l:?}"
+        );
+    }
+    // pages of --limit follow each other through the cursor printed on stderr
+    let mut paged = Vec::new();
+    let mut cursor: Option<String> = None;
+    for _ in 0..5 {
+        let mut args = vec!["dlq", "list", "--json", "--limit", "1"];
+        if let Some(c) = &cursor {
+            args.extend(["--cursor", c.as_str()]);
+        }
+        let page = ctl(&args).expect(0, "dlq list --limit 1");
+        let letters = listed(&page);
+        assert!(letters.len() <= 1, "{}", page.stdout);
+        paged.extend(letters);
+        cursor = page
+            .stderr
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("more: --cursor "))
+            .map(str::to_owned);
+        if cursor.is_none() {
+            break;
+        }
+    }
+    assert!(cursor.is_none(), "more than 5 pages of 1 for 3 letters");
+    assert_eq!(ids(&paged), all);
+    // the table form lists them too: a header, then one row per letter (the ID column holds
+    // the first 44 characters of an id; `--json` has them whole)
+    let table = ctl(&["dlq", "list"]).expect(0, "dlq list (table)");
+    assert_eq!(table.stdout.lines().count(), 4, "{}", table.stdout);
+    for l in [&policy, &full, &broken] {
+        let shown: String = l.letter_id.chars().take(44).collect();
+        assert!(
+            table.stdout.lines().any(|row| row.starts_with(&shown)),
+            "{shown}\n{}",
+            table.stdout
+        );
+    }
+
+    // `dlq search` with each filter finds exactly the matching letter
+    for (args, expected) in [
+        (
+            vec!["--campaign", "spring"],
+            vec![policy.letter_id.as_str()],
+        ),
+        (
+            vec!["--class", "mailbox_temporary"],
+            vec![full.letter_id.as_str()],
+        ),
+        (
+            vec!["--category", "invalid-job"],
+            vec![broken.letter_id.as_str()],
+        ),
+        (vec!["--provider", "ses"], vec![full.letter_id.as_str()]),
+        // case-insensitive, in the reason or raw text
+        (
+            vec!["--text", "mailbox full"],
+            vec![full.letter_id.as_str()],
+        ),
+        (
+            vec!["--text", "REJECTED BY POLICY"],
+            vec![policy.letter_id.as_str()],
+        ),
+        (
+            vec!["--campaign", "spring", "--category", "retries-exhausted"],
+            vec![],
+        ),
+        (vec!["--since", "15m"], vec![broken.letter_id.as_str()]),
+        (
+            vec!["--state", "live", "--campaign", "autumn"],
+            vec![full.letter_id.as_str()],
+        ),
+    ] {
+        let mut command = vec!["dlq", "search", "--json"];
+        command.extend(&args);
+        let found = listed(&ctl(&command).expect(0, &format!("dlq search {args:?}")));
+        assert_eq!(ids(&found), sorted(expected), "dlq search {args:?}");
+    }
+    // a filter value the CLI does not know is a usage error naming the flag
+    let bad = ctl(&["dlq", "search", "--category", "lost"]).expect(2, "dlq search --category lost");
+    assert!(bad.stderr.contains("--category"), "{}", bad.stderr);
+    let bad = ctl(&["dlq", "search", "--class", "meh"]).expect(2, "dlq search --class meh");
+    assert!(bad.stderr.contains("--class"), "{}", bad.stderr);
+
+    // `dlq show ID` prints the letter in full; an unknown id is exit 2 naming it
+    let shown: IndexedLetter = serde_json::from_value(
+        ctl(&["dlq", "show", &policy.letter_id])
+            .expect(0, "dlq show")
+            .json(),
+    )
+    .unwrap();
+    assert_eq!(shown, policy);
+    let missing = ctl(&["dlq", "show", "no-such-letter#0#g1#poison"]).expect(2, "dlq show unknown");
+    assert!(
+        missing.stderr.contains("no dead letter") && missing.stderr.contains("no-such-letter"),
+        "{}",
+        missing.stderr
+    );
+
+    // WHEN `dlq replay ID` without --confirm THEN it is a dry run: nothing changes
+    let before = status.get("cli-policy").await.unwrap().unwrap();
+    assert_eq!(before.status, Status::DeadLettered);
+    ctl(&["dlq", "replay", &policy.letter_id]).expect(0, "dlq replay (dry run)");
+    ctl(&["dlq", "replay", "--campaign", "spring"]).expect(0, "dlq replay --campaign (dry run)");
+    assert!(drain(&stack).await.is_empty(), "a dry run enqueues nothing");
+    assert_eq!(one(&index, &policy.letter_id).await, policy);
+    assert_eq!(status.get("cli-policy").await.unwrap().unwrap(), before);
+    // --confirm without --reason is a usage error; so is a missing COURIER_* variable: neither
+    // touches anything
+    let no_reason = ctl(&["dlq", "replay", &policy.letter_id, "--confirm"])
+        .expect(2, "dlq replay --confirm without --reason");
+    assert!(
+        no_reason.stderr.contains("--reason"),
+        "{}",
+        no_reason.stderr
+    );
+    let no_queue = courierctl_with(
+        &without(&env, "COURIER_QUEUE_URL"),
+        &[
+            "dlq",
+            "replay",
+            &policy.letter_id,
+            "--confirm",
+            "--reason",
+            "x",
+        ],
+    )
+    .expect(2, "dlq replay without COURIER_QUEUE_URL");
+    assert!(
+        no_queue.stderr.contains("COURIER_QUEUE_URL"),
+        "{}",
+        no_queue.stderr
+    );
+    // selecting by ids and filters at once, or by nothing, is refused
+    ctl(&["dlq", "replay", &policy.letter_id, "--campaign", "spring"])
+        .expect(2, "dlq replay with ids and filters");
+    ctl(&["dlq", "replay"]).expect(2, "dlq replay without a selection");
+    assert!(drain(&stack).await.is_empty());
+    assert_eq!(one(&index, &policy.letter_id).await, policy);
+    assert_eq!(status.get("cli-policy").await.unwrap().unwrap(), before);
+
+    // WHEN it is confirmed with a reason
+    ctl(&[
+        "dlq",
+        "replay",
+        &policy.letter_id,
+        "--confirm",
+        "--reason",
+        "policy lifted",
+        "--operator",
+        "ann",
+    ])
+    .expect(0, "dlq replay --confirm --reason");
+    // THEN the letter is replayed, with who and why in its audit trail
+    let replayed = one(&index, &policy.letter_id).await;
+    assert_eq!(replayed.state, LetterState::Replayed);
+    assert!(
+        replayed
+            .audit
+            .iter()
+            .any(|a| a.contains("ann") && a.contains("policy lifted")),
+        "{:?}",
+        replayed.audit
+    );
+    // AND the job is reopened as a new generation
+    let reopened = status.get("cli-policy").await.unwrap().unwrap();
+    assert_eq!(reopened.status, Status::Pending);
+    assert_eq!(reopened.attempt, before.attempt + 1);
+    let last = reopened.history.last().unwrap();
+    // (not asserted: the entry's generation. DynamoDbStatusStore::reopen writes 0 there, the
+    // memory store the new generation; the record's `attempt` above is the truth.)
+    assert_eq!(
+        (last.status, last.by.as_str()),
+        (Status::Pending, "operator")
+    );
+    // AND exactly one message is on the send queue: the job as that generation, fresh budget
+    let queued = drain(&stack).await;
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    let body: Value = serde_json::from_str(queued[0].body().unwrap()).unwrap();
+    assert_eq!(body[courier::envelope::ENVELOPE_KEY], 1, "{body}");
+    assert_eq!(body["attempt"], reopened.attempt, "{body}");
+    let job_sent: Value = serde_json::from_str(&policy_job).unwrap();
+    assert_eq!(body["job"], job_sent, "{body}");
+    let parsed = courier::envelope::parse_body(queued[0].body().unwrap().as_bytes()).unwrap();
+    assert_eq!(parsed.attempt, reopened.attempt);
+    assert_eq!(parsed.retry, courier::policy::RetryState::default());
+    // the other letters are untouched
+    assert_eq!(one(&index, &full.letter_id).await, full);
+    assert_eq!(one(&index, &broken.letter_id).await, broken);
+
+    // WHEN it is replayed again THEN nothing happens (exit 0, nothing enqueued, nothing written)
+    ctl(&[
+        "dlq",
+        "replay",
+        &policy.letter_id,
+        "--confirm",
+        "--reason",
+        "again",
+    ])
+    .expect(0, "dlq replay of a replayed letter");
+    ctl(&[
+        "dlq",
+        "replay",
+        "--campaign",
+        "spring",
+        "--confirm",
+        "--reason",
+        "again",
+    ])
+    .expect(0, "dlq replay --campaign of replayed letters");
+    assert!(
+        drain(&stack).await.is_empty(),
+        "a second replay enqueues nothing"
+    );
+    assert_eq!(one(&index, &policy.letter_id).await, replayed);
+    assert_eq!(status.get("cli-policy").await.unwrap().unwrap(), reopened);
+
+    // `status MESSAGE_ID` shows the job's timeline and its letter with the audit trail
+    let timeline = ctl(&["status", "cli-policy", "--json"])
+        .expect(0, "status --json")
+        .json();
+    let record: JobRecord = serde_json::from_value(timeline["record"].clone()).unwrap();
+    assert_eq!(record, reopened);
+    let statuses: Vec<Status> = record.history.iter().map(|h| h.status).collect();
+    assert_eq!(
+        statuses,
+        [Status::Processing, Status::DeadLettered, Status::Pending]
+    );
+    let letters: Vec<IndexedLetter> = serde_json::from_value(timeline["letters"].clone()).unwrap();
+    assert_eq!(letters, std::slice::from_ref(&replayed));
+    let text = ctl(&["status", "cli-policy"]).expect(0, "status");
+    for needle in ["pending", "dead_lettered", "operator", "policy lifted"] {
+        assert!(text.stdout.contains(needle), "{needle}\n{}", text.stdout);
+    }
+    let unknown = ctl(&["status", "cli-no-such-job"]).expect(2, "status of an unknown job");
+    assert!(
+        unknown.stderr.contains("cli-no-such-job"),
+        "{}",
+        unknown.stderr
+    );
+    // a letter without a status record still has a status (its letter); the invalid job has none
+    let no_record = ctl(&["status", "cli-full", "--json"])
+        .expect(0, "status of a job known only by its letter")
+        .json();
+    assert!(no_record["record"].is_null(), "{no_record}");
+    assert_eq!(
+        no_record["letters"][0]["letter_id"], full.letter_id,
+        "{no_record}"
+    );
+
+    // WHEN the invalid job is discarded with --blocklist THEN it is discarded with who and why,
+    // and its payload's fingerprint is on the poison list
+    let blocked_before = poison()
+        .is_blocked(&broken.record.fingerprint)
+        .await
+        .unwrap();
+    assert!(!blocked_before);
+    // A letter without a message id has an id starting with `-#`: it goes after `--`, or the
+    // argument parser takes it for an option (a usage error, nothing discarded).
+    let dashed = broken.letter_id.as_str();
+    assert!(dashed.starts_with("-#"), "{dashed}");
+    let unseparated = ctl(&["dlq", "discard", dashed, "--confirm", "--reason", "x"])
+        .expect(2, "dlq discard -#... without --");
+    assert!(unseparated.stderr.contains("--"), "{}", unseparated.stderr);
+    let no_control = courierctl_with(
+        &without(&env, "COURIER_BREAKER_TABLE"),
+        &[
+            "dlq",
+            "discard",
+            "--confirm",
+            "--reason",
+            "x",
+            "--blocklist",
+            "--",
+            dashed,
+        ],
+    )
+    .expect(2, "dlq discard --blocklist without COURIER_BREAKER_TABLE");
+    assert!(
+        no_control.stderr.contains("COURIER_BREAKER_TABLE"),
+        "{}",
+        no_control.stderr
+    );
+    assert_eq!(one(&index, dashed).await, broken);
+    ctl(&["dlq", "discard", "--confirm", "--", dashed])
+        .expect(2, "dlq discard --confirm without --reason");
+    assert_eq!(one(&index, dashed).await, broken);
+    ctl(&[
+        "dlq",
+        "discard",
+        "--confirm",
+        "--reason",
+        "garbage from a test client",
+        "--operator",
+        "bob",
+        "--blocklist",
+        "--",
+        dashed,
+    ])
+    .expect(0, "dlq discard --blocklist");
+    let discarded = one(&index, &broken.letter_id).await;
+    assert_eq!(discarded.state, LetterState::Discarded);
+    assert!(
+        discarded
+            .audit
+            .iter()
+            .any(|a| a.contains("bob") && a.contains("garbage from a test client")),
+        "{:?}",
+        discarded.audit
+    );
+    assert!(
+        poison()
+            .is_blocked(&courier::job::fingerprint(broken_payload.as_bytes()))
+            .await
+            .unwrap(),
+        "the discarded payload is blocklisted"
+    );
+    // AND a discard by filter without --blocklist leaves the poison list alone
+    ctl(&["dlq", "discard", "--campaign", "autumn"]).expect(0, "dlq discard (dry run)");
+    assert_eq!(one(&index, &full.letter_id).await, full);
+    ctl(&[
+        "dlq",
+        "discard",
+        "--campaign",
+        "autumn",
+        "--confirm",
+        "--reason",
+        "campaign cancelled",
+    ])
+    .expect(0, "dlq discard --campaign");
+    let full_now = one(&index, &full.letter_id).await;
+    assert_eq!(full_now.state, LetterState::Discarded);
+    assert!(
+        full_now
+            .audit
+            .iter()
+            .any(|a| a.contains("courier-it") && a.contains("campaign cancelled")),
+        "the operator defaults to $USER: {:?}",
+        full_now.audit
+    );
+    assert!(!poison().is_blocked(&full.record.fingerprint).await.unwrap());
+    assert!(drain(&stack).await.is_empty(), "a discard enqueues nothing");
+
+    // THEN no live letters remain, and the settled ones are still searchable by state
+    let stats = ctl(&["dlq", "stats", "--json"])
+        .expect(0, "dlq stats after")
+        .json();
+    assert_eq!(stats["live"], 0, "{stats}");
+    let settled = listed(
+        &ctl(&["dlq", "search", "--state", "discarded", "--json"])
+            .expect(0, "dlq search --state discarded"),
+    );
+    assert_eq!(
+        ids(&settled),
+        sorted(vec![full.letter_id.as_str(), broken.letter_id.as_str()])
+    );
+}
+
+#[tokio::test]
+async fn suppression_commands_add_list_and_remove() {
+    let stack = Stack::create(&["smtp"]).await;
+    let env = settings(&stack);
+    let ctl = |args: &[&str]| courierctl_with(&env, args);
+    let list = DynamoDbSuppressionList::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.suppression_table,
+    );
+    // GIVEN an entry the events function wrote (a permanent bounce)
+    let now = Utc::now();
+    list.suppress("bounced@courier.test", "bounce: 550 5.1.1", now)
+        .await
+        .unwrap();
+
+    // WHEN an operator adds a hard and a soft entry
+    ctl(&[
+        "suppression",
+        "add",
+        "Hard@Courier.test",
+        "--reason",
+        "asked by phone",
+    ])
+    .expect(0, "suppression add (hard)");
+    ctl(&[
+        "suppression",
+        "add",
+        "soft@courier.test",
+        "--reason",
+        "mailbox full for weeks",
+        "--expires",
+        "30d",
+    ])
+    .expect(0, "suppression add --expires");
+    // THEN `suppression list --json` shows all three, lower-cased, the soft one expiring in 30 days
+    let entries: Vec<SuppressionEntry> = ctl(&["suppression", "list", "--json"])
+        .expect(0, "suppression list --json")
+        .json_lines()
+        .into_iter()
+        .map(|v| serde_json::from_value(v).expect("a suppression list line is an entry"))
+        .collect();
+    let entry = |address: &str| {
+        entries
+            .iter()
+            .find(|e| e.address == address)
+            .unwrap_or_else(|| panic!("{address} not listed: {entries:?}"))
+    };
+    assert_eq!(entries.len(), 3, "{entries:?}");
+    let hard = entry("hard@courier.test");
+    assert!(hard.reason.contains("asked by phone"), "{hard:?}");
+    assert_eq!(hard.expires_at, None);
+    let soft = entry("soft@courier.test");
+    assert!(soft.reason.contains("mailbox full for weeks"), "{soft:?}");
+    let expires = soft.expires_at.expect("a soft entry expires");
+    let expected = now + chrono::Duration::days(30);
+    assert!(
+        (expires - expected).num_seconds().abs() < 120,
+        "expires {expires}, expected about {expected}"
+    );
+    assert_eq!(entry("bounced@courier.test").expires_at, None);
+    // AND the send function's check sees them (the soft one until it expires)
+    let hit = list
+        .suppressed(
+            &[
+                "hard@courier.test".into(),
+                "soft@courier.test".into(),
+                "free@courier.test".into(),
+            ],
+            now,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        sorted(hit.iter().map(String::as_str).collect()),
+        ["hard@courier.test", "soft@courier.test"]
+    );
+    let later = list
+        .suppressed(
+            &["soft@courier.test".into()],
+            now + chrono::Duration::days(31),
+        )
+        .await
+        .unwrap();
+    assert!(later.is_empty(), "{later:?}");
+    // the table form lists them too
+    let table = ctl(&["suppression", "list"]).expect(0, "suppression list");
+    assert!(
+        table.stdout.contains("soft@courier.test"),
+        "{}",
+        table.stdout
+    );
+
+    // bad input is exit 2 and writes nothing
+    ctl(&["suppression", "add", "not an address", "--reason", "x"])
+        .expect(2, "suppression add of an invalid address");
+    ctl(&[
+        "suppression",
+        "add",
+        "x@courier.test",
+        "--reason",
+        "x",
+        "--expires",
+        "soon",
+    ])
+    .expect(2, "suppression add --expires soon");
+    ctl(&["suppression", "add", "x@courier.test"]).expect(2, "suppression add without --reason");
+
+    // WHEN entries are removed THEN they are gone; an address not on the list is exit 2
+    ctl(&["suppression", "remove", "hard@courier.test"]).expect(0, "suppression remove");
+    let not_there = ctl(&["suppression", "remove", "never@courier.test"])
+        .expect(2, "suppression remove of an unknown address");
+    assert!(
+        not_there.stderr.contains("never@courier.test"),
+        "{}",
+        not_there.stderr
+    );
+    ctl(&["suppression", "remove", "hard@courier.test"]).expect(2, "suppression remove twice");
+    let left: Vec<String> = ctl(&["suppression", "list", "--json"])
+        .expect(0, "suppression list --json after")
+        .json_lines()
+        .iter()
+        .map(|v| v["address"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        sorted(left.iter().map(String::as_str).collect()),
+        ["bounced@courier.test", "soft@courier.test"]
+    );
+}
+
+#[test]
+fn a_missing_setting_is_exit_2_naming_the_variable() {
+    // The emulator is not reached: each command stops at its first missing variable.
+    require_env("AWS_ENDPOINT_URL");
+    for (args, variable) in [
+        (vec!["dlq", "stats", "--json"], "COURIER_LETTER_INDEX_TABLE"),
+        (vec!["dlq", "list"], "COURIER_LETTER_INDEX_TABLE"),
+        (vec!["dlq", "show", "x"], "COURIER_LETTER_INDEX_TABLE"),
+        (
+            vec!["suppression", "list", "--json"],
+            "COURIER_SUPPRESSION_TABLE",
+        ),
+        (
+            vec!["suppression", "add", "a@courier.test", "--reason", "r"],
+            "COURIER_SUPPRESSION_TABLE",
+        ),
+        (vec!["status", "m1"], "COURIER_STATUS_TABLE"),
+    ] {
+        let run = courierctl_with(&[], &args).expect(2, &format!("{args:?} without settings"));
+        assert!(
+            run.stderr.contains(variable),
+            "{args:?}: stderr does not name {variable}:\n{}",
+            run.stderr
+        );
+        assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
+    }
+    // `status` needs both tables: with the status table set, the index is named
+    let run = courierctl_with(&[("COURIER_STATUS_TABLE", "t".into())], &["status", "m1"])
+        .expect(2, "status without COURIER_LETTER_INDEX_TABLE");
+    assert!(
+        run.stderr.contains("COURIER_LETTER_INDEX_TABLE"),
+        "{}",
+        run.stderr
+    );
+    // usage mistakes clap catches are exit 2 as well
+    courierctl_with(&[], &["dlq", "replay", "--rate"]).expect(2, "a flag without its value");
+    courierctl_with(&[], &["dlq", "frobnicate"]).expect(2, "an unknown subcommand");
+}
