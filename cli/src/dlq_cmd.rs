@@ -24,7 +24,8 @@ pub(crate) enum DlqCommand {
         #[arg(long)]
         json: bool,
     },
-    /// List dead letters, newest first (same filters as `search`).
+    /// List dead letters (same filters as `search`): newest first when filtered by --campaign or
+    /// --category (an index query), otherwise in the index's scan order.
     #[command(alias = "search")]
     List {
         #[command(flatten)]

@@ -76,7 +76,8 @@ pub fn letter_id(
     let short = &fingerprint[..fingerprint.len().min(16)];
     format!(
         "{}#{short}#g{generation}#{}",
-        message_id.unwrap_or("-"),
+        // `_`, not `-`: an id must not look like a command-line option.
+        message_id.unwrap_or("_"),
         category.as_str()
     )
 }
@@ -348,7 +349,7 @@ mod tests {
         );
         assert_eq!(
             letter_id(None, "ab", 0, DeadLetterCategory::InvalidJob),
-            "-#ab#g0#invalid_job"
+            "_#ab#g0#invalid_job"
         );
         assert_ne!(
             letter_id(Some("m"), "ab", 0, DeadLetterCategory::Poison),

@@ -202,9 +202,16 @@ pub fn table(
         }
         return Ok(());
     }
+    // Ids are printed whole, to be copied into `show`, `replay` and `discard`.
+    let w = letters
+        .iter()
+        .map(|l| l.letter_id.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(2);
     writeln!(
         out,
-        "{:<44} {:>4} {:<9} {:<17} {:<20} {:<18} {:<8} REASON",
+        "{:<w$} {:>4} {:<9} {:<17} {:<20} {:<18} {:<8} REASON",
         "ID", "AGE", "STATE", "CATEGORY", "CLASS", "CAMPAIGN", "PROVIDER"
     )?;
     for l in letters {
@@ -212,8 +219,8 @@ pub fn table(
         let reason: String = r.reason.chars().take(60).collect();
         writeln!(
             out,
-            "{:<44} {:>4} {:<9} {:<17} {:<20} {:<18} {:<8} {reason}",
-            l.letter_id.chars().take(44).collect::<String>(),
+            "{:<w$} {:>4} {:<9} {:<17} {:<20} {:<18} {:<8} {reason}",
+            l.letter_id,
             age(l.dead_lettered_at, now),
             l.state.as_str(),
             r.category.as_str(),
@@ -891,6 +898,12 @@ mod tests {
             text.starts_with("ID") && text.contains(" 3h ") && text.contains("rejected by policy"),
             "{text}"
         );
+        // a long id is printed whole
+        let mut long = all[0].clone();
+        long.letter_id = format!("{}#0123456789abcdef#g12#retries_exhausted", "m".repeat(40));
+        let mut out = Vec::new();
+        table(std::slice::from_ref(&long), t(), false, &mut out).unwrap();
+        assert!(String::from_utf8(out).unwrap().contains(&long.letter_id));
         assert!(
             matches!(by_ids(&index, &["l1".into(), "nope".into()]).await, Err(DlqError::NotFound(id)) if id == "nope")
         );
