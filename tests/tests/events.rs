@@ -32,6 +32,7 @@ fn applier(stack: &Stack, policy: RetryPolicy, guard: GuardConfig) -> Applier {
             letter_index_table: r.letter_index_table.clone(),
             policy,
             guard,
+            soft_suppression: chrono::Duration::days(14),
         },
     )
 }
