@@ -508,7 +508,7 @@ impl Applier {
             _ => "undetermined bounce, recipients soft-suppressed",
         };
         let detail = format!(
-            "{} event at {}: {what} ({}; {}) [no transition]",
+            "{} event at {}: {what} ({}; {})",
             verdict.raw_code.as_deref().unwrap_or("failure"),
             event.occurred_at.as_deref().unwrap_or("?"),
             event.recipients.join(", "),
