@@ -3,19 +3,25 @@
 //! SES publishes events (configuration set event destination) to SNS or EventBridge, which
 //! deliver them to an SQS queue that triggers this function. Each event is correlated with its
 //! job by the `X-Courier-Message-Id` header Courier set (exact), else the `courier-message-id`
-//! tag, and applied through the status machine: forward only, duplicates and late events
-//! absorbed. An event that is ahead of the record (it arrived before the send was recorded) is
-//! left on the queue and applied on a later delivery. Permanent bounces and complaints add the
-//! recipients to the suppression list. A SEND or DELIVERY event resolves an ambiguous (`unknown`)
-//! job as sent, so it is not sent again after its grace window.
+//! tag, else SES's message id (the status store's `find_by_provider_message_id`), and applied
+//! through the status machine: forward only, duplicates and late events absorbed. An event that
+//! is ahead of the record (it arrived before the send was recorded) is left on the queue and
+//! applied on a later delivery. Permanent bounces and complaints add the recipients to the
+//! suppression list before any correlation (an event we cannot match still protects the
+//! sender); undetermined bounces soft-suppress them for the configured period. A SEND or
+//! DELIVERY event resolves an ambiguous (`unknown`) job as sent, so it is not sent again after
+//! its grace window. Delivery delays and undetermined bounces change no status: they are noted
+//! in the job's timeline, once per event.
 //!
 //! A transient bounce (SES gave up on a soft failure, e.g. a full mailbox) sends the job again
 //! on the soft-bounce schedule of the retry policy, from the payload the send function kept with
-//! the record, within the give-up horizon; past it the job is dead-lettered with its record. A
-//! delivery delay is recorded only: SES is still trying, and a resend would duplicate.
+//! the record, within the give-up horizon; past it the recipients are soft-suppressed and the
+//! job is dead-lettered with its record. A delivery delay is noted only: SES is still trying,
+//! and a resend would duplicate.
 //!
 //! The reputation guard counts sends, deliveries, bounces and complaints per sending domain in
-//! hourly buckets and, when the rolling rates approach SES's review levels, pauses the domain's
+//! hourly buckets, each event once (its [`count_key`] entered in an [`EventLedger`] first), and,
+//! when the rolling rates approach SES's review levels, pauses the domain's
 //! SES sends (a breaker the send function checks) and raises `ReputationGuardTripped`.
 //!
 //! # Layout
