@@ -284,6 +284,7 @@ fn applied_key(applied: &Applied) -> &'static str {
         Applied::Absorbed => "absorbed",
         Applied::NotYet => "not_yet",
         Applied::Uncorrelated => "uncorrelated",
+        Applied::Noted => "noted",
     }
 }
 
@@ -475,6 +476,9 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             letter_index_table: stack.letter_index_table.clone(),
             policy: RetryPolicy::from_json(DEMO_POLICY)?,
             guard: guard.clone(),
+            soft_suppression: chrono::Duration::days(
+                courier_events::wiring::DEFAULT_SOFT_SUPPRESSION_DAYS,
+            ),
         },
     ));
 
@@ -886,11 +890,11 @@ fn report(r: &Report<'_>) {
         applied("resent")
     );
     println!(
-        "    delivery delays           {:>6}  (status unchanged: SES keeps trying)",
+        "    delivery delays           {:>6}  (status unchanged: SES keeps trying; noted in the job's timeline)",
         ev.published.get("DeliveryDelay").copied().unwrap_or(0)
     );
     println!(
-        "    absorbed                  {:>6}  (Send events on recorded sends, duplicates, late events, delays)",
+        "    absorbed                  {:>6}  (Send events on recorded sends, duplicates, late events)",
         applied("absorbed")
     );
     println!(

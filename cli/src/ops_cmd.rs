@@ -317,9 +317,13 @@ pub(crate) fn render_status(
             if !r.history.is_empty() {
                 lines.push("  timeline:".into());
             }
+            let mut previous: Option<&courier::ports::HistoryEntry> = None;
             for h in &r.history {
+                // An entry that keeps the status and generation of the one before is an event
+                // without a transition (a delivery delay, an undetermined bounce, a sweeper flag).
+                let note = previous.is_some_and(|p| p.status == h.status && p.attempt == h.attempt);
                 lines.push(format!(
-                    "    {}  {:<17} gen {}  by {}{}",
+                    "    {}  {:<17} gen {}  by {}{}{}",
                     h.at.to_rfc3339(),
                     h.status.as_str(),
                     h.attempt,
@@ -327,8 +331,10 @@ pub(crate) fn render_status(
                     h.detail
                         .as_deref()
                         .map(|d| format!(": {d}"))
-                        .unwrap_or_default()
+                        .unwrap_or_default(),
+                    if note { " (no transition)" } else { "" }
                 ));
+                previous = Some(h);
             }
         }
         None => lines.push(format!("{message_id}: no status record (never claimed)")),
@@ -424,6 +430,15 @@ mod tests {
                 Some("accepted by ses"),
             ),
             entry(
+                20,
+                Status::SentToProvider,
+                1,
+                "events",
+                Some(
+                    "DeliveryDelay/MailboxFull event at 2026-11-30T10:00:20Z: delivery delayed, SES keeps trying",
+                ),
+            ),
+            entry(
                 30,
                 Status::Delivered,
                 1,
@@ -434,13 +449,22 @@ mod tests {
         let lines = render_status("m1", Some(&r), &[]);
         assert!(lines[0].starts_with("m1: delivered (generation 1"));
         assert_eq!(lines[1], "  timeline:");
-        assert_eq!(lines.len(), 7);
+        assert_eq!(lines.len(), 8);
+        // The delay is in the timeline, marked as changing nothing; transitions are not marked.
+        assert!(
+            lines[6].contains("sent_to_provider")
+                && lines[6].contains("delivery delayed")
+                && lines[6].ends_with("(no transition)"),
+            "{}",
+            lines[6]
+        );
+        assert!(!lines[5].contains("(no transition)"), "{}", lines[5]);
         assert!(
             lines[3].contains("deferred") && lines[3].contains("retry in 8 s"),
             "{}",
             lines[3]
         );
-        assert!(lines[6].contains("by events: delivered (Delivery event)"));
+        assert!(lines[7].contains("by events: delivered (Delivery event)"));
         assert_eq!(
             render_status("m2", None, &[]),
             vec!["m2: no status record (never claimed)".to_owned()]

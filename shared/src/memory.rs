@@ -162,12 +162,40 @@ impl StatusStore for MemoryStatusStore {
                 update.now,
             )
         });
+        // As the DynamoDB store: a provider message id is kept where the record has one.
+        let kept = rec.provider_message_id.clone();
         apply(rec, update);
+        if kept.is_some() {
+            rec.provider_message_id = kept;
+        }
         Ok(())
     }
 
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
         Ok(lock(&self.records).get(message_id).cloned())
+    }
+
+    async fn find_by_provider_message_id(
+        &self,
+        provider_message_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(lock(&self.records)
+            .values()
+            .find(|r| r.provider_message_id.as_deref() == Some(provider_message_id))
+            .map(|r| r.message_id.clone()))
+    }
+
+    async fn note(&self, message_id: &str, entry: &HistoryEntry) -> Result<bool, StoreError> {
+        self.fail_finishes.take("note")?;
+        let mut records = lock(&self.records);
+        match records.get_mut(message_id) {
+            Some(rec) if rec.status == entry.status && rec.attempt == entry.attempt => {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                rec.history.push(entry.clone());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
     }
 
     async fn reopen(
@@ -462,6 +490,27 @@ impl SuppressionList for MemorySuppressionList {
             None => lock(&self.expiries).remove(&key),
         };
         Ok(())
+    }
+
+    async fn suppress_soft(
+        &self,
+        address: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let key = address.trim().to_lowercase();
+        let listed = lock(&self.entries).contains_key(&key);
+        let current = lock(&self.expiries).get(&key).copied();
+        match (listed, current) {
+            // A hard entry, or a soft one that lasts at least as long.
+            (true, None) => return Ok(false),
+            (true, Some(t)) if t >= until => return Ok(false),
+            _ => {}
+        }
+        self.suppress_until(address, reason, now, Some(until))
+            .await
+            .map(|()| true)
     }
 
     async fn remove(&self, address: &str) -> Result<bool, StoreError> {
@@ -808,6 +857,31 @@ pub struct MemorySightings {
 impl Sightings for MemorySightings {
     async fn first_sighting(&self, key: &str, _now: DateTime<Utc>) -> Result<bool, StoreError> {
         Ok(lock(&self.seen).insert(key.to_owned()))
+    }
+}
+
+/// Counted events in a map (key -> kept until).
+#[derive(Debug, Default)]
+pub struct MemoryEventLedger {
+    pub entries: Mutex<BTreeMap<String, DateTime<Utc>>>,
+    pub fail: FailNext,
+}
+
+#[async_trait::async_trait]
+impl crate::ports::EventLedger for MemoryEventLedger {
+    async fn first_entry(
+        &self,
+        key: &str,
+        now: DateTime<Utc>,
+        keep_until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.fail.take("event ledger")?;
+        let mut entries = lock(&self.entries);
+        if entries.get(key).is_some_and(|until| *until > now) {
+            return Ok(false);
+        }
+        entries.insert(key.to_owned(), keep_until);
+        Ok(true)
     }
 }
 

@@ -327,6 +327,18 @@ pub trait StatusStore: Send + Sync {
     /// status machine allows the transition (late or duplicate writes are absorbed).
     async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError>;
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError>;
+    /// The job whose recorded send has this provider message id (SES's message id), for an
+    /// event that carries no Courier message id. The lookup is eventually consistent (the status
+    /// table's sparse `by_provider_message_id` index): a send recorded a moment ago may not be
+    /// found yet. `None` when no job has it.
+    async fn find_by_provider_message_id(
+        &self,
+        provider_message_id: &str,
+    ) -> Result<Option<String>, StoreError>;
+    /// Appends a history entry that changes nothing else (a delivery delay, an undetermined
+    /// bounce) while the job is still in `entry.status` at generation `entry.attempt`. False
+    /// (nothing written) when the job is absent or moved on.
+    async fn note(&self, message_id: &str, entry: &HistoryEntry) -> Result<bool, StoreError>;
     /// An operator's replay: moves a `dead_lettered` job back to `pending` as a new generation
     /// and returns that generation; `None` when the job is not dead-lettered (nothing changes).
     async fn reopen(&self, message_id: &str, now: DateTime<Utc>)
@@ -548,6 +560,16 @@ pub trait SuppressionList: Send + Sync {
         now: DateTime<Utc>,
         until: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError>;
+    /// A soft suppression made automatically (a transient bounce that gave up, an undetermined
+    /// bounce): written only where it adds protection. It never replaces a hard entry and never
+    /// shortens a soft one. True when it was written.
+    async fn suppress_soft(
+        &self,
+        address: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
     /// A hard suppression (permanent bounce, complaint).
     async fn suppress(
         &self,
@@ -622,6 +644,19 @@ pub trait BreakerStore: Send + Sync {
 pub trait Sightings: Send + Sync {
     /// True the first time `key` is seen (and records it); false after.
     async fn first_sighting(&self, key: &str, now: DateTime<Utc>) -> Result<bool, StoreError>;
+}
+
+/// Events already counted, so a redelivered event counts once (the reputation guard).
+#[async_trait::async_trait]
+pub trait EventLedger: Send + Sync {
+    /// True the first time `key` is entered (and records it until `keep_until`); false while it
+    /// is recorded.
+    async fn first_entry(
+        &self,
+        key: &str,
+        now: DateTime<Utc>,
+        keep_until: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
 }
 
 /// Rolling delivery counts per sending domain, in hourly buckets (the reputation guard).

@@ -351,6 +351,51 @@ async fn suppression_contract(list: &dyn SuppressionList) {
             .unwrap()
             .is_empty()
     );
+    // Automatic soft suppressions never weaken an entry: not a hard one, not a longer soft one.
+    let day = chrono::Duration::days(1);
+    list.suppress("Hard@example.org", "550 5.1.1", t)
+        .await
+        .unwrap();
+    assert!(
+        !list
+            .suppress_soft("hard@example.org", "soft: gave up", t, t + day)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        list.suppressed(&["hard@example.org".into()], t + day * 30)
+            .await
+            .unwrap()
+            .len(),
+        1,
+        "the hard entry stays"
+    );
+    assert!(
+        list.suppress_soft("Fresh@example.org", "soft: gave up", t, t + day * 2)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !list
+            .suppress_soft("fresh@example.org", "soft: again", t, t + day)
+            .await
+            .unwrap(),
+        "a shorter soft entry does not replace a longer one"
+    );
+    assert!(
+        list.suppress_soft("fresh@example.org", "soft: later", t, t + day * 3)
+            .await
+            .unwrap(),
+        "a longer one extends it"
+    );
+    let fresh = ["fresh@example.org".to_owned()];
+    assert_eq!(list.suppressed(&fresh, t + day * 2).await.unwrap().len(), 1);
+    assert!(
+        list.suppressed(&fresh, t + day * 3 + chrono::Duration::seconds(1))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }
 
 #[tokio::test]
@@ -1148,6 +1193,93 @@ async fn status_lifecycle_contract(store: &dyn StatusStore) {
     );
 }
 
+/// The fallback correlation (an event without Courier's message id finds its job by SES's
+/// message id, through the sparse index) and the timeline notes (entries without a transition).
+async fn provider_id_and_notes_contract(store: &dyn StatusStore) {
+    let t = now();
+    let id = unique("job");
+    let ses_id = unique("ses-message");
+    assert_eq!(
+        store.find_by_provider_message_id(&ses_id).await.unwrap(),
+        None
+    );
+    store.claim(&claim(&id, 0, "a", t, 60)).await.unwrap();
+    let mut sent = update(&id, "a", Status::SentToProvider, 0, t);
+    sent.provider_message_id = Some(ses_id.clone());
+    store.finish(&sent).await.unwrap();
+    // The index is eventually consistent: a recorded send is found within moments.
+    let mut found = None;
+    for _ in 0..50 {
+        found = store.find_by_provider_message_id(&ses_id).await.unwrap();
+        if found.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(found, Some(id.clone()));
+    // A record written by provider evidence keeps the provider message id it already has...
+    let mut late = update(&id, "events", Status::Delivered, 0, t);
+    late.provider_message_id = Some("another-ses-message".into());
+    store.record(&late).await.unwrap();
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.provider_message_id.as_deref(), Some(ses_id.as_str()));
+    // ...and sets it where there was none (an ambiguous send resolved by a Send event).
+    let other = unique("job");
+    let other_ses = unique("ses-message");
+    let mut evidence = update(&other, "events", Status::SentToProvider, 0, t);
+    evidence.provider_message_id = Some(other_ses.clone());
+    store.record(&evidence).await.unwrap();
+    assert_eq!(
+        store
+            .get(&other)
+            .await
+            .unwrap()
+            .unwrap()
+            .provider_message_id,
+        Some(other_ses)
+    );
+    // A note is appended while the status and generation are as given, and changes nothing else.
+    let before = store.get(&id).await.unwrap().unwrap();
+    let entry = HistoryEntry {
+        at: t + chrono::Duration::seconds(5),
+        status: Status::Delivered,
+        attempt: 0,
+        by: "events".into(),
+        detail: Some("delivery delayed".into()),
+    };
+    assert!(store.note(&id, &entry).await.unwrap());
+    let after = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(after.history.len(), before.history.len() + 1);
+    assert_eq!(after.history.last(), Some(&entry));
+    assert_eq!(
+        (after.status, after.attempt, after.updated_at),
+        (before.status, before.attempt, before.updated_at)
+    );
+    // Not when the status moved on, nor on an absent job.
+    let stale = HistoryEntry {
+        status: Status::SentToProvider,
+        ..entry.clone()
+    };
+    assert!(!store.note(&id, &stale).await.unwrap());
+    assert!(!store.note(&unique("absent"), &entry).await.unwrap());
+    assert_eq!(
+        store.get(&id).await.unwrap().unwrap().history.len(),
+        after.history.len()
+    );
+}
+
+#[tokio::test]
+async fn provider_id_lookup_and_notes_memory_and_dynamodb() {
+    provider_id_and_notes_contract(&MemoryStatusStore::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let store = DynamoDbStatusStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    );
+    provider_id_and_notes_contract(&store).await;
+}
+
 #[tokio::test]
 async fn status_lifecycle_memory_and_dynamodb() {
     status_lifecycle_contract(&MemoryStatusStore::default()).await;
@@ -1160,11 +1292,38 @@ async fn status_lifecycle_memory_and_dynamodb() {
     status_lifecycle_contract(&store).await;
 }
 
-async fn sightings_and_reputation_contract(sightings: &dyn Sightings, rep: &dyn ReputationStore) {
+async fn sightings_and_reputation_contract(
+    sightings: &dyn Sightings,
+    rep: &dyn ReputationStore,
+    ledger: &dyn EventLedger,
+) {
     let t = now();
     let code = unique("smtp:599 9.9.9");
     assert!(sightings.first_sighting(&code, t).await.unwrap());
     assert!(!sightings.first_sighting(&code, t).await.unwrap());
+    // An event counts once while its key is kept; an expired key (not yet deleted by TTL) is new.
+    let key = unique("ses-id#bounce#abc");
+    let hour = chrono::Duration::hours(1);
+    assert!(ledger.first_entry(&key, t, t + hour).await.unwrap());
+    assert!(!ledger.first_entry(&key, t, t + hour).await.unwrap());
+    assert!(
+        !ledger
+            .first_entry(&key, t + hour - chrono::Duration::seconds(5), t + hour * 2)
+            .await
+            .unwrap()
+    );
+    assert!(
+        ledger
+            .first_entry(&key, t + hour + chrono::Duration::seconds(5), t + hour * 3)
+            .await
+            .unwrap()
+    );
+    assert!(
+        ledger
+            .first_entry(&unique("other"), t, t + hour)
+            .await
+            .unwrap()
+    );
     let domain = format!("{}.example", unique("d"));
     let hour = courier::reputation::bucket_of(t);
     let earlier = hour - chrono::Duration::hours(3);
@@ -1190,6 +1349,7 @@ async fn sightings_and_reputation_memory_and_dynamodb() {
     sightings_and_reputation_contract(
         &MemorySightings::default(),
         &MemoryReputationStore::default(),
+        &MemoryEventLedger::default(),
     )
     .await;
     let stack = Stack::create(&["ses"]).await;
@@ -1198,7 +1358,7 @@ async fn sightings_and_reputation_memory_and_dynamodb() {
         &stack.resources.breaker_table,
         Duration::from_secs(60),
     );
-    sightings_and_reputation_contract(&control, &control).await;
+    sightings_and_reputation_contract(&control, &control, &control).await;
 }
 
 async fn send_schedule_contract(schedule: &dyn SendSchedule, concurrent: bool) {

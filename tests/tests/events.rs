@@ -32,6 +32,7 @@ fn applier(stack: &Stack, policy: RetryPolicy, guard: GuardConfig) -> Applier {
             letter_index_table: r.letter_index_table.clone(),
             policy,
             guard,
+            soft_suppression: chrono::Duration::days(14),
         },
     )
 }
@@ -447,19 +448,7 @@ async fn every_event_type_lands_on_the_real_tables() {
             Applied::Changed(Status::Delivered),
         ),
         (
-            "eventbridge-delivery",
-            Status::SentToProvider,
-            Status::Delivered,
-            Applied::Changed(Status::Delivered),
-        ),
-        (
             "bounce-permanent",
-            Status::SentToProvider,
-            Status::BouncedPermanent,
-            Applied::Changed(Status::BouncedPermanent),
-        ),
-        (
-            "sns-bounce-permanent",
             Status::SentToProvider,
             Status::BouncedPermanent,
             Applied::Changed(Status::BouncedPermanent),
@@ -477,12 +466,19 @@ async fn every_event_type_lands_on_the_real_tables() {
             Status::Complained,
             Applied::Changed(Status::Complained),
         ),
-        // SES is still trying: recorded nowhere but the metrics, status unchanged.
+        // SES is still trying: status unchanged, a note in the timeline.
         (
             "delivery-delay",
             Status::SentToProvider,
             Status::SentToProvider,
-            Applied::Absorbed,
+            Applied::Noted,
+        ),
+        // SES cannot tell: status unchanged, a note, the recipient soft-suppressed.
+        (
+            "bounce-undetermined",
+            Status::SentToProvider,
+            Status::SentToProvider,
+            Applied::Noted,
         ),
         (
             "reject",
@@ -504,7 +500,15 @@ async fn every_event_type_lands_on_the_real_tables() {
         ),
     ];
     let now = chrono::Utc::now();
+    // Every type as SES writes it, as SNS delivers it and as EventBridge delivers it.
+    let cases = cases
+        .into_iter()
+        .flat_map(|(name, before, after, applied)| {
+            ["", "sns-", "eventbridge-"]
+                .map(|envelope| (format!("{envelope}{name}"), before, after, applied.clone()))
+        });
     for (name, before, after, applied) in cases {
+        let name = name.as_str();
         let id = unique(name);
         // The record as the send function (or, for `unknown`, a lease that expired) left it.
         let mut path = vec![Status::SentToProvider];
@@ -528,21 +532,128 @@ async fn every_event_type_lands_on_the_real_tables() {
             .handle(sqs(fixture_for(name, &id, &format!("p-{id}"))))
             .await;
         assert!(report.failures.is_empty(), "{name}: {report:?}");
-        assert_eq!(report.applied, vec![applied], "{name}");
+        assert_eq!(report.applied, vec![applied.clone()], "{name}");
         let rec = status.get(&id).await.unwrap().unwrap();
         assert_eq!(rec.status, after, "{name}");
-        if after != before {
+        if after != before || applied == Applied::Noted {
             assert_eq!(rec.history.last().unwrap().by, "events", "{name}");
         }
+        let history = rec.history.len();
         // Applied twice (SNS and SQS deliver at least once): nothing more changes.
         let again = events
             .handle(sqs(fixture_for(name, &id, &format!("p-{id}"))))
             .await;
         assert!(again.failures.is_empty(), "{name}");
-        assert_eq!(
-            status.get(&id).await.unwrap().unwrap().status,
-            after,
-            "{name}"
-        );
+        let rec = status.get(&id).await.unwrap().unwrap();
+        assert_eq!(rec.status, after, "{name}");
+        assert_eq!(rec.history.len(), history, "{name}: noted once");
     }
+}
+
+/// A fixture as [`fixture_for`] makes it, without Courier's header and tag, sent at `sent_at`.
+fn anonymous(name: &str, provider_id: &str, sent_at: chrono::DateTime<chrono::Utc>) -> String {
+    let mut e: serde_json::Value =
+        serde_json::from_str(&fixture_for(name, "unused", provider_id)).unwrap();
+    e["mail"]["headers"] = serde_json::json!([]);
+    e["mail"]["tags"] = serde_json::json!({});
+    e["mail"]["timestamp"] = sent_at.to_rfc3339().into();
+    e.to_string()
+}
+
+#[tokio::test]
+async fn events_without_our_id_find_their_job_suppress_and_count_once() {
+    let stack = Stack::create(&["ses"]).await;
+    let clients = Clients::new(&stack.sdk);
+    let status = DynamoDbStatusStore::new(
+        clients.dynamodb.clone(),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    );
+    let suppression =
+        DynamoDbSuppressionList::new(clients.dynamodb.clone(), &stack.resources.suppression_table);
+    let control = DynamoDbControlTable::new(
+        clients.dynamodb.clone(),
+        &stack.resources.breaker_table,
+        Duration::from_secs(60),
+    );
+    let events = applier(&stack, RetryPolicy::default(), GuardConfig::default());
+    let now = chrono::Utc::now();
+    // GIVEN a job sent through SES, its SES message id recorded
+    let id = unique("anon");
+    let ses_id = unique("ses-anon");
+    let mut sent = StatusUpdate::new(id.clone(), "send", Status::SentToProvider, 0, now);
+    sent.provider = Some("ses".into());
+    sent.provider_message_id = Some(ses_id.clone());
+    status.record(&sent).await.unwrap();
+    // WHEN its delivery arrives without our header and tag (retried while the index catches up)
+    let mut applied = Vec::new();
+    for _ in 0..20 {
+        let report = events
+            .handle(sqs(anonymous("delivery", &ses_id, now)))
+            .await;
+        applied = report.applied;
+        if applied != vec![Applied::NotYet] {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // THEN it is applied to the job
+    assert_eq!(applied, vec![Applied::Changed(Status::Delivered)]);
+    assert_eq!(
+        status.get(&id).await.unwrap().unwrap().status,
+        Status::Delivered
+    );
+
+    // GIVEN no job at all WHEN an old permanent bounce and a complaint arrive without our id
+    for (name, address) in [
+        ("bounce-permanent", "ann@example.org"),
+        ("complaint", "ann@example.org"),
+    ] {
+        let report = events
+            .handle(sqs(anonymous(
+                name,
+                &unique("ses-foreign"),
+                now - chrono::Duration::hours(1),
+            )))
+            .await;
+        // THEN uncorrelated, acknowledged, and the recipient suppressed for good
+        assert!(report.failures.is_empty(), "{name}");
+        assert_eq!(report.applied, vec![Applied::Uncorrelated], "{name}");
+        let entries = suppression.list(1000, None).await.unwrap().0;
+        let entry = entries.iter().find(|e| e.address == address).unwrap();
+        assert_eq!(entry.expires_at, None, "{name}");
+        suppression.remove(address).await.unwrap();
+    }
+
+    // GIVEN a bounce from a fresh domain WHEN it is delivered twice (SNS, then EventBridge)
+    let domain = format!("{}.example", unique("dup"));
+    let source = format!("News <news@{domain}>");
+    let bounce_id = unique("dup-job");
+    let mut rec = StatusUpdate::new(bounce_id.clone(), "send", Status::SentToProvider, 0, now);
+    rec.provider = Some("ses".into());
+    status.record(&rec).await.unwrap();
+    let bounce = event_from(
+        &source,
+        "Bounce",
+        &bounce_id,
+        &format!("p-{bounce_id}"),
+        serde_json::json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General", "bouncedRecipients": [{"emailAddress": "cat@example.org", "diagnosticCode": "smtp; 550 5.1.1 user unknown"}]}}),
+    );
+    let first = events.handle(sqs(bounce.clone())).await;
+    let second = events.handle(sqs(bounce)).await;
+    assert_eq!(
+        first.applied,
+        vec![Applied::Changed(Status::BouncedPermanent)]
+    );
+    assert_eq!(second.applied, vec![Applied::Absorbed]);
+    assert_eq!(second.recounts_skipped, 1);
+    // THEN the window counts it once
+    let window = courier::ports::ReputationStore::window(
+        &control,
+        &domain,
+        courier::reputation::bucket_of(now - chrono::Duration::hours(1)),
+    )
+    .await
+    .unwrap();
+    assert_eq!(window.bounced, 1);
 }

@@ -3,19 +3,25 @@
 //! SES publishes events (configuration set event destination) to SNS or EventBridge, which
 //! deliver them to an SQS queue that triggers this function. Each event is correlated with its
 //! job by the `X-Courier-Message-Id` header Courier set (exact), else the `courier-message-id`
-//! tag, and applied through the status machine: forward only, duplicates and late events
-//! absorbed. An event that is ahead of the record (it arrived before the send was recorded) is
-//! left on the queue and applied on a later delivery. Permanent bounces and complaints add the
-//! recipients to the suppression list. A SEND or DELIVERY event resolves an ambiguous (`unknown`)
-//! job as sent, so it is not sent again after its grace window.
+//! tag, else SES's message id (the status store's `find_by_provider_message_id`), and applied
+//! through the status machine: forward only, duplicates and late events absorbed. An event that
+//! is ahead of the record (it arrived before the send was recorded) is left on the queue and
+//! applied on a later delivery. Permanent bounces and complaints add the recipients to the
+//! suppression list before any correlation (an event we cannot match still protects the
+//! sender); undetermined bounces soft-suppress them for the configured period. A SEND or
+//! DELIVERY event resolves an ambiguous (`unknown`) job as sent, so it is not sent again after
+//! its grace window. Delivery delays and undetermined bounces change no status: they are noted
+//! in the job's timeline, once per event.
 //!
 //! A transient bounce (SES gave up on a soft failure, e.g. a full mailbox) sends the job again
 //! on the soft-bounce schedule of the retry policy, from the payload the send function kept with
-//! the record, within the give-up horizon; past it the job is dead-lettered with its record. A
-//! delivery delay is recorded only: SES is still trying, and a resend would duplicate.
+//! the record, within the give-up horizon; past it the recipients are soft-suppressed and the
+//! job is dead-lettered with its record. A delivery delay is noted only: SES is still trying,
+//! and a resend would duplicate.
 //!
 //! The reputation guard counts sends, deliveries, bounces and complaints per sending domain in
-//! hourly buckets and, when the rolling rates approach SES's review levels, pauses the domain's
+//! hourly buckets, each event once (its [`count_key`] entered in an [`EventLedger`] first), and,
+//! when the rolling rates approach SES's review levels, pauses the domain's
 //! SES sends (a breaker the send function checks) and raises `ReputationGuardTripped`.
 //!
 //! # Layout
@@ -34,10 +40,11 @@ use chrono::{DateTime, Utc};
 use courier::breaker::{BreakerConfig, BreakerState, Mode};
 use courier::classify::{SesFailureEvent, classify_ses_event};
 use courier::envelope::{attempt_record, dead_letter_of, next_body, parse_body};
+use courier::job::fingerprint;
 use courier::policy::{Decision, DelayMechanism, RetryPolicy};
 use courier::ports::{
-    BreakerStore, Clock, DeadLetterSink, JobRecord, ReputationStore, Requeue, Resend,
-    RetryScheduler, StatusStore, StatusUpdate, StoreError, SuppressionList,
+    BreakerStore, Clock, DeadLetterSink, EventLedger, HistoryEntry, JobRecord, ReputationStore,
+    Requeue, Resend, RetryScheduler, StatusStore, StatusUpdate, StoreError, SuppressionList,
 };
 use courier::random::{RandomSource, SeededRandom};
 use courier::reputation::{
@@ -64,6 +71,9 @@ pub struct SesEvent {
     pub at: DateTime<Utc>,
     /// The sending domain (`mail.source`), for the reputation guard.
     pub source_domain: Option<String>,
+    /// The event's own timestamp as SES wrote it (`bounce.timestamp`, `deliveryDelay.timestamp`,
+    /// ...): tells two delays of one message apart in the timeline.
+    pub occurred_at: Option<String>,
 }
 
 /// The event kinds Courier acts on.
@@ -221,6 +231,16 @@ pub fn parse(body: &str) -> Result<SesEvent, ParseError> {
         }
         other => return Err(ParseError::Shape(format!("unknown eventType {other:?}"))),
     };
+    let occurred_at = [
+        "delivery",
+        "bounce",
+        "complaint",
+        "deliveryDelay",
+        "reject",
+        "failure",
+    ]
+    .iter()
+    .find_map(|k| s(&event, &[k, "timestamp"]));
     Ok(SesEvent {
         kind,
         message_id: header_id.or(tag_id),
@@ -228,6 +248,7 @@ pub fn parse(body: &str) -> Result<SesEvent, ParseError> {
         recipients,
         at,
         source_domain: s(mail, &["source"]).and_then(|a| domain_of(&a)),
+        occurred_at,
     })
 }
 
@@ -267,8 +288,59 @@ pub enum Applied {
     GaveUp,
     /// The record is behind the event (or absent): try again later.
     NotYet,
-    /// No job to correlate with (not sent by Courier, or without our header and tag).
+    /// No job to correlate with (not sent by Courier, or without our header and tag and its
+    /// SES message id on no record). Suppression still applied.
     Uncorrelated,
+    /// Recorded in the job's timeline without a transition (a delivery delay, an undetermined
+    /// bounce).
+    Noted,
+}
+
+/// How long an event without our header and tag is retried while no record has its SES
+/// message id yet (the send is still being recorded, or the index lags the record by a
+/// moment), counted from the send (`mail.timestamp`). Older ones are uncorrelated.
+pub const EARLY_EVENT_WINDOW_SECS: i64 = 15 * 60;
+
+/// How long a counted event's key is kept, so a redelivery within it counts no more (SQS
+/// redelivers within the events queue's retention; SES and SNS duplicates come within minutes).
+pub const COUNTED_KEEP_SECS: i64 = 2 * 24 * 3600;
+
+/// The ledger key of an event that counts toward the reputation rates (a send, a delivery, a
+/// permanent bounce, a complaint): SES's message id, the kind and the recipients, so an SNS or
+/// SQS redelivery, or SES publishing the same event twice, counts once. `None` for other kinds
+/// and for events without an SES message id (counted as they come).
+pub fn count_key(event: &SesEvent) -> Option<String> {
+    let kind = match &event.kind {
+        EventKind::Send => "send",
+        EventKind::Delivery => "delivery",
+        EventKind::Failure(SesFailureEvent::Bounce { bounce_type, .. })
+            if bounce_type == "Permanent" =>
+        {
+            "bounce"
+        }
+        EventKind::Failure(SesFailureEvent::Complaint { .. }) => "complaint",
+        _ => return None,
+    };
+    let provider_message_id = event.provider_message_id.as_deref()?;
+    let mut recipients: Vec<String> = event
+        .recipients
+        .iter()
+        .map(|r| r.trim().to_lowercase())
+        .collect();
+    recipients.sort();
+    recipients.dedup();
+    let what = format!("{kind}\n{}", recipients.join("\n"));
+    // Bounded length whatever the recipients (a key is at most 2 KB in DynamoDB).
+    Some(format!(
+        "{provider_message_id}#{kind}#{}",
+        &fingerprint(what.as_bytes())[..32]
+    ))
+}
+
+/// Whether an event is an undetermined bounce (SES could not tell soft from hard).
+fn undetermined_bounce(kind: &EventKind) -> bool {
+    matches!(kind, EventKind::Failure(SesFailureEvent::Bounce { bounce_type, .. })
+        if bounce_type != "Permanent" && bounce_type != "Transient")
 }
 
 /// Sends a job again after a transient bounce, through the retry policy.
@@ -282,6 +354,8 @@ pub struct Resender {
 /// The reputation guard.
 pub struct Guard {
     pub store: Arc<dyn ReputationStore>,
+    /// Events already counted (a redelivered event counts once).
+    pub ledger: Arc<dyn EventLedger>,
     /// Where the pause lives (the send function's breaker table, key `reputation:<domain>`).
     pub breakers: Arc<dyn BreakerStore>,
     pub config: GuardConfig,
@@ -291,6 +365,9 @@ pub struct Guard {
 pub struct Applier {
     pub status: Arc<dyn StatusStore>,
     pub suppression: Arc<dyn SuppressionList>,
+    /// How long an automatic soft suppression lasts (a transient bounce that gave up, an
+    /// undetermined bounce): `COURIER_SOFT_SUPPRESSION_PERIOD`.
+    pub soft_suppression: chrono::Duration,
     pub clock: Arc<dyn Clock>,
     pub resender: Resender,
     pub guard: Guard,
@@ -306,34 +383,29 @@ pub struct EventsReport {
     pub rates: BTreeMap<String, (f64, f64)>,
     /// Domains whose SES sends the guard paused in this batch.
     pub tripped: Vec<(String, String)>,
+    /// Events applied again (redeliveries, SES duplicates) that the rates had counted already.
+    pub recounts_skipped: usize,
 }
 
 impl Applier {
-    /// Applies one event.
+    /// Applies one event: suppression first (it needs no job), then the job's status.
     pub async fn apply(&self, event: &SesEvent) -> Result<Applied, StoreError> {
-        let Some(message_id) = &event.message_id else {
-            return Ok(Applied::Uncorrelated);
-        };
-        if let EventKind::Failure(failure) = &event.kind {
-            let verdict = classify_ses_event(failure);
-            if verdict.suppress_recipient {
-                for r in &event.recipients {
-                    self.suppression
-                        .suppress(
-                            r,
-                            &format!(
-                                "{}: {}",
-                                verdict.rule,
-                                verdict.raw_code.as_deref().unwrap_or("")
-                            ),
-                            self.clock.now(),
-                        )
-                        .await?;
-                }
-            }
-        }
-        let Some(to) = target(&event.kind) else {
+        self.suppress(event).await?;
+        if matches!(event.kind, EventKind::Engagement(_)) {
             return Ok(Applied::Absorbed);
+        }
+        let Some(message_id) = self.correlate(event).await? else {
+            let young = event.provider_message_id.is_some()
+                && self.clock.now() - event.at < chrono::Duration::seconds(EARLY_EVENT_WINDOW_SECS);
+            return Ok(if young {
+                Applied::NotYet
+            } else {
+                Applied::Uncorrelated
+            });
+        };
+        let message_id = &message_id;
+        let Some(to) = target(&event.kind) else {
+            return self.note(message_id, event).await;
         };
         let Some(record) = self.status.get(message_id).await? else {
             return Ok(Applied::NotYet);
@@ -371,6 +443,108 @@ impl Applier {
             // recorded): apply it later.
             Err(_) => Ok(Applied::NotYet),
         }
+    }
+
+    /// The job an event is about: Courier's message id (header, else tag), else the job whose
+    /// recorded send has the event's SES message id.
+    async fn correlate(&self, event: &SesEvent) -> Result<Option<String>, StoreError> {
+        if let Some(id) = &event.message_id {
+            return Ok(Some(id.clone()));
+        }
+        match &event.provider_message_id {
+            Some(provider_id) => self.status.find_by_provider_message_id(provider_id).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Permanent bounces and complaints suppress their recipients for good; an undetermined
+    /// bounce suppresses them softly (for the soft-suppression period). Needs no job: an event
+    /// we cannot correlate still protects the sender.
+    async fn suppress(&self, event: &SesEvent) -> Result<(), StoreError> {
+        let EventKind::Failure(failure) = &event.kind else {
+            return Ok(());
+        };
+        let verdict = classify_ses_event(failure);
+        let reason = format!(
+            "{}: {}",
+            verdict.rule,
+            verdict.raw_code.as_deref().unwrap_or("")
+        );
+        let now = self.clock.now();
+        if verdict.suppress_recipient {
+            for r in &event.recipients {
+                self.suppression.suppress(r, &reason, now).await?;
+            }
+        } else if undetermined_bounce(&event.kind) {
+            self.suppress_softly(&event.recipients, &format!("soft: {reason}"))
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Soft-suppresses addresses until now + the soft-suppression period (never weakening an
+    /// entry that is there).
+    async fn suppress_softly(&self, recipients: &[String], reason: &str) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        let until = now + self.soft_suppression;
+        for r in recipients {
+            if self
+                .suppression
+                .suppress_soft(r, reason, now, until)
+                .await?
+            {
+                info!(until = %until, "recipient soft-suppressed");
+            }
+        }
+        Ok(())
+    }
+
+    /// A delivery delay or an undetermined bounce: no transition (SES is still trying, or we
+    /// cannot tell), but an entry in the job's timeline, once per event.
+    async fn note(&self, message_id: &str, event: &SesEvent) -> Result<Applied, StoreError> {
+        let EventKind::Failure(
+            failure @ (SesFailureEvent::DeliveryDelay { .. } | SesFailureEvent::Bounce { .. }),
+        ) = &event.kind
+        else {
+            return Ok(Applied::Absorbed);
+        };
+        let verdict = classify_ses_event(failure);
+        let what = match failure {
+            SesFailureEvent::DeliveryDelay { .. } => "delivery delayed, SES keeps trying",
+            _ => "undetermined bounce, recipients soft-suppressed",
+        };
+        let detail = format!(
+            "{} event at {}: {what} ({}; {})",
+            verdict.raw_code.as_deref().unwrap_or("failure"),
+            event.occurred_at.as_deref().unwrap_or("?"),
+            event.recipients.join(", "),
+            verdict.raw_text.as_deref().unwrap_or(verdict.rule.as_str()),
+        );
+        // Another write may move the record between the read and the note: read again.
+        for _ in 0..3 {
+            let Some(record) = self.status.get(message_id).await? else {
+                // Nothing to note on (the send is not recorded): the event itself changes nothing.
+                return Ok(Applied::Absorbed);
+            };
+            if record
+                .history
+                .iter()
+                .any(|h| h.detail.as_deref() == Some(detail.as_str()))
+            {
+                return Ok(Applied::Absorbed);
+            }
+            let entry = HistoryEntry {
+                at: self.clock.now(),
+                status: record.status,
+                attempt: record.attempt,
+                by: "events".into(),
+                detail: Some(detail.clone()),
+            };
+            if self.status.note(message_id, &entry).await? {
+                return Ok(Applied::Noted);
+            }
+        }
+        Ok(Applied::Absorbed)
     }
 
     /// A transient bounce of the send the record knows: record it, then resend through the
@@ -474,6 +648,17 @@ impl Applier {
                 Ok(Some(Applied::Resent))
             }
             Decision::DeadLetter { category, reason } => {
+                // First (idempotent): if a later step fails, the redelivered event does it again.
+                self.suppress_softly(
+                    &event.recipients,
+                    &format!(
+                        "soft: transient bounce gave up ({}, {}): {}",
+                        verdict.class,
+                        verdict.rule,
+                        verdict.raw_code.as_deref().unwrap_or("")
+                    ),
+                )
+                .await?;
                 let letter = dead_letter_of(
                     &incoming,
                     &verdict,
@@ -595,14 +780,39 @@ impl Applier {
                     continue;
                 }
             }
-            if let Some(domain) = &parsed.source_domain {
-                count(counts.entry(domain.clone()).or_default(), &parsed);
+            let Some(domain) = &parsed.source_domain else {
+                continue;
+            };
+            match self.first_count(&parsed).await {
+                Ok(true) => count(counts.entry(domain.clone()).or_default(), &parsed),
+                Ok(false) => report.recounts_skipped += 1,
+                Err(e) => {
+                    // Applied, not yet counted: the redelivery is absorbed and counted.
+                    warn!(sqs_message_id = %id, error = %e, "event not counted; retried later");
+                    report.failures.push(id);
+                }
             }
         }
         for (domain, batch) in counts {
             self.guard(&domain, &batch, &mut report).await;
         }
         report
+    }
+
+    /// Whether an event is counted for the first time (its key entered in the ledger now).
+    async fn first_count(&self, event: &SesEvent) -> Result<bool, StoreError> {
+        let Some(key) = count_key(event) else {
+            return Ok(true);
+        };
+        let now = self.clock.now();
+        self.guard
+            .ledger
+            .first_entry(
+                &key,
+                now,
+                now + chrono::Duration::seconds(COUNTED_KEEP_SECS),
+            )
+            .await
     }
 
     /// Adds a batch's counts to the domain's window and pauses the domain when its rates

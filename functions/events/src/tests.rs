@@ -31,6 +31,7 @@ struct World {
     dead: Arc<MemoryDeadLetters>,
     breakers: Arc<MemoryBreakerStore>,
     reputation: Arc<MemoryReputationStore>,
+    ledger: Arc<MemoryEventLedger>,
 }
 
 /// A job as the send function keeps it with a sent record (generation 0, as an envelope).
@@ -77,9 +78,11 @@ fn world(status_now: Option<Status>) -> World {
     let dead = Arc::new(MemoryDeadLetters::default());
     let breakers = Arc::new(MemoryBreakerStore::default());
     let reputation = Arc::new(MemoryReputationStore::default());
+    let ledger = Arc::new(MemoryEventLedger::default());
     let applier = Applier {
         status: status.clone(),
         suppression: suppression.clone(),
+        soft_suppression: chrono::Duration::days(14),
         clock: Arc::new(ManualClock::new(t0())),
         resender: Resender {
             policy: RetryPolicy::default(),
@@ -89,6 +92,7 @@ fn world(status_now: Option<Status>) -> World {
         },
         guard: Guard {
             store: reputation.clone(),
+            ledger: ledger.clone(),
             breakers: breakers.clone(),
             config: GuardConfig {
                 min_volume: 100,
@@ -104,6 +108,7 @@ fn world(status_now: Option<Status>) -> World {
         dead,
         breakers,
         reputation,
+        ledger,
     }
 }
 
@@ -150,6 +155,7 @@ fn every_fixture_parses_with_its_correlation() {
         "delivery",
         "bounce-permanent",
         "bounce-transient",
+        "bounce-undetermined",
         "complaint",
         "delivery-delay",
         "reject",
@@ -418,12 +424,14 @@ fn wave(bounces: usize) -> Vec<String> {
         let mut e = send.clone();
         e["mail"]["tags"]["courier-message-id"] = serde_json::json!([format!("wave-{i}")]);
         e["mail"]["headers"] = serde_json::json!([]);
+        e["mail"]["messageId"] = serde_json::json!(format!("ses-wave-{i}"));
         bodies.push(e.to_string());
     }
     for i in 0..bounces {
         let mut e = bounce.clone();
         e["mail"]["tags"]["courier-message-id"] = serde_json::json!([format!("wave-{i}")]);
         e["mail"]["headers"] = serde_json::json!([]);
+        e["mail"]["messageId"] = serde_json::json!(format!("ses-wave-{i}"));
         bodies.push(e.to_string());
     }
     bodies
@@ -508,12 +516,17 @@ fn settings_name_the_variable_that_is_wrong() {
     assert!((s.guard.bounce_trip - 0.03).abs() < 1e-12);
     let s = Settings::from_lookup(with("COURIER_REPUTATION_WINDOW", "6h")).unwrap();
     assert_eq!(s.guard.window, chrono::Duration::hours(6));
+    assert_eq!(ok.soft_suppression, chrono::Duration::days(14));
+    let s = Settings::from_lookup(with("COURIER_SOFT_SUPPRESSION_PERIOD", "3d")).unwrap();
+    assert_eq!(s.soft_suppression, chrono::Duration::days(3));
     for (key, value) in [
         ("COURIER_REPUTATION_BOUNCE_TRIP", "5%"),
         ("COURIER_REPUTATION_COMPLAINT_TRIP", "2"),
         ("COURIER_REPUTATION_WINDOW", "forever"),
         ("COURIER_REPUTATION_PAUSE", "0s"),
         ("COURIER_REPUTATION_MIN_VOLUME", "-1"),
+        ("COURIER_SOFT_SUPPRESSION_PERIOD", "two weeks"),
+        ("COURIER_SOFT_SUPPRESSION_PERIOD", "0"),
         ("COURIER_RETRY_POLICY_JSON", "{"),
     ] {
         match Settings::from_lookup(with(key, value)) {
@@ -532,4 +545,309 @@ fn settings_name_the_variable_that_is_wrong() {
         Settings::from_lookup(missing),
         Err(SettingsError::Missing("COURIER_QUEUE_URL"))
     ));
+}
+
+const SES_ID: &str = "0100018c1a2b3c4d-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9-000000";
+
+/// A fixture without Courier's header and tag (headers truncated, a tag SES refused).
+fn without_our_id(name: &str) -> String {
+    let mut v: Value = serde_json::from_str(&fixture(name)).unwrap();
+    v["mail"]["headers"] = serde_json::json!([]);
+    v["mail"]["tags"] = serde_json::json!({});
+    v.to_string()
+}
+
+#[test]
+fn every_eventbridge_and_sns_fixture_parses_as_its_raw_event() {
+    for name in [
+        "send",
+        "delivery",
+        "bounce-permanent",
+        "bounce-transient",
+        "bounce-undetermined",
+        "complaint",
+        "delivery-delay",
+        "reject",
+        "rendering-failure",
+        "open",
+    ] {
+        let raw = parse(&fixture(name)).unwrap();
+        for envelope in ["sns", "eventbridge"] {
+            let wrapped = parse(&fixture(&format!("{envelope}-{name}")))
+                .unwrap_or_else(|e| panic!("{envelope}-{name}: {e}"));
+            assert_eq!(wrapped, raw, "{envelope}-{name}");
+        }
+    }
+    // The undetermined bounce keeps SES's type and subtype, and changes no status.
+    let undetermined = parse(&fixture("bounce-undetermined")).unwrap();
+    assert_eq!(
+        undetermined.kind,
+        EventKind::Failure(SesFailureEvent::Bounce {
+            bounce_type: "Undetermined".into(),
+            bounce_subtype: "Undetermined".into(),
+            diagnostic: None,
+        })
+    );
+    assert_eq!(target(&undetermined.kind), None);
+}
+
+#[tokio::test]
+async fn an_event_without_our_id_finds_its_job_by_the_ses_message_id() {
+    // GIVEN a sent job whose record has SES's message id
+    let w = world(Some(Status::SentToProvider));
+    w.status
+        .records
+        .lock()
+        .unwrap()
+        .get_mut("order-4711")
+        .unwrap()
+        .provider_message_id = Some(SES_ID.into());
+    // WHEN its delivery arrives without our header and tag THEN it applies to that job
+    let report = w.applier.handle(sqs(&[without_our_id("delivery")])).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(report.applied, vec![Applied::Changed(Status::Delivered)]);
+    assert_eq!(w.status(), Some(Status::Delivered));
+}
+
+#[tokio::test]
+async fn an_uncorrelated_event_is_retried_while_young_and_dropped_when_old() {
+    // GIVEN no record with the event's SES message id (the send is still being recorded)
+    let w = world(Some(Status::SentToProvider));
+    let mut young: Value = serde_json::from_str(&without_our_id("delivery")).unwrap();
+    young["mail"]["timestamp"] =
+        serde_json::json!((t0() - chrono::Duration::minutes(1)).to_rfc3339());
+    // WHEN it arrives a minute after the send THEN it is retried later
+    let report = w.applier.handle(sqs(&[young.to_string()])).await;
+    assert_eq!(report.failures, vec!["sqs-0".to_owned()]);
+    assert_eq!(report.applied, vec![Applied::NotYet]);
+    // WHEN it is older than the window THEN it is acknowledged as uncorrelated
+    let report = w.applier.handle(sqs(&[without_our_id("delivery")])).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(report.applied, vec![Applied::Uncorrelated]);
+    assert_eq!(w.status(), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn uncorrelated_permanent_bounces_and_complaints_still_suppress() {
+    for name in ["bounce-permanent", "complaint"] {
+        // GIVEN no job at all for the event
+        let w = world(None);
+        let report = w.applier.handle(sqs(&[without_our_id(name)])).await;
+        assert_eq!(report.applied, vec![Applied::Uncorrelated], "{name}");
+        assert!(
+            w.suppression
+                .is_suppressed("ann@example.org", t0() + chrono::Duration::days(3650)),
+            "{name}: a hard entry"
+        );
+    }
+    // A store failure while suppressing leaves the event for a redelivery.
+    let w = world(None);
+    let failing = Arc::new(FailingSuppression);
+    let applier = Applier {
+        suppression: failing,
+        ..w.applier
+    };
+    let report = applier
+        .handle(sqs(&[without_our_id("bounce-permanent")]))
+        .await;
+    assert_eq!(report.failures, vec!["sqs-0".to_owned()]);
+}
+
+/// A suppression list whose writes fail.
+struct FailingSuppression;
+
+#[async_trait::async_trait]
+impl SuppressionList for FailingSuppression {
+    async fn suppressed(&self, _: &[String], _: DateTime<Utc>) -> Result<Vec<String>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn suppress_until(
+        &self,
+        _: &str,
+        _: &str,
+        _: DateTime<Utc>,
+        _: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
+        Err(StoreError::msg("suppress", "injected failure"))
+    }
+    async fn suppress_soft(
+        &self,
+        _: &str,
+        _: &str,
+        _: DateTime<Utc>,
+        _: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        Err(StoreError::msg("suppress soft", "injected failure"))
+    }
+    async fn remove(&self, _: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+    async fn list(
+        &self,
+        _: usize,
+        _: Option<String>,
+    ) -> Result<(Vec<courier::ports::SuppressionEntry>, Option<String>), StoreError> {
+        Ok((Vec::new(), None))
+    }
+}
+
+#[tokio::test]
+async fn a_transient_bounce_that_gives_up_soft_suppresses_for_the_configured_period() {
+    // GIVEN a job past its `not_after`
+    let w = world(Some(Status::SentToProvider));
+    w.keep_payload(kept_payload(Some("2026-01-01T00:00:00Z")));
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert_eq!(report.applied, vec![Applied::GaveUp]);
+    // THEN the recipient is suppressed for 14 days, then no longer
+    let until = w.suppression.expiries.lock().unwrap()["ann@example.org"];
+    assert_eq!(until, t0() + chrono::Duration::days(14));
+    assert!(w.suppression.entries.lock().unwrap()["ann@example.org"].starts_with("soft: "));
+    assert!(
+        w.suppression
+            .is_suppressed("ann@example.org", until - chrono::Duration::seconds(1))
+    );
+    assert!(!w.suppression.is_suppressed("ann@example.org", until));
+    // A failed soft suppression leaves the event for a redelivery, before the dead letter.
+    let w = world(Some(Status::SentToProvider));
+    w.keep_payload(kept_payload(Some("2026-01-01T00:00:00Z")));
+    let applier = Applier {
+        suppression: Arc::new(FailingSuppression),
+        ..w.applier
+    };
+    let report = applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert_eq!(report.failures, vec!["sqs-0".to_owned()]);
+    assert!(w.dead.letters.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_undetermined_bounce_soft_suppresses_and_is_noted_once() {
+    // GIVEN a sent job WHEN an undetermined bounce arrives (twice)
+    let w = world(Some(Status::SentToProvider));
+    let report = w
+        .applier
+        .handle(sqs(&[
+            fixture("sns-bounce-undetermined"),
+            fixture("eventbridge-bounce-undetermined"),
+        ]))
+        .await;
+    assert!(report.failures.is_empty());
+    assert_eq!(report.applied, vec![Applied::Noted, Applied::Absorbed]);
+    // THEN the status stays, the timeline has it once, the recipient is soft-suppressed
+    let rec = w.record();
+    assert_eq!(rec.status, Status::SentToProvider);
+    assert_eq!(rec.history.len(), 1);
+    assert_eq!(rec.history[0].status, Status::SentToProvider);
+    assert!(
+        rec.history[0]
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("undetermined")
+    );
+    assert_eq!(
+        w.suppression.expiries.lock().unwrap()["ann@example.org"],
+        t0() + chrono::Duration::days(14)
+    );
+    // A hard entry is never weakened to a soft one.
+    let w = world(Some(Status::SentToProvider));
+    w.applier
+        .handle(sqs(&[
+            fixture("bounce-permanent"),
+            fixture("bounce-undetermined"),
+        ]))
+        .await;
+    assert!(w.suppression.expiries.lock().unwrap().is_empty());
+    assert!(
+        w.suppression
+            .is_suppressed("ann@example.org", t0() + chrono::Duration::days(3650))
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_delay_is_in_the_timeline_once_and_changes_nothing() {
+    let w = world(Some(Status::SentToProvider));
+    let report = w
+        .applier
+        .handle(sqs(&[
+            fixture("delivery-delay"),
+            fixture("sns-delivery-delay"),
+        ]))
+        .await;
+    assert_eq!(report.applied, vec![Applied::Noted, Applied::Absorbed]);
+    let rec = w.record();
+    assert_eq!(rec.status, Status::SentToProvider);
+    assert_eq!(rec.history.len(), 1);
+    assert!(
+        rec.history[0]
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("delivery delayed")
+    );
+    // The delivery still moves it on afterwards.
+    w.applier.handle(sqs(&[fixture("delivery")])).await;
+    assert_eq!(w.status(), Some(Status::Delivered));
+    // Without a record there is nothing to note: acknowledged, not retried.
+    let w = world(None);
+    let report = w.applier.handle(sqs(&[fixture("delivery-delay")])).await;
+    assert!(report.failures.is_empty());
+    assert_eq!(report.applied, vec![Applied::Absorbed]);
+}
+
+#[tokio::test]
+async fn a_redelivered_event_counts_once_in_the_rates() {
+    // GIVEN a sent job WHEN its bounce arrives three times (SQS redelivery, SNS, EventBridge)
+    let w = world(Some(Status::SentToProvider));
+    let report = w
+        .applier
+        .handle(sqs(&[
+            fixture("bounce-permanent"),
+            fixture("sns-bounce-permanent"),
+        ]))
+        .await;
+    assert_eq!(report.recounts_skipped, 1);
+    w.applier
+        .handle(sqs(&[fixture("eventbridge-bounce-permanent")]))
+        .await;
+    // THEN it counts once
+    let total = w.reputation.buckets.lock().unwrap().values().fold(
+        courier::reputation::ReputationCounts::default(),
+        |mut a, b| {
+            a.merge(b);
+            a
+        },
+    );
+    assert_eq!(total.bounced, 1);
+    // AND a ledger failure leaves the (applied) event for a redelivery, which counts it once
+    let w = world(Some(Status::SentToProvider));
+    w.ledger.fail.set(1);
+    let report = w.applier.handle(sqs(&[fixture("send")])).await;
+    assert_eq!(report.failures, vec!["sqs-0".to_owned()]);
+    assert!(w.reputation.buckets.lock().unwrap().is_empty());
+    let report = w.applier.handle(sqs(&[fixture("send")])).await;
+    assert!(report.failures.is_empty());
+    let sent: u64 = w
+        .reputation
+        .buckets
+        .lock()
+        .unwrap()
+        .values()
+        .map(|c| c.sent)
+        .sum();
+    assert_eq!(sent, 1);
+}
+
+#[test]
+fn count_keys_tell_events_apart_and_not_their_copies() {
+    let key = |name: &str| count_key(&parse(&fixture(name)).unwrap());
+    assert_eq!(key("bounce-permanent"), key("sns-bounce-permanent"));
+    assert_ne!(key("send"), key("delivery"));
+    assert_eq!(key("delivery-delay"), None);
+    assert_eq!(key("bounce-transient"), None);
+    let mut other: Value = serde_json::from_str(&fixture("delivery")).unwrap();
+    other["mail"]["messageId"] = serde_json::json!("another-ses-id");
+    assert_ne!(
+        count_key(&parse(&other.to_string()).unwrap()),
+        key("delivery")
+    );
 }

@@ -30,7 +30,12 @@ pub struct Settings {
     pub letter_index_table: String,
     pub policy: RetryPolicy,
     pub guard: GuardConfig,
+    /// How long automatic soft suppressions last (`COURIER_SOFT_SUPPRESSION_PERIOD`).
+    pub soft_suppression: chrono::Duration,
 }
+
+/// The default of `COURIER_SOFT_SUPPRESSION_PERIOD`: 14 days.
+pub const DEFAULT_SOFT_SUPPRESSION_DAYS: i64 = 14;
 
 /// A setting that cannot be used, naming the variable.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +103,10 @@ impl Settings {
             dead_letter_queue_url: required("COURIER_DEAD_LETTER_QUEUE_URL")?,
             letter_index_table: required("COURIER_LETTER_INDEX_TABLE")?,
             policy,
+            soft_suppression: duration(
+                "COURIER_SOFT_SUPPRESSION_PERIOD",
+                chrono::Duration::days(DEFAULT_SOFT_SUPPRESSION_DAYS),
+            )?,
             guard: GuardConfig {
                 bounce_trip: rate("COURIER_REPUTATION_BOUNCE_TRIP", defaults.bounce_trip)?,
                 complaint_trip: rate("COURIER_REPUTATION_COMPLAINT_TRIP", defaults.complaint_trip)?,
@@ -127,6 +136,7 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Applier {
             dynamodb.clone(),
             &settings.suppression_table,
         )),
+        soft_suppression: settings.soft_suppression,
         clock: Arc::new(SystemClock),
         resender: Resender {
             policy: settings.policy.clone(),
@@ -144,6 +154,7 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Applier {
         },
         guard: Guard {
             store: control.clone(),
+            ledger: control.clone(),
             breakers: control,
             config: settings.guard.clone(),
         },

@@ -153,6 +153,9 @@ fn expression(set: &[&str], remove: &[&str]) -> String {
 /// The name of the status table's sparse index of open jobs.
 pub const OPEN_INDEX: &str = "by_open";
 
+/// The name of the status table's sparse, keys-only index by `provider_message_id`.
+pub const PROVIDER_MESSAGE_ID_INDEX: &str = "by_provider_message_id";
+
 /// The status / idempotency table: key `message_id` (S); TTL attribute `expires_at`.
 pub struct DynamoDbStatusStore {
     client: Client,
@@ -542,7 +545,6 @@ impl StatusStore for DynamoDbStatusStore {
             .update_item()
             .table_name(&self.table)
             .key("message_id", s(&update.message_id))
-            .update_expression(expression(&set, &remove))
             .condition_expression(condition)
             .expression_attribute_names("#s", "status")
             .expression_attribute_values(":s", s(update.status.as_str()))
@@ -566,12 +568,66 @@ impl StatusStore for DynamoDbStatusStore {
         for (placeholder, status) in placeholders.iter().zip(&sources) {
             req = req.expression_attribute_values(placeholder, s(status.as_str()));
         }
+        // Provider evidence (an SES event resolving an ambiguous send) keeps the provider message
+        // id where the record has none, so later events without our header still find the job.
+        if let Some(id) = &update.provider_message_id {
+            set.push("provider_message_id = if_not_exists(provider_message_id, :pid)");
+            req = req.expression_attribute_values(":pid", s(id));
+        }
+        req = req.update_expression(expression(&set, &remove));
         // Not allowed from the current status: a late or duplicate write, absorbed.
         super::conditional(req.send().await, "status record").map(|_| ())
     }
 
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
         Ok(self.read(message_id).await?.as_ref().and_then(record_of))
+    }
+
+    /// A Query on the sparse, keys-only `by_provider_message_id` index (an index write only
+    /// when a send records its provider message id; no extra write of ours).
+    async fn find_by_provider_message_id(
+        &self,
+        provider_message_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let out = self
+            .client
+            .query()
+            .table_name(&self.table)
+            .index_name(PROVIDER_MESSAGE_ID_INDEX)
+            .key_condition_expression("provider_message_id = :p")
+            .expression_attribute_values(":p", s(provider_message_id))
+            .limit(1)
+            .send()
+            .await
+            .map_err(err("status find by provider message id"))?;
+        Ok(out.items().first().and_then(|i| get_s(i, "message_id")))
+    }
+
+    async fn note(&self, message_id: &str, entry: &HistoryEntry) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(message_id))
+            .update_expression(format!("SET {APPEND_HISTORY}"))
+            .condition_expression("#s = :s AND attempt = :a")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":s", s(entry.status.as_str()))
+            .expression_attribute_values(":a", n(entry.attempt))
+            .expression_attribute_values(":empty", empty_list())
+            .expression_attribute_values(
+                ":h",
+                history_entry(
+                    entry.at,
+                    entry.status,
+                    entry.attempt,
+                    &entry.by,
+                    entry.detail.as_deref(),
+                ),
+            )
+            .send()
+            .await;
+        Ok(super::conditional(result, "status note")?.is_some())
     }
 
     async fn reopen(
@@ -869,6 +925,29 @@ impl SuppressionList for DynamoDbSuppressionList {
         Ok(())
     }
 
+    /// One conditional put: absent, or a soft entry ending before `until`.
+    async fn suppress_soft(
+        &self,
+        address: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("address", s(address.trim().to_lowercase()))
+            .item("reason", s(reason))
+            .item("suppressed_at", n(ms(now)))
+            .item("expires_at", n(until.timestamp()))
+            .condition_expression("attribute_not_exists(address) OR expires_at < :until")
+            .expression_attribute_values(":until", n(until.timestamp()))
+            .send()
+            .await;
+        Ok(super::conditional(result, "suppress soft")?.is_some())
+    }
+
     async fn remove(&self, address: &str) -> Result<bool, StoreError> {
         let out = self
             .client
@@ -1071,6 +1150,33 @@ impl Sightings for DynamoDbControlTable {
             .send()
             .await;
         Ok(super::conditional(result, "code sighting")?.is_some())
+    }
+}
+
+/// Counted events live at (`event#<key>`, `-`) in the control table (one partition per key: no
+/// hot partition), expiring through the table's TTL; an expired item not yet deleted counts as
+/// absent.
+#[async_trait::async_trait]
+impl crate::ports::EventLedger for DynamoDbControlTable {
+    async fn first_entry(
+        &self,
+        key: &str,
+        now: DateTime<Utc>,
+        keep_until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(format!("event#{key}")))
+            .item("sk", s("-"))
+            .item("counted_at", n(ms(now)))
+            .item("expires_at", n(keep_until.timestamp()))
+            .condition_expression("attribute_not_exists(pk) OR expires_at < :now")
+            .expression_attribute_values(":now", n(now.timestamp()))
+            .send()
+            .await;
+        Ok(super::conditional(result, "event ledger")?.is_some())
     }
 }
 
