@@ -280,7 +280,7 @@ fn applied_key(applied: &Applied) -> &'static str {
         Applied::Changed(Status::Complained) => "complained",
         Applied::Changed(_) => "changed_other",
         Applied::Resent => "resent",
-        Applied::GaveUp => "gave_up",
+        Applied::GaveUp(_) => "gave_up",
         Applied::Absorbed => "absorbed",
         Applied::NotYet => "not_yet",
         Applied::Uncorrelated => "uncorrelated",

@@ -498,11 +498,9 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     assert_eq!(reopened.status, Status::Pending);
     assert_eq!(reopened.attempt, before.attempt + 1);
     let last = reopened.history.last().unwrap();
-    // (not asserted: the entry's generation. DynamoDbStatusStore::reopen writes 0 there, the
-    // memory store the new generation; the record's `attempt` above is the truth.)
     assert_eq!(
-        (last.status, last.by.as_str()),
-        (Status::Pending, "operator")
+        (last.status, last.attempt, last.by.as_str()),
+        (Status::Pending, reopened.attempt, "operator")
     );
     // AND exactly one message is on the send queue: the job as that generation, fresh budget
     let queued = drain(&stack).await;

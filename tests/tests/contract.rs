@@ -176,6 +176,29 @@ async fn status_store_contract(store: &dyn StatusStore) {
         ClaimOutcome::Duplicate(Status::Suppressed)
     );
     assert_eq!(store.get("never-seen").await.unwrap(), None);
+
+    // A replay reopens a dead-lettered job as the next generation, once, and says so in the
+    // history with that generation.
+    let id = unique("job");
+    store.claim(&claim(&id, 2, "a", t, 60)).await.unwrap();
+    store
+        .finish(&update(&id, "a", Status::DeadLettered, 2, t))
+        .await
+        .unwrap();
+    assert_eq!(store.reopen(&id, later).await.unwrap(), Some(3));
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempt), (Status::Pending, 3));
+    let last = rec.history.last().unwrap();
+    assert_eq!(
+        (last.status, last.attempt, last.by.as_str()),
+        (Status::Pending, 3, "operator")
+    );
+    assert_eq!(
+        store.reopen(&id, later).await.unwrap(),
+        None,
+        "not dead-lettered now"
+    );
+    assert_eq!(store.reopen("never-seen", later).await.unwrap(), None);
 }
 
 #[tokio::test]

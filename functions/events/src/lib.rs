@@ -41,7 +41,7 @@ use courier::breaker::{BreakerConfig, BreakerState, Mode};
 use courier::classify::{SesFailureEvent, classify_ses_event};
 use courier::envelope::{attempt_record, dead_letter_of, next_body, parse_body};
 use courier::job::fingerprint;
-use courier::policy::{Decision, DelayMechanism, RetryPolicy};
+use courier::policy::{DeadLetterCategory, Decision, DelayMechanism, RetryPolicy};
 use courier::ports::{
     BreakerStore, Clock, DeadLetterSink, EventLedger, HistoryEntry, JobRecord, ReputationStore,
     Requeue, Resend, RetryScheduler, StatusStore, StatusUpdate, StoreError, SuppressionList,
@@ -284,8 +284,9 @@ pub enum Applied {
     Absorbed,
     /// A transient bounce: the job was scheduled to be sent again.
     Resent,
-    /// A transient bounce past the give-up horizon: the job was dead-lettered.
-    GaveUp,
+    /// A transient bounce past the give-up horizon: the job was dead-lettered (in this
+    /// category, counted in `DeadLettered_<category>` like the send function's letters).
+    GaveUp(DeadLetterCategory),
     /// The record is behind the event (or absent): try again later.
     NotYet,
     /// No job to correlate with (not sent by Courier, or without our header and tag and its
@@ -678,7 +679,7 @@ impl Applier {
                 update.detail = Some(format!("{}: {}", category.as_str(), letter.reason));
                 self.status.record(&update).await?;
                 warn!(message_id = %record.message_id, category = category.as_str(), "transient bounce past the give-up horizon; dead-lettered");
-                Ok(Some(Applied::GaveUp))
+                Ok(Some(Applied::GaveUp(category)))
             }
             // The policy finished it (e.g. a class that is not retried): the bounce stands.
             Decision::Finish { .. } => Ok(Some(Applied::Changed(Status::BouncedTransient))),
@@ -934,24 +935,34 @@ impl EventsReport {
             .iter()
             .filter(|a| **a == Applied::Resent)
             .count();
-        let gave_up = self
-            .applied
-            .iter()
-            .filter(|a| **a == Applied::GaveUp)
-            .count();
+        let mut dead_lettered: BTreeMap<String, usize> = BTreeMap::new();
+        for a in &self.applied {
+            if let Applied::GaveUp(category) = a {
+                *dead_lettered
+                    .entry(format!("DeadLettered_{}", category.as_str()))
+                    .or_default() += 1;
+            }
+        }
+        let gave_up: usize = dead_lettered.values().sum();
         let max =
             |f: fn(&(f64, f64)) -> f64| self.rates.values().map(f).fold(0.0_f64, f64::max) * 100.0;
-        serde_json::json!({
+        let mut metrics = vec![
+            serde_json::json!({"Name": "EventsApplied", "Unit": "Count"}),
+            serde_json::json!({"Name": "SoftBounceResends", "Unit": "Count"}),
+            serde_json::json!({"Name": "SoftBounceGaveUp", "Unit": "Count"}),
+            serde_json::json!({"Name": "ReputationGuardTripped", "Unit": "Count"}),
+            serde_json::json!({"Name": "BounceRate", "Unit": "Percent"}),
+            serde_json::json!({"Name": "ComplaintRate", "Unit": "Percent"}),
+        ];
+        metrics.extend(
+            dead_lettered
+                .keys()
+                .map(|name| serde_json::json!({"Name": name, "Unit": "Count"})),
+        );
+        let mut doc = serde_json::json!({
             "_aws": {"Timestamp": timestamp_ms, "CloudWatchMetrics": [{
                 "Namespace": "Courier", "Dimensions": [["Function"]],
-                "Metrics": [
-                    {"Name": "EventsApplied", "Unit": "Count"},
-                    {"Name": "SoftBounceResends", "Unit": "Count"},
-                    {"Name": "SoftBounceGaveUp", "Unit": "Count"},
-                    {"Name": "ReputationGuardTripped", "Unit": "Count"},
-                    {"Name": "BounceRate", "Unit": "Percent"},
-                    {"Name": "ComplaintRate", "Unit": "Percent"}
-                ]}]},
+                "Metrics": metrics}]},
             "Function": "events",
             "EventsApplied": self.applied.iter().filter(|a| **a != Applied::NotYet).count(),
             "SoftBounceResends": resent,
@@ -960,7 +971,11 @@ impl EventsReport {
             "BounceRate": max(|r| r.0),
             "ComplaintRate": max(|r| r.1),
             "Paused": self.tripped,
-        })
+        });
+        for (name, count) in dead_lettered {
+            doc[name] = count.into();
+        }
+        doc
     }
 
     pub fn response(&self) -> SqsBatchResponse {

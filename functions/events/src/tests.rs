@@ -389,9 +389,23 @@ async fn a_transient_bounce_past_the_horizon_is_dead_lettered_with_its_record() 
     w.keep_payload(kept_payload(Some("2026-01-01T00:00:00Z")));
     let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
     assert!(report.failures.is_empty());
-    assert_eq!(report.applied, vec![Applied::GaveUp]);
+    assert_eq!(
+        report.applied,
+        vec![Applied::GaveUp(
+            courier::policy::DeadLetterCategory::RetriesExhausted
+        )]
+    );
     assert_eq!(w.status(), Some(Status::DeadLettered));
     assert!(w.scheduled().is_empty());
+    // counted where the dead-letter alarms look (`DeadLettered_<category>`, Function=events)
+    let emf = report.to_emf(0);
+    assert_eq!(emf["DeadLettered_retries_exhausted"], 1);
+    assert_eq!(emf["SoftBounceGaveUp"], 1);
+    let declared = emf["_aws"]["CloudWatchMetrics"][0]["Metrics"].to_string();
+    assert!(
+        declared.contains("\"DeadLettered_retries_exhausted\""),
+        "{declared}"
+    );
     let letters = w.dead.letters.lock().unwrap();
     assert_eq!(letters.len(), 1);
     assert_eq!(letters[0].message_id.as_deref(), Some("order-4711"));
@@ -697,7 +711,12 @@ async fn a_transient_bounce_that_gives_up_soft_suppresses_for_the_configured_per
     let w = world(Some(Status::SentToProvider));
     w.keep_payload(kept_payload(Some("2026-01-01T00:00:00Z")));
     let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
-    assert_eq!(report.applied, vec![Applied::GaveUp]);
+    assert_eq!(
+        report.applied,
+        vec![Applied::GaveUp(
+            courier::policy::DeadLetterCategory::RetriesExhausted
+        )]
+    );
     // THEN the recipient is suppressed for 14 days, then no longer
     let until = w.suppression.expiries.lock().unwrap()["ann@example.org"];
     assert_eq!(until, t0() + chrono::Duration::days(14));

@@ -630,24 +630,34 @@ impl StatusStore for DynamoDbStatusStore {
         Ok(super::conditional(result, "status note")?.is_some())
     }
 
+    /// Reads the generation first so the history entry carries the new one; the write is
+    /// conditional on that generation, so a concurrent reopen makes this one return `None`.
     async fn reopen(
         &self,
         message_id: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<u32>, StoreError> {
+        let Some(current) = self.get(message_id).await? else {
+            return Ok(None);
+        };
+        if current.status != Status::DeadLettered {
+            return Ok(None);
+        }
+        let next = current.attempt + 1;
         let result = self
             .client
             .update_item()
             .table_name(&self.table)
             .key("message_id", s(message_id))
             .update_expression(format!(
-                "SET #s = :pending, attempt = attempt + :one, updated_at = :now, {APPEND_HISTORY} REMOVE open_state, open_at"
+                "SET #s = :pending, attempt = :next, updated_at = :now, {APPEND_HISTORY} REMOVE open_state, open_at"
             ))
-            .condition_expression("#s = :dead")
+            .condition_expression("#s = :dead AND attempt = :a")
             .expression_attribute_names("#s", "status")
             .expression_attribute_values(":pending", s(Status::Pending.as_str()))
             .expression_attribute_values(":dead", s(Status::DeadLettered.as_str()))
-            .expression_attribute_values(":one", n(1))
+            .expression_attribute_values(":a", n(current.attempt))
+            .expression_attribute_values(":next", n(next))
             .expression_attribute_values(":now", n(ms(now)))
             .expression_attribute_values(":empty", empty_list())
             .expression_attribute_values(
@@ -655,18 +665,14 @@ impl StatusStore for DynamoDbStatusStore {
                 history_entry(
                     now,
                     Status::Pending,
-                    0,
+                    next,
                     "operator",
                     Some("replayed from the dead letters"),
                 ),
             )
-            .return_values(aws_sdk_dynamodb::types::ReturnValue::UpdatedNew)
             .send()
             .await;
-        Ok(super::conditional(result, "status reopen")?
-            .and_then(|out| out.attributes)
-            .and_then(|a| get_n(&a, "attempt"))
-            .and_then(|a| u32::try_from(a).ok()))
+        Ok(super::conditional(result, "status reopen")?.map(|_| next))
     }
 
     async fn resend(&self, resend: &Resend) -> Result<bool, StoreError> {
