@@ -78,6 +78,9 @@ struct Counts {
     sqs_send_batch: f64,
     ddb_claim: f64,
     ddb_status_write: f64,
+    /// Writes DynamoDB makes to the status table's `by_provider_message_id` index (keys only,
+    /// 1 WRU) when a status write sets the provider's message id: not API calls, billed.
+    ddb_index_write: f64,
     ddb_breaker_read: f64,
     ddb_breaker_write: f64,
     ses_calls: f64,
@@ -98,11 +101,13 @@ impl Counts {
         self.ddb_claim += records;
     }
 
-    /// Records delivered: SendEmail accepted, status written.
+    /// Records delivered: SendEmail accepted, status written (with SES's message id, so the
+    /// sparse index gets a write too).
     fn delivered(&mut self, records: f64) {
         self.ses_calls += records;
         self.ses_accepted += records;
         self.ddb_status_write += records;
+        self.ddb_index_write += records;
     }
 
     /// Records the provider refused for now (throttled): SendEmail called, status written,
@@ -161,7 +166,8 @@ impl Bill {
             lambda: gb_s * PRICES.lambda_gb_s + c.batches * PRICES.lambda_request,
             sqs: (c.sqs_receive + c.sqs_delete_batch + c.sqs_send_batch) * PRICES.sqs_request,
             dynamodb: (c.ddb_claim * CLAIM_WRU
-                + (c.ddb_status_write + c.ddb_breaker_write) * SMALL_WRITE_WRU)
+                + (c.ddb_status_write + c.ddb_index_write + c.ddb_breaker_write)
+                    * SMALL_WRITE_WRU)
                 * PRICES.ddb_wru
                 + c.ddb_breaker_read * PRICES.ddb_rru,
             step_functions: c.sfn_transitions * PRICES.sfn_transition,
