@@ -657,3 +657,124 @@ async fn events_without_our_id_find_their_job_suppress_and_count_once() {
     .unwrap();
     assert_eq!(window.bounced, 1);
 }
+
+/// The ordering races with real concurrency: every event of a job applied at once by separate
+/// invocations, in a different order per job, each redelivered (as SQS would) while the function
+/// leaves it for later.
+#[tokio::test]
+async fn concurrent_out_of_order_events_end_in_the_furthest_status() {
+    // GIVEN jobs sent through SES
+    let stack = Stack::create(&["ses"]).await;
+    let clients = Clients::new(&stack.sdk);
+    let pipeline = Arc::new(
+        wiring::wire(
+            &clients,
+            SendConfig::default(),
+            &stack.resources,
+            RetryPolicy::default(),
+        )
+        .unwrap(),
+    );
+    let ids: Vec<String> = (0..6).map(|i| format!("race-{i}")).collect();
+    let records = ids
+        .iter()
+        .map(|id| RecordIn {
+            sqs_message_id: id.clone(),
+            body: serde_json::json!({"version": 1, "message_id": id, "campaign_id": "race", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}}).to_string(),
+        })
+        .collect();
+    let deadline = chrono::Utc::now() + chrono::Duration::seconds(30);
+    let report = pipeline.handle_records(records, deadline, "race").await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    let status = DynamoDbStatusStore::new(
+        clients.dynamodb.clone(),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    );
+    let applier = Arc::new(applier(
+        &stack,
+        RetryPolicy::default(),
+        GuardConfig::default(),
+    ));
+    // WHEN each job's SEND, DELIVERY, DELIVERY_DELAY and COMPLAINT arrive at once, in an order of
+    // their own
+    let mut tasks = Vec::new();
+    for (i, id) in ids.iter().enumerate() {
+        let provider_id = status
+            .get(id)
+            .await
+            .unwrap()
+            .unwrap()
+            .provider_message_id
+            .unwrap();
+        let mut events = vec![
+            event("Send", id, &provider_id, serde_json::json!({"send": {}})),
+            event(
+                "Delivery",
+                id,
+                &provider_id,
+                serde_json::json!({"delivery": {"recipients": ["ann@example.org"], "smtpResponse": "250 ok"}}),
+            ),
+            event(
+                "DeliveryDelay",
+                id,
+                &provider_id,
+                serde_json::json!({"deliveryDelay": {"delayType": "MailboxFull", "delayedRecipients": [{"emailAddress": "ann@example.org", "status": "4.2.2", "diagnosticCode": "smtp; 452 4.2.2 mailbox full"}]}}),
+            ),
+            event(
+                "Complaint",
+                id,
+                &provider_id,
+                serde_json::json!({"complaint": {"complainedRecipients": [{"emailAddress": "ann@example.org"}], "complaintFeedbackType": "abuse"}}),
+            ),
+        ];
+        events.rotate_left(i % 4);
+        if i % 2 == 1 {
+            events.reverse();
+        }
+        for body in events {
+            let applier = Arc::clone(&applier);
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..30 {
+                    let report = applier.handle(sqs(body.clone())).await;
+                    if report.failures.is_empty() {
+                        return report.applied;
+                    }
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                panic!("an event was left for redelivery 30 times: {body}");
+            }));
+        }
+    }
+    for task in futures::future::join_all(tasks).await {
+        task.unwrap();
+    }
+    // THEN every job ends `complained`, its history only moves forward, and the delay is in its
+    // timeline once
+    for id in &ids {
+        let rec = status.get(id).await.unwrap().unwrap();
+        assert_eq!(rec.status, Status::Complained, "{id}: {:?}", rec.history);
+        for pair in rec.history.windows(2) {
+            assert!(
+                pair[0].status == pair[1].status
+                    || matches!(
+                        courier::status::transition(pair[0].status, pair[1].status),
+                        Ok(courier::status::Transition::Applied)
+                    ),
+                "{id}: {:?} then {:?}",
+                pair[0],
+                pair[1]
+            );
+        }
+        let delays = rec
+            .history
+            .iter()
+            .filter(|h| {
+                h.detail
+                    .as_deref()
+                    .is_some_and(|d| d.contains("delivery delayed"))
+            })
+            .count();
+        assert_eq!(delays, 1, "{id}: {:?}", rec.history);
+    }
+}

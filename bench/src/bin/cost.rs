@@ -166,8 +166,7 @@ impl Bill {
             lambda: gb_s * PRICES.lambda_gb_s + c.batches * PRICES.lambda_request,
             sqs: (c.sqs_receive + c.sqs_delete_batch + c.sqs_send_batch) * PRICES.sqs_request,
             dynamodb: (c.ddb_claim * CLAIM_WRU
-                + (c.ddb_status_write + c.ddb_index_write + c.ddb_breaker_write)
-                    * SMALL_WRITE_WRU)
+                + (c.ddb_status_write + c.ddb_index_write + c.ddb_breaker_write) * SMALL_WRITE_WRU)
                 * PRICES.ddb_wru
                 + c.ddb_breaker_read * PRICES.ddb_rru,
             step_functions: c.sfn_transitions * PRICES.sfn_transition,
