@@ -93,6 +93,19 @@ pub const MAX_RECEIVE_COUNT: u32 = 3;
 
 #[allow(clippy::expect_used)]
 impl Stack {
+    /// The send function's pipeline on this stack (default settings and retry policy).
+    pub fn send_pipeline(&self) -> std::sync::Arc<courier_send::Pipeline> {
+        std::sync::Arc::new(
+            courier_send::wiring::wire(
+                &courier::aws::Clients::new(&self.sdk),
+                courier_send::config::SendConfig::default(),
+                &self.resources,
+                courier::policy::RetryPolicy::default(),
+            )
+            .expect("wire the send pipeline"),
+        )
+    }
+
     pub async fn create(providers: &[&str]) -> Stack {
         let sdk = aws_config().await;
         let stack = courier::aws::provision::provision(

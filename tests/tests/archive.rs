@@ -4,17 +4,14 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use courier::aws::{Clients, DynamoDbLetterIndex};
 use courier::letters::{ArchiveAges, IndexedLetter, LetterFilter, LetterState};
-use courier::policy::{DeadLetterCategory, RetryPolicy};
+use courier::policy::DeadLetterCategory;
 use courier::ports::{LetterIndex, LetterQueue};
 use courier_archiver::wiring::Settings;
 use courier_integration::Stack;
-use courier_send::config::SendConfig;
-use courier_send::wiring;
 
 fn job(stack: &Stack, id: &str, to: &str) -> String {
     serde_json::json!({
@@ -28,15 +25,7 @@ fn job(stack: &Stack, id: &str, to: &str) -> String {
 async fn dead_letters_are_indexed_archived_and_read_back_equal() {
     let stack = Stack::create(&["smtp"]).await;
     let clients = Clients::new(&stack.sdk);
-    let pipeline = Arc::new(
-        wiring::wire(
-            &clients,
-            SendConfig::default(),
-            &stack.resources,
-            RetryPolicy::default(),
-        )
-        .unwrap(),
-    );
+    let pipeline = stack.send_pipeline();
     // Four letters of three categories, and one raw message SQS redrove.
     let sqs = stack.sqs();
     for body in [
@@ -204,15 +193,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
     use courier::aws::{DynamoDbControlTable, DynamoDbStatusStore, SqsRetryScheduler};
     let stack = Stack::create(&["smtp"]).await;
     let clients = Clients::new(&stack.sdk);
-    let pipeline = Arc::new(
-        wiring::wire(
-            &clients,
-            SendConfig::default(),
-            &stack.resources,
-            RetryPolicy::default(),
-        )
-        .unwrap(),
-    );
+    let pipeline = stack.send_pipeline();
     let sqs = stack.sqs();
     let poison_body =
         job(&stack, "wb-poison", "policy@courier.test").replace("hello", "same payload every time");
@@ -349,15 +330,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
         .send()
         .await
         .unwrap();
-    let fresh = Arc::new(
-        wiring::wire(
-            &clients,
-            SendConfig::default(),
-            &stack.resources,
-            RetryPolicy::default(),
-        )
-        .unwrap(),
-    );
+    let fresh = stack.send_pipeline();
     let mut poisoned = Vec::new();
     for _ in 0..10 {
         driver.poll_once(&fresh, "wb3").await.unwrap();

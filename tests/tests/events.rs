@@ -101,15 +101,7 @@ fn sqs_batch(bodies: Vec<String>) -> aws_lambda_events::sqs::SqsEvent {
 async fn delivery_and_bounce_events_reach_the_status_and_suppression_tables() {
     let stack = Stack::create(&["ses"]).await;
     let clients = Clients::new(&stack.sdk);
-    let pipeline = Arc::new(
-        wiring::wire(
-            &clients,
-            SendConfig::default(),
-            &stack.resources,
-            RetryPolicy::default(),
-        )
-        .unwrap(),
-    );
+    let pipeline = stack.send_pipeline();
     let job = |id: &str| {
         serde_json::json!({"version": 1, "message_id": id, "campaign_id": "ev", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}}).to_string()
     };
@@ -355,15 +347,7 @@ async fn the_reputation_guard_pauses_a_domain_in_a_synthetic_bounce_wave() {
     assert_eq!(pause.mode, courier::breaker::Mode::Open);
 
     // The send function holds back SES sends from that domain, and only from it.
-    let pipeline = Arc::new(
-        wiring::wire(
-            &clients,
-            SendConfig::default(),
-            &stack.resources,
-            RetryPolicy::default(),
-        )
-        .unwrap(),
-    );
+    let pipeline = stack.send_pipeline();
     let job = |id: &str, from: &str| {
         serde_json::json!({"version": 1, "message_id": id, "campaign_id": "wave", "from": from, "to": ["carl@example.org"], "content": {"subject": "s", "text": "t"}}).to_string()
     };
@@ -666,15 +650,7 @@ async fn concurrent_out_of_order_events_end_in_the_furthest_status() {
     // GIVEN jobs sent through SES
     let stack = Stack::create(&["ses"]).await;
     let clients = Clients::new(&stack.sdk);
-    let pipeline = Arc::new(
-        wiring::wire(
-            &clients,
-            SendConfig::default(),
-            &stack.resources,
-            RetryPolicy::default(),
-        )
-        .unwrap(),
-    );
+    let pipeline = stack.send_pipeline();
     let ids: Vec<String> = (0..6).map(|i| format!("race-{i}")).collect();
     let records = ids
         .iter()
