@@ -156,27 +156,14 @@ fn sqs_event(bodies: &[String]) -> serde_json::Value {
 
 /// The send function's settings for `stack`, sending through the harness's Postfix.
 fn send_env(stack: &Stack) -> Vec<(&'static str, String)> {
-    let r = &stack.resources;
-    vec![
-        ("COURIER_QUEUE_URL", r.queue_url.clone()),
-        (
-            "COURIER_DEAD_LETTER_QUEUE_URL",
-            r.dead_letter_queue_url.clone(),
-        ),
-        ("COURIER_LETTER_INDEX_TABLE", r.letter_index_table.clone()),
-        ("COURIER_STATUS_TABLE", r.status_table.clone()),
-        ("COURIER_SUPPRESSION_TABLE", r.suppression_table.clone()),
-        ("COURIER_BREAKER_TABLE", r.breaker_table.clone()),
-        ("COURIER_TEMPLATE_BUCKET", r.template_bucket.clone()),
-        (
-            "COURIER_DELAY_STATE_MACHINE_ARN",
-            r.delay_state_machine_arn.clone(),
-        ),
+    let mut env = stack.resources.resource_env();
+    env.extend([
         ("COURIER_PROVIDERS", "smtp".into()),
         ("COURIER_SMTP_HOST", require_env("COURIER_SMTP_HOST")),
         ("COURIER_SMTP_PORT", require_env("COURIER_SMTP_PORT")),
         ("COURIER_SMTP_TLS", "none".into()),
-    ]
+    ]);
+    env
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -79,23 +79,7 @@ impl Run {
 
 /// The `COURIER_*` settings of a stack, as `courierctl provision` prints them.
 fn settings(stack: &Stack) -> Vec<(&'static str, String)> {
-    let r = &stack.resources;
-    vec![
-        ("COURIER_QUEUE_URL", r.queue_url.clone()),
-        (
-            "COURIER_DEAD_LETTER_QUEUE_URL",
-            r.dead_letter_queue_url.clone(),
-        ),
-        ("COURIER_LETTER_INDEX_TABLE", r.letter_index_table.clone()),
-        ("COURIER_STATUS_TABLE", r.status_table.clone()),
-        ("COURIER_SUPPRESSION_TABLE", r.suppression_table.clone()),
-        ("COURIER_BREAKER_TABLE", r.breaker_table.clone()),
-        ("COURIER_TEMPLATE_BUCKET", r.template_bucket.clone()),
-        (
-            "COURIER_DELAY_STATE_MACHINE_ARN",
-            r.delay_state_machine_arn.clone(),
-        ),
-    ]
+    stack.resources.resource_env()
 }
 
 /// Runs `courierctl args` with exactly the `COURIER_*` variables in `env` (every other

@@ -748,26 +748,12 @@ async fn cargo_lambda_deploys_every_function_as_the_template_configures_it() {
     // Deployed as a new function from the same binary and metadata (`--binary-name`): LocalStack
     // without Docker refuses to update a function whose first version never started.
     let stack = courier_integration::Stack::create(&["ses"]).await;
-    let r = &stack.resources;
-    let real = [
-        ("AWS_LAMBDA_LOG_FORMAT", "JSON".to_string()),
-        ("COURIER_QUEUE_URL", r.queue_url.clone()),
-        (
-            "COURIER_DEAD_LETTER_QUEUE_URL",
-            r.dead_letter_queue_url.clone(),
-        ),
-        ("COURIER_LETTER_INDEX_TABLE", r.letter_index_table.clone()),
-        ("COURIER_STATUS_TABLE", r.status_table.clone()),
-        ("COURIER_SUPPRESSION_TABLE", r.suppression_table.clone()),
-        ("COURIER_BREAKER_TABLE", r.breaker_table.clone()),
-        ("COURIER_TEMPLATE_BUCKET", r.template_bucket.clone()),
-        (
-            "COURIER_DELAY_STATE_MACHINE_ARN",
-            r.delay_state_machine_arn.clone(),
-        ),
+    let mut real = vec![("AWS_LAMBDA_LOG_FORMAT", "JSON".to_string())];
+    real.extend(stack.resources.resource_env());
+    real.extend([
         ("COURIER_PROVIDERS", "ses".to_string()),
         ("COURIER_SES_CONFIGURATION_SET", "courier".to_string()),
-    ];
+    ]);
     let name = courier_integration::unique("courier-send");
     let mut args = vec!["--binary-name".to_string(), "courier-send".to_string()];
     for (k, v) in &real {

@@ -148,22 +148,27 @@ fn sqs(bodies: &[String]) -> SqsEvent {
     serde_json::from_value(serde_json::json!({ "Records": records })).unwrap()
 }
 
+/// Every event type's fixture in SES's own shape (`sns-*` and `eventbridge-*` wrap each).
+const RAW_FIXTURES: [&str; 10] = [
+    "send",
+    "delivery",
+    "bounce-permanent",
+    "bounce-transient",
+    "bounce-undetermined",
+    "complaint",
+    "delivery-delay",
+    "reject",
+    "rendering-failure",
+    "open",
+];
+
 #[test]
 fn every_fixture_parses_with_its_correlation() {
-    for name in [
-        "send",
-        "delivery",
-        "bounce-permanent",
-        "bounce-transient",
-        "bounce-undetermined",
-        "complaint",
-        "delivery-delay",
-        "reject",
-        "rendering-failure",
-        "open",
-        "sns-bounce-permanent",
-        "eventbridge-delivery",
-    ] {
+    for name in RAW_FIXTURES
+        .iter()
+        .copied()
+        .chain(["sns-bounce-permanent", "eventbridge-delivery"])
+    {
         let e = parse(&fixture(name)).unwrap_or_else(|err| panic!("{name}: {err}"));
         assert_eq!(e.message_id.as_deref(), Some("order-4711"), "{name}");
         assert!(e.provider_message_id.is_some(), "{name}");
@@ -573,18 +578,7 @@ fn without_our_id(name: &str) -> String {
 
 #[test]
 fn every_eventbridge_and_sns_fixture_parses_as_its_raw_event() {
-    for name in [
-        "send",
-        "delivery",
-        "bounce-permanent",
-        "bounce-transient",
-        "bounce-undetermined",
-        "complaint",
-        "delivery-delay",
-        "reject",
-        "rendering-failure",
-        "open",
-    ] {
+    for name in RAW_FIXTURES {
         let raw = parse(&fixture(name)).unwrap();
         for envelope in ["sns", "eventbridge"] {
             let wrapped = parse(&fixture(&format!("{envelope}-{name}")))

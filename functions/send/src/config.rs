@@ -75,6 +75,31 @@ pub struct Resources {
 }
 
 impl Resources {
+    /// The settings naming the queues, tables, bucket and state machine (the required
+    /// `COURIER_*` variables [`SendConfig::from_lookup`] reads), for a process to be started on
+    /// these resources.
+    pub fn resource_env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("COURIER_QUEUE_URL", self.queue_url.clone()),
+            (
+                "COURIER_DEAD_LETTER_QUEUE_URL",
+                self.dead_letter_queue_url.clone(),
+            ),
+            (
+                "COURIER_LETTER_INDEX_TABLE",
+                self.letter_index_table.clone(),
+            ),
+            ("COURIER_STATUS_TABLE", self.status_table.clone()),
+            ("COURIER_SUPPRESSION_TABLE", self.suppression_table.clone()),
+            ("COURIER_BREAKER_TABLE", self.breaker_table.clone()),
+            ("COURIER_TEMPLATE_BUCKET", self.template_bucket.clone()),
+            (
+                "COURIER_DELAY_STATE_MACHINE_ARN",
+                self.delay_state_machine_arn.clone(),
+            ),
+        ]
+    }
+
     /// The resources of a stack provisioned on an emulator (`courier::aws::provision`), sending
     /// through `providers` in that order.
     pub fn of_stack(
@@ -297,6 +322,15 @@ mod tests {
         env: &HashMap<&'static str, String>,
     ) -> Result<(SendConfig, Resources, RetryPolicy), ConfigError> {
         SendConfig::from_lookup(|k| env.get(k).cloned())
+    }
+
+    #[test]
+    fn resource_env_is_what_the_function_reads() {
+        let (_, resources, _) = parse(&base()).unwrap();
+        let env: HashMap<&'static str, String> = resources.resource_env().into_iter().collect();
+        assert_eq!(env, base());
+        let (_, again, _) = parse(&env).unwrap();
+        assert_eq!(again.resource_env(), resources.resource_env());
     }
 
     #[test]
