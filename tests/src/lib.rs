@@ -91,8 +91,31 @@ pub struct Stack {
 /// maxReceiveCount of the send queue in tests.
 pub const MAX_RECEIVE_COUNT: u32 = 3;
 
+/// The debug `courierctl` binary the integration tests run (built by the Makefile's BINS line
+/// before them); fails the test with what to build when it is missing.
+pub fn courierctl() -> std::path::PathBuf {
+    let repo = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(repo.join("target"), |d| repo.join(d));
+    let path = target.join("debug").join("courierctl");
+    assert!(
+        path.exists(),
+        "{} is not built: run `cargo build -p courierctl` first (`make it-moto` and `make it-localstack` do, through BINS)",
+        path.display()
+    );
+    path
+}
+
 #[allow(clippy::expect_used)]
 impl Stack {
+    /// The stack's status table, as the functions use it (records kept an hour).
+    pub fn status_store(&self) -> courier::aws::DynamoDbStatusStore {
+        courier::aws::DynamoDbStatusStore::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            &self.resources.status_table,
+            Duration::from_secs(3600),
+        )
+    }
+
     /// The send function's pipeline on this stack (default settings and retry policy).
     pub fn send_pipeline(&self) -> std::sync::Arc<courier_send::Pipeline> {
         std::sync::Arc::new(

@@ -8,7 +8,6 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -24,20 +23,8 @@ use courier::ports::{
     StatusStore, StatusUpdate, SuppressionEntry, SuppressionList,
 };
 use courier::status::Status;
-use courier_integration::{Stack, require_env};
+use courier_integration::{Stack, courierctl, require_env};
 use serde_json::Value;
-
-fn courierctl() -> PathBuf {
-    let repo = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(repo.join("target"), |d| repo.join(d));
-    let path = target.join("debug").join("courierctl");
-    assert!(
-        path.exists(),
-        "{} is not built: run `cargo build -p courierctl` first (`make it-moto` and `make it-localstack` do, through BINS)",
-        path.display()
-    );
-    path
-}
 
 /// What one run of the binary did.
 #[derive(Debug)]

@@ -12,7 +12,6 @@
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -20,19 +19,7 @@ use courier::aws::provision::kebab;
 use courier::aws::{DynamoDbStatusStore, DynamoDbSuppressionList};
 use courier::ports::{JobRecord, StatusStore, SuppressionList};
 use courier::status::Status;
-use courier_integration::{aws_config, require_env, unique};
-
-fn courierctl() -> PathBuf {
-    let repo = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
-    let target = std::env::var_os("CARGO_TARGET_DIR").map_or(repo.join("target"), |d| repo.join(d));
-    let path = target.join("debug").join("courierctl");
-    assert!(
-        path.exists(),
-        "{} is not built: run `cargo build -p courierctl` (make it-moto does)",
-        path.display()
-    );
-    path
-}
+use courier_integration::{aws_config, courierctl, require_env, unique};
 
 /// The report line starting with `label`, trimmed.
 fn line<'a>(report: &'a str, label: &str) -> &'a str {

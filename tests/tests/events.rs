@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use courier::aws::{Clients, DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList};
+use courier::aws::{Clients, DynamoDbControlTable, DynamoDbSuppressionList};
 use courier::policy::RetryPolicy;
 use courier::ports::{BreakerStore, StatusStore, StatusUpdate, SuppressionList};
 use courier::reputation::GuardConfig;
@@ -123,11 +123,7 @@ async fn delivery_and_bounce_events_reach_the_status_and_suppression_tables() {
         )
         .await;
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
-    let status = Arc::new(DynamoDbStatusStore::new(
-        clients.dynamodb.clone(),
-        &stack.resources.status_table,
-        Duration::from_secs(3600),
-    ));
+    let status = Arc::new(stack.status_store());
     let suppression = Arc::new(DynamoDbSuppressionList::new(
         clients.dynamodb.clone(),
         &stack.resources.suppression_table,
@@ -221,11 +217,7 @@ async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
         )
         .await;
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
-    let status = DynamoDbStatusStore::new(
-        clients.dynamodb.clone(),
-        &stack.resources.status_table,
-        Duration::from_secs(3600),
-    );
+    let status = stack.status_store();
     let sent = status.get(&id).await.unwrap().unwrap();
     assert!(sent.payload.is_some(), "the SES send keeps its payload");
     let first = sent.provider_message_id.clone().unwrap();
@@ -280,11 +272,7 @@ async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
 async fn the_reputation_guard_pauses_a_domain_in_a_synthetic_bounce_wave() {
     let stack = Stack::create(&["ses"]).await;
     let clients = Clients::new(&stack.sdk);
-    let status = DynamoDbStatusStore::new(
-        clients.dynamodb.clone(),
-        &stack.resources.status_table,
-        Duration::from_secs(3600),
-    );
+    let status = stack.status_store();
     let domain = format!("{}.example", unique("wave"));
     let source = format!("News <news@{domain}>");
     let now = chrono::Utc::now();
@@ -410,12 +398,7 @@ fn fixture_for(name: &str, message_id: &str, provider_id: &str) -> String {
 #[tokio::test]
 async fn every_event_type_lands_on_the_real_tables() {
     let stack = Stack::create(&["ses"]).await;
-    let clients = Clients::new(&stack.sdk);
-    let status = DynamoDbStatusStore::new(
-        clients.dynamodb.clone(),
-        &stack.resources.status_table,
-        Duration::from_secs(3600),
-    );
+    let status = stack.status_store();
     let events = applier(&stack, RetryPolicy::default(), GuardConfig::default());
     // (fixture, the record's status before, the status after, what the batch reports)
     let cases = [
@@ -548,11 +531,7 @@ fn anonymous(name: &str, provider_id: &str, sent_at: chrono::DateTime<chrono::Ut
 async fn events_without_our_id_find_their_job_suppress_and_count_once() {
     let stack = Stack::create(&["ses"]).await;
     let clients = Clients::new(&stack.sdk);
-    let status = DynamoDbStatusStore::new(
-        clients.dynamodb.clone(),
-        &stack.resources.status_table,
-        Duration::from_secs(3600),
-    );
+    let status = stack.status_store();
     let suppression =
         DynamoDbSuppressionList::new(clients.dynamodb.clone(), &stack.resources.suppression_table);
     let control = DynamoDbControlTable::new(
@@ -649,7 +628,6 @@ async fn events_without_our_id_find_their_job_suppress_and_count_once() {
 async fn concurrent_out_of_order_events_end_in_the_furthest_status() {
     // GIVEN jobs sent through SES
     let stack = Stack::create(&["ses"]).await;
-    let clients = Clients::new(&stack.sdk);
     let pipeline = stack.send_pipeline();
     let ids: Vec<String> = (0..6).map(|i| format!("race-{i}")).collect();
     let records = ids
@@ -662,11 +640,7 @@ async fn concurrent_out_of_order_events_end_in_the_furthest_status() {
     let deadline = chrono::Utc::now() + chrono::Duration::seconds(30);
     let report = pipeline.handle_records(records, deadline, "race").await;
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
-    let status = DynamoDbStatusStore::new(
-        clients.dynamodb.clone(),
-        &stack.resources.status_table,
-        Duration::from_secs(3600),
-    );
+    let status = stack.status_store();
     let applier = Arc::new(applier(
         &stack,
         RetryPolicy::default(),
