@@ -5,7 +5,7 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo fmt-check clippy lint-infra unit lambda-build it-moto it-localstack deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci
+.PHONY: test demo fmt-check clippy lint-infra unit lambda-build lambda-build-x86-release it-moto it-localstack deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci
 
 ## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack).
 test:
@@ -15,7 +15,7 @@ test:
 	@scripts/phase.sh "clippy -D warnings" $(MAKE) --no-print-directory clippy
 	@scripts/phase.sh "cfn-lint and checkov infra/template.yaml" $(MAKE) --no-print-directory lint-infra
 	@scripts/phase.sh "unit tests" $(MAKE) --no-print-directory unit
-	@scripts/phase.sh "release build (cargo lambda: arm64 zips, x86_64)" $(MAKE) --no-print-directory lambda-build
+	@scripts/phase.sh "lambda build (arm64 zips release, x86_64 lambda-test)" $(MAKE) --no-print-directory lambda-build
 	@scripts/phase.sh "integration tests on moto" $(MAKE) --no-print-directory it-moto
 	@scripts/phase.sh "integration tests on LocalStack" $(MAKE) --no-print-directory it-localstack
 	@scripts/phase.sh "chaos suite, short (1,000 jobs, 5 kills)" $(MAKE) --no-print-directory chaos-ci
@@ -25,7 +25,7 @@ test:
 ## README: moto's DynamoDB loses concurrent writes, which the demo's concurrent instances make).
 demo:
 	@scripts/install-deps.sh localstack moto smtp
-	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh localstack -- $(CARGO) run -q -p courierctl -- demo
+	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh localstack -- $(CARGO) run -q -p courier-dev -- demo
 
 ## make lint-infra: cfn-lint and checkov on infra/ (checkov's skips are justified next to each resource).
 lint-infra:
@@ -43,19 +43,24 @@ unit:
 	$(CARGO) test --workspace --exclude courier-integration
 
 # The function binaries are built first: tests/tests/binary.rs runs them under a Runtime API,
-# tests/tests/demo.rs runs `courierctl demo`.
-BINS := $(CARGO) build -q -p courier-send -p courier-archiver -p courier-events -p courierctl
+# tests/tests/demo.rs runs `courier-dev demo`, tests/tests/cli.rs runs `courierctl`.
+BINS := $(CARGO) build -q -p courier-send -p courier-archiver -p courier-events -p courierctl -p courier-dev
 
-## make lambda-build: what cargo-lambda builds for every crate under functions/ (release profile):
-## arm64 zips in target/lambda/<bin>/bootstrap.zip (what `cargo lambda deploy` uploads, see
-## tests/tests/deploy.rs) and x86_64 bootstraps in target/lambda-x86_64/<bin>/bootstrap (run here by
-## tests/tests/binary.rs and bench/lambda-binary.sh).
+## make lambda-build: what cargo-lambda builds for every crate under functions/: the arm64 zips
+## in target/lambda/<bin>/bootstrap.zip with the release profile (what `cargo lambda deploy`
+## uploads, see tests/tests/deploy.rs), and x86_64 bootstraps in target/lambda-x86_64/<bin>/bootstrap
+## with the faster `lambda-test` profile (run here by tests/tests/binary.rs). `make bench-lambda`
+## measures release x86_64 bootstraps of its own (target/lambda-x86_64-release).
 LAMBDA_PKGS = $(foreach m,$(wildcard functions/*/Cargo.toml),-p courier-$(notdir $(patsubst %/Cargo.toml,%,$(m))))
 CARGO_LAMBDA = PATH="$${COURIER_CACHE:-$(CURDIR)/.cache}/venv-lambda/bin:$$PATH" $(CARGO) lambda
 lambda-build:
 	@scripts/install-deps.sh lambda
 	$(CARGO_LAMBDA) build -q --release --arm64 --output-format zip $(LAMBDA_PKGS)
-	$(CARGO_LAMBDA) build -q --release --x86-64 --lambda-dir "$${CARGO_TARGET_DIR:-target}/lambda-x86_64" $(LAMBDA_PKGS)
+	$(CARGO_LAMBDA) build -q --profile lambda-test --x86-64 --lambda-dir "$${CARGO_TARGET_DIR:-target}/lambda-x86_64" $(LAMBDA_PKGS)
+
+lambda-build-x86-release:
+	@scripts/install-deps.sh lambda
+	$(CARGO_LAMBDA) build -q --release --x86-64 --lambda-dir "$${CARGO_TARGET_DIR:-target}/lambda-x86_64-release" $(LAMBDA_PKGS)
 
 # The demo test runs on LocalStack only: moto's DynamoDB applies concurrent writes without
 # isolation (a failed transaction restores a copy of the tables, undoing writes made meanwhile),
@@ -75,7 +80,7 @@ deps:
 ## Postfix restarts, faults between the functions and the emulator, then every job audited. On
 ## LocalStack for SQS and S3, DynamoDB Local on disk for the tables (atomic conditional writes, as
 ## moto's are not; really restarted mid-run). `chaos-ci`: the short run.
-CHAOS = $(CARGO) build -q -p courierctl -p courier-chaos && COURIER_HARNESS_SKIP_INSTALL=1 \
+CHAOS = $(CARGO) build -q -p courier-dev -p courier-chaos && COURIER_HARNESS_SKIP_INSTALL=1 \
 	scripts/with-harness.sh localstack -- "$${CARGO_TARGET_DIR:-target}/debug/courier-chaos" \
 	--dynamodb-local "$${COURIER_CACHE:-$(CURDIR)/.cache}/localstack-lib/dynamodb-local/2/DynamoDBLocal.jar"
 chaos:
@@ -108,9 +113,9 @@ bench-throughput:
 	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh $(TP_EMULATOR) -- $(CARGO) run --release -q -p courier-bench --bin throughput -- $(or $(JOBS),1000)
 
 ## make bench-lambda: the release bootstrap through a local Lambda Runtime API (cold start, RSS, zip sizes).
-bench-lambda: lambda-build
+bench-lambda: lambda-build lambda-build-x86-release
 	@scripts/install-deps.sh moto smtp
-	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- bench/lambda-binary.sh 50
+	@COURIER_BOOTSTRAP="$${CARGO_TARGET_DIR:-target}/lambda-x86_64-release/courier-send/bootstrap" COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- bench/lambda-binary.sh 50
 
 ## make bench-cost: AWS API calls and dollars per million emails (bench/src/bin/cost.rs).
 bench-cost:

@@ -20,8 +20,8 @@ BATCHES=${1:-50}
 TARGET=$(cd "$REPO" && realpath -m "${CARGO_TARGET_DIR:-target}")
 BIN=${COURIER_BOOTSTRAP:-$TARGET/lambda-x86_64/courier-send/bootstrap}
 [ -x "$BIN" ] || { echo "$BIN is missing: run make lambda-build" >&2; exit 1; }
-cargo build -q -p courierctl --manifest-path "$REPO/Cargo.toml"
-CTL=$TARGET/debug/courierctl
+cargo build -q -p courier-dev --manifest-path "$REPO/Cargo.toml"
+CTL=$TARGET/debug/courier-dev
 WORK=$(mktemp -d)
 trap 'kill "${FN:-}" "${RT:-}" 2>/dev/null || true; rm -rf "$WORK"' EXIT
 

@@ -7,13 +7,13 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use courier::breaker::BreakerConfig;
-use courier::classify::{ErrorClass, classify_smtp};
-use courier::job::Priority;
-use courier::memory::*;
-use courier::policy::{RetryPolicy, RetryState};
-use courier::ports::Clock;
-use courier::random::SeededRandom;
+use courier_core::breaker::BreakerConfig;
+use courier_core::classify::{ErrorClass, classify_smtp};
+use courier_core::job::Priority;
+use courier_core::policy::{RetryPolicy, RetryState};
+use courier_core::ports::Clock;
+use courier_core::random::SeededRandom;
+use courier_devkit::memory::*;
 use courier_send::{Pipeline, RecordIn, SendConfig, breakers::Breakers};
 
 const RUNS: usize = 15;
@@ -40,7 +40,7 @@ fn bench(name: &str, iters: usize, mut f: impl FnMut(usize)) {
 }
 
 fn corpus() -> Vec<String> {
-    let text = include_str!("../../shared/tests/fixtures/smtp_replies.jsonl");
+    let text = include_str!("../../shared/core/tests/fixtures/smtp_replies.jsonl");
     text.lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         .filter_map(|v| v["reply"].as_str().map(str::to_owned))
@@ -103,7 +103,7 @@ fn handler_overhead() {
         .map(|mut t| {
             t.insert(
                 "welcome".into(),
-                courier::ports::Template {
+                courier_core::ports::Template {
                     subject: "Welcome {{ name }}".into(),
                     text: Some("Hello {{ name }}, your code is {{ code }}.".into()),
                     html: Some("<p>Hello {{ name }}</p>".into()),
@@ -126,14 +126,14 @@ fn handler_overhead() {
             Duration::from_secs(60),
         ),
         governor: courier_send::governor::Governor::new(
-            Arc::new(courier::memory::MemorySendSchedule::default()),
+            Arc::new(courier_devkit::memory::MemorySendSchedule::default()),
             std::collections::BTreeMap::new(),
         ),
         policy: RetryPolicy::default(),
         clock: clock.clone(),
         config: SendConfig::default(),
         rng: std::sync::Mutex::new(SeededRandom::new(7)),
-        sightings: Arc::new(courier::memory::MemorySightings::default()),
+        sightings: Arc::new(courier_devkit::memory::MemorySightings::default()),
         new_codes: std::sync::Mutex::new(Vec::new()),
     });
     let batches = 300;

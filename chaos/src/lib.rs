@@ -1,5 +1,5 @@
 //! Courier's chaos suite (issue #8): thousands of jobs through the local system (moto, the
-//! send function's real handler in `courierctl drive` processes, Postfix with its scripted
+//! send function's real handler in `courier-dev drive` processes, Postfix with its scripted
 //! failures) while the suite SIGKILLs the drivers at random points, restarts Postfix, takes the
 //! AWS emulator away for a while and injects latency, resets and stalls between the functions
 //! and the emulator through a proxy. Then every job is audited: one home (a terminal status or

@@ -28,7 +28,7 @@ struct Cli {
     /// Seconds to wait after the chaos phase for every job to settle.
     #[arg(long, default_value_t = 1800)]
     settle_deadline: u64,
-    /// Driver processes (`courierctl drive`) running at once.
+    /// Driver processes (`courier-dev drive`) running at once.
     #[arg(long, default_value_t = 2)]
     drivers: usize,
     /// Driver loops per process.
@@ -47,7 +47,7 @@ struct Cli {
     /// it for real; SQS and S3 stay on the harness's emulator.
     #[arg(long)]
     dynamodb_local: Option<PathBuf>,
-    /// The courierctl binary (default: next to this one).
+    /// The courier-dev binary (default: next to this one).
     #[arg(long)]
     driver_bin: Option<PathBuf>,
     /// Where the journal, driver logs and the violation list go
@@ -99,8 +99,8 @@ fn main() -> ExitCode {
     });
     let driver_bin = cli.driver_bin.unwrap_or_else(|| {
         std::env::current_exe()
-            .map(|p| p.with_file_name("courierctl"))
-            .unwrap_or_else(|_| PathBuf::from("courierctl"))
+            .map(|p| p.with_file_name("courier-dev"))
+            .unwrap_or_else(|_| PathBuf::from("courier-dev"))
     });
     let work_dir = cli
         .work_dir

@@ -115,7 +115,7 @@ pub fn job(run: &str, n: usize) -> Job {
         },
     };
     Job {
-        fingerprint: courier::job::fingerprint(text.as_bytes()),
+        fingerprint: courier_core::job::fingerprint(text.as_bytes()),
         message_id,
         kind,
         body: text,
@@ -155,9 +155,9 @@ mod tests {
         }
         assert_eq!(jobs.iter().filter(|j| j.kind == Kind::Ok).count(), 252);
         for j in &jobs {
-            let parsed = courier::envelope::parse_body(j.body.as_bytes());
+            let parsed = courier_core::envelope::parse_body(j.body.as_bytes());
             assert_eq!(parsed.is_err(), j.kind == Kind::Invalid, "{}", j.body);
         }
-        courier::policy::RetryPolicy::from_json(POLICY).unwrap();
+        courier_core::policy::RetryPolicy::from_json(POLICY).unwrap();
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
-use courier::aws::provision::{Provisioned, QueueSettings, provision};
+use courier_devkit::provision::{Provisioned, QueueSettings, provision};
 
 use crate::audit::{self, Evidence, LetterSeen, StatusSeen};
 use crate::dynamodb_local::DynamoDbLocal;
@@ -43,7 +43,7 @@ pub enum RunError {
     #[error("{0} is not set: run through `make chaos` (scripts/with-harness.sh moto -- ...)")]
     Env(&'static str),
     #[error("{0}")]
-    Store(#[from] courier::ports::StoreError),
+    Store(#[from] courier_core::ports::StoreError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
     #[error("postfix restart: {0}")]
@@ -64,7 +64,7 @@ fn host_port(url: &str) -> String {
     rest.split('/').next().unwrap_or(rest).to_owned()
 }
 
-/// The driver processes (`courierctl drive`), restartable.
+/// The driver processes (`courier-dev drive`), restartable.
 struct Drivers {
     bin: PathBuf,
     envs: Vec<(String, String)>,
@@ -222,7 +222,7 @@ async fn scan(
             .set_exclusive_start_key(start.take())
             .send()
             .await
-            .map_err(courier::aws::store_error("scan"))?;
+            .map_err(courier_adapters::aws::store_error("scan"))?;
         items.extend(out.items.unwrap_or_default());
         match out.last_evaluated_key {
             Some(k) if !k.is_empty() => start = Some(k),
@@ -288,16 +288,16 @@ async fn collect(
             .wait_time_seconds(1)
             .send()
             .await
-            .map_err(courier::aws::store_error("receive redrive"))?;
+            .map_err(courier_adapters::aws::store_error("receive redrive"))?;
         let batch = out.messages.unwrap_or_default();
         if batch.is_empty() {
             empty += 1;
         }
         for m in batch {
             let body = m.body.unwrap_or_default();
-            let print = match courier::envelope::parse_body(body.as_bytes()) {
-                Ok(incoming) => courier::job::fingerprint(incoming.original.as_bytes()),
-                Err(_) => courier::job::fingerprint(body.as_bytes()),
+            let print = match courier_core::envelope::parse_body(body.as_bytes()) {
+                Ok(incoming) => courier_core::job::fingerprint(incoming.original.as_bytes()),
+                Err(_) => courier_core::job::fingerprint(body.as_bytes()),
             };
             ev.redriven.push(print);
         }
@@ -365,7 +365,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
             took.as_secs_f64()
         );
     }
-    let sdk = courier::aws::sdk_config().await;
+    let sdk = courier_adapters::aws::sdk_config().await;
     let stack = provision(
         &sdk,
         &format!("chaos-{run_id}"),
@@ -789,7 +789,7 @@ async fn copy_tables(
 ) -> Result<(), RunError> {
     use aws_sdk_dynamodb::types::{BillingMode, GlobalSecondaryIndex};
     let source_conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(courier::aws::https_client())
+        .http_client(courier_adapters::aws::https_client())
         .endpoint_url(endpoint)
         .load()
         .await;
@@ -801,7 +801,7 @@ async fn copy_tables(
             .table_name(table.as_str())
             .send()
             .await
-            .map_err(courier::aws::store_error("describe table"))?
+            .map_err(courier_adapters::aws::store_error("describe table"))?
             .table
             .ok_or_else(|| RunError::Msg(format!("no description of {table}")))?;
         let mut create = target
@@ -822,7 +822,9 @@ async fn copy_tables(
         create
             .send()
             .await
-            .map_err(courier::aws::store_error("create table on DynamoDB Local"))?;
+            .map_err(courier_adapters::aws::store_error(
+                "create table on DynamoDB Local",
+            ))?;
     }
     Ok(())
 }

@@ -2,7 +2,7 @@
 
 use std::io::{BufRead, Write};
 
-use courier::classify::{
+use courier_core::classify::{
     ApiFailure, ApiFailureKind, SesFailureEvent, Verdict, classify_ses_api, classify_ses_event,
     classify_smtp,
 };

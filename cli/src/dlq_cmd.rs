@@ -4,15 +4,15 @@ use std::io::Write;
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
-use courier::aws::{
+use courier_adapters::aws::{
     Clients, DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore, SqsRetryScheduler,
 };
-use courier::classify::ErrorClass;
-use courier::letters::{LetterFilter, LetterState};
-use courier::policy::{DeadLetterCategory, parse_duration};
-use courier::ports::{LetterIndex, PoisonList};
+use courier_core::classify::ErrorClass;
+use courier_core::letters::{LetterFilter, LetterState};
+use courier_core::policy::{DeadLetterCategory, parse_duration};
+use courier_core::ports::{LetterIndex, PoisonList};
 
-use courier::workbench::{self as dlq, DlqError};
+use crate::workbench::{self as dlq, DlqError};
 
 #[derive(Subcommand)]
 pub(crate) enum DlqCommand {
@@ -204,7 +204,7 @@ impl FilterArgs {
 fn env(name: &'static str) -> Result<String, DlqError> {
     std::env::var(name).map_err(|_| {
         DlqError::Usage(format!(
-            "{name} is not set (`courierctl provision` prints the settings)"
+            "{name} is not set (`courier-dev provision` prints the settings)"
         ))
     })
 }
@@ -233,7 +233,7 @@ pub(crate) fn run(command: DlqCommand, out: &mut dyn Write) -> i32 {
 async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqError> {
     let now = Utc::now();
     let index_table = env("COURIER_LETTER_INDEX_TABLE")?;
-    let sdk = courier::aws::sdk_config().await;
+    let sdk = courier_adapters::aws::sdk_config().await;
     let clients = Clients::new(&sdk);
     let index = DynamoDbLetterIndex::new(clients.dynamodb.clone(), index_table);
     match command {
@@ -275,7 +275,7 @@ async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqE
             let status = DynamoDbStatusStore::new(
                 clients.dynamodb.clone(),
                 env("COURIER_STATUS_TABLE")?,
-                courier_send::wiring::STATUS_RETENTION,
+                courier_core::status::RETENTION,
             );
             let scheduler = SqsRetryScheduler::new(
                 clients.sqs.clone(),
@@ -347,7 +347,7 @@ async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqE
                     "add --i-understand-this-moves-everything to proceed".into(),
                 ));
             }
-            let task = courier::aws::letters::redrive_all(
+            let task = courier_adapters::aws::letters::redrive_all(
                 &clients.sqs,
                 &source_arn,
                 destination_arn.as_deref(),
@@ -375,7 +375,7 @@ async fn selection(
     ids: &[String],
     filter: &FilterArgs,
     now: DateTime<Utc>,
-) -> Result<Vec<courier::letters::IndexedLetter>, DlqError> {
+) -> Result<Vec<courier_core::letters::IndexedLetter>, DlqError> {
     match (ids.is_empty(), filter.is_empty()) {
         (false, true) => dlq::by_ids(index, ids).await,
         (true, false) => dlq::select(index, &filter.to_filter(now, Some(LetterState::Live))?).await,

@@ -3,34 +3,30 @@
 //! # Layout
 //! - `classify`: classify SMTP replies, SES API errors and SES events (pure, offline).
 //! - `schema`: print the job contract's JSON Schema.
-//! - `provision`: create the resources on an emulator and print the function's settings.
 //! - `dlq`: the dead-letter workbench (stats, list/search, show, replay, discard, redrive-all).
 //! - `suppression`, `status`, `reputation`: the suppression list, a job's timeline, a sending
 //!   domain's rates and pause.
-//! - `demo`: a demo campaign through the send pipeline (SMTP and SES), the events function and
-//!   the archiver, on the emulator and a real SMTP server.
-//! - `simulate`: the outage simulator (crate `courier-sim`), offline.
-//! - `drive`: the send function as a local long-running process (used by the chaos suite).
+//!
+//! The workbench's logic (selection, replay, discard, stats) is the library half of this crate,
+//! [`courierctl::workbench`]. The developer's commands (demo, drive, provision, simulate) are in
+//! `courier-dev`: `courierctl` is what an operator runs against a deployed stack.
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use courierctl::workbench;
 
 mod classify_cmd;
-mod demo;
 mod dlq_cmd;
-mod drive_cmd;
 mod ops_cmd;
-mod provision_cmd;
-mod simulate_cmd;
 
 #[derive(Parser)]
 #[command(
     name = "courierctl",
     version,
-    about = "Operate Courier: dead letters, suppression, job status, failure classification, local runs.",
-    long_about = "Operate Courier: dead letters, suppression, job status, failure classification, local runs.\n\nCommands that read Courier's tables take their names from COURIER_* variables (`courierctl provision` prints them for a local stack) and AWS access from the usual AWS variables.\n\nExit codes: 0 success, 1 runtime failure, 2 bad input or usage."
+    about = "Operate Courier: dead letters, suppression, job status, reputation, failure classification.",
+    long_about = "Operate Courier: dead letters, suppression, job status, reputation, failure classification.\n\nCommands that read Courier's tables take their names from COURIER_* variables (`courier-dev provision` prints them for a local stack) and AWS access from the usual AWS variables.\n\nExit codes: 0 success, 1 runtime failure, 2 bad input or usage."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -95,38 +91,6 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Create Courier's queues, tables, bucket and delay state machine on the emulator that
-    /// AWS_ENDPOINT_URL points at; prints the send function's settings as `export` lines.
-    Provision {
-        /// Name prefix of every resource.
-        #[arg(long, default_value = "courier-local")]
-        prefix: String,
-        /// Role the delay state machine runs as (emulators do not check it).
-        #[arg(long, default_value = "arn:aws:iam::123456789012:role/courier-local")]
-        role_arn: String,
-    },
-    /// The local run: provision Courier on the emulator, enqueue a demo campaign with a realistic
-    /// failure mix, drive the send handler against the real SMTP server and SES on the emulator,
-    /// publish SES's events and drive the events handler with them, run the archiver, report
-    /// (use `make demo`).
-    Demo {
-        /// Number of jobs in the campaign.
-        #[arg(long, default_value_t = 1000)]
-        jobs: usize,
-        /// Name prefix of the demo's stack (default `courier-demo-<pid>`).
-        #[arg(long)]
-        prefix: Option<String>,
-    },
-    /// Simulate outages, throttling, latency spikes and soft-bounce storms against the real
-    /// retry policy, classifier and breaker on a simulated clock; reports amplification, send
-    /// rate against the quota, drain time, dead letters and cost (offline, no AWS).
-    ///
-    /// Example: courierctl simulate outage-30m --jobs 1000000 --quota 500 --compare breaker
-    Simulate(simulate_cmd::SimulateArgs),
-    /// Run the send function as a local process: the handler wired from the environment as at
-    /// Lambda INIT, driven from COURIER_QUEUE_URL with Lambda's SQS semantics (the chaos suite
-    /// kills and restarts it).
-    Drive(drive_cmd::DriveArgs),
 }
 
 fn main() -> ExitCode {
@@ -152,18 +116,8 @@ fn main() -> ExitCode {
             &domain, &window, resume, json, &mut out,
         )),
         Command::Dlq { command } => Ok(dlq_cmd::run(*command, &mut out)),
-        Command::Provision { prefix, role_arn } => provision_cmd::run(&prefix, &role_arn, &mut out),
-        Command::Demo { jobs, prefix } => demo::run(jobs, prefix).or_else(|e| {
-            eprintln!("courierctl demo: {e}");
-            Ok(1)
-        }),
-        Command::Drive(args) => drive_cmd::run(&args).or_else(|e| {
-            eprintln!("courierctl drive: {e}");
-            Ok(1)
-        }),
-        Command::Simulate(args) => simulate_cmd::run(&args, &mut out),
         Command::Schema => {
-            serde_json::to_writer_pretty(&mut out, &courier::job::EmailJob::json_schema())
+            serde_json::to_writer_pretty(&mut out, &courier_core::job::EmailJob::json_schema())
                 .map_err(std::io::Error::other)
                 .and_then(|()| writeln!(out))
                 .map(|()| 0)

@@ -4,10 +4,12 @@ use std::io::Write;
 
 use chrono::Utc;
 use clap::Subcommand;
-use courier::aws::{Clients, DynamoDbLetterIndex, DynamoDbStatusStore, DynamoDbSuppressionList};
-use courier::letters::LetterFilter;
-use courier::policy::parse_duration;
-use courier::ports::{StatusStore, StoreError, SuppressionList};
+use courier_adapters::aws::{
+    Clients, DynamoDbLetterIndex, DynamoDbStatusStore, DynamoDbSuppressionList,
+};
+use courier_core::letters::LetterFilter;
+use courier_core::policy::parse_duration;
+use courier_core::ports::{StatusStore, StoreError, SuppressionList};
 
 #[derive(Subcommand)]
 pub(crate) enum SuppressionCommand {
@@ -31,7 +33,7 @@ pub(crate) enum SuppressionCommand {
 
 fn env(name: &'static str) -> Result<String, String> {
     std::env::var(name)
-        .map_err(|_| format!("{name} is not set (`courierctl provision` prints the settings)"))
+        .map_err(|_| format!("{name} is not set (`courier-dev provision` prints the settings)"))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -61,7 +63,7 @@ pub(crate) fn suppression(command: SuppressionCommand, out: &mut dyn Write) -> i
     finish((|| {
         let table = env("COURIER_SUPPRESSION_TABLE")?;
         runtime()?.block_on(async {
-            let clients = Clients::new(&courier::aws::sdk_config().await);
+            let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
             let list = DynamoDbSuppressionList::new(clients.dynamodb, table);
             match command {
                 SuppressionCommand::List { json } => {
@@ -94,7 +96,7 @@ pub(crate) fn suppression(command: SuppressionCommand, out: &mut dyn Write) -> i
                     reason,
                     expires,
                 } => {
-                    courier::job::parse_mailbox("address", &address)
+                    courier_core::job::parse_mailbox("address", &address)
                         .map_err(|e| format!("invalid address: {e}"))?;
                     let now = Utc::now();
                     let until = expires
@@ -136,8 +138,8 @@ pub(crate) fn reputation(
     json: bool,
     out: &mut dyn Write,
 ) -> i32 {
-    use courier::breaker::{BreakerConfig, BreakerState, Mode};
-    use courier::ports::{BreakerStore, ReputationStore};
+    use courier_core::breaker::{BreakerConfig, BreakerState, Mode};
+    use courier_core::ports::{BreakerStore, ReputationStore};
     finish((|| {
         let table = env("COURIER_BREAKER_TABLE")?;
         let window_secs = parse_duration(window)
@@ -149,18 +151,18 @@ pub(crate) fn reputation(
             return Err(format!("invalid domain {domain:?} (e.g. example.com)"));
         }
         runtime()?.block_on(async {
-            let clients = Clients::new(&courier::aws::sdk_config().await);
-            let control = courier::aws::DynamoDbControlTable::new(
+            let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
+            let control = courier_adapters::aws::DynamoDbControlTable::new(
                 clients.dynamodb,
                 table,
                 std::time::Duration::from_secs(60),
             );
             let now = Utc::now();
-            let since = courier::reputation::bucket_of(
+            let since = courier_core::reputation::bucket_of(
                 now - chrono::Duration::seconds(i64::try_from(window_secs).unwrap_or(86_400)),
             );
             let counts = control.window(&domain, since).await.map_err(store_err)?;
-            let key = courier::reputation::pause_key(&domain);
+            let key = courier_core::reputation::pause_key(&domain);
             let pause = control.load(&key).await.map_err(store_err)?;
             let paused_until = pause
                 .as_ref()
@@ -204,7 +206,7 @@ pub(crate) fn reputation(
 pub(crate) fn render_reputation(
     domain: &str,
     window: &str,
-    counts: &courier::reputation::ReputationCounts,
+    counts: &courier_core::reputation::ReputationCounts,
     paused_until: Option<chrono::DateTime<Utc>>,
     json: bool,
 ) -> Vec<String> {
@@ -246,11 +248,11 @@ pub(crate) fn status(message_id: &str, json: bool, out: &mut dyn Write) -> i32 {
         let status_table = env("COURIER_STATUS_TABLE")?;
         let index_table = env("COURIER_LETTER_INDEX_TABLE")?;
         runtime()?.block_on(async {
-            let clients = Clients::new(&courier::aws::sdk_config().await);
+            let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
             let store = DynamoDbStatusStore::new(
                 clients.dynamodb.clone(),
                 status_table,
-                courier_send::wiring::STATUS_RETENTION,
+                courier_core::status::RETENTION,
             );
             let index = DynamoDbLetterIndex::new(clients.dynamodb, index_table);
             let record = store.get(message_id).await.map_err(store_err)?;
@@ -258,7 +260,7 @@ pub(crate) fn status(message_id: &str, json: bool, out: &mut dyn Write) -> i32 {
                 message_id: Some(message_id.to_owned()),
                 ..LetterFilter::default()
             };
-            let mut letters = courier::workbench::select(&index, &filter)
+            let mut letters = crate::workbench::select(&index, &filter)
                 .await
                 .map_err(|e| e.to_string())?;
             letters.sort_by_key(|l| l.dead_lettered_at);
@@ -288,8 +290,8 @@ pub(crate) fn status(message_id: &str, json: bool, out: &mut dyn Write) -> i32 {
 /// who wrote it and why), then its dead letters with their attempts and audit trail.
 pub(crate) fn render_status(
     message_id: &str,
-    record: Option<&courier::ports::JobRecord>,
-    letters: &[courier::letters::IndexedLetter],
+    record: Option<&courier_core::ports::JobRecord>,
+    letters: &[courier_core::letters::IndexedLetter],
 ) -> Vec<String> {
     let mut lines = Vec::new();
     match record {
@@ -317,7 +319,7 @@ pub(crate) fn render_status(
             if !r.history.is_empty() {
                 lines.push("  timeline:".into());
             }
-            let mut previous: Option<&courier::ports::HistoryEntry> = None;
+            let mut previous: Option<&courier_core::ports::HistoryEntry> = None;
             for h in &r.history {
                 // An entry that keeps the status and generation of the one before is an event
                 // without a transition (a delivery delay, an undetermined bounce, a sweeper flag).
@@ -370,8 +372,8 @@ pub(crate) fn render_status(
 #[cfg(test)]
 mod tests {
     use chrono::{DateTime, Utc};
-    use courier::ports::{HistoryEntry, JobRecord};
-    use courier::status::Status;
+    use courier_core::ports::{HistoryEntry, JobRecord};
+    use courier_core::status::Status;
 
     use super::render_status;
 
@@ -381,7 +383,7 @@ mod tests {
 
     #[test]
     fn reputation_shows_rates_against_the_review_levels_and_the_pause() {
-        let counts = courier::reputation::ReputationCounts {
+        let counts = courier_core::reputation::ReputationCounts {
             sent: 1000,
             delivered: 955,
             bounced: 45,

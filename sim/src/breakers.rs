@@ -3,10 +3,10 @@
 //! is cached for `cache_ms`; results are counted locally and folded into the shared state once
 //! per batch that saw a failure (a half-open probe's result at once); moving to half-open or
 //! taking a probe slot is a conditional write that loses to a newer version. The decisions
-//! themselves are the real `courier::breaker::{admit, record}`.
+//! themselves are the real `courier_core::breaker::{admit, record}`.
 
 use chrono::{DateTime, Utc};
-use courier::breaker::{self, Admission, BreakerConfig, BreakerState, Mode};
+use courier_core::breaker::{self, Admission, BreakerConfig, BreakerState, Mode};
 
 use crate::cost::AwsCalls;
 

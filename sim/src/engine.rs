@@ -10,11 +10,11 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use chrono::{DateTime, Utc};
-use courier::breaker::{Admission, BreakerState};
-use courier::classify::ErrorClass;
-use courier::policy::{Decision, DelayMechanism, MAX_QUEUE_DELAY_SECS, RetryState};
-use courier::random::{RandomSource, SeededRandom};
-use courier::rate::{Allowance, Reservation};
+use courier_core::breaker::{Admission, BreakerState};
+use courier_core::classify::ErrorClass;
+use courier_core::policy::{Decision, DelayMechanism, MAX_QUEUE_DELAY_SECS, RetryState};
+use courier_core::random::{RandomSource, SeededRandom};
+use courier_core::rate::{Allowance, Reservation};
 
 use crate::breakers::{InstanceBreaker, SharedBreaker};
 use crate::cost::{AwsCalls, Cost, PRICES, SFN_TRANSITIONS_PER_WAIT};
@@ -132,7 +132,7 @@ struct Engine<'a> {
     per_sec_calls: Vec<u32>,
     per_sec_accepted: Vec<u32>,
     throttled: u64,
-    /// The shared send-rate schedule's next free slot (microseconds), as in `courier::rate`.
+    /// The shared send-rate schedule's next free slot (microseconds), as in `courier_core::rate`.
     rate_tat: Option<i64>,
     rate_refused: u64,
     failed_calls: u64,
@@ -573,7 +573,7 @@ impl<'a> Engine<'a> {
         self.calls.ddb_rate_write += 1;
         let chunk = limit.chunk.min(wanted.max(1));
         let cost = spacing.saturating_mul(i64::from(chunk));
-        match courier::rate::reserve(self.rate_tat, now_us, cost, limit.max_ahead_us()) {
+        match courier_core::rate::reserve(self.rate_tat, now_us, cost, limit.max_ahead_us()) {
             (Reservation::Granted { start_us }, next) => {
                 self.rate_tat = next;
                 i.allowance = Allowance::new(start_us, chunk);

@@ -1,16 +1,16 @@
 //! Courier's outage simulator: a discrete-event simulation that runs the real retry policy
-//! (`courier::policy`), the real classifier (`courier::classify`) and the real circuit breaker
-//! (`courier::breaker`) on a simulated clock, against models of SQS, Lambda's SQS event source,
+//! (`courier_core::policy`), the real classifier (`courier_core::classify`) and the real circuit breaker
+//! (`courier_core::breaker`) on a simulated clock, against models of SQS, Lambda's SQS event source,
 //! Step Functions, DynamoDB and a provider with a send-rate quota and faults.
 //!
-//! A run is reproducible: every random draw comes from `courier::random::SeededRandom` seeded by
+//! A run is reproducible: every random draw comes from `courier_core::random::SeededRandom` seeded by
 //! the scenario (one stream for the policy's jitter, one for the world).
 //!
 //! # Layout
 //! - [`scenario`]: the input ([`Scenario`], presets, faults).
 //! - [`engine`]: the models and the event loop; [`run`] runs one scenario.
 //! - `wheel`: the event queue (a timing wheel of 1 ms slots).
-//! - The send-rate governor: the real `courier::rate` schedule and allowance; an instance whose
+//! - The send-rate governor: the real `courier_core::rate` schedule and allowance; an instance whose
 //!   slot is ahead waits for it between records (`Ev::Send`), as the function sleeps.
 //! - [`provider`]: the token-bucket quota, faults and replies (classified by the real classifier).
 //! - [`breakers`]: each instance's cached view of the shared breaker, as the send function has it.
@@ -45,8 +45,8 @@ pub use engine::run;
 pub use report::{Report, table};
 pub use scenario::{Fault, FaultKind, OutageReply, PRESETS, RecipientShare, Scenario};
 
-use courier::breaker::BreakerConfig;
-use courier::policy::Jitter;
+use courier_core::breaker::BreakerConfig;
+use courier_core::policy::Jitter;
 
 /// The jitter strategies compared by `--compare jitter`, with their labels.
 pub fn jitter_variants() -> Vec<(&'static str, Jitter)> {

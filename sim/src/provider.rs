@@ -3,8 +3,10 @@
 //! by the real classifier (the class is a pure function of the text, so one classification per
 //! distinct reply loses nothing).
 
-use courier::classify::{ApiFailure, ApiFailureKind, Verdict, classify_ses_api, classify_smtp};
-use courier::random::{RandomSource, SeededRandom};
+use courier_core::classify::{
+    ApiFailure, ApiFailureKind, Verdict, classify_ses_api, classify_smtp,
+};
+use courier_core::random::{RandomSource, SeededRandom};
 
 use crate::scenario::{FaultKind, OutageReply, Scenario};
 
@@ -102,7 +104,7 @@ impl Provider {
     /// The verdict of a timed-out call (as the SMTP mailer reports it: `local.smtp-timeout`).
     pub fn timeout_verdict() -> Verdict {
         Verdict::local(
-            courier::classify::ErrorClass::Network,
+            courier_core::classify::ErrorClass::Network,
             "smtp-timeout",
             "no reply within the send timeout",
         )
@@ -188,7 +190,7 @@ impl Provider {
 mod tests {
     use super::*;
     use crate::scenario::Fault;
-    use courier::classify::ErrorClass;
+    use courier_core::classify::ErrorClass;
 
     #[test]
     fn replies_are_classified_by_the_real_classifier() {

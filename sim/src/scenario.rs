@@ -1,19 +1,19 @@
 //! What is simulated: the workload, the AWS services' behaviour, the provider and its faults,
 //! and the policy and breaker under test. [`Scenario::preset`] names the standard ones.
 
-use courier::breaker::BreakerConfig;
-use courier::job::Priority;
-use courier::policy::{Jitter, RetryPolicy};
-use courier::rate::RateLimit;
+use courier_core::breaker::BreakerConfig;
+use courier_core::job::Priority;
+use courier_core::policy::{Jitter, RetryPolicy};
+use courier_core::rate::RateLimit;
 use serde::Serialize;
 
 /// Reply of a provider that is down: the SMTP text it answers with, or no connection at all.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind", content = "text")]
 pub enum OutageReply {
-    /// An SMTP reply (classified by `courier::classify::classify_smtp`).
+    /// An SMTP reply (classified by `courier_core::classify::classify_smtp`).
     Smtp(String),
-    /// The connection is refused (classified by `courier::classify::classify_ses_api` as an
+    /// The connection is refused (classified by `courier_core::classify::classify_ses_api` as an
     /// SES v2 dispatch failure: the request never reached the service).
     ConnectionRefused,
 }

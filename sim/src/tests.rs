@@ -99,7 +99,7 @@ fn same_seed_same_report() {
 #[test]
 fn a_recipient_that_always_throttles_is_retried_by_the_policy_then_dead_lettered() {
     // GIVEN a policy that retries throttling once, and a fifth of the recipients always busy
-    let policy = courier::policy::RetryPolicy::from_json(
+    let policy = courier_core::policy::RetryPolicy::from_json(
         r#"{"transactional": {"classes": {"throttled": {"retries": 1, "schedule": {"delays": [1]}, "jitter": {"kind": "none"}, "spends_attempt": false, "horizon": "1h"}}}}"#,
     )
     .unwrap();

@@ -33,7 +33,7 @@ pub fn atomic_conditional_writes() -> bool {
 pub async fn aws_config() -> aws_config::SdkConfig {
     require_env("AWS_ENDPOINT_URL");
     aws_config::defaults(aws_config::BehaviorVersion::latest())
-        .http_client(courier::aws::https_client())
+        .http_client(courier_adapters::aws::https_client())
         .load()
         .await
 }
@@ -94,12 +94,21 @@ pub const MAX_RECEIVE_COUNT: u32 = 3;
 /// The debug `courierctl` binary the integration tests run (built by the Makefile's BINS line
 /// before them); fails the test with what to build when it is missing.
 pub fn courierctl() -> std::path::PathBuf {
+    debug_binary("courierctl")
+}
+
+/// The debug `courier-dev` binary (demo, drive), as [`courierctl`].
+pub fn courier_dev() -> std::path::PathBuf {
+    debug_binary("courier-dev")
+}
+
+fn debug_binary(name: &str) -> std::path::PathBuf {
     let repo = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or(repo.join("target"), |d| repo.join(d));
-    let path = target.join("debug").join("courierctl");
+    let path = target.join("debug").join(name);
     assert!(
         path.exists(),
-        "{} is not built: run `cargo build -p courierctl` first (`make it-moto` and `make it-localstack` do, through BINS)",
+        "{} is not built: run `cargo build -p {name}` first (`make it-moto` and `make it-localstack` do, through BINS)",
         path.display()
     );
     path
@@ -108,8 +117,8 @@ pub fn courierctl() -> std::path::PathBuf {
 #[allow(clippy::expect_used)]
 impl Stack {
     /// The stack's status table, as the functions use it (records kept an hour).
-    pub fn status_store(&self) -> courier::aws::DynamoDbStatusStore {
-        courier::aws::DynamoDbStatusStore::new(
+    pub fn status_store(&self) -> courier_adapters::aws::DynamoDbStatusStore {
+        courier_adapters::aws::DynamoDbStatusStore::new(
             aws_sdk_dynamodb::Client::new(&self.sdk),
             &self.resources.status_table,
             Duration::from_secs(3600),
@@ -120,10 +129,10 @@ impl Stack {
     pub fn send_pipeline(&self) -> std::sync::Arc<courier_send::Pipeline> {
         std::sync::Arc::new(
             courier_send::wiring::wire(
-                &courier::aws::Clients::new(&self.sdk),
+                &courier_adapters::aws::Clients::new(&self.sdk),
                 courier_send::config::SendConfig::default(),
                 &self.resources,
-                courier::policy::RetryPolicy::default(),
+                courier_core::policy::RetryPolicy::default(),
             )
             .expect("wire the send pipeline"),
         )
@@ -131,11 +140,11 @@ impl Stack {
 
     pub async fn create(providers: &[&str]) -> Stack {
         let sdk = aws_config().await;
-        let stack = courier::aws::provision::provision(
+        let stack = courier_devkit::provision::provision(
             &sdk,
             &unique("courier"),
             &role_arn(),
-            courier::aws::provision::QueueSettings {
+            courier_devkit::provision::QueueSettings {
                 max_receive_count: MAX_RECEIVE_COUNT,
                 visibility_timeout: Duration::from_secs(30),
             },
@@ -161,7 +170,7 @@ impl Stack {
         });
         Stack {
             sdk,
-            resources: courier_send::config::Resources::of_stack(&stack, providers, None, smtp),
+            resources: courier_dev::send_resources(&stack, providers, None, smtp),
             redrive_dlq_url: stack.redrive_dlq_url,
             queue_arn: stack.queue_arn,
             sender,
@@ -175,8 +184,8 @@ impl Stack {
 
     /// The local event-source driver on this stack's send queue (batches of 10, 30 s function
     /// timeout), hiding received batches for `visibility_timeout` seconds.
-    pub fn driver(&self, visibility_timeout: i32) -> courier_send::driver::Driver {
-        courier_send::driver::Driver {
+    pub fn driver(&self, visibility_timeout: i32) -> courier_dev::driver::Driver {
+        courier_dev::driver::Driver {
             sqs: self.sqs(),
             queue_url: self.resources.queue_url.clone(),
             queue_arn: self.queue_arn.clone(),

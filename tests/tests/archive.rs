@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use courier::aws::{Clients, DynamoDbLetterIndex};
-use courier::letters::{ArchiveAges, IndexedLetter, LetterFilter, LetterState};
-use courier::policy::DeadLetterCategory;
-use courier::ports::{LetterIndex, LetterQueue};
+use courier_adapters::aws::{Clients, DynamoDbLetterIndex};
 use courier_archiver::wiring::Settings;
+use courier_core::letters::{ArchiveAges, IndexedLetter, LetterFilter, LetterState};
+use courier_core::policy::DeadLetterCategory;
+use courier_core::ports::{LetterIndex, LetterQueue};
 use courier_integration::Stack;
 
 fn job(stack: &Stack, id: &str, to: &str) -> String {
@@ -169,8 +169,10 @@ async fn dead_letters_are_indexed_archived_and_read_back_equal() {
         states.iter().all(|s| *s == LetterState::Archived),
         "{states:?}"
     );
-    let letters_queue =
-        courier::aws::SqsLetterQueue::new(sqs.clone(), &stack.resources.dead_letter_queue_url);
+    let letters_queue = courier_adapters::aws::SqsLetterQueue::new(
+        sqs.clone(),
+        &stack.resources.dead_letter_queue_url,
+    );
     assert!(
         letters_queue
             .receive(10, Duration::from_secs(1))
@@ -190,7 +192,7 @@ async fn dead_letters_are_indexed_archived_and_read_back_equal() {
 
 #[tokio::test]
 async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
-    use courier::aws::{DynamoDbControlTable, DynamoDbStatusStore, SqsRetryScheduler};
+    use courier_adapters::aws::{DynamoDbControlTable, DynamoDbStatusStore, SqsRetryScheduler};
     let stack = Stack::create(&["smtp"]).await;
     let clients = Clients::new(&stack.sdk);
     let pipeline = stack.send_pipeline();
@@ -216,7 +218,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
     let mut letters = Vec::new();
     for _ in 0..10 {
         driver.poll_once(&pipeline, "wb").await.unwrap();
-        letters = courier::workbench::select(
+        letters = courierctl::workbench::select(
             &index,
             &LetterFilter {
                 state: Some(LetterState::Live),
@@ -254,7 +256,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
 
     // Replay: the job runs again as a new generation (and, still rejected, comes back as a new
     // letter); the replayed letter records who and why.
-    let outcome = courier::workbench::replay(
+    let outcome = courierctl::workbench::replay(
         &policy_letter,
         &status,
         &scheduler,
@@ -276,7 +278,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
     let mut again = Vec::new();
     for _ in 0..10 {
         driver.poll_once(&pipeline, "wb2").await.unwrap();
-        again = courier::workbench::select(
+        again = courierctl::workbench::select(
             &index,
             &LetterFilter {
                 state: Some(LetterState::Live),
@@ -312,7 +314,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
         &stack.resources.breaker_table,
         Duration::from_secs(0),
     );
-    let outcome = courier::workbench::discard(
+    let outcome = courierctl::workbench::discard(
         &poison_letter,
         &index,
         Some(&control),
@@ -334,7 +336,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
     let mut poisoned = Vec::new();
     for _ in 0..10 {
         driver.poll_once(&fresh, "wb3").await.unwrap();
-        poisoned = courier::workbench::select(
+        poisoned = courierctl::workbench::select(
             &index,
             &LetterFilter {
                 category: Some(DeadLetterCategory::Poison),
@@ -372,7 +374,8 @@ async fn a_whole_queue_redrive_moves_every_message_back_where_the_emulator_has_i
         .attributes
         .unwrap()[&aws_sdk_sqs::types::QueueAttributeName::QueueArn]
         .clone();
-    let result = courier::aws::letters::redrive_all(&sqs, &arn, Some(&stack.queue_arn), 100).await;
+    let result =
+        courier_adapters::aws::letters::redrive_all(&sqs, &arn, Some(&stack.queue_arn), 100).await;
     if courier_integration::emulator() == "moto" {
         // moto does not implement StartMessageMoveTask: the failure is reported, not hidden.
         let err = result.unwrap_err();

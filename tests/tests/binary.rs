@@ -1,8 +1,10 @@
 //! The functions' real binaries under a local Lambda Runtime API (`bench/runtime_api.py`): wiring
 //! from the environment at INIT, SQS events in, batch responses out. Two builds: the debug binary
-//! (`cargo build`), and the release `bootstrap` cargo-lambda makes for x86_64 (the deployed zip is
-//! the same source and profile for arm64, which this machine cannot run). `make it-moto` /
-//! `it-localstack` build both first (`make lambda-build`).
+//! (`cargo build`), and the `bootstrap` cargo-lambda makes for x86_64 (the deployed zip is the
+//! same source for arm64, which this machine cannot run, built with the release profile; the
+//! x86_64 one is built with `lambda-test`, the release profile's panic strategy and stripping
+//! with faster optimisation, to keep CI short). `make it-moto` / `it-localstack` build both
+//! first (`make lambda-build`).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 
@@ -32,7 +34,7 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// The release `bootstrap` of `make lambda-build` for x86_64 (cargo-lambda, zig, release profile).
+/// The `bootstrap` of `make lambda-build` for x86_64 (cargo-lambda, zig, `lambda-test` profile).
 fn release_bootstrap(name: &str) -> PathBuf {
     let repo = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or(repo.join("target"), |d| repo.join(d));
@@ -198,19 +200,19 @@ async fn the_send_binary_wires_from_the_environment_and_answers_batches() {
         );
     }
     assert!(result["ready_ms"].is_null() || result["ready_ms"].as_f64().is_some());
-    let store = courier::aws::DynamoDbStatusStore::new(
+    let store = courier_adapters::aws::DynamoDbStatusStore::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
         &r.status_table,
         Duration::from_secs(60),
     );
-    use courier::ports::StatusStore;
+    use courier_core::ports::StatusStore;
     assert_eq!(
         store.get("bin-1").await.unwrap().unwrap().status,
-        courier::status::Status::SentToProvider
+        courier_core::status::Status::SentToProvider
     );
     assert_eq!(
         store.get("bin-2").await.unwrap().unwrap().status,
-        courier::status::Status::DeadLettered
+        courier_core::status::Status::DeadLettered
     );
 
     // A missing setting fails INIT with a message naming it (reported to the runtime API).
@@ -281,21 +283,21 @@ async fn the_release_bootstrap_answers_sqs_batches() {
             "{result}"
         );
     }
-    let store = courier::aws::DynamoDbStatusStore::new(
+    let store = courier_adapters::aws::DynamoDbStatusStore::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
         &r.status_table,
         Duration::from_secs(60),
     );
-    use courier::ports::StatusStore;
+    use courier_core::ports::StatusStore;
     for id in (0..8).map(|i| format!("rel-{i}")) {
         assert_eq!(
             store.get(&id).await.unwrap().unwrap().status,
-            courier::status::Status::SentToProvider,
+            courier_core::status::Status::SentToProvider,
             "{id}"
         );
     }
     assert_eq!(
         store.get("rel-policy").await.unwrap().unwrap().status,
-        courier::status::Status::DeadLettered
+        courier_core::status::Status::DeadLettered
     );
 }

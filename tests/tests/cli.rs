@@ -1,6 +1,6 @@
 //! `courierctl` end to end: the built binary (`$CARGO_TARGET_DIR/debug/courierctl`, built by the
 //! Makefile's `BINS` line before the integration tests) runs against a stack provisioned on the
-//! emulator, with the `COURIER_*` settings `courierctl provision` would print. State is seeded
+//! emulator, with the `COURIER_*` settings `courier-dev provision` would print. State is seeded
 //! through the library's adapters (letter index, status store, suppression list, poison list)
 //! and read back through them; assertions are on exit codes (0 success, 1 failure, 2 bad input
 //! or usage) and on the `--json` outputs parsed into the library's types, not on the wording of
@@ -12,17 +12,17 @@ use std::process::Command;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use courier::aws::{
+use courier_adapters::aws::{
     DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore, DynamoDbSuppressionList,
 };
-use courier::classify::ErrorClass;
-use courier::letters::{IndexedLetter, LetterState, letter_id};
-use courier::policy::DeadLetterCategory;
-use courier::ports::{
+use courier_core::classify::ErrorClass;
+use courier_core::letters::{IndexedLetter, LetterState, letter_id};
+use courier_core::policy::DeadLetterCategory;
+use courier_core::ports::{
     AttemptRecord, ClaimOutcome, ClaimRequest, DeadLetter, JobRecord, LetterIndex, PoisonList,
     StatusStore, StatusUpdate, SuppressionEntry, SuppressionList,
 };
-use courier::status::Status;
+use courier_core::status::Status;
 use courier_integration::{Stack, courierctl, require_env};
 use serde_json::Value;
 
@@ -64,7 +64,7 @@ impl Run {
     }
 }
 
-/// The `COURIER_*` settings of a stack, as `courierctl provision` prints them.
+/// The `COURIER_*` settings of a stack, as `courier-dev provision` prints them.
 fn settings(stack: &Stack) -> Vec<(&'static str, String)> {
     stack.resources.resource_env()
 }
@@ -117,7 +117,7 @@ fn letter(
     payload: &str,
     at: DateTime<Utc>,
 ) -> IndexedLetter {
-    let fingerprint = courier::job::fingerprint(payload.as_bytes());
+    let fingerprint = courier_core::job::fingerprint(payload.as_bytes());
     let id = letter_id(message_id, &fingerprint, 1, category);
     IndexedLetter {
         letter_id: id.clone(),
@@ -216,7 +216,7 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     let status = DynamoDbStatusStore::new(
         dynamodb.clone(),
         &stack.resources.status_table,
-        courier_send::wiring::STATUS_RETENTION,
+        courier_core::status::RETENTION,
     );
     // a fresh adapter per check: each caches the poison list for its TTL
     let poison = || {
@@ -477,13 +477,13 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     let queued = drain(&stack).await;
     assert_eq!(queued.len(), 1, "{queued:?}");
     let body: Value = serde_json::from_str(queued[0].body().unwrap()).unwrap();
-    assert_eq!(body[courier::envelope::ENVELOPE_KEY], 1, "{body}");
+    assert_eq!(body[courier_core::envelope::ENVELOPE_KEY], 1, "{body}");
     assert_eq!(body["attempt"], reopened.attempt, "{body}");
     let job_sent: Value = serde_json::from_str(&policy_job).unwrap();
     assert_eq!(body["job"], job_sent, "{body}");
-    let parsed = courier::envelope::parse_body(queued[0].body().unwrap().as_bytes()).unwrap();
+    let parsed = courier_core::envelope::parse_body(queued[0].body().unwrap().as_bytes()).unwrap();
     assert_eq!(parsed.attempt, reopened.attempt);
-    assert_eq!(parsed.retry, courier::policy::RetryState::default());
+    assert_eq!(parsed.retry, courier_core::policy::RetryState::default());
     // the other letters are untouched
     assert_eq!(one(&index, &full.letter_id).await, full);
     assert_eq!(one(&index, &broken.letter_id).await, broken);
@@ -605,7 +605,7 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     );
     assert!(
         poison()
-            .is_blocked(&courier::job::fingerprint(broken_payload.as_bytes()))
+            .is_blocked(&courier_core::job::fingerprint(broken_payload.as_bytes()))
             .await
             .unwrap(),
         "the discarded payload is blocklisted"

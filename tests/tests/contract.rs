@@ -6,17 +6,17 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use courier::aws::{
+use courier_adapters::aws::{
     DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList, S3TemplateStore, SesMailer,
     SqsDeadLetterSink, SqsRetryScheduler,
 };
-use courier::breaker::{BreakerConfig, BreakerState};
-use courier::classify::ErrorClass;
-use courier::memory::*;
-use courier::policy::DeadLetterCategory;
-use courier::ports::*;
-use courier::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity};
-use courier::status::Status;
+use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity};
+use courier_core::breaker::{BreakerConfig, BreakerState};
+use courier_core::classify::ErrorClass;
+use courier_core::policy::DeadLetterCategory;
+use courier_core::ports::*;
+use courier_core::status::Status;
+use courier_devkit::memory::*;
 use courier_integration::{Stack, require_env, unique};
 
 fn now() -> DateTime<Utc> {
@@ -768,15 +768,15 @@ async fn smtp_mailer_classifies_every_scripted_reply() {
     assert!(slow.ambiguous, "a timeout mid-exchange is ambiguous");
 }
 
-fn indexed_letter(i: usize, at: DateTime<Utc>) -> courier::letters::IndexedLetter {
+fn indexed_letter(i: usize, at: DateTime<Utc>) -> courier_core::letters::IndexedLetter {
     let category = if i.is_multiple_of(2) {
         DeadLetterCategory::NeedsReview
     } else {
         DeadLetterCategory::Poison
     };
-    courier::letters::IndexedLetter {
+    courier_core::letters::IndexedLetter {
         letter_id: format!("m{i}#abc#g0"),
-        state: courier::letters::LetterState::Live,
+        state: courier_core::letters::LetterState::Live,
         dead_lettered_at: at - chrono::Duration::minutes(i as i64),
         archive_key: None,
         record: DeadLetter {
@@ -813,7 +813,7 @@ fn indexed_letter(i: usize, at: DateTime<Utc>) -> courier::letters::IndexedLette
 }
 
 async fn letter_index_contract(index: &dyn LetterIndex) {
-    use courier::letters::{LetterFilter, LetterState};
+    use courier_core::letters::{LetterFilter, LetterState};
     let t = now();
     for i in 0..30 {
         assert!(index.put_new(&indexed_letter(i, t)).await.unwrap());
@@ -936,14 +936,14 @@ async fn letter_index_contract(index: &dyn LetterIndex) {
 async fn letter_index_memory_and_dynamodb() {
     letter_index_contract(&MemoryLetterIndex::default()).await;
     let stack = Stack::create(&["ses"]).await;
-    let index = courier::aws::DynamoDbLetterIndex::new(
+    let index = courier_adapters::aws::DynamoDbLetterIndex::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
         &stack.resources.letter_index_table,
     );
     letter_index_contract(&index).await;
     let err = index
         .search(
-            &courier::letters::LetterFilter::default(),
+            &courier_core::letters::LetterFilter::default(),
             5,
             Some("garbage".into()),
         )
@@ -971,7 +971,7 @@ async fn archive_store_memory_and_s3() {
     archive_store_contract(&MemoryArchive::default()).await;
     let stack = Stack::create(&["ses"]).await;
     let s3 = aws_sdk_s3::Client::new(&stack.sdk);
-    archive_store_contract(&courier::aws::S3ArchiveStore::new(
+    archive_store_contract(&courier_adapters::aws::S3ArchiveStore::new(
         s3.clone(),
         &stack.archive_bucket,
     ))
@@ -1024,13 +1024,16 @@ async fn letter_queue_contract(queue: &dyn LetterQueue, push: impl AsyncFn(&str)
 
 #[tokio::test]
 async fn letter_queue_memory_and_sqs() {
-    let clock: std::sync::Arc<dyn Clock> = std::sync::Arc::new(SystemClock);
+    let clock: std::sync::Arc<dyn Clock> =
+        std::sync::Arc::new(courier_adapters::clock::SystemClock);
     let memory = MemoryLetterQueue::new(clock);
     letter_queue_contract(&memory, async |b: &str| memory.push(b.to_owned())).await;
     let stack = Stack::create(&["ses"]).await;
     let sqs = stack.sqs();
-    let queue =
-        courier::aws::SqsLetterQueue::new(sqs.clone(), &stack.resources.dead_letter_queue_url);
+    let queue = courier_adapters::aws::SqsLetterQueue::new(
+        sqs.clone(),
+        &stack.resources.dead_letter_queue_url,
+    );
     let url = stack.resources.dead_letter_queue_url.clone();
     letter_queue_contract(&queue, async |b: &str| {
         sqs.send_message()
@@ -1348,9 +1351,9 @@ async fn sightings_and_reputation_contract(
             .unwrap()
     );
     let domain = format!("{}.example", unique("d"));
-    let hour = courier::reputation::bucket_of(t);
+    let hour = courier_core::reputation::bucket_of(t);
     let earlier = hour - chrono::Duration::hours(3);
-    let c = |sent, bounced, complained| courier::reputation::ReputationCounts {
+    let c = |sent, bounced, complained| courier_core::reputation::ReputationCounts {
         sent,
         delivered: sent - bounced,
         bounced,
@@ -1363,7 +1366,7 @@ async fn sightings_and_reputation_contract(
     assert_eq!(rep.window(&domain, earlier).await.unwrap(), c(200, 12, 1));
     assert_eq!(
         rep.window("nobody.example", earlier).await.unwrap(),
-        courier::reputation::ReputationCounts::default()
+        courier_core::reputation::ReputationCounts::default()
     );
 }
 
@@ -1385,7 +1388,7 @@ async fn sightings_and_reputation_memory_and_dynamodb() {
 }
 
 async fn send_schedule_contract(schedule: &dyn SendSchedule, concurrent: bool) {
-    use courier::rate::Reservation::{Granted, Refused};
+    use courier_core::rate::Reservation::{Granted, Refused};
     let key = unique("rate");
     let (now, cost, ahead) = (1_000_000_000_i64, 20_000, 50_000);
     // a fresh schedule starts now; the next reservation follows it

@@ -1,9 +1,9 @@
-//! `courierctl demo` end to end on the emulator and Postfix: the debug binary runs a short
+//! `courier-dev demo` end to end on the emulator and Postfix: the debug binary runs a short
 //! campaign (100 jobs: the whole SMTP failure mix and ten jobs through SES), publishes SES's
 //! events for the SES sends and drives the events function with them; then the stack's tables
 //! are read back: each SES job ends where its recipient's script says, the events function
 //! suppressed the bounced and complaining recipients, and the soft-bounced job was sent again.
-//! Build the binary first (`cargo build -p courierctl`; `make it-localstack` does).
+//! Build the binary first (`cargo build -p courier-dev`; `make it-localstack` does).
 //!
 //! Run on LocalStack (`make it-localstack`), as `make demo` is; `make it-moto` skips it by name:
 //! moto's DynamoDB applies concurrent writes without isolation (a failed transaction restores a
@@ -15,11 +15,11 @@
 use std::process::Command;
 use std::time::Duration;
 
-use courier::aws::provision::kebab;
-use courier::aws::{DynamoDbStatusStore, DynamoDbSuppressionList};
-use courier::ports::{JobRecord, StatusStore, SuppressionList};
-use courier::status::Status;
-use courier_integration::{aws_config, courierctl, require_env, unique};
+use courier_adapters::aws::{DynamoDbStatusStore, DynamoDbSuppressionList};
+use courier_core::ports::{JobRecord, StatusStore, SuppressionList};
+use courier_core::status::Status;
+use courier_devkit::provision::kebab;
+use courier_integration::{aws_config, courier_dev, require_env, unique};
 
 /// The report line starting with `label`, trimmed.
 fn line<'a>(report: &'a str, label: &str) -> &'a str {
@@ -46,10 +46,10 @@ async fn the_demo_drives_ses_events_through_the_events_function() {
     require_env("COURIER_SMTP_PORT");
     let prefix = unique("demo");
     // GIVEN a 100-job demo campaign on its own stack
-    let out = Command::new(courierctl())
+    let out = Command::new(courier_dev())
         .args(["demo", "--jobs", "100", "--prefix", &prefix])
         .output()
-        .expect("run courierctl demo");
+        .expect("run courier-dev demo");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     // THEN it exits 0: every job reached a known end

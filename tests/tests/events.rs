@@ -6,11 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use courier::aws::{Clients, DynamoDbControlTable, DynamoDbSuppressionList};
-use courier::policy::RetryPolicy;
-use courier::ports::{BreakerStore, StatusStore, StatusUpdate, SuppressionList};
-use courier::reputation::GuardConfig;
-use courier::status::Status;
+use courier_adapters::aws::{Clients, DynamoDbControlTable, DynamoDbSuppressionList};
+use courier_core::policy::RetryPolicy;
+use courier_core::ports::{BreakerStore, StatusStore, StatusUpdate, SuppressionList};
+use courier_core::reputation::GuardConfig;
+use courier_core::status::Status;
 use courier_events::wiring::{Settings, wire};
 use courier_events::{Applied, Applier};
 use courier_integration::{Stack, unique};
@@ -129,7 +129,7 @@ async fn delivery_and_bounce_events_reach_the_status_and_suppression_tables() {
         &stack.resources.suppression_table,
     ));
     let applier = applier(&stack, RetryPolicy::default(), GuardConfig::default());
-    let provider_id = |rec: courier::ports::JobRecord| rec.provider_message_id.unwrap();
+    let provider_id = |rec: courier_core::ports::JobRecord| rec.provider_message_id.unwrap();
     let p1 = provider_id(status.get("ev-1").await.unwrap().unwrap());
     let p2 = provider_id(status.get("ev-2").await.unwrap().unwrap());
 
@@ -328,11 +328,11 @@ async fn the_reputation_guard_pauses_a_domain_in_a_synthetic_bounce_wave() {
         Duration::from_secs(60),
     );
     let pause = control
-        .load(&courier::reputation::pause_key(&domain))
+        .load(&courier_core::reputation::pause_key(&domain))
         .await
         .unwrap()
         .expect("the pause is stored where the send function reads it");
-    assert_eq!(pause.mode, courier::breaker::Mode::Open);
+    assert_eq!(pause.mode, courier_core::breaker::Mode::Open);
 
     // The send function holds back SES sends from that domain, and only from it.
     let pipeline = stack.send_pipeline();
@@ -611,10 +611,10 @@ async fn events_without_our_id_find_their_job_suppress_and_count_once() {
     assert_eq!(second.applied, vec![Applied::Absorbed]);
     assert_eq!(second.recounts_skipped, 1);
     // THEN the window counts it once
-    let window = courier::ports::ReputationStore::window(
+    let window = courier_core::ports::ReputationStore::window(
         &control,
         &domain,
-        courier::reputation::bucket_of(now - chrono::Duration::hours(1)),
+        courier_core::reputation::bucket_of(now - chrono::Duration::hours(1)),
     )
     .await
     .unwrap();
@@ -708,8 +708,8 @@ async fn concurrent_out_of_order_events_end_in_the_furthest_status() {
             assert!(
                 pair[0].status == pair[1].status
                     || matches!(
-                        courier::status::transition(pair[0].status, pair[1].status),
-                        Ok(courier::status::Transition::Applied)
+                        courier_core::status::transition(pair[0].status, pair[1].status),
+                        Ok(courier_core::status::Transition::Applied)
                     ),
                 "{id}: {:?} then {:?}",
                 pair[0],

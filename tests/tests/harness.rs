@@ -203,13 +203,13 @@ async fn the_delay_state_machine_waits_then_sends_to_the_queue() {
     let machine = sfn
         .create_state_machine()
         .name(unique("courier-delay"))
-        .definition(courier::delay::DEFINITION)
+        .definition(courier_core::delay::DEFINITION)
         .role_arn(role_arn())
         .send()
         .await
         .expect("create_state_machine")
         .state_machine_arn;
-    let input = courier::delay::DelayInput {
+    let input = courier_core::delay::DelayInput {
         delay_seconds: 2,
         queue_url: url.clone(),
         body: "after the wait".into(),
@@ -266,7 +266,7 @@ async fn each_scripted_smtp_recipient_gets_its_reply() {
             .map(|c| c.to_string())
             .unwrap_or_else(|| panic!("{rcpt}: no SMTP status in {err}"));
         assert_eq!(status, code, "{rcpt}: {err}");
-        let verdict = courier::classify::classify_smtp(&err.to_string());
+        let verdict = courier_core::classify::classify_smtp(&err.to_string());
         assert!(!verdict.rule.is_empty(), "{rcpt}");
     }
 }

@@ -1,4 +1,4 @@
-//! Local provisioning from `infra/template.yaml` (`courier::aws::provision`) on the emulator:
+//! Local provisioning from `infra/template.yaml` (`courier_devkit::provision`) on the emulator:
 //! the stack has the template's settings, and a stack that cannot be created is an error that
 //! says why.
 
@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use courier::aws::provision::{QueueSettings, TOKEN_TAG, created_by, provision};
+use courier_devkit::provision::{QueueSettings, TOKEN_TAG, created_by, provision};
 use courier_integration::{aws_config, emulator, role_arn, unique};
 use serde_json::Value;
 
@@ -161,7 +161,7 @@ async fn the_stack_has_the_templates_settings() {
         .await
         .expect("state machine");
     let deployed: Value = serde_json::from_str(machine.definition()).unwrap();
-    let code: Value = serde_json::from_str(courier::delay::DEFINITION).unwrap();
+    let code: Value = serde_json::from_str(courier_core::delay::DEFINITION).unwrap();
     assert_eq!(deployed["States"], code["States"]);
 }
 

@@ -14,13 +14,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use courier::aws::{CallCounter, Clients, DynamoDbStatusStore};
-use courier::policy::RetryPolicy;
-use courier::ports::{DeadLetter, StatusStore};
-use courier::status::Status;
+use courier_adapters::aws::{CallCounter, Clients, DynamoDbStatusStore};
+use courier_core::policy::RetryPolicy;
+use courier_core::ports::{DeadLetter, StatusStore};
+use courier_core::status::Status;
+use courier_dev::driver::Driver;
 use courier_integration::{Stack, require_env, unique};
 use courier_send::config::SendConfig;
-use courier_send::driver::Driver;
 use courier_send::wiring;
 use courier_sim::{RecipientShare, Scenario};
 
@@ -234,7 +234,7 @@ async fn the_simulator_matches_a_real_run_on_the_emulators() {
     assert!(
         letters
             .iter()
-            .all(|l| l.class == courier::classify::ErrorClass::Throttled)
+            .all(|l| l.class == courier_core::classify::ErrorClass::Throttled)
     );
     assert_eq!(
         (r.dead_lettered, r.sent),

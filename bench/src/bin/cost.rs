@@ -14,10 +14,10 @@
 //! from the outage simulator instead of deriving it), `--outage-minutes M` (30).
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
-use courier::classify::ErrorClass;
-use courier::job::Priority;
-use courier::policy::{Decision, RetryPolicy, RetryState};
-use courier::random::SeededRandom;
+use courier_core::classify::ErrorClass;
+use courier_core::job::Priority;
+use courier_core::policy::{Decision, RetryPolicy, RetryState};
+use courier_core::random::SeededRandom;
 
 /// Unit prices, US dollars: AWS list prices for us-east-1, on-demand, no free tier (as published
 /// for 2026; check the pricing pages before quoting them).
@@ -236,7 +236,7 @@ fn outage_deferrals(minutes: f64, recovery_secs: f64, priority: Priority) -> Out
     let t0: DateTime<Utc> = DateTime::UNIX_EPOCH;
     let (mut total, mut max, mut exhausted, mut sfn) = (0u64, 0u32, 0u64, 0u64);
     for _ in 0..jobs {
-        use courier::random::RandomSource;
+        use courier_core::random::RandomSource;
         let mut t = rng.next_unit() * minutes * 60.0;
         let mut state = RetryState::default();
         let mut n = 0u32;

@@ -8,11 +8,13 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::types::{PutRequest, WriteRequest};
 use chrono::Utc;
-use courier::aws::{Clients, DynamoDbLetterIndex, IndexedDeadLetterSink, SqsDeadLetterSink};
-use courier::classify::ErrorClass;
-use courier::letters::{ArchiveAges, IndexedLetter, LetterFilter, LetterState};
-use courier::policy::DeadLetterCategory;
-use courier::ports::{Clock, DeadLetter, DeadLetterSink, LetterIndex};
+use courier_adapters::aws::{
+    Clients, DynamoDbLetterIndex, IndexedDeadLetterSink, SqsDeadLetterSink,
+};
+use courier_core::classify::ErrorClass;
+use courier_core::letters::{ArchiveAges, IndexedLetter, LetterFilter, LetterState};
+use courier_core::policy::DeadLetterCategory;
+use courier_core::ports::{Clock, DeadLetter, DeadLetterSink, LetterIndex};
 
 const LETTERS: usize = 100_000;
 const CAMPAIGNS: usize = 100;
@@ -62,14 +64,14 @@ async fn main() {
         eprintln!("run through the harness: make bench-dlq");
         std::process::exit(2);
     }
-    let sdk = courier::aws::sdk_config().await;
+    let sdk = courier_adapters::aws::sdk_config().await;
     let clients = Clients::new(&sdk);
     let prefix = format!("bench-dlq-{}", std::process::id());
-    let stack = courier::aws::provision::provision(
+    let stack = courier_devkit::provision::provision(
         &sdk,
         &prefix,
         "arn:aws:iam::123456789012:role/bench",
-        courier::aws::provision::QueueSettings {
+        courier_devkit::provision::QueueSettings {
             max_receive_count: 5,
             visibility_timeout: Duration::from_secs(60),
         },
@@ -97,7 +99,7 @@ async fn main() {
                         record: record(j, now),
                         audit: vec![],
                     };
-                    let item = courier::aws::letters::item_of(&l).expect("item");
+                    let item = courier_adapters::aws::letters::item_of(&l).expect("item");
                     writes.push(
                         WriteRequest::builder()
                             .put_request(
@@ -234,9 +236,11 @@ async fn main() {
     );
 
     // The same run on in-memory ports: the archiver's own cost.
-    let clock: Arc<dyn Clock> = Arc::new(courier::ports::SystemClock);
-    let queue = Arc::new(courier::memory::MemoryLetterQueue::new(clock.clone()));
-    let mem_index = Arc::new(courier::memory::MemoryLetterIndex::default());
+    let clock: Arc<dyn Clock> = Arc::new(courier_adapters::clock::SystemClock);
+    let queue = Arc::new(courier_devkit::memory::MemoryLetterQueue::new(
+        clock.clone(),
+    ));
+    let mem_index = Arc::new(courier_devkit::memory::MemoryLetterIndex::default());
     let m = 20_000;
     for i in 0..m {
         let r = record(i, now - chrono::Duration::days(30));
@@ -249,7 +253,7 @@ async fn main() {
     let archiver = courier_archiver::Archiver {
         queues: vec![(courier_archiver::QueueKind::Letters, queue)],
         index: mem_index,
-        archive: Arc::new(courier::memory::MemoryArchive::default()),
+        archive: Arc::new(courier_devkit::memory::MemoryArchive::default()),
         ages,
         clock,
         margin: Duration::from_secs(1),

@@ -16,11 +16,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
-use courier::aws::{CallCounter, Clients, DynamoDbStatusStore};
-use courier::ports::StatusStore;
-use courier::status::Status;
-use courier_send::config::{Resources, SendConfig, SmtpSettings};
-use courier_send::driver::Driver;
+use courier_adapters::aws::{CallCounter, Clients, DynamoDbStatusStore};
+use courier_core::ports::StatusStore;
+use courier_core::status::Status;
+use courier_dev::driver::Driver;
+use courier_send::config::{SendConfig, SmtpSettings};
 
 const INSTANCES: [usize; 3] = [1, 4, 8];
 const DOMAIN: &str = "courier.test";
@@ -80,12 +80,12 @@ async fn main() {
         password: None,
         timeout: Duration::from_secs(10),
     };
-    let sdk = courier::aws::sdk_config().await;
-    let stack = courier::aws::provision::provision(
+    let sdk = courier_adapters::aws::sdk_config().await;
+    let stack = courier_devkit::provision::provision(
         &sdk,
         &format!("bench-tp-{}", std::process::id()),
         "arn:aws:iam::123456789012:role/bench",
-        courier::aws::provision::QueueSettings {
+        courier_devkit::provision::QueueSettings {
             max_receive_count: 5,
             visibility_timeout: Duration::from_secs(30),
         },
@@ -98,7 +98,7 @@ async fn main() {
         .s3
         .put_object()
         .bucket(&stack.template_bucket)
-        .key(courier::aws::S3TemplateStore::key("welcome"))
+        .key(courier_adapters::aws::S3TemplateStore::key("welcome"))
         .body(
             br#"{"subject": "Welcome, {{ name }}", "text": "Hello {{ name }}, thanks for joining."}"#
                 .to_vec()
@@ -107,13 +107,13 @@ async fn main() {
         .send()
         .await
         .expect("upload template");
-    let resources = Resources::of_stack(&stack, &["smtp"], None, Some(smtp));
+    let resources = courier_dev::send_resources(&stack, &["smtp"], None, Some(smtp));
     let pipeline = Arc::new(
         courier_send::wiring::wire(
             &clients,
             SendConfig::default(),
             &resources,
-            courier::policy::RetryPolicy::default(),
+            courier_core::policy::RetryPolicy::default(),
         )
         .expect("wire"),
     );

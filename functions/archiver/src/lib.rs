@@ -31,14 +31,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use courier::classify::ErrorClass;
-use courier::envelope::parse_body;
-use courier::job::fingerprint;
-use courier::letters::{
+use courier_core::classify::ErrorClass;
+use courier_core::envelope::parse_body;
+use courier_core::job::fingerprint;
+use courier_core::letters::{
     ArchiveAges, ArchiveStep, IndexedLetter, LetterState, REPLAY_WAIT, archive_key, archive_step,
 };
-use courier::policy::DeadLetterCategory;
-use courier::ports::{
+use courier_core::policy::DeadLetterCategory;
+use courier_core::ports::{
     ArchiveStore, Clock, DeadLetter, LetterIndex, LetterQueue, QueuedLetter, StoreError,
 };
 use tracing::{info, warn};

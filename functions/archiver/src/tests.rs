@@ -4,11 +4,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use courier::classify::ErrorClass;
-use courier::letters::{ArchiveAges, LetterState};
-use courier::memory::*;
-use courier::policy::DeadLetterCategory;
-use courier::ports::{Clock, DeadLetter, LetterIndex};
+use courier_core::classify::ErrorClass;
+use courier_core::letters::{ArchiveAges, LetterState};
+use courier_core::policy::DeadLetterCategory;
+use courier_core::ports::{Clock, DeadLetter, LetterIndex};
+use courier_devkit::memory::*;
 
 use super::*;
 

@@ -3,9 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use courier::aws::{Clients, DynamoDbLetterIndex, S3ArchiveStore, SqsLetterQueue};
-use courier::letters::ArchiveAges;
-use courier::ports::SystemClock;
+use courier_adapters::aws::{Clients, DynamoDbLetterIndex, S3ArchiveStore, SqsLetterQueue};
+use courier_adapters::clock::SystemClock;
+use courier_core::letters::ArchiveAges;
 
 use crate::{Archiver, QueueKind};
 
@@ -83,7 +83,7 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Archiver {
 /// Wires the archiver from the process environment.
 pub async fn from_env() -> Result<Archiver, SettingsError> {
     let settings = Settings::from_lookup(|k| std::env::var(k).ok())?;
-    let sdk = courier::aws::sdk_config().await;
+    let sdk = courier_adapters::aws::sdk_config().await;
     Ok(wire(&Clients::new(&sdk), &settings))
 }
 

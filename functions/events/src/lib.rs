@@ -37,20 +37,20 @@ use std::collections::BTreeMap;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
-use courier::breaker::{BreakerConfig, BreakerState, Mode};
-use courier::classify::{SesFailureEvent, classify_ses_event};
-use courier::envelope::{attempt_record, dead_letter_of, next_body, parse_body};
-use courier::job::fingerprint;
-use courier::policy::{DeadLetterCategory, Decision, DelayMechanism, RetryPolicy};
-use courier::ports::{
+use courier_core::breaker::{BreakerConfig, BreakerState, Mode};
+use courier_core::classify::{SesFailureEvent, classify_ses_event};
+use courier_core::envelope::{attempt_record, dead_letter_of, next_body, parse_body};
+use courier_core::job::fingerprint;
+use courier_core::policy::{DeadLetterCategory, Decision, DelayMechanism, RetryPolicy};
+use courier_core::ports::{
     BreakerStore, Clock, DeadLetterSink, EventLedger, HistoryEntry, JobRecord, ReputationStore,
     Requeue, Resend, RetryScheduler, StatusStore, StatusUpdate, StoreError, SuppressionList,
 };
-use courier::random::{RandomSource, SeededRandom};
-use courier::reputation::{
+use courier_core::random::{RandomSource, SeededRandom};
+use courier_core::reputation::{
     GuardConfig, ReputationCounts, Trip, assess, bucket_of, domain_of, pause_key,
 };
-use courier::status::{Status, Transition, transition};
+use courier_core::status::{Status, Transition, transition};
 use serde_json::Value;
 use tracing::{info, warn};
 
@@ -688,8 +688,8 @@ impl Applier {
 
     fn decide(
         &self,
-        incoming: &courier::envelope::Incoming,
-        verdict: &courier::classify::Verdict,
+        incoming: &courier_core::envelope::Incoming,
+        verdict: &courier_core::classify::Verdict,
         now: DateTime<Utc>,
     ) -> Decision {
         let mut rng = self
@@ -709,8 +709,8 @@ impl Applier {
 
     fn requeue(
         &self,
-        incoming: &courier::envelope::Incoming,
-        verdict: &courier::classify::Verdict,
+        incoming: &courier_core::envelope::Incoming,
+        verdict: &courier_core::classify::Verdict,
         delay_secs: u64,
         spends_attempt: bool,
         now: DateTime<Utc>,

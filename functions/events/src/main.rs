@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::SqsEvent;
-use courier::aws::Clients;
+use courier_adapters::aws::Clients;
 use courier_events::wiring::{Settings, wire};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
@@ -14,7 +14,7 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let settings = Settings::from_lookup(|k| std::env::var(k).ok())?;
-    let clients = Clients::new(&courier::aws::sdk_config().await);
+    let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
     let applier = Arc::new(wire(&clients, &settings));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let applier = Arc::clone(&applier);

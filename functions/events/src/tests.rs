@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use courier::memory::*;
-use courier::policy::RetryPolicy;
-use courier::ports::{JobRecord, Requeue};
-use courier::random::SeededRandom;
-use courier::reputation::GuardConfig;
+use courier_core::policy::RetryPolicy;
+use courier_core::ports::{JobRecord, Requeue};
+use courier_core::random::SeededRandom;
+use courier_core::reputation::GuardConfig;
+use courier_devkit::memory::*;
 
 use super::*;
 
@@ -46,7 +46,7 @@ fn kept_payload(not_after: Option<&str>) -> String {
     }
     serde_json::json!({
         "courier_envelope": 1, "attempt": 0,
-        "retry": courier::policy::RetryState::default(), "history": [], "job": job
+        "retry": courier_core::policy::RetryState::default(), "history": [], "job": job
     })
     .to_string()
 }
@@ -346,12 +346,12 @@ async fn a_transient_bounce_sends_the_job_again_on_the_soft_bounce_schedule() {
     let scheduled = w.scheduled();
     assert_eq!(scheduled.len(), 1);
     // The copy is the next generation, carrying the bounce in its retry state and history.
-    let incoming = courier::envelope::parse_body(scheduled[0].body.as_bytes()).unwrap();
+    let incoming = courier_core::envelope::parse_body(scheduled[0].body.as_bytes()).unwrap();
     assert_eq!(incoming.attempt, 1);
     assert_eq!(incoming.history.len(), 1);
     assert_eq!(
         incoming.history[0].class,
-        courier::classify::ErrorClass::MailboxTemporary
+        courier_core::classify::ErrorClass::MailboxTemporary
     );
     assert!(scheduled[0].delay_secs >= 60, "{}", scheduled[0].delay_secs);
     // The same event again (a redelivery) may schedule another copy of the same generation,
@@ -360,7 +360,7 @@ async fn a_transient_bounce_sends_the_job_again_on_the_soft_bounce_schedule() {
     assert_eq!(w.record().attempt, 1);
     for copy in w.scheduled() {
         assert_eq!(
-            courier::envelope::parse_body(copy.body.as_bytes())
+            courier_core::envelope::parse_body(copy.body.as_bytes())
                 .unwrap()
                 .attempt,
             1
@@ -397,7 +397,7 @@ async fn a_transient_bounce_past_the_horizon_is_dead_lettered_with_its_record() 
     assert_eq!(
         report.applied,
         vec![Applied::GaveUp(
-            courier::policy::DeadLetterCategory::RetriesExhausted
+            courier_core::policy::DeadLetterCategory::RetriesExhausted
         )]
     );
     assert_eq!(w.status(), Some(Status::DeadLettered));
@@ -469,7 +469,7 @@ async fn the_reputation_guard_pauses_a_domain_in_a_bounce_wave() {
         );
     }
     // 3% bounces: below the 4% trip.
-    let mut total = courier::reputation::ReputationCounts::default();
+    let mut total = courier_core::reputation::ReputationCounts::default();
     for chunk in wave(6).chunks(10) {
         let report = w.applier.handle(sqs(chunk)).await;
         assert!(report.tripped.is_empty());
@@ -480,7 +480,7 @@ async fn the_reputation_guard_pauses_a_domain_in_a_bounce_wave() {
     assert!(w.breakers.states.lock().unwrap().is_empty());
     total.merge(
         &w.reputation.buckets.lock().unwrap().values().copied().fold(
-            courier::reputation::ReputationCounts::default(),
+            courier_core::reputation::ReputationCounts::default(),
             |mut a, b| {
                 a.merge(&b);
                 a
@@ -498,7 +498,7 @@ async fn the_reputation_guard_pauses_a_domain_in_a_bounce_wave() {
     assert_eq!(emf["ReputationGuardTripped"], 1);
     assert!(emf["BounceRate"].as_f64().unwrap() >= 4.0);
     let state = w.breakers.states.lock().unwrap()["reputation:example.com"].clone();
-    assert_eq!(state.mode, courier::breaker::Mode::Open);
+    assert_eq!(state.mode, courier_core::breaker::Mode::Open);
     assert_eq!(state.open_until, Some(t0() + chrono::Duration::hours(1)));
     // Already paused: more bounces do not trip it again.
     let report = w.applier.handle(sqs(&wave(10)[209..])).await;
@@ -694,7 +694,7 @@ impl SuppressionList for FailingSuppression {
         &self,
         _: usize,
         _: Option<String>,
-    ) -> Result<(Vec<courier::ports::SuppressionEntry>, Option<String>), StoreError> {
+    ) -> Result<(Vec<courier_core::ports::SuppressionEntry>, Option<String>), StoreError> {
         Ok((Vec::new(), None))
     }
 }
@@ -708,7 +708,7 @@ async fn a_transient_bounce_that_gives_up_soft_suppresses_for_the_configured_per
     assert_eq!(
         report.applied,
         vec![Applied::GaveUp(
-            courier::policy::DeadLetterCategory::RetriesExhausted
+            courier_core::policy::DeadLetterCategory::RetriesExhausted
         )]
     );
     // THEN the recipient is suppressed for 14 days, then no longer
@@ -824,7 +824,7 @@ async fn a_redelivered_event_counts_once_in_the_rates() {
         .await;
     // THEN it counts once
     let total = w.reputation.buckets.lock().unwrap().values().fold(
-        courier::reputation::ReputationCounts::default(),
+        courier_core::reputation::ReputationCounts::default(),
         |mut a, b| {
             a.merge(b);
             a

@@ -3,19 +3,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use courier::aws::{
+use courier_adapters::aws::{
     Clients, DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore,
     DynamoDbSuppressionList, IndexedDeadLetterSink, SqsDeadLetterSink, SqsRetryScheduler,
 };
-use courier::policy::{RetryPolicy, parse_duration};
-use courier::ports::SystemClock;
-use courier::random::SeededRandom;
-use courier::reputation::GuardConfig;
+use courier_adapters::clock::SystemClock;
+use courier_core::policy::{RetryPolicy, parse_duration};
+use courier_core::reputation::GuardConfig;
 
 use crate::{Applier, Guard, Resender};
-
-/// Status records are kept this long after their last write (as the send function does).
-pub const STATUS_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The events function's settings.
 #[derive(Debug, Clone, PartialEq)]
@@ -130,7 +126,7 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Applier {
         status: Arc::new(DynamoDbStatusStore::new(
             dynamodb.clone(),
             &settings.status_table,
-            STATUS_RETENTION,
+            courier_core::status::RETENTION,
         )),
         suppression: Arc::new(DynamoDbSuppressionList::new(
             dynamodb.clone(),
@@ -150,7 +146,7 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Applier {
                 DynamoDbLetterIndex::new(dynamodb, &settings.letter_index_table),
                 SqsDeadLetterSink::new(clients.sqs.clone(), &settings.dead_letter_queue_url),
             )),
-            rng: std::sync::Mutex::new(SeededRandom::from_entropy()),
+            rng: std::sync::Mutex::new(courier_adapters::clock::seeded_from_entropy()),
         },
         guard: Guard {
             store: control.clone(),

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
-use courier::breaker::{self, Admission, BreakerConfig, BreakerState, Mode, ModeChange};
-use courier::ports::BreakerStore;
+use courier_core::breaker::{self, Admission, BreakerConfig, BreakerState, Mode, ModeChange};
+use courier_core::ports::BreakerStore;
 use tracing::{info, warn};
 
 #[derive(Debug, Clone)]

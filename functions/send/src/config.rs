@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use courier::breaker::BreakerConfig;
-use courier::policy::{PolicyError, RetryPolicy, parse_duration};
-use courier::rate::RateLimit;
+use courier_core::breaker::BreakerConfig;
+use courier_core::policy::{PolicyError, RetryPolicy, parse_duration};
+use courier_core::rate::RateLimit;
 
 /// The send function's settings.
 #[derive(Debug, Clone)]
@@ -23,7 +23,7 @@ pub struct SendConfig {
     pub breaker_cache: Duration,
     pub breaker: BreakerConfig,
     /// Send-rate limits by provider (`COURIER_SEND_RATE_SES`, `COURIER_SEND_RATE_SMTP`): all
-    /// instances together call the provider at most this often (see `courier::rate`).
+    /// instances together call the provider at most this often (see `courier_core::rate`).
     pub rate_limits: BTreeMap<String, RateLimit>,
 }
 
@@ -98,29 +98,6 @@ impl Resources {
                 self.delay_state_machine_arn.clone(),
             ),
         ]
-    }
-
-    /// The resources of a stack provisioned on an emulator (`courier::aws::provision`), sending
-    /// through `providers` in that order.
-    pub fn of_stack(
-        stack: &courier::aws::provision::Provisioned,
-        providers: &[&str],
-        ses_configuration_set: Option<String>,
-        smtp: Option<SmtpSettings>,
-    ) -> Resources {
-        Resources {
-            queue_url: stack.queue_url.clone(),
-            dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
-            letter_index_table: stack.letter_index_table.clone(),
-            status_table: stack.status_table.clone(),
-            suppression_table: stack.suppression_table.clone(),
-            breaker_table: stack.control_table.clone(),
-            template_bucket: stack.template_bucket.clone(),
-            delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
-            providers: providers.iter().map(|p| (*p).to_owned()).collect(),
-            ses_configuration_set,
-            smtp,
-        }
     }
 }
 
@@ -201,9 +178,9 @@ fn rate_limits(
         .validated()
         .map_err(|e| {
             let name = match e {
-                courier::rate::RateLimitError::Rate(_) => name,
-                courier::rate::RateLimitError::Chunk(_) => "COURIER_SEND_RATE_CHUNK",
-                courier::rate::RateLimitError::Ahead(_) => "COURIER_SEND_RATE_MAX_AHEAD",
+                courier_core::rate::RateLimitError::Rate(_) => name,
+                courier_core::rate::RateLimitError::Chunk(_) => "COURIER_SEND_RATE_CHUNK",
+                courier_core::rate::RateLimitError::Ahead(_) => "COURIER_SEND_RATE_MAX_AHEAD",
             };
             ConfigError::Invalid {
                 name,

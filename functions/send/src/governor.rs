@@ -1,4 +1,4 @@
-//! This instance's side of the shared send-rate governor (`courier::rate`): slots reserved from
+//! This instance's side of the shared send-rate governor (`courier_core::rate`): slots reserved from
 //! the provider's shared schedule a chunk at a time, handed out to this instance's sends.
 
 use std::collections::BTreeMap;
@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use courier::ports::{SendSchedule, StoreError};
-use courier::rate::{Allowance, RateLimit, Reservation};
+use courier_core::ports::{SendSchedule, StoreError};
+use courier_core::rate::{Allowance, RateLimit, Reservation};
 
 /// What a send may do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -125,7 +125,7 @@ impl Governor {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
-    use courier::memory::MemorySendSchedule;
+    use courier_devkit::memory::MemorySendSchedule;
 
     fn t(us: i64) -> DateTime<Utc> {
         DateTime::from_timestamp_micros(1_800_000_000_000_000 + us).unwrap()

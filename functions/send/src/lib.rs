@@ -16,7 +16,6 @@
 
 pub mod breakers;
 pub mod config;
-pub mod driver;
 pub mod governor;
 pub mod metrics;
 pub mod wiring;
@@ -26,23 +25,23 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
-use courier::breaker::Admission;
-use courier::classify::{ErrorClass, Verdict};
-use courier::envelope::{
+use courier_core::breaker::Admission;
+use courier_core::classify::{ErrorClass, Verdict};
+use courier_core::envelope::{
     Incoming, attempt_record, current_body, dead_letter_of, next_body, parse_body,
     same_generation_body,
 };
-use courier::job::{Rejected, fingerprint, parse_mailbox};
-use courier::letters::letter_id;
-use courier::policy::{DeadLetterCategory, Decision, DelayMechanism, RetryPolicy};
-use courier::ports::{
+use courier_core::job::{Rejected, fingerprint, parse_mailbox};
+use courier_core::letters::letter_id;
+use courier_core::policy::{DeadLetterCategory, Decision, DelayMechanism, RetryPolicy};
+use courier_core::ports::{
     ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, Mailer, OutgoingEmail,
     PoisonList, Requeue, RetryScheduler, Sightings, StatusStore, StatusUpdate, SuppressionList,
     TemplateError, TemplateStore,
 };
-use courier::random::{RandomSource, SeededRandom};
-use courier::render::content_of;
-use courier::status::Status;
+use courier_core::random::{RandomSource, SeededRandom};
+use courier_core::render::content_of;
+use courier_core::status::Status;
 use futures::StreamExt;
 use tracing::{Instrument, info, warn};
 
@@ -531,7 +530,7 @@ impl Pipeline {
             if name == "ses"
                 && let Some(until) = self
                     .breakers
-                    .paused(&courier::reputation::pause_key(&domain), now)
+                    .paused(&courier_core::reputation::pause_key(&domain), now)
                     .await
             {
                 warn!(domain = %domain, until = %until, "sending domain paused by the reputation guard");
@@ -644,12 +643,12 @@ impl Pipeline {
     }
 
     /// The providers in failover order, the job's hint first.
-    fn provider_order(&self, job: &courier::job::EmailJob) -> Vec<&Arc<dyn Mailer>> {
+    fn provider_order(&self, job: &courier_core::job::EmailJob) -> Vec<&Arc<dyn Mailer>> {
         let mut order: Vec<&Arc<dyn Mailer>> = self.mailers.iter().collect();
         if let Some(hint) = job.provider {
             let name = match hint {
-                courier::job::ProviderHint::Ses => "ses",
-                courier::job::ProviderHint::Smtp => "smtp",
+                courier_core::job::ProviderHint::Ses => "ses",
+                courier_core::job::ProviderHint::Smtp => "smtp",
             };
             order.sort_by_key(|m| m.name() != name);
         }
@@ -767,7 +766,8 @@ impl Pipeline {
             } => {
                 let (delay, mechanism) = if ambiguous {
                     let delay = delay.max(self.config.ambiguity_grace);
-                    let mechanism = if delay.as_secs() <= courier::policy::MAX_QUEUE_DELAY_SECS {
+                    let mechanism = if delay.as_secs() <= courier_core::policy::MAX_QUEUE_DELAY_SECS
+                    {
                         DelayMechanism::QueueDelay
                     } else {
                         DelayMechanism::StateMachine
@@ -1052,7 +1052,7 @@ impl Pipeline {
     }
 
     async fn schedule_same(&self, requeue: Requeue, outcome: Outcome) -> Step {
-        if requeue.delay_secs <= courier::policy::MAX_QUEUE_DELAY_SECS {
+        if requeue.delay_secs <= courier_core::policy::MAX_QUEUE_DELAY_SECS {
             Step::Requeue {
                 requeue,
                 then: None,
@@ -1107,15 +1107,16 @@ impl Pipeline {
 fn build_email(
     incoming: &Incoming,
     suppressed: &[String],
-    content: courier::job::Content,
+    content: courier_core::job::Content,
 ) -> Result<OutgoingEmail, String> {
     let job = &incoming.job;
-    let keep = |list: &[String], field: &str| -> Result<Vec<courier::ports::Mailbox>, String> {
-        list.iter()
-            .filter(|a| !suppressed.iter().any(|s| s.eq_ignore_ascii_case(a)))
-            .map(|a| parse_mailbox(field, a).map_err(|e| e.to_string()))
-            .collect()
-    };
+    let keep =
+        |list: &[String], field: &str| -> Result<Vec<courier_core::ports::Mailbox>, String> {
+            list.iter()
+                .filter(|a| !suppressed.iter().any(|s| s.eq_ignore_ascii_case(a)))
+                .map(|a| parse_mailbox(field, a).map_err(|e| e.to_string()))
+                .collect()
+        };
     let to = keep(&job.to, "to")?;
     let cc = keep(&job.cc, "cc")?;
     let bcc = keep(&job.bcc, "bcc")?;

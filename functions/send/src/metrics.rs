@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use courier::classify::ErrorClass;
-use courier::policy::DeadLetterCategory;
+use courier_core::classify::ErrorClass;
+use courier_core::policy::DeadLetterCategory;
 
 /// What happened to one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

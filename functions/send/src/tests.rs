@@ -3,13 +3,13 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use courier::breaker::BreakerConfig;
-use courier::classify::{ErrorClass, classify_smtp};
-use courier::memory::*;
-use courier::policy::{DeadLetterCategory, RetryPolicy};
-use courier::ports::{Receipt, SendFailure, Template};
-use courier::random::SeededRandom;
-use courier::status::Status;
+use courier_core::breaker::BreakerConfig;
+use courier_core::classify::{ErrorClass, classify_smtp};
+use courier_core::policy::{DeadLetterCategory, RetryPolicy};
+use courier_core::ports::{Receipt, SendFailure, Template};
+use courier_core::random::SeededRandom;
+use courier_core::status::Status;
+use courier_devkit::memory::*;
 
 use super::*;
 
@@ -66,7 +66,7 @@ fn world_with(mailer: MemoryMailer) -> World {
         clock: clock.clone(),
         config: SendConfig::default(),
         rng: std::sync::Mutex::new(SeededRandom::new(1)),
-        sightings: Arc::new(courier::memory::MemorySightings::default()),
+        sightings: Arc::new(courier_devkit::memory::MemorySightings::default()),
         new_codes: std::sync::Mutex::new(Vec::new()),
     });
     World {
@@ -117,7 +117,7 @@ impl World {
 /// A governor with no rate limits.
 fn unlimited() -> crate::governor::Governor {
     crate::governor::Governor::new(
-        Arc::new(courier::memory::MemorySendSchedule::default()),
+        Arc::new(courier_devkit::memory::MemorySendSchedule::default()),
         std::collections::BTreeMap::new(),
     )
 }
@@ -245,7 +245,7 @@ async fn blocklisted_payloads_go_to_poison() {
         .fingerprints
         .lock()
         .unwrap()
-        .insert(courier::job::fingerprint(body.as_bytes()));
+        .insert(courier_core::job::fingerprint(body.as_bytes()));
     w.run(vec![rec("p", body)]).await;
     assert_eq!(w.mailer.sent_count(), 0);
     assert_eq!(
@@ -295,7 +295,7 @@ async fn greylisting_is_re_enqueued_with_history_and_a_new_generation() {
     let queued = w.scheduler.queued.lock().unwrap().clone();
     let requeue = waits.first().or(queued.first()).expect("a retry").clone();
     assert!(requeue.delay_secs >= 900);
-    let next = courier::envelope::parse_body(requeue.body.as_bytes()).unwrap();
+    let next = courier_core::envelope::parse_body(requeue.body.as_bytes()).unwrap();
     assert_eq!(next.attempt, 1);
     assert_eq!(next.history[0].class, ErrorClass::MailboxTemporary);
     assert_eq!(w.status_of("m8"), Some(Status::Deferred));
@@ -366,7 +366,7 @@ async fn a_live_lease_leaves_the_record_for_later_and_an_expired_one_is_ambiguou
     // GIVEN another invocation leased the job and crashed mid-send
     w.status.records.lock().unwrap().insert(
         "m12".into(),
-        courier::ports::JobRecord {
+        courier_core::ports::JobRecord {
             message_id: "m12".into(),
             status: Status::Processing,
             attempt: 0,
@@ -424,8 +424,8 @@ async fn a_panicking_provider_fails_only_its_record() {
 struct PanickingTemplates;
 
 #[async_trait::async_trait]
-impl courier::ports::TemplateStore for PanickingTemplates {
-    async fn get(&self, _id: &str) -> Result<Template, courier::ports::TemplateError> {
+impl courier_core::ports::TemplateStore for PanickingTemplates {
+    async fn get(&self, _id: &str) -> Result<Template, courier_core::ports::TemplateError> {
         panic!("template store bug");
     }
 }
@@ -506,7 +506,7 @@ async fn an_open_circuit_waits_without_spending_an_attempt() {
     );
     assert_eq!(report.metrics.counts.get("Retried_circuit_open"), Some(&1));
     let queued = w.scheduler.queued.lock().unwrap();
-    let last = courier::envelope::parse_body(queued.last().unwrap().body.as_bytes()).unwrap();
+    let last = courier_core::envelope::parse_body(queued.last().unwrap().body.as_bytes()).unwrap();
     assert_eq!(last.retry.spent, 0);
     // The cached state already said open: the job waits unclaimed (no status write), as the
     // same generation, with the wait in its envelope.
@@ -522,7 +522,7 @@ async fn an_ambiguous_send_is_marked_unknown_not_resent() {
         "ses",
         Box::new(|_| {
             Err(SendFailure {
-                verdict: courier::classify::Verdict::local(
+                verdict: courier_core::classify::Verdict::local(
                     ErrorClass::Network,
                     "timeout",
                     "timed out after sending",
@@ -580,7 +580,7 @@ async fn breaker_state_is_shared_between_instances_and_written_once_per_batch() 
     assert_eq!(shared.saves.load(std::sync::atomic::Ordering::Relaxed), 1);
     assert_eq!(
         shared.states.lock().unwrap()["smtp"].mode,
-        courier::breaker::Mode::Open
+        courier_core::breaker::Mode::Open
     );
     // Instance B has never failed itself, yet it does not send.
     let report = pb
@@ -628,7 +628,7 @@ async fn repeated_ambiguous_sends_are_bounded_by_the_policy() {
         "ses",
         Box::new(|_| {
             Err(SendFailure {
-                verdict: courier::classify::Verdict::local(
+                verdict: courier_core::classify::Verdict::local(
                     ErrorClass::Network,
                     "timeout",
                     "timed out after sending",
@@ -827,7 +827,7 @@ async fn a_sent_job_keeps_its_history_and_for_ses_its_payload() {
     let steps: Vec<Status> = record.history.iter().map(|h| h.status).collect();
     assert_eq!(steps, vec![Status::Processing, Status::SentToProvider]);
     assert_eq!(record.history[1].detail.as_deref(), Some("accepted by ses"));
-    let kept = courier::envelope::parse_body(record.payload.unwrap().as_bytes()).unwrap();
+    let kept = courier_core::envelope::parse_body(record.payload.unwrap().as_bytes()).unwrap();
     assert_eq!(kept.attempt, 0);
     assert_eq!(kept.job.message_id, "m1");
     // Too big to keep beside the record: sent, recorded, not kept.
@@ -851,15 +851,15 @@ async fn a_sent_job_keeps_its_history_and_for_ses_its_payload() {
 async fn a_domain_paused_by_the_reputation_guard_is_not_sent_through_ses() {
     let w = world_with(MemoryMailer::accepting("ses"));
     let store = Arc::new(MemoryBreakerStore::default());
-    let mut paused = courier::breaker::BreakerState::new(t0(), &BreakerConfig::default());
-    paused.mode = courier::breaker::Mode::Open;
+    let mut paused = courier_core::breaker::BreakerState::new(t0(), &BreakerConfig::default());
+    paused.mode = courier_core::breaker::Mode::Open;
     paused.open_until = Some(t0() + chrono::Duration::hours(1));
     paused.version = 1;
     store
         .states
         .lock()
         .unwrap()
-        .insert(courier::reputation::pause_key("example.com"), paused);
+        .insert(courier_core::reputation::pause_key("example.com"), paused);
     let pipeline = with_breaker_store(&w, store, 5);
     let other_domain = serde_json::json!({
         "version": 1, "message_id": "m2", "campaign_id": "c", "from": "news@other.example",
@@ -929,7 +929,7 @@ fn ses_governor(
         schedule.clone(),
         std::collections::BTreeMap::from([(
             "ses".to_owned(),
-            courier::rate::RateLimit::per_second(10.0).unwrap(),
+            courier_core::rate::RateLimit::per_second(10.0).unwrap(),
         )]),
     )
 }
@@ -982,7 +982,7 @@ async fn a_booked_out_schedule_defers_the_job_without_a_call_or_an_attempt() {
     assert_eq!(w.mailer.sent_count(), 0);
     assert_eq!(report.metrics.counts.get("Retried_rate_limited"), Some(&1));
     let queued = w.scheduler.queued.lock().unwrap();
-    let copy = courier::envelope::parse_body(queued.last().unwrap().body.as_bytes()).unwrap();
+    let copy = courier_core::envelope::parse_body(queued.last().unwrap().body.as_bytes()).unwrap();
     assert_eq!(copy.retry.spent, 0);
     let record = w.status.records.lock().unwrap()["later"].clone();
     let last = record.history.last().unwrap();
@@ -1082,7 +1082,7 @@ async fn after_a_refused_booking_the_next_jobs_wait_unclaimed_without_asking_aga
     assert_eq!(w.mailer.sent_count(), 0);
     let queued = w.scheduler.queued.lock().unwrap();
     for copy in queued.iter().skip(1) {
-        let copy = courier::envelope::parse_body(copy.body.as_bytes()).unwrap();
+        let copy = courier_core::envelope::parse_body(copy.body.as_bytes()).unwrap();
         assert_eq!(copy.attempt, 0, "same generation");
         assert_eq!(copy.retry.streak, Some((ErrorClass::RateLimited, 1)));
         assert_eq!(copy.retry.spent, 0);

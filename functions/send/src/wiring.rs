@@ -4,14 +4,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use courier::aws::{
+use courier_adapters::aws::{
     Clients, DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore,
     DynamoDbSuppressionList, IndexedDeadLetterSink, S3TemplateStore, SesMailer, SqsDeadLetterSink,
     SqsRetryScheduler,
 };
-use courier::ports::{Mailer, SystemClock};
-use courier::random::SeededRandom;
-use courier::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity, SmtpSetupError};
+use courier_adapters::clock::SystemClock;
+use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity, SmtpSetupError};
+use courier_core::ports::Mailer;
 
 use crate::Pipeline;
 use crate::breakers::Breakers;
@@ -27,13 +27,10 @@ pub enum WiringError {
     Smtp(#[from] SmtpSetupError),
 }
 
-/// Status records are kept this long after their last write (DynamoDB TTL).
-pub const STATUS_RETENTION: Duration = Duration::from_secs(30 * 24 * 3600);
-
 /// Wires the pipeline from the process environment.
 pub async fn from_env() -> Result<Pipeline, WiringError> {
     let (config, resources, policy) = SendConfig::from_lookup(|k| std::env::var(k).ok())?;
-    let sdk = courier::aws::sdk_config().await;
+    let sdk = courier_adapters::aws::sdk_config().await;
     wire(&Clients::new(&sdk), config, &resources, policy)
 }
 
@@ -42,7 +39,7 @@ pub fn wire(
     clients: &Clients,
     config: SendConfig,
     resources: &Resources,
-    policy: courier::policy::RetryPolicy,
+    policy: courier_core::policy::RetryPolicy,
 ) -> Result<Pipeline, WiringError> {
     let dynamodb = clients.dynamodb.clone();
     let sqs = clients.sqs.clone();
@@ -81,8 +78,12 @@ pub fn wire(
     }
     Ok(Pipeline {
         status: Arc::new(
-            DynamoDbStatusStore::new(dynamodb.clone(), &resources.status_table, STATUS_RETENTION)
-                .with_suppression_table(&resources.suppression_table),
+            DynamoDbStatusStore::new(
+                dynamodb.clone(),
+                &resources.status_table,
+                courier_core::status::RETENTION,
+            )
+            .with_suppression_table(&resources.suppression_table),
         ),
         mailers,
         scheduler: Arc::new(SqsRetryScheduler::new(
@@ -112,6 +113,6 @@ pub fn wire(
         policy,
         clock: Arc::new(SystemClock),
         config,
-        rng: std::sync::Mutex::new(SeededRandom::from_entropy()),
+        rng: std::sync::Mutex::new(courier_adapters::clock::seeded_from_entropy()),
     })
 }

@@ -17,9 +17,10 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
-use courier::aws::{Clients, DynamoDbStatusStore};
-use courier::policy::parse_duration;
-use courier::ports::{Clock, OpenState, StatusStore, StoreError, SweepMark, SystemClock};
+use courier_adapters::aws::{Clients, DynamoDbStatusStore};
+use courier_adapters::clock::SystemClock;
+use courier_core::policy::parse_duration;
+use courier_core::ports::{Clock, OpenState, StatusStore, StoreError, SweepMark};
 use tracing::{info, warn};
 
 /// The longest a lease can be (the Lambda timeout's maximum): a job opened earlier than this

@@ -19,7 +19,7 @@ async fn main() -> Result<(), Error> {
             std::process::exit(1);
         }
     };
-    let clients = courier::aws::Clients::new(&courier::aws::sdk_config().await);
+    let clients = courier_adapters::aws::Clients::new(&courier_adapters::aws::sdk_config().await);
     let sweeper = Arc::new(courier_sweeper::wire(&clients, settings));
     lambda_runtime::run(service_fn(move |event: LambdaEvent<serde_json::Value>| {
         let sweeper = Arc::clone(&sweeper);

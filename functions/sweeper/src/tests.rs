@@ -3,9 +3,9 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
-use courier::memory::{ManualClock, MemoryStatusStore};
-use courier::ports::{JobRecord, StatusStore};
-use courier::status::Status;
+use courier_core::ports::{JobRecord, StatusStore};
+use courier_core::status::Status;
+use courier_devkit::memory::{ManualClock, MemoryStatusStore};
 
 use super::*;
 

@@ -1,0 +1,8 @@
+//! The library half of `courierctl`: the dead-letter workbench's logic (selection, replay,
+//! discard, stats) over the core's ports, so that the integration tests and the local run use
+//! the same code as the operator's commands.
+//!
+//! # Layout
+//! - [`workbench`]: the dead-letter workbench.
+
+pub mod workbench;

@@ -1,0 +1,958 @@
+//! `courier-dev demo`: the local run. Provisions Courier's resources on the emulator the harness
+//! started (moto by default), enqueues a demo campaign with a realistic failure mix and drives the
+//! three functions through their real handlers:
+//! - the send function, through the local event-source driver (several concurrent "instances",
+//!   Lambda's batch, visibility-timeout and partial-failure semantics) on the send queue, against
+//!   the real SMTP server and SES v2 on the emulator (the demo verifies its sending domain and
+//!   creates the configuration set through the SES v2 API first);
+//! - the events function, through the same driver on the events queue. Emulators never publish
+//!   SES events, so the demo acts as SES's event destination (see `ses`): for every message the
+//!   emulator's SES accepted (noted by a wrapper around the send function's SES mailer) it
+//!   publishes SES's events, in SNS notification envelopes, on the events queue;
+//! - the archiver, once at the end (dead letters to S3);
+//!
+//! then shows live progress and ends with a report. The exit code is 0 only when every job
+//! reached a known end (the send function's final outcomes, and for SES sends the end their
+//! events lead to).
+//!
+//! The campaign, per 100 jobs (`i` is the job's number, `demo-{i:05}` its message id):
+//! - SMTP (the harness's Postfix scripts replies by recipient): 3 unknown users (two later ones
+//!   hit the suppression list), 2 busy (throttling), 3 greylisted, 2 mailbox full, 2 policy
+//!   rejections, 1 rendering failure, 2 malformed, 1 invalid address, 1 poison, 1 duplicate of an
+//!   earlier job, and 72 good addresses;
+//! - SES (`i % 100` in 30..=39, `"provider": "ses"`), the outcome decided by the recipient's
+//!   local part before `+`: `reader{i}@` delivered (Send, Delivery); `bounce+{i}@`
+//!   (`i % 100 == 36`) a permanent bounce, the recipient then suppressed by the events function;
+//!   `softbounce+{i}@` (37) a transient bounce, sent again by the events function through the
+//!   send queue and then delivered; `delay+{i}@` (38) a delivery delay, then the delivery;
+//!   `complaint+{i}@` (`i % 500 == 39`) delivered, then a complaint, the recipient suppressed.
+//!
+//! Retry waits use a compressed policy ([`DEMO_POLICY`]) so the run takes about a minute; the
+//! production defaults wait minutes to hours. The reputation guard keeps its production
+//! settings: it needs 500 SES messages in its window before it judges a domain, so a run of
+//! 1,000 jobs (100 through SES) never trips it; a run of 5,000 or more does (the demo's bounce
+//! rate is far above SES's review level), and the report then shows the pause.
+//!
+//! With `RUST_LOG` set, the functions' logs (tracing) go to stderr.
+
+mod ses;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::driver::Driver;
+use aws_sdk_sesv2::types::VerificationStatus;
+use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+use courier_adapters::aws::{
+    DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList, store_error,
+};
+use courier_core::policy::RetryPolicy;
+use courier_core::ports::{DeadLetter, JobRecord, StatusStore, StoreError, SuppressionList};
+use courier_core::reputation::GuardConfig;
+use courier_core::status::Status;
+use courier_devkit::provision::{QueueSettings, provision};
+use courier_events::Applied;
+use courier_send::config::{SendConfig, SmtpSettings};
+use courier_send::wiring;
+
+use ses::{Destination, EventPublisher, Script, SesAcceptLog};
+
+/// The compressed retry policy of the demo (same classes as production, waits in seconds).
+pub(crate) const DEMO_POLICY: &str = r#"{
+  "transactional": {"classes": {
+    "throttled": {"retries": 3, "schedule": {"delays": [2]}, "jitter": {"kind": "proportional", "ratio": 1.0}, "spends_attempt": false, "horizon": "10m"},
+    "mailbox_temporary": {"retries": 2, "schedule": {"delays": [3, 6]}, "jitter": {"kind": "proportional", "ratio": 0.2}, "spends_attempt": true, "horizon": "10m"},
+    "network": {"retries": 2, "schedule": {"delays": [1, 2]}, "jitter": {"kind": "equal"}, "spends_attempt": true, "horizon": "10m"},
+    "circuit_open": {"retries": 20, "schedule": {"delays": [2]}, "jitter": {"kind": "equal"}, "spends_attempt": false, "horizon": "10m"}
+  }},
+  "bulk": {"classes": {
+    "throttled": {"retries": 3, "schedule": {"delays": [2]}, "jitter": {"kind": "proportional", "ratio": 1.0}, "spends_attempt": false, "horizon": "10m"},
+    "mailbox_temporary": {"retries": 2, "schedule": {"delays": [3, 6]}, "jitter": {"kind": "proportional", "ratio": 0.2}, "spends_attempt": true, "horizon": "10m"},
+    "network": {"retries": 2, "schedule": {"delays": [1, 2]}, "jitter": {"kind": "equal"}, "spends_attempt": true, "horizon": "10m"},
+    "circuit_open": {"retries": 20, "schedule": {"delays": [2]}, "jitter": {"kind": "equal"}, "spends_attempt": false, "horizon": "10m"}
+  }}
+}"#;
+
+/// Concurrent driver loops on the send queue, standing in for concurrent Lambda instances.
+const INSTANCES: usize = 4;
+/// Concurrent driver loops on the events queue (the template allows the events function 5).
+const EVENT_INSTANCES: usize = 2;
+/// The demo's sending and recipient domain (the harness's Postfix scripts replies for it).
+const DOMAIN: &str = "courier.test";
+/// The account the emulator reports (moto's default), for ARNs in the published events.
+const ACCOUNT: &str = "123456789012";
+
+/// Why the demo could not run.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DemoError {
+    #[error(
+        "{0} is not set: run the demo through `make demo` (it starts the emulator and the SMTP server)"
+    )]
+    Env(&'static str),
+    #[error("setting up: {0}")]
+    Store(#[from] StoreError),
+    #[error("wiring the send function: {0}")]
+    Wiring(#[from] courier_send::wiring::WiringError),
+    #[error("demo policy: {0}")]
+    Policy(#[from] courier_core::policy::PolicyError),
+    #[error("SES identity {identity} is not verified for sending (verification status {status})")]
+    Unverified { identity: String, status: String },
+    #[error("dead letters: {0}")]
+    Archive(String),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(#[from] std::io::Error),
+}
+
+fn env(name: &'static str) -> Result<String, DemoError> {
+    std::env::var(name).map_err(|_| DemoError::Env(name))
+}
+
+fn job(i: usize, from: &str, to: &str) -> serde_json::Value {
+    serde_json::json!({
+        "version": 1,
+        "message_id": format!("demo-{i:05}"),
+        "campaign_id": if i.is_multiple_of(2) { "winter-sale" } else { "newsletter" },
+        "priority": if i.is_multiple_of(3) { "transactional" } else { "bulk" },
+        "from": from,
+        "to": [to],
+        "template": {"id": "welcome", "variables": {"name": format!("Reader {i}")}}
+    })
+}
+
+/// The campaign's queue bodies, the poison ones among them, and the jobs routed through SES
+/// with the status their events end them in.
+struct Campaign {
+    jobs: Vec<String>,
+    poison: Vec<String>,
+    ses: BTreeMap<String, Status>,
+}
+
+/// The campaign: mostly good addresses, every scripted SMTP failure, some bad input, and a slice
+/// through SES whose events the demo publishes (see the module docs for the mix).
+fn campaign(size: usize, from: &str) -> Campaign {
+    let mut jobs = Vec::with_capacity(size);
+    let mut poison = Vec::new();
+    let mut ses = BTreeMap::new();
+    for i in 0..size {
+        let scripted = |name: &str| job(i, from, &format!("{name}@{DOMAIN}")).to_string();
+        let body = match i % 100 {
+            0..=2 => scripted("unknown"),
+            3 | 4 => scripted("busy"),
+            5..=7 => scripted("greylist"),
+            8 | 9 => scripted("full"),
+            10 | 11 => scripted("policy"),
+            12 => {
+                let mut j = job(i, from, &format!("reader{i}@{DOMAIN}"));
+                j["template"]["variables"] = serde_json::json!({});
+                j.to_string()
+            }
+            13 => format!("{{\"version\": 1, \"message_id\": \"demo-{i:05}\""),
+            14 => String::from_utf8_lossy(b"\xff\xfe garbage").into_owned(),
+            15 => job(i, from, "not an address").to_string(),
+            16 => {
+                let body = job(i, from, &format!("reader{i}@{DOMAIN}")).to_string();
+                poison.push(body.clone());
+                body
+            }
+            17 if i >= 100 => job(
+                i - 100 + 20,
+                from,
+                &format!("reader{}@{DOMAIN}", i - 100 + 20),
+            )
+            .to_string(),
+            30..=39 => {
+                let local = match i % 100 {
+                    36 => format!("bounce+{i}"),
+                    37 => format!("softbounce+{i}"),
+                    38 => format!("delay+{i}"),
+                    39 if i % 500 == 39 => format!("complaint+{i}"),
+                    _ => format!("reader{i}"),
+                };
+                let to = format!("{local}@{DOMAIN}");
+                let mut j = job(i, from, &to);
+                j["provider"] = serde_json::json!("ses");
+                ses.insert(format!("demo-{i:05}"), Script::of(&to).end());
+                j.to_string()
+            }
+            _ => job(i, from, &format!("reader{i}@{DOMAIN}")).to_string(),
+        };
+        jobs.push(body);
+    }
+    Campaign { jobs, poison, ses }
+}
+
+pub(crate) fn run(size: usize, prefix: Option<String>) -> Result<i32, DemoError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    // lettre's connection pool spawns its reaper on the runtime it is built in.
+    let _entered = runtime.enter();
+    if std::env::var_os("RUST_LOG").is_some() {
+        // The functions' logs (tracing) to stderr, filtered by RUST_LOG.
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
+    let prefix = prefix.unwrap_or_else(|| format!("courier-demo-{}", std::process::id()));
+    runtime.block_on(run_async(size, prefix))
+}
+
+/// SES sends only from verified identities, and moto checks it too (`SendEmail` from an
+/// unverified address is `MessageRejected`): the demo verifies its sending domain through the
+/// SES v2 API and creates the configuration set the template declares (the local template leaves
+/// SES out). moto reports `VerifiedForSendingStatus` false for every identity but
+/// `VerificationStatus` SUCCESS, and sends from it; AWS sets both once it finds the DKIM records.
+async fn prepare_ses(
+    sdk: &aws_config::SdkConfig,
+    configuration_set: &str,
+) -> Result<(), DemoError> {
+    let ses = aws_sdk_sesv2::Client::new(sdk);
+    ses.create_configuration_set()
+        .configuration_set_name(configuration_set)
+        .send()
+        .await
+        .map_err(store_error("create configuration set"))?;
+    if let Err(e) = ses
+        .create_email_identity()
+        .email_identity(DOMAIN)
+        .send()
+        .await
+        && !e
+            .as_service_error()
+            .is_some_and(|s| s.is_already_exists_exception())
+    {
+        return Err(store_error("create email identity")(e).into());
+    }
+    let identity = ses
+        .get_email_identity()
+        .email_identity(DOMAIN)
+        .send()
+        .await
+        .map_err(store_error("get email identity"))?;
+    let status = identity.verification_status;
+    if identity.verified_for_sending_status || status == Some(VerificationStatus::Success) {
+        Ok(())
+    } else {
+        Err(DemoError::Unverified {
+            identity: DOMAIN.to_owned(),
+            status: status.map_or_else(|| "unknown".to_owned(), |s| s.as_str().to_owned()),
+        })
+    }
+}
+
+async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, StoreError> {
+    sqs.get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(store_error("queue attributes"))?
+        .attributes
+        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
+        .ok_or_else(|| StoreError::msg("queue attributes", format!("no arn for {url}")))
+}
+
+/// What the events side did, summed over the events function's batches and the publisher's
+/// rounds.
+#[derive(Debug, Default, Clone)]
+struct EventTotals {
+    /// What the events function's handler did with each event (see [`applied_key`]).
+    applied: BTreeMap<&'static str, u64>,
+    unparseable: u64,
+    /// Events the demo published, per type.
+    published: BTreeMap<String, u64>,
+    /// Recipients of permanent bounces and complaints.
+    to_suppress: Vec<String>,
+    /// Latest bounce and complaint rate per sending domain.
+    rates: BTreeMap<String, (f64, f64)>,
+    /// Domains the reputation guard paused, with the reason.
+    paused: Vec<(String, String)>,
+}
+
+fn applied_key(applied: &Applied) -> &'static str {
+    match applied {
+        Applied::Changed(Status::Delivered) => "delivered",
+        Applied::Changed(Status::BouncedPermanent) => "bounced_permanent",
+        Applied::Changed(Status::Complained) => "complained",
+        Applied::Changed(_) => "changed_other",
+        Applied::Resent => "resent",
+        Applied::GaveUp(_) => "gave_up",
+        Applied::Absorbed => "absorbed",
+        Applied::NotYet => "not_yet",
+        Applied::Uncorrelated => "uncorrelated",
+        Applied::Noted => "noted",
+    }
+}
+
+/// The SES jobs: those still on their way (with the status their script ends them in), and those
+/// at an end.
+struct SesJobs {
+    pending: BTreeMap<String, Status>,
+    ended: BTreeMap<String, Ended>,
+}
+
+/// An SES job at an end, as its record shows it.
+struct Ended {
+    status: Status,
+    expected: Status,
+    provider: Option<String>,
+    /// How many times the send function sent it.
+    sends: u32,
+}
+
+impl SesJobs {
+    /// Reads the pending jobs' records and moves those at an end. A job is at an end in the
+    /// status its script leads to, in another final status, or sent through another provider
+    /// (no events will come: the reputation guard paused SES and the job failed over).
+    async fn settle(&mut self, status: &dyn StatusStore) -> Result<(), StoreError> {
+        let ids: Vec<(String, Status)> =
+            self.pending.iter().map(|(k, v)| (k.clone(), *v)).collect();
+        for (id, expected) in ids {
+            let Some(record) = status.get(&id).await? else {
+                continue;
+            };
+            let ended = match record.status {
+                s if s == expected => true,
+                Status::Delivered => expected != Status::Complained,
+                Status::BouncedPermanent
+                | Status::Complained
+                | Status::Suppressed
+                | Status::DeadLettered
+                | Status::FailedInternal => true,
+                Status::SentToProvider => record.provider.as_deref() != Some("ses"),
+                _ => false,
+            };
+            if ended {
+                self.pending.remove(&id);
+                self.ended.insert(
+                    id,
+                    Ended {
+                        status: record.status,
+                        expected,
+                        provider: record.provider.clone(),
+                        sends: sends(&record),
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Sends beyond each job's first (resends after a transient bounce): the send function's
+    /// counters count every send, the campaign each job once.
+    fn extra_sends(&self) -> u64 {
+        self.ended
+            .values()
+            .map(|e| u64::from(e.sends.saturating_sub(1)))
+            .sum()
+    }
+}
+
+/// How many times the send function recorded the job as sent.
+fn sends(record: &JobRecord) -> u32 {
+    let n = record
+        .history
+        .iter()
+        .filter(|h| h.status == Status::SentToProvider && h.by != "events")
+        .count();
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// The send function's final outcomes (each job ends in one of these once per send).
+fn finals(t: &BTreeMap<String, u64>) -> u64 {
+    t.iter()
+        .filter(|(k, _)| {
+            k.as_str() == "Sent"
+                || k.as_str() == "BouncedPermanent"
+                || k.as_str() == "Suppressed"
+                || k.starts_with("DeadLettered_")
+                || k.as_str() == "DuplicatesSkipped"
+        })
+        .map(|(_, v)| *v)
+        .sum()
+}
+
+async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
+    env("AWS_ENDPOINT_URL")?;
+    let smtp_host = env("COURIER_SMTP_HOST")?;
+    let smtp_port: u16 = env("COURIER_SMTP_PORT")?
+        .parse()
+        .map_err(|_| DemoError::Env("COURIER_SMTP_PORT"))?;
+    let started = Instant::now();
+    let sdk = courier_adapters::aws::sdk_config().await;
+    let stack = provision(
+        &sdk,
+        &prefix,
+        &format!("arn:aws:iam::{ACCOUNT}:role/courier-demo"),
+        QueueSettings {
+            max_receive_count: 5,
+            visibility_timeout: Duration::from_secs(30),
+        },
+    )
+    .await?;
+    let configuration_set = format!("{prefix}-ses-configuration-set");
+    prepare_ses(&sdk, &configuration_set).await?;
+    println!(
+        "provisioned {}: send and events queues, redrive DLQ, dead-letter queue, tables, buckets, delay state machine; SES identity {DOMAIN} verified, configuration set {configuration_set} ({:.1} s)",
+        stack.stack_name,
+        started.elapsed().as_secs_f64()
+    );
+    aws_sdk_s3::Client::new(&sdk)
+        .put_object()
+        .bucket(&stack.template_bucket)
+        .key(courier_adapters::aws::S3TemplateStore::key("welcome"))
+        .body(br#"{"subject": "Welcome, {{ name }}", "text": "Hello {{ name }}, thanks for joining.", "html": "<p>Hello {{ name }}, thanks for joining.</p>"}"#.to_vec().into())
+        .send()
+        .await
+        .map_err(store_error("upload template"))?;
+    let from = format!("Courier Demo <demo@{DOMAIN}>");
+    let Campaign {
+        jobs,
+        poison,
+        ses: ses_jobs,
+    } = campaign(size, &from);
+    let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
+    let control = DynamoDbControlTable::new(
+        dynamodb.clone(),
+        &stack.control_table,
+        Duration::from_secs(60),
+    );
+    for body in &poison {
+        control
+            .block_fingerprint(
+                &courier_core::job::fingerprint(body.as_bytes()),
+                "demo: blocklisted by an operator",
+                chrono::Utc::now(),
+            )
+            .await?;
+    }
+    // SMTP first: jobs without a provider hint go to Postfix, `"provider": "ses"` to SES.
+    let resources = crate::send_resources(
+        &stack,
+        &["smtp", "ses"],
+        Some(configuration_set.clone()),
+        Some(SmtpSettings {
+            host: smtp_host.clone(),
+            port: smtp_port,
+            tls: "none".into(),
+            username: None,
+            password: None,
+            timeout: Duration::from_secs(10),
+        }),
+    );
+    let config = SendConfig {
+        ambiguity_grace: Duration::from_secs(30),
+        ..SendConfig::default()
+    };
+    let clients = courier_adapters::aws::Clients::new(&sdk);
+    let mut pipeline = wiring::wire(
+        &clients,
+        config,
+        &resources,
+        RetryPolicy::from_json(DEMO_POLICY)?,
+    )?;
+    // SES's view of what it accepted, for the events it publishes.
+    let accepted: Arc<Mutex<Vec<ses::Accepted>>> = Arc::default();
+    for mailer in &mut pipeline.mailers {
+        if mailer.name() == "ses" {
+            *mailer = Arc::new(SesAcceptLog::new(Arc::clone(mailer), Arc::clone(&accepted)));
+        }
+    }
+    let pipeline = Arc::new(pipeline);
+    let guard = GuardConfig::default();
+    let applier = Arc::new(courier_events::wiring::wire(
+        &clients,
+        &courier_events::wiring::Settings {
+            status_table: stack.status_table.clone(),
+            suppression_table: stack.suppression_table.clone(),
+            breaker_table: stack.control_table.clone(),
+            queue_url: stack.queue_url.clone(),
+            delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
+            dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
+            letter_index_table: stack.letter_index_table.clone(),
+            policy: RetryPolicy::from_json(DEMO_POLICY)?,
+            guard: guard.clone(),
+            soft_suppression: chrono::Duration::days(
+                courier_events::wiring::DEFAULT_SOFT_SUPPRESSION_DAYS,
+            ),
+        },
+    ));
+
+    let sqs = aws_sdk_sqs::Client::new(&sdk);
+    for (chunk_no, chunk) in jobs.chunks(10).enumerate() {
+        let mut request = sqs.send_message_batch().queue_url(&stack.queue_url);
+        for (i, body) in chunk.iter().enumerate() {
+            let entry = SendMessageBatchRequestEntry::builder()
+                .id(format!("{chunk_no}-{i}"))
+                .message_body(body)
+                .build()
+                .map_err(|e| StoreError::new("enqueue", e))?;
+            request = request.entries(entry);
+        }
+        request.send().await.map_err(store_error("enqueue"))?;
+    }
+    println!(
+        "enqueued {} jobs ({} through SES) -> SMTP {smtp_host}:{smtp_port} and SES; {INSTANCES} send and {EVENT_INSTANCES} events driver instances, batches of 10",
+        jobs.len(),
+        ses_jobs.len(),
+    );
+
+    let totals: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
+    let events: Arc<Mutex<EventTotals>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    for instance in 0..INSTANCES {
+        let driver = Driver::new(sqs.clone(), &stack.queue_url, &stack.queue_arn);
+        let pipeline = Arc::clone(&pipeline);
+        let totals = Arc::clone(&totals);
+        let stop = Arc::clone(&stop);
+        tasks.push(tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                match driver
+                    .poll_once(&pipeline, &format!("instance-{instance}-{n}"))
+                    .await
+                {
+                    Ok((_, report)) => {
+                        if let Ok(mut t) = totals.lock() {
+                            for (k, v) in report.metrics.counts {
+                                *t.entry(k).or_default() += v;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        eprintln!("instance {instance}: {e}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        }));
+    }
+    let events_queue_arn = queue_arn(&sqs, &stack.events_queue_url).await?;
+    for instance in 0..EVENT_INSTANCES {
+        let driver = Driver::new(sqs.clone(), &stack.events_queue_url, &events_queue_arn);
+        let applier = Arc::clone(&applier);
+        let events = Arc::clone(&events);
+        let stop = Arc::clone(&stop);
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let polled = driver
+                    .poll_with(|event, _deadline| async {
+                        let report = applier.handle(event).await;
+                        (report.failures.clone(), report)
+                    })
+                    .await;
+                match polled {
+                    Ok((_, Some(report))) => {
+                        if let Ok(mut t) = events.lock() {
+                            for a in &report.applied {
+                                *t.applied.entry(applied_key(a)).or_default() += 1;
+                            }
+                            t.unparseable += report.unparseable as u64;
+                            t.rates.extend(report.rates);
+                            t.paused.extend(report.tripped);
+                        }
+                    }
+                    Ok((_, None)) => {}
+                    Err(e) => {
+                        eprintln!("events instance {instance}: {e}");
+                        tokio::time::sleep(Duration::from_secs(1)).await;
+                    }
+                }
+            }
+        }));
+    }
+    let status: Arc<dyn StatusStore> = Arc::new(DynamoDbStatusStore::new(
+        dynamodb.clone(),
+        &stack.status_table,
+        courier_core::status::RETENTION,
+    ));
+    let mut publisher = EventPublisher::new(
+        sqs.clone(),
+        Destination {
+            events_queue_url: stack.events_queue_url.clone(),
+            topic_arn: format!(
+                "arn:aws:sns:{}:{ACCOUNT}:{prefix}-ses-events-topic",
+                region(&sdk)
+            ),
+            configuration_set: configuration_set.clone(),
+            region: region(&sdk),
+            account: ACCOUNT.to_owned(),
+        },
+        accepted,
+    );
+    {
+        let events = Arc::clone(&events);
+        let stop = Arc::clone(&stop);
+        tasks.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match publisher.publish_new().await {
+                    Ok(round) => {
+                        if let Ok(mut t) = events.lock() {
+                            for (k, v) in round.events {
+                                *t.published.entry(k).or_default() += v;
+                            }
+                            t.to_suppress.extend(round.to_suppress);
+                        }
+                    }
+                    Err(e) => eprintln!("SES event destination: {e}"),
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }));
+    }
+
+    let mut ses = SesJobs {
+        pending: ses_jobs,
+        ended: BTreeMap::new(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut last_line = Instant::now();
+    let mut last_settle = Instant::now();
+    let mut all_done;
+    // Evidence that nothing is left to do, whatever the counters say: both queues empty
+    // (visible, in flight and delayed) at several checks in a row.
+    let mut idle_checks = 0u32;
+    loop {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let snapshot = totals.lock().map(|t| t.clone()).unwrap_or_default();
+        let send_done = finals(&snapshot).saturating_sub(ses.extra_sends());
+        let looks_done = send_done >= jobs.len() as u64;
+        if last_line.elapsed() < Duration::from_secs(2) && !looks_done {
+            continue;
+        }
+        last_line = Instant::now();
+        idle_checks = match queues_idle(&sqs, &[&stack.queue_url, &stack.events_queue_url]).await {
+            Ok(true) => idle_checks + 1,
+            Ok(false) => 0,
+            Err(e) => {
+                eprintln!("reading the queues: {e}");
+                0
+            }
+        };
+        // One read per SES job still on its way: when the run looks done, else now and then
+        // (every 30 s: on a busy emulator a hundred reads are seconds of its time).
+        if looks_done
+            || idle_checks >= IDLE_CHECKS
+            || last_settle.elapsed() >= Duration::from_secs(30)
+        {
+            last_settle = Instant::now();
+            if let Err(e) = ses.settle(status.as_ref()).await {
+                eprintln!("reading SES jobs' status: {e}");
+            }
+        }
+        let send_done = finals(&snapshot).saturating_sub(ses.extra_sends());
+        all_done = ses.pending.is_empty()
+            && (send_done >= jobs.len() as u64 || idle_checks >= IDLE_CHECKS);
+        let ev = events.lock().map(|t| t.clone()).unwrap_or_default();
+        let applied = |k: &str| ev.applied.get(k).copied().unwrap_or(0);
+        println!(
+            "  {:>5.1} s  finished {:>5}/{}  sent {:>5}  retries {:>4}  dead letters {:>4} | SES at an end {:>3}/{}  events {:>4}: delivered {:>3}  bounced {:>3}  complaints {:>2}  resent {:>2}  delays {:>2}",
+            started.elapsed().as_secs_f64(),
+            send_done.min(jobs.len() as u64),
+            jobs.len(),
+            snapshot.get("Sent").copied().unwrap_or(0),
+            snapshot
+                .iter()
+                .filter(|(k, _)| k.starts_with("Retried"))
+                .map(|(_, v)| v)
+                .sum::<u64>(),
+            snapshot
+                .iter()
+                .filter(|(k, _)| k.starts_with("DeadLettered_"))
+                .map(|(_, v)| v)
+                .sum::<u64>(),
+            ses.ended.len(),
+            ses.ended.len() + ses.pending.len(),
+            ev.published.values().sum::<u64>(),
+            applied("delivered"),
+            applied("bounced_permanent"),
+            applied("complained"),
+            applied("resent"),
+            ev.published.get("DeliveryDelay").copied().unwrap_or(0),
+        );
+        if all_done || Instant::now() > deadline {
+            break;
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        let _ = task.await;
+    }
+    let totals = totals.lock().map(|t| t.clone()).unwrap_or_default();
+    let events = events.lock().map(|t| t.clone()).unwrap_or_default();
+    // The events function's suppressions, read back from the suppression table.
+    let suppression = DynamoDbSuppressionList::new(dynamodb.clone(), &stack.suppression_table);
+    let suppressed = suppression
+        .suppressed(&events.to_suppress, chrono::Utc::now())
+        .await?;
+    // Dead letters, read back from the index (no draining of the queue).
+    let index =
+        courier_adapters::aws::DynamoDbLetterIndex::new(dynamodb, &stack.letter_index_table);
+    let letters: Vec<DeadLetter> =
+        courierctl::workbench::select(&index, &courier_core::letters::LetterFilter::default())
+            .await
+            .map_err(|e| DemoError::Archive(e.to_string()))?
+            .into_iter()
+            .map(|l| l.record)
+            .collect();
+    // The archiver's scheduled run, with the archive ages of the demo (zero: archive everything).
+    let mut ages = courier_core::letters::ArchiveAges::default();
+    for age in ages.0.values_mut() {
+        *age = Duration::ZERO;
+    }
+    let settings = courier_archiver::wiring::Settings {
+        dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
+        redrive_queue_url: stack.redrive_dlq_url.clone(),
+        letter_index_table: stack.letter_index_table.clone(),
+        archive_bucket: stack.archive_bucket.clone(),
+        ages,
+    };
+    let archiver = courier_archiver::wiring::wire(&clients, &settings);
+    let archived = archiver
+        .run("demo", chrono::Utc::now() + chrono::Duration::seconds(120))
+        .await
+        .map_err(|e| DemoError::Archive(e.to_string()))?;
+    report(&Report {
+        totals: &totals,
+        events: &events,
+        ses: &ses,
+        suppressed: suppressed.len(),
+        guard: &guard,
+        letters: &letters,
+        archived: &archived,
+        jobs: jobs.len(),
+        took: started.elapsed(),
+    });
+    // The exit code is the tables' word, not the counters': every job with a status record
+    // must be at an end (the others are dead letters: bad input without a usable record).
+    let open = open_jobs(&aws_sdk_dynamodb::Client::new(&sdk), &stack.status_table).await?;
+    if !open.is_empty() {
+        println!("\njobs not at an end ({}):", open.len());
+        for (id, status) in open.iter().take(20) {
+            println!("  {id}: {status}");
+        }
+    }
+    Ok(if all_done && open.is_empty() { 0 } else { 1 })
+}
+
+/// Checks in a row (2 s apart) with both queues empty after which the run has settled.
+const IDLE_CHECKS: u32 = 3;
+
+/// Whether every queue in `urls` is empty: no visible, in-flight or delayed message.
+async fn queues_idle(sqs: &aws_sdk_sqs::Client, urls: &[&str]) -> Result<bool, StoreError> {
+    for url in urls {
+        let out = sqs
+            .get_queue_attributes()
+            .queue_url(*url)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessages)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesNotVisible)
+            .attribute_names(QueueAttributeName::ApproximateNumberOfMessagesDelayed)
+            .send()
+            .await
+            .map_err(store_error("queue attributes"))?;
+        if out
+            .attributes()
+            .is_some_and(|a| a.values().any(|v| v != "0"))
+        {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Status records not at an end (message id, status), read with a scan of the demo's table.
+async fn open_jobs(
+    dynamodb: &aws_sdk_dynamodb::Client,
+    table: &str,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let mut open = Vec::new();
+    let mut cursor = None;
+    loop {
+        let out = dynamodb
+            .scan()
+            .table_name(table)
+            .projection_expression("message_id, #s")
+            .expression_attribute_names("#s", "status")
+            .set_exclusive_start_key(cursor)
+            .send()
+            .await
+            .map_err(store_error("scan the status table"))?;
+        for item in out.items() {
+            let text = |k: &str| item.get(k).and_then(|v| v.as_s().ok()).cloned();
+            let (Some(id), Some(status)) = (text("message_id"), text("status")) else {
+                continue;
+            };
+            // `sent_to_provider` is the end for SMTP (no events); `bounced_transient` is not
+            // (its resend is under way).
+            let at_end = Status::parse(&status)
+                .is_some_and(|s| s.is_terminal() || s == Status::SentToProvider);
+            if !at_end {
+                open.push((id, status));
+            }
+        }
+        cursor = out.last_evaluated_key;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    open.sort();
+    Ok(open)
+}
+
+fn region(sdk: &aws_config::SdkConfig) -> String {
+    sdk.region()
+        .map_or_else(|| "us-east-1".to_owned(), |r| r.as_ref().to_owned())
+}
+
+/// What the final report shows.
+struct Report<'a> {
+    totals: &'a BTreeMap<String, u64>,
+    events: &'a EventTotals,
+    ses: &'a SesJobs,
+    /// Recipients of published bounces and complaints found on the suppression list.
+    suppressed: usize,
+    guard: &'a GuardConfig,
+    letters: &'a [DeadLetter],
+    archived: &'a courier_archiver::ArchiveReport,
+    jobs: usize,
+    took: Duration,
+}
+
+fn report(r: &Report<'_>) {
+    println!("\nreport: {} jobs in {:.1} s", r.jobs, r.took.as_secs_f64());
+    let get = |k: &str| r.totals.get(k).copied().unwrap_or(0);
+    let ses_jobs = r.ses.ended.len() + r.ses.pending.len();
+    println!(
+        "  sent to provider            {:>6}  (SES: {} jobs by their provider hint, {} sent again after a transient bounce)",
+        get("Sent"),
+        ses_jobs,
+        r.ses.extra_sends()
+    );
+    println!(
+        "  bounced permanently (SMTP)  {:>6}  (recipient suppressed)",
+        get("BouncedPermanent")
+    );
+    println!("  suppressed before sending   {:>6}", get("Suppressed"));
+    println!(
+        "  duplicates acknowledged     {:>6}",
+        get("DuplicatesSkipped")
+    );
+    println!("  retried, by class:");
+    for (k, v) in r.totals.iter().filter(|(k, _)| k.starts_with("Retried_")) {
+        println!("    {:<26}{v:>6}", k.trim_start_matches("Retried_"));
+    }
+    let mut by_category: BTreeMap<&str, usize> = BTreeMap::new();
+    for l in r.letters {
+        *by_category.entry(l.category.as_str()).or_default() += 1;
+    }
+    println!("  dead-lettered, by category (read back from the dead-letter index):");
+    for (k, v) in &by_category {
+        println!("    {k:<26}{v:>6}");
+    }
+    println!(
+        "  archived to S3              {:>6}  in {} objects, e.g. {}",
+        r.archived.archived,
+        r.archived.objects.len(),
+        r.archived.objects.first().map_or("-", String::as_str)
+    );
+    let ev = r.events;
+    let published: Vec<String> = ev
+        .published
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    println!(
+        "  SES events published        {:>6}  (SNS notifications on the events queue: {})",
+        ev.published.values().sum::<u64>(),
+        published.join(", ")
+    );
+    let applied = |k: &str| ev.applied.get(k).copied().unwrap_or(0);
+    let to_suppress: BTreeSet<&String> = ev.to_suppress.iter().collect();
+    println!("  applied by the events function:");
+    println!("    delivered                 {:>6}", applied("delivered"));
+    println!(
+        "    bounced permanently       {:>6}  (recipients suppressed: {} of {}, read back from the suppression list)",
+        applied("bounced_permanent"),
+        r.suppressed,
+        to_suppress.len()
+    );
+    println!(
+        "    complaints                {:>6}  (recipients suppressed, counted above)",
+        applied("complained")
+    );
+    println!(
+        "    transient bounces resent  {:>6}  (through the send queue; sent again by the send function)",
+        applied("resent")
+    );
+    println!(
+        "    delivery delays           {:>6}  (status unchanged: SES keeps trying; noted in the job's timeline)",
+        ev.published.get("DeliveryDelay").copied().unwrap_or(0)
+    );
+    println!(
+        "    absorbed                  {:>6}  (Send events on recorded sends, duplicates, late events)",
+        applied("absorbed")
+    );
+    println!(
+        "    ahead of their record     {:>6}  (left on the queue, applied on a later delivery)",
+        applied("not_yet")
+    );
+    for (k, label) in [
+        ("gave_up", "transient bounces given up"),
+        ("changed_other", "unknown jobs resolved"),
+        ("uncorrelated", "uncorrelated"),
+    ] {
+        if applied(k) > 0 {
+            println!("    {label:<26}{:>6}", applied(k));
+        }
+    }
+    if ev.unparseable > 0 {
+        println!("    not SES events            {:>6}", ev.unparseable);
+    }
+    for (domain, (bounce, complaint)) in &ev.rates {
+        println!(
+            "  reputation of {domain}: bounce rate {:.1} %, complaint rate {:.2} % (the guard judges from {} messages, trips at {:.0} % / {:.2} %)",
+            bounce * 100.0,
+            complaint * 100.0,
+            r.guard.min_volume,
+            r.guard.bounce_trip * 100.0,
+            r.guard.complaint_trip * 100.0,
+        );
+    }
+    for (domain, reason) in &ev.paused {
+        println!("  reputation guard paused SES sends from {domain}: {reason}");
+    }
+    let mut ends: BTreeMap<&str, usize> = BTreeMap::new();
+    for e in r.ses.ended.values() {
+        *ends.entry(e.status.as_str()).or_default() += 1;
+    }
+    let ends: Vec<String> = ends.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    println!(
+        "  SES jobs at their end       {:>6}  of {ses_jobs} (read back from the status table: {})",
+        r.ses.ended.len(),
+        ends.join(", ")
+    );
+    for (id, e) in r.ses.ended.iter().filter(|(_, e)| e.status != e.expected) {
+        println!(
+            "    {id}: {} through {} (its script ends it {}; see `courierctl status {id}`)",
+            e.status,
+            e.provider.as_deref().unwrap_or("no provider"),
+            e.expected
+        );
+    }
+    if !r.ses.pending.is_empty() {
+        let pending: Vec<&str> = r.ses.pending.keys().map(String::as_str).take(10).collect();
+        println!("    not at an end: {}", pending.join(", "));
+    }
+    if let Some(sample) = r.letters.iter().find(|l| l.history.len() > 1) {
+        println!(
+            "\na dead letter as an operator sees it:\n{}",
+            serde_json::to_string_pretty(sample).unwrap_or_default()
+        );
+    }
+}

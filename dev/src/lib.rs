@@ -1,0 +1,38 @@
+//! `courier-dev`: the developer's side of Courier, which no Lambda and not `courierctl` links:
+//! the local event-source driver and the wiring of the functions onto a stack provisioned on an
+//! emulator. The `courier-dev` binary (demo, drive, provision, simulate) is built on it, and so
+//! are the integration tests, the chaos suite and the benchmarks.
+//!
+//! # Layout
+//! - [`driver`]: Lambda's SQS event source mapping as a local loop.
+//! - [`send_resources`]: the send function's resources on a provisioned stack.
+//! - The binary: `demo` (what `make demo` runs), `drive` (the send function as a local process),
+//!   `provision` (a stack on the emulator) and `simulate` (the outage simulator, offline).
+
+pub mod driver;
+
+use courier_devkit::provision::Provisioned;
+use courier_send::config::{Resources, SmtpSettings};
+
+/// The resources of a stack provisioned on an emulator ([`courier_devkit::provision`]), sending
+/// through `providers` in that order.
+pub fn send_resources(
+    stack: &Provisioned,
+    providers: &[&str],
+    ses_configuration_set: Option<String>,
+    smtp: Option<SmtpSettings>,
+) -> Resources {
+    Resources {
+        queue_url: stack.queue_url.clone(),
+        dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
+        letter_index_table: stack.letter_index_table.clone(),
+        status_table: stack.status_table.clone(),
+        suppression_table: stack.suppression_table.clone(),
+        breaker_table: stack.control_table.clone(),
+        template_bucket: stack.template_bucket.clone(),
+        delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
+        providers: providers.iter().map(|p| (*p).to_owned()).collect(),
+        ses_configuration_set,
+        smtp,
+    }
+}

@@ -1,0 +1,13 @@
+//! Courier's adapters: the core's ports over the outside world, each named `<Tech><Port>`.
+//!
+//! # Layout
+//! - [`aws`]: the AWS SDK clients (shared HTTPS client, endpoints, call counting) and one adapter
+//!   per port: [`aws::dynamodb`] (status, suppression, control table), [`aws::letters`] (letter
+//!   index, letter queue, archive), [`aws::sqs`] (retries through SQS or the delay state machine,
+//!   dead letters), [`aws::s3`] (templates), [`aws::ses`] (the SES v2 mailer).
+//! - [`smtp`]: the SMTP mailer (lettre).
+//! - [`clock`]: the system clock and the entropy that seeds jitter.
+
+pub mod aws;
+pub mod clock;
+pub mod smtp;

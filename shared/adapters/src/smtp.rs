@@ -1,0 +1,274 @@
+//! `SmtpMailer`: the [`Mailer`] port over lettre's pooled async SMTP transport.
+//!
+//! lettre bounds only the connect with its own timeout, so the whole exchange is bounded here.
+//! A failure is classified from the server's reply (code, enhanced code, text) when there is
+//! one; a timeout or a broken session without a reply is reported as ambiguous (the relay may
+//! have queued the message).
+
+use std::time::Duration;
+
+use lettre::message::header::{HeaderName, HeaderValue};
+use lettre::message::{Mailboxes, MultiPart, SinglePart};
+use lettre::transport::smtp::authentication::Credentials;
+use lettre::transport::smtp::client::{Tls, TlsParameters};
+use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
+
+use courier_core::classify::{ErrorClass, Verdict, classify_smtp};
+use courier_core::ports::{Mailer, OutgoingEmail, Receipt, SendFailure};
+
+/// How the connection is secured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SmtpSecurity {
+    /// Plain text (local test servers only).
+    None,
+    /// STARTTLS required.
+    StartTls,
+    /// Implicit TLS (port 465).
+    Tls,
+}
+
+/// Connection settings.
+#[derive(Debug, Clone)]
+pub struct SmtpOptions {
+    pub host: String,
+    pub port: u16,
+    pub security: SmtpSecurity,
+    pub credentials: Option<(String, String)>,
+    /// Bound on one whole send (connect, envelope, data).
+    pub timeout: Duration,
+    pub pool_size: u32,
+}
+
+/// Why the transport could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot configure SMTP transport for {host}: {source}")]
+pub struct SmtpSetupError {
+    host: String,
+    #[source]
+    source: lettre::transport::smtp::Error,
+}
+
+/// Sends through an SMTP relay.
+pub struct SmtpMailer {
+    transport: AsyncSmtpTransport<Tokio1Executor>,
+    timeout: Duration,
+}
+
+impl SmtpMailer {
+    pub fn new(options: &SmtpOptions) -> Result<SmtpMailer, SmtpSetupError> {
+        let setup = |source| SmtpSetupError {
+            host: options.host.clone(),
+            source,
+        };
+        let tls = match options.security {
+            SmtpSecurity::None => Tls::None,
+            SmtpSecurity::StartTls => {
+                Tls::Required(TlsParameters::new(options.host.clone()).map_err(setup)?)
+            }
+            SmtpSecurity::Tls => {
+                Tls::Wrapper(TlsParameters::new(options.host.clone()).map_err(setup)?)
+            }
+        };
+        let mut builder =
+            AsyncSmtpTransport::<Tokio1Executor>::builder_dangerous(options.host.clone())
+                .port(options.port)
+                .tls(tls)
+                .timeout(Some(options.timeout))
+                .pool_config(
+                    lettre::transport::smtp::PoolConfig::new().max_size(options.pool_size.max(1)),
+                );
+        if let Some((user, pass)) = &options.credentials {
+            builder = builder.credentials(Credentials::new(user.clone(), pass.clone()));
+        }
+        Ok(SmtpMailer {
+            transport: builder.build(),
+            timeout: options.timeout,
+        })
+    }
+}
+
+/// Builds the MIME message: text and/or html (alternative), allowed extra headers, and
+/// `X-Courier-Message-Id` / `X-Courier-Campaign-Id` for correlation.
+pub fn build_message(email: &OutgoingEmail) -> Result<Message, String> {
+    let mut builder = Message::builder()
+        .from(email.from.clone())
+        .subject(email.subject.clone());
+    for to in &email.to {
+        builder = builder.to(to.clone());
+    }
+    for cc in &email.cc {
+        builder = builder.cc(cc.clone());
+    }
+    for bcc in &email.bcc {
+        builder = builder.bcc(bcc.clone());
+    }
+    for (name, value) in &email.headers {
+        if name.eq_ignore_ascii_case("Reply-To") {
+            let list: Mailboxes = value.parse().map_err(|e| format!("Reply-To: {e}"))?;
+            for mailbox in list {
+                builder = builder.reply_to(mailbox);
+            }
+            continue;
+        }
+        let header =
+            HeaderName::new_from_ascii(name.clone()).map_err(|e| format!("{name}: {e}"))?;
+        builder = builder.raw_header(HeaderValue::new(header, value.clone()));
+    }
+    for (name, value) in [
+        ("X-Courier-Message-Id", &email.message_id),
+        ("X-Courier-Campaign-Id", &email.campaign_id),
+    ] {
+        let header = HeaderName::new_from_ascii_str(name);
+        builder = builder.raw_header(HeaderValue::new(header, value.clone()));
+    }
+    let result = match (&email.text, &email.html) {
+        (Some(text), Some(html)) => builder.multipart(MultiPart::alternative_plain_html(
+            text.clone(),
+            html.clone(),
+        )),
+        (Some(text), None) => builder.singlepart(SinglePart::plain(text.clone())),
+        (None, Some(html)) => builder.singlepart(SinglePart::html(html.clone())),
+        (None, None) => return Err("no body".into()),
+    };
+    result.map_err(|e| e.to_string())
+}
+
+/// Classifies a lettre error: the server's reply when it sent one, else the local failure.
+pub fn classify_lettre(error: &lettre::transport::smtp::Error) -> Verdict {
+    if let Some(code) = error.status() {
+        // lettre's Display gives the reply text; put the code in front for the classifier.
+        let text = error.to_string();
+        let raw = if text.starts_with(&code.to_string()) {
+            text
+        } else {
+            format!("{code} {}", strip_lettre_prefix(&text))
+        };
+        return classify_smtp(&raw);
+    }
+    let text = error.to_string();
+    let lower = text.to_lowercase();
+    if error.is_timeout() {
+        Verdict::local(ErrorClass::Network, "smtp-timeout", text)
+    } else if lower.contains("tls") || lower.contains("certificate") || lower.contains("handshake")
+    {
+        Verdict::local(ErrorClass::Tls, "smtp-tls", text)
+    } else if error.is_client() {
+        Verdict::local(ErrorClass::InvalidJob, "smtp-client", text)
+    } else {
+        Verdict::local(ErrorClass::Network, "smtp-connection", text)
+    }
+}
+
+/// Whether a failure left the outcome unknown: the session broke without a reply after it was
+/// established (a reset, an EOF, a read timeout). lettre does not say in which phase, and a
+/// relay may have queued the message before the break (e.g. a relay restarting between queueing
+/// and its `250`), so such a failure is ambiguous like a timeout: the job waits for the grace
+/// window instead of being resent at once. A failure to connect, a TLS failure, our own client
+/// error and any reply from the server are not ambiguous.
+pub fn broke_mid_session(error: &lettre::transport::smtp::Error) -> bool {
+    error.status().is_none()
+        && !error.is_client()
+        && !error.is_tls()
+        && !error.is_transport_shutdown()
+        // lettre's `Kind::Connection` (no public predicate): connecting or the handshake failed.
+        && !error.to_string().starts_with("Connection error")
+}
+
+fn strip_lettre_prefix(text: &str) -> &str {
+    // e.g. "permanent error (550): 5.1.1 <u@x>: Recipient address rejected: User unknown"
+    text.split_once("): ").map_or(text, |(_, rest)| rest)
+}
+
+#[async_trait::async_trait]
+impl Mailer for SmtpMailer {
+    fn name(&self) -> &str {
+        "smtp"
+    }
+
+    async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure> {
+        let message = build_message(email).map_err(|e| SendFailure {
+            verdict: Verdict::local(ErrorClass::InvalidJob, "mime", e),
+            ambiguous: false,
+            source: None,
+        })?;
+        match tokio::time::timeout(self.timeout, self.transport.send(message)).await {
+            Ok(Ok(response)) => Ok(Receipt {
+                provider_message_id: response
+                    .message()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .trim()
+                    .to_owned(),
+            }),
+            Ok(Err(error)) => Err(SendFailure {
+                verdict: classify_lettre(&error),
+                ambiguous: broke_mid_session(&error),
+                source: Some(Box::new(error)),
+            }),
+            // The reply to DATA may be what we were waiting for: the relay may have the
+            // message. Ambiguous, so it is not resent blindly.
+            Err(_) => Err(SendFailure {
+                verdict: Verdict::local(
+                    ErrorClass::Network,
+                    "smtp-timeout",
+                    format!("no reply within {:?}", self.timeout),
+                ),
+                ambiguous: true,
+                source: None,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn email() -> OutgoingEmail {
+        OutgoingEmail {
+            message_id: "m-1".into(),
+            campaign_id: "c-1".into(),
+            from: "Shop <shop@example.com>".parse().unwrap(),
+            to: vec!["ann@example.org".parse().unwrap()],
+            cc: vec![],
+            bcc: vec!["audit@example.com".parse().unwrap()],
+            subject: "Hi".into(),
+            text: Some("Hello".into()),
+            html: Some("<p>Hello</p>".into()),
+            headers: vec![
+                ("Reply-To".into(), "help@example.com".into()),
+                ("List-Unsubscribe".into(), "<https://x.example/u>".into()),
+            ],
+        }
+    }
+
+    #[test]
+    fn builds_an_alternative_message_with_correlation_headers() {
+        let raw = String::from_utf8(build_message(&email()).unwrap().formatted()).unwrap();
+        assert!(raw.contains("X-Courier-Message-Id: m-1"));
+        assert!(raw.contains("X-Courier-Campaign-Id: c-1"));
+        assert!(raw.contains("Reply-To: help@example.com"));
+        assert!(raw.contains("List-Unsubscribe: <https://x.example/u>"));
+        assert!(raw.contains("multipart/alternative"));
+        assert!(
+            !raw.contains("audit@example.com"),
+            "Bcc leaked into headers"
+        );
+    }
+
+    #[test]
+    fn a_message_without_body_is_refused() {
+        let mut e = email();
+        e.text = None;
+        e.html = None;
+        assert_eq!(build_message(&e).unwrap_err(), "no body");
+    }
+
+    #[test]
+    fn lettre_prefix_is_stripped() {
+        assert_eq!(
+            strip_lettre_prefix("permanent error (550): 5.1.1 User unknown"),
+            "5.1.1 User unknown"
+        );
+    }
+}

@@ -1,0 +1,34 @@
+//! Courier's pure core: the job contract and every decision the functions, the CLI and the
+//! simulator make, with no network, clock or random generator inside (time and randomness come
+//! in as arguments; side effects go through [`ports`]).
+//!
+//! # Layout
+//! - [`job`]: the job contract (`EmailJob`), parsing and validation, payload fingerprints.
+//! - [`envelope`]: the queue message format (bare jobs and retry envelopes).
+//! - [`classify`]: the error taxonomy and the classifiers for SMTP replies, SES v2 API errors,
+//!   SES events and local failures.
+//! - [`policy`]: the retry policy matrix and the decision after a failure.
+//! - [`status`]: the forward-only job status machine.
+//! - [`breaker`]: the circuit breaker state machine.
+//! - [`rate`]: the shared send-rate schedule (reservations against a provider's quota).
+//! - [`reputation`]: the reputation guard's rates and thresholds.
+//! - [`delay`]: the delay state machine definition and its input.
+//! - [`letters`]: dead letters: ids, states, archive ages and layout, search filters.
+//! - [`render`]: strict template rendering.
+//! - [`ports`]: the narrow capabilities the pipeline needs (traits and their domain types);
+//!   `courier-adapters` implements them over AWS and SMTP, `courier-devkit` in memory.
+//! - [`random`]: seedable randomness passed into the core.
+
+pub mod breaker;
+pub mod classify;
+pub mod delay;
+pub mod envelope;
+pub mod job;
+pub mod letters;
+pub mod policy;
+pub mod ports;
+pub mod random;
+pub mod rate;
+pub mod render;
+pub mod reputation;
+pub mod status;

@@ -1,0 +1,779 @@
+//! Ports: the narrow capabilities the send pipeline needs from the outside world. Adapters live
+//! in `courier-adapters` (DynamoDB, SQS, S3, SES, Step Functions, SMTP) and `courier-devkit`
+//! (in memory, for unit tests).
+
+use chrono::{DateTime, Utc};
+pub use lettre::message::Mailbox;
+use serde::{Deserialize, Serialize};
+
+use crate::breaker::BreakerState;
+use crate::classify::Verdict;
+use crate::policy::DeadLetterCategory;
+use crate::status::Status;
+
+/// A storage or queue call failed; the record must not be acknowledged.
+#[derive(Debug, thiserror::Error)]
+#[error("{operation} failed: {message}")]
+pub struct StoreError {
+    pub operation: &'static str,
+    pub message: String,
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+impl StoreError {
+    pub fn new(
+        operation: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> StoreError {
+        StoreError {
+            operation,
+            message: source.to_string(),
+            source: Some(Box::new(source)),
+        }
+    }
+
+    pub fn msg(operation: &'static str, message: impl Into<String>) -> StoreError {
+        StoreError {
+            operation,
+            message: message.into(),
+            source: None,
+        }
+    }
+}
+
+/// The status record of one job (one item in the status table).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub message_id: String,
+    pub status: Status,
+    /// Generation of the queue copy that last claimed or re-enqueued the job.
+    pub attempt: u32,
+    pub lease_owner: Option<String>,
+    pub lease_until: Option<DateTime<Utc>>,
+    /// When the outcome became ambiguous (status `unknown`).
+    pub unknown_since: Option<DateTime<Utc>>,
+    pub provider: Option<String>,
+    pub provider_message_id: Option<String>,
+    pub updated_at: DateTime<Utc>,
+    /// Every status change, oldest first (see [`HistoryEntry`]).
+    #[serde(default)]
+    pub history: Vec<HistoryEntry>,
+    /// The queue body of the copy that was last sent to a provider (a retry envelope), kept so
+    /// a transient bounce can be sent again; `None` until a send succeeded.
+    #[serde(default)]
+    pub payload: Option<String>,
+    /// The provider message id whose transient bounce scheduled the current resend.
+    #[serde(default)]
+    pub resend_of: Option<String>,
+    /// When the sweeper flagged the record (sent, but no outcome event within its period).
+    #[serde(default)]
+    pub swept_at: Option<DateTime<Utc>>,
+}
+
+impl JobRecord {
+    /// A record with nothing but its identity and status.
+    pub fn new(
+        message_id: impl Into<String>,
+        status: Status,
+        attempt: u32,
+        now: DateTime<Utc>,
+    ) -> JobRecord {
+        JobRecord {
+            message_id: message_id.into(),
+            status,
+            attempt,
+            lease_owner: None,
+            lease_until: None,
+            unknown_since: None,
+            provider: None,
+            provider_message_id: None,
+            updated_at: now,
+            history: Vec::new(),
+            payload: None,
+            resend_of: None,
+            swept_at: None,
+        }
+    }
+}
+
+/// One status change in a job's record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HistoryEntry {
+    pub at: DateTime<Utc>,
+    pub status: Status,
+    pub attempt: u32,
+    /// Who wrote it: `send`, `events`, `sweeper`, `operator`.
+    pub by: String,
+    /// Why: the error class and rule, the event, the sweeper's finding.
+    #[serde(default)]
+    pub detail: Option<String>,
+}
+
+/// Records still waiting for something, found through the status table's sparse `by_open`
+/// index by the sweeper.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenState {
+    /// `processing`: leased by a send function.
+    Processing,
+    /// `sent_to_provider` through a provider that reports outcomes (SES): waiting for a
+    /// delivery, bounce or complaint event.
+    AwaitingOutcome,
+}
+
+impl OpenState {
+    /// Index partitions per state (write sharding: no hot partition at high send rates).
+    pub const SHARDS: u32 = 8;
+
+    /// The open state a record is in after a write, if any.
+    pub fn of(status: Status, provider: Option<&str>) -> Option<OpenState> {
+        match status {
+            Status::Processing => Some(OpenState::Processing),
+            Status::SentToProvider if provider == Some("ses") => Some(OpenState::AwaitingOutcome),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpenState::Processing => "processing",
+            OpenState::AwaitingOutcome => "awaiting_outcome",
+        }
+    }
+
+    /// The index partition key of a job in this state: `<state>#<shard>`.
+    pub fn key(self, message_id: &str) -> String {
+        format!("{}#{}", self.as_str(), shard_of(message_id))
+    }
+}
+
+/// A stable shard number of a message id (FNV-1a).
+pub fn shard_of(message_id: &str) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in message_id.bytes() {
+        h ^= u32::from(b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h % OpenState::SHARDS
+}
+
+/// What the sweeper does with a record it found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SweepMark {
+    /// The lease expired long ago with the job still `processing` (its worker died mid-send):
+    /// mark it `unknown`, so provider events or the grace window decide about a resend.
+    LeaseExpired,
+    /// Sent, but no outcome event arrived within the period: flag it (`swept_at`) and leave
+    /// the index; the status stays `sent_to_provider`.
+    NoOutcome,
+}
+
+/// A resend scheduled after a transient bounce.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resend {
+    pub message_id: String,
+    /// The attempt that bounced; the resend is `attempt + 1`.
+    pub attempt: u32,
+    /// The provider message id of the bounced send.
+    pub bounced: String,
+    pub detail: String,
+    pub now: DateTime<Utc>,
+}
+
+/// A request to lease a job for sending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRequest {
+    pub message_id: String,
+    pub attempt: u32,
+    pub owner: String,
+    pub now: DateTime<Utc>,
+    /// Ends before the invocation's deadline.
+    pub lease_until: DateTime<Utc>,
+    /// How long an ambiguous outcome waits for provider evidence before a resend.
+    pub grace: chrono::Duration,
+    /// Recipients to check against the suppression list in the same write (one transaction:
+    /// no separate read per job). Empty: no check.
+    pub check_suppressed: Vec<String>,
+}
+
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// The lease is ours: send.
+    Claimed,
+    /// Already sent or finished: acknowledge without sending.
+    Duplicate(Status),
+    /// This copy is older than the job's current attempt: drop it.
+    Stale { current_attempt: u32 },
+    /// Another live invocation holds the lease: leave the record for a later delivery.
+    Busy { lease_until: DateTime<Utc> },
+    /// A send may have happened; wait for provider evidence until `resolve_at`.
+    Ambiguous { resolve_at: DateTime<Utc> },
+    /// These recipients (from `check_suppressed`, as given) are on the suppression list; nothing
+    /// was written. Claim again without them to send to the rest.
+    Suppressed(Vec<String>),
+}
+
+/// What the claim's conditional write decides, given the record as it stands. Both the memory
+/// and the DynamoDB store implement exactly this judgement (the latter as a condition
+/// expression, see `aws::DynamoDbStatusStore::claim`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimJudgement {
+    Take,
+    Refuse(ClaimOutcome),
+    /// The previous lease expired mid-send: record `unknown` (since `now`) and wait.
+    MarkUnknown,
+}
+
+/// The claim rules. Timelines of the races they settle:
+///
+/// * Duplicate delivery (SQS at-least-once): copy A claims, sends, records `sent_to_provider`;
+///   copy B's claim finds a sent status -> `Duplicate`, acknowledged without sending.
+/// * Two invocations racing on one job: both attempt the conditional write; DynamoDB serialises
+///   them, one wins, the other sees a live lease -> `Busy` and is redelivered after the
+///   visibility timeout, by which time the winner has finished -> `Duplicate`.
+/// * Crash between send and status write: the lease expires with status `processing` -> the
+///   next copy's claim marks the job `unknown` -> `Ambiguous`; SES events (SEND/DELIVERY)
+///   resolve it to `sent_to_provider`, otherwise after the grace window the job is sent again.
+/// * Stale re-enqueue: a retry re-enqueued generation n+1; an old copy of generation n arrives
+///   (e.g. its delete failed) -> `Stale`, dropped.
+pub fn judge_claim(existing: Option<&JobRecord>, req: &ClaimRequest) -> ClaimJudgement {
+    let Some(rec) = existing else {
+        return ClaimJudgement::Take;
+    };
+    if rec.status.is_sent() || rec.status.is_terminal() {
+        return ClaimJudgement::Refuse(ClaimOutcome::Duplicate(rec.status));
+    }
+    if rec.attempt > req.attempt {
+        return ClaimJudgement::Refuse(ClaimOutcome::Stale {
+            current_attempt: rec.attempt,
+        });
+    }
+    match rec.status {
+        Status::Pending | Status::Deferred => ClaimJudgement::Take,
+        Status::Unknown => {
+            let since = rec.unknown_since.unwrap_or(rec.updated_at);
+            if since + req.grace <= req.now {
+                ClaimJudgement::Take
+            } else {
+                ClaimJudgement::Refuse(ClaimOutcome::Ambiguous {
+                    resolve_at: since + req.grace,
+                })
+            }
+        }
+        Status::Processing => {
+            let until = rec.lease_until.unwrap_or(rec.updated_at);
+            if until > req.now {
+                ClaimJudgement::Refuse(ClaimOutcome::Busy { lease_until: until })
+            } else if rec.attempt < req.attempt {
+                // A newer generation exists only because the lease holder decided to retry
+                // after a failed send: nothing was sent by it.
+                ClaimJudgement::Take
+            } else {
+                ClaimJudgement::MarkUnknown
+            }
+        }
+        _ => ClaimJudgement::Refuse(ClaimOutcome::Duplicate(rec.status)),
+    }
+}
+
+/// A status change written by the lease holder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StatusUpdate {
+    pub message_id: String,
+    pub owner: String,
+    pub status: Status,
+    pub attempt: u32,
+    pub provider: Option<String>,
+    pub provider_message_id: Option<String>,
+    pub now: DateTime<Utc>,
+    /// Why, for the record's history (class and rule, event).
+    pub detail: Option<String>,
+    /// The queue body that was sent (with `SentToProvider`), kept for resends.
+    pub payload: Option<String>,
+}
+
+impl StatusUpdate {
+    pub fn new(
+        message_id: impl Into<String>,
+        owner: impl Into<String>,
+        status: Status,
+        attempt: u32,
+        now: DateTime<Utc>,
+    ) -> StatusUpdate {
+        StatusUpdate {
+            message_id: message_id.into(),
+            owner: owner.into(),
+            status,
+            attempt,
+            provider: None,
+            provider_message_id: None,
+            now,
+            detail: None,
+            payload: None,
+        }
+    }
+}
+
+/// Idempotency and status records.
+#[async_trait::async_trait]
+pub trait StatusStore: Send + Sync {
+    /// One conditional write that leases the job (see [`judge_claim`]).
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError>;
+    /// Writes the outcome of a leased attempt and releases the lease. Succeeds only while the
+    /// lease is ours or the job was marked `unknown` meanwhile (our evidence resolves it).
+    async fn finish(&self, update: &StatusUpdate) -> Result<(), StoreError>;
+    /// Writes a status without a lease (suppressed before any claim); applied only where the
+    /// status machine allows the transition (late or duplicate writes are absorbed).
+    async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError>;
+    async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError>;
+    /// The job whose recorded send has this provider message id (SES's message id), for an
+    /// event that carries no Courier message id. The lookup is eventually consistent (the status
+    /// table's sparse `by_provider_message_id` index): a send recorded a moment ago may not be
+    /// found yet. `None` when no job has it.
+    async fn find_by_provider_message_id(
+        &self,
+        provider_message_id: &str,
+    ) -> Result<Option<String>, StoreError>;
+    /// Appends a history entry that changes nothing else (a delivery delay, an undetermined
+    /// bounce) while the job is still in `entry.status` at generation `entry.attempt`. False
+    /// (nothing written) when the job is absent or moved on.
+    async fn note(&self, message_id: &str, entry: &HistoryEntry) -> Result<bool, StoreError>;
+    /// An operator's replay: moves a `dead_lettered` job back to `pending` as a new generation
+    /// and returns that generation; `None` when the job is not dead-lettered (nothing changes).
+    async fn reopen(&self, message_id: &str, now: DateTime<Utc>)
+    -> Result<Option<u32>, StoreError>;
+    /// Moves a sent job whose send bounced transiently to `deferred` as generation
+    /// `attempt + 1`, remembering the bounced provider message id (`resend_of`). False when the
+    /// job is no longer at `attempt` in a sent status (another event or resend came first).
+    async fn resend(&self, resend: &Resend) -> Result<bool, StoreError>;
+    /// Records in `state` that entered it before `before`, oldest first, at most `limit`
+    /// (eventually consistent: check what you act on with [`StatusStore::sweep`]).
+    async fn open_before(
+        &self,
+        state: OpenState,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError>;
+    /// Marks a record the sweeper found, if it is unchanged since (`found.updated_at`, status);
+    /// false when it moved on meanwhile.
+    async fn sweep(
+        &self,
+        found: &JobRecord,
+        mark: SweepMark,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+}
+
+/// A message ready for a provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutgoingEmail {
+    pub message_id: String,
+    pub campaign_id: String,
+    pub from: Mailbox,
+    pub to: Vec<Mailbox>,
+    pub cc: Vec<Mailbox>,
+    pub bcc: Vec<Mailbox>,
+    pub subject: String,
+    pub text: Option<String>,
+    pub html: Option<String>,
+    pub headers: Vec<(String, String)>,
+}
+
+/// A provider accepted the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Receipt {
+    pub provider_message_id: String,
+}
+
+/// A provider did not accept the message.
+#[derive(Debug, thiserror::Error)]
+#[error("{} ({}): {}", verdict.class, verdict.rule, verdict.raw_text.as_deref().unwrap_or(""))]
+pub struct SendFailure {
+    pub verdict: Verdict,
+    /// The request may have reached the provider (timeout after sending): the outcome is
+    /// unknown, and a resend could duplicate.
+    pub ambiguous: bool,
+    #[source]
+    pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
+}
+
+/// Sends mail through one provider.
+#[async_trait::async_trait]
+pub trait Mailer: Send + Sync {
+    /// Stable provider name (`ses`, `smtp`), used for the breaker and records.
+    fn name(&self) -> &str;
+    async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure>;
+}
+
+/// A job copy to put back on the queue after a delay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requeue {
+    pub message_id: String,
+    pub body: String,
+    pub delay_secs: u64,
+}
+
+/// Re-enqueues retries.
+#[async_trait::async_trait]
+pub trait RetryScheduler: Send + Sync {
+    /// Delays of at most 900 s, batched (SendMessageBatch); one result per item, in order.
+    async fn enqueue(&self, items: &[Requeue]) -> Vec<Result<(), StoreError>>;
+    /// Longer delays: start the delay state machine.
+    async fn start_wait(&self, item: &Requeue) -> Result<(), StoreError>;
+}
+
+/// One attempt in a job's history (carried in the envelope and the dead letter).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub at: DateTime<Utc>,
+    pub provider: Option<String>,
+    pub class: crate::classify::ErrorClass,
+    pub rule: String,
+    pub code: Option<String>,
+    pub text: Option<String>,
+    pub spent: bool,
+    pub delay_secs: Option<u64>,
+}
+
+/// A dead letter with everything needed to understand, fix and replay it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// `message_id` when known, else the payload fingerprint.
+    pub id: String,
+    pub category: DeadLetterCategory,
+    pub reason: String,
+    pub message_id: Option<String>,
+    pub campaign_id: Option<String>,
+    pub trace_id: Option<String>,
+    pub recipients: Vec<String>,
+    pub provider: Option<String>,
+    pub class: crate::classify::ErrorClass,
+    pub rule: String,
+    pub raw_code: Option<String>,
+    pub raw_text: Option<String>,
+    pub attempts: u32,
+    pub history: Vec<AttemptRecord>,
+    pub first_failure_at: DateTime<Utc>,
+    pub last_failure_at: DateTime<Utc>,
+    pub fingerprint: String,
+    /// The original payload; `payload_base64` instead when it was not UTF-8.
+    pub payload: Option<String>,
+    pub payload_base64: Option<String>,
+}
+
+/// Where dead letters go.
+#[async_trait::async_trait]
+pub trait DeadLetterSink: Send + Sync {
+    async fn put(&self, letter: &DeadLetter) -> Result<(), StoreError>;
+}
+
+/// A dead letter's copy on the dead-letter queue, as received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueuedLetter {
+    /// Receipt handle for delete / hide.
+    pub receipt: String,
+    /// The queue's own message id.
+    pub queue_message_id: String,
+    pub body: String,
+    /// When the queue first got it.
+    pub sent_at: DateTime<Utc>,
+}
+
+/// A dead-letter queue as the archiver sees it.
+#[async_trait::async_trait]
+pub trait LetterQueue: Send + Sync {
+    /// Up to `max` (1..=10) messages, hidden from other receivers for `hide`.
+    async fn receive(
+        &self,
+        max: usize,
+        hide: std::time::Duration,
+    ) -> Result<Vec<QueuedLetter>, StoreError>;
+    async fn delete(&self, receipts: &[String]) -> Result<(), StoreError>;
+    /// Makes a received message invisible for `hide` more (at most 12 h).
+    async fn hide(&self, receipt: &str, hide: std::time::Duration) -> Result<(), StoreError>;
+}
+
+/// The searchable dead-letter index: one item per letter, the truth about its state.
+#[async_trait::async_trait]
+pub trait LetterIndex: Send + Sync {
+    /// Adds a letter; false (and no change) when its id is already indexed.
+    async fn put_new(&self, letter: &crate::letters::IndexedLetter) -> Result<bool, StoreError>;
+    /// The indexed letters among `ids` (missing ids are left out).
+    async fn get_many(
+        &self,
+        ids: &[String],
+    ) -> Result<Vec<crate::letters::IndexedLetter>, StoreError>;
+    /// Moves a letter from `from` to `to` (conditionally); sets or clears `archive_key` and
+    /// appends `audit`. False when the letter was not in `from`.
+    async fn transition(
+        &self,
+        id: &str,
+        from: crate::letters::LetterState,
+        to: crate::letters::LetterState,
+        archive_key: Option<&str>,
+        audit: Option<&str>,
+    ) -> Result<bool, StoreError>;
+    /// Letters matching `filter`, newest first, at most `limit`, continuing after `cursor`.
+    async fn search(
+        &self,
+        filter: &crate::letters::LetterFilter,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<(Vec<crate::letters::IndexedLetter>, Option<String>), StoreError>;
+}
+
+/// Where archived letters go.
+#[async_trait::async_trait]
+pub trait ArchiveStore: Send + Sync {
+    /// Writes a new object; false (nothing written) when `key` already exists.
+    async fn put_new(&self, key: &str, bytes: Vec<u8>) -> Result<bool, StoreError>;
+    async fn exists(&self, key: &str) -> Result<bool, StoreError>;
+}
+
+/// One suppressed address.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SuppressionEntry {
+    /// Lower-cased.
+    pub address: String,
+    pub reason: String,
+    pub suppressed_at: DateTime<Utc>,
+    /// Soft entries expire; hard ones (permanent bounces, complaints) do not.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// The suppression list.
+#[async_trait::async_trait]
+pub trait SuppressionList: Send + Sync {
+    /// The subset of `addresses` suppressed at `now` (compared case-insensitively; expired soft
+    /// entries do not count).
+    async fn suppressed(
+        &self,
+        addresses: &[String],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>, StoreError>;
+    /// Suppresses an address, for good (`until` = None) or until a time (a soft entry).
+    async fn suppress_until(
+        &self,
+        address: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError>;
+    /// A soft suppression made automatically (a transient bounce that gave up, an undetermined
+    /// bounce): written only where it adds protection. It never replaces a hard entry and never
+    /// shortens a soft one. True when it was written.
+    async fn suppress_soft(
+        &self,
+        address: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+    /// A hard suppression (permanent bounce, complaint).
+    async fn suppress(
+        &self,
+        address: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        self.suppress_until(address, reason, now, None).await
+    }
+    /// Removes an address; false when it was not listed.
+    async fn remove(&self, address: &str) -> Result<bool, StoreError>;
+    /// Entries (expired ones included, marked by `expires_at`), a page at a time.
+    async fn list(
+        &self,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<(Vec<SuppressionEntry>, Option<String>), StoreError>;
+}
+
+/// The poison blocklist (payload fingerprints).
+#[async_trait::async_trait]
+pub trait PoisonList: Send + Sync {
+    async fn is_blocked(&self, fingerprint: &str) -> Result<bool, StoreError>;
+    /// Adds a payload fingerprint: identical payloads go straight to the poison category.
+    async fn block(
+        &self,
+        fingerprint: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError>;
+}
+
+/// A stored template's parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Template {
+    pub subject: String,
+    pub text: Option<String>,
+    pub html: Option<String>,
+}
+
+/// Why a template could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    #[error("template {0:?} does not exist")]
+    NotFound(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Stored templates.
+#[async_trait::async_trait]
+pub trait TemplateStore: Send + Sync {
+    async fn get(&self, id: &str) -> Result<Template, TemplateError>;
+}
+
+/// Shared breaker state, one per provider, written with optimistic concurrency.
+#[async_trait::async_trait]
+pub trait BreakerStore: Send + Sync {
+    async fn load(&self, provider: &str) -> Result<Option<BreakerState>, StoreError>;
+    /// Writes `state` if the stored version is still `expected_version` (None: absent).
+    /// Returns false when another instance wrote first.
+    async fn save(
+        &self,
+        provider: &str,
+        state: &BreakerState,
+        expected_version: Option<u64>,
+    ) -> Result<bool, StoreError>;
+}
+
+/// First sightings of keys (error codes that classified as `unknown`).
+#[async_trait::async_trait]
+pub trait Sightings: Send + Sync {
+    /// True the first time `key` is seen (and records it); false after.
+    async fn first_sighting(&self, key: &str, now: DateTime<Utc>) -> Result<bool, StoreError>;
+}
+
+/// Events already counted, so a redelivered event counts once (the reputation guard).
+#[async_trait::async_trait]
+pub trait EventLedger: Send + Sync {
+    /// True the first time `key` is entered (and records it until `keep_until`); false while it
+    /// is recorded.
+    async fn first_entry(
+        &self,
+        key: &str,
+        now: DateTime<Utc>,
+        keep_until: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+}
+
+/// Rolling delivery counts per sending domain, in hourly buckets (the reputation guard).
+#[async_trait::async_trait]
+pub trait ReputationStore: Send + Sync {
+    /// Adds `counts` to the domain's bucket starting at `bucket`.
+    async fn add(
+        &self,
+        domain: &str,
+        bucket: DateTime<Utc>,
+        counts: &crate::reputation::ReputationCounts,
+    ) -> Result<(), StoreError>;
+    /// The sum of the domain's buckets from `since` on.
+    async fn window(
+        &self,
+        domain: &str,
+        since: DateTime<Utc>,
+    ) -> Result<crate::reputation::ReputationCounts, StoreError>;
+}
+
+/// The shared send-rate schedules, one per provider (see [`crate::rate`]).
+#[async_trait::async_trait]
+pub trait SendSchedule: Send + Sync {
+    /// Reserves `cost_us` of `key`'s schedule at `now_us` unless it is booked more than
+    /// `max_ahead_us` past now: [`crate::rate::reserve`], performed atomically on the shared
+    /// state.
+    async fn reserve(
+        &self,
+        key: &str,
+        now_us: i64,
+        cost_us: i64,
+        max_ahead_us: i64,
+    ) -> Result<crate::rate::Reservation, StoreError>;
+}
+
+/// The clock, as a port so handlers can be tested on a fixed time.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> DateTime<Utc>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
+    }
+
+    fn req(attempt: u32, now: i64) -> ClaimRequest {
+        ClaimRequest {
+            message_id: "m".into(),
+            attempt,
+            owner: "me".into(),
+            now: t(now),
+            lease_until: t(now + 60),
+            grace: chrono::Duration::seconds(600),
+            check_suppressed: Vec::new(),
+        }
+    }
+
+    fn rec(status: Status, attempt: u32, lease_until: Option<i64>) -> JobRecord {
+        JobRecord {
+            message_id: "m".into(),
+            status,
+            attempt,
+            lease_owner: Some("other".into()),
+            lease_until: lease_until.map(t),
+            unknown_since: (status == Status::Unknown).then(|| t(0)),
+            provider: None,
+            provider_message_id: None,
+            updated_at: t(0),
+            history: Vec::new(),
+            payload: None,
+            resend_of: None,
+            swept_at: None,
+        }
+    }
+
+    #[test]
+    fn claim_rules() {
+        use ClaimJudgement::*;
+        assert_eq!(judge_claim(None, &req(0, 0)), Take);
+        assert_eq!(
+            judge_claim(Some(&rec(Status::Deferred, 1, None)), &req(1, 5)),
+            Take
+        );
+        assert_eq!(
+            judge_claim(Some(&rec(Status::SentToProvider, 0, None)), &req(0, 5)),
+            Refuse(ClaimOutcome::Duplicate(Status::SentToProvider))
+        );
+        assert_eq!(
+            judge_claim(Some(&rec(Status::Deferred, 2, None)), &req(1, 5)),
+            Refuse(ClaimOutcome::Stale { current_attempt: 2 })
+        );
+        assert_eq!(
+            judge_claim(Some(&rec(Status::Processing, 0, Some(30))), &req(0, 5)),
+            Refuse(ClaimOutcome::Busy { lease_until: t(30) })
+        );
+        assert_eq!(
+            judge_claim(Some(&rec(Status::Processing, 0, Some(30))), &req(0, 31)),
+            MarkUnknown
+        );
+        assert_eq!(
+            judge_claim(Some(&rec(Status::Processing, 0, Some(30))), &req(1, 31)),
+            Take
+        );
+        assert_eq!(
+            judge_claim(Some(&rec(Status::Unknown, 0, None)), &req(0, 100)),
+            Refuse(ClaimOutcome::Ambiguous { resolve_at: t(600) })
+        );
+        assert_eq!(
+            judge_claim(Some(&rec(Status::Unknown, 0, None)), &req(0, 600)),
+            Take
+        );
+        assert_eq!(
+            judge_claim(Some(&rec(Status::DeadLettered, 0, None)), &req(0, 1)),
+            Refuse(ClaimOutcome::Duplicate(Status::DeadLettered))
+        );
+    }
+}

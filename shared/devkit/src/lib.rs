@@ -1,0 +1,10 @@
+//! What no Lambda links: the in-memory fakes of every port, for unit tests of the pure logic and
+//! for benchmarks, and the provisioning of Courier's resources on the emulators.
+//!
+//! # Layout
+//! - [`memory`]: an in-memory adapter of every port (the claim follows the same rules as
+//!   DynamoDB's).
+//! - [`provision`]: Courier's data plane on moto or LocalStack, from `infra/template.yaml`.
+
+pub mod memory;
+pub mod provision;

@@ -1,0 +1,1533 @@
+//! Creates Courier's data plane on an emulator (moto or LocalStack) from `infra/template.yaml`,
+//! for the local run, `courier-dev provision` and the integration tests: there is no second,
+//! hand-written copy of the queue, table, bucket or state machine settings.
+//!
+//! [`local_template`] turns the SAM template into a plain CloudFormation template of the
+//! resources an emulator can create: the SQS queues (with their redrive policies), the DynamoDB
+//! tables (with their keys, GSIs, TTL), the S3 buckets (with their policies) and the delay state
+//! machine (`AWS::Serverless::StateMachine` becomes `AWS::StepFunctions::StateMachine` with the
+//! same definition). Functions, IAM, alarms, the dashboard, SES, SNS and schedules are left out,
+//! and so is every resource that refers to one of them. Each resource is named
+//! `{prefix}-{logical-id-in-kebab-case}` (buckets lower-cased), so stacks never collide.
+//! [`provision`] deploys it with CloudFormation `CreateStack`, waits for it and reads the
+//! physical ids back.
+//!
+//! Measured limitations of the emulators' CloudFormation (see `localstack/README.md`):
+//! - LocalStack creates a KMS key for a table's `SSESpecification` and fails when the KMS service
+//!   is not running (the harness does not start it), so the local template drops
+//!   `SSESpecification` from tables. Emulators do not encrypt anything either way.
+//! - moto ignores a table's `TimeToLiveSpecification` (TTL stays disabled there; moto never
+//!   deletes expired items anyway); LocalStack enables it.
+//! - moto with Step Functions execution switched on (as the harness runs it) serves Step
+//!   Functions from another backend than the one its CloudFormation creates state machines in:
+//!   `DescribeStateMachine` does not find the stack's machine, so it is then created through the
+//!   Step Functions API from the same local-template properties.
+//! - moto's queue physical ids (and `Ref`) are `https://sqs.us-east-1.amazonaws.com/...` URLs,
+//!   so queue URLs are resolved with `GetQueueUrl` by name.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use aws_sdk_cloudformation::types::{Parameter, Tag};
+use aws_smithy_runtime_api::client::orchestrator::HttpResponse;
+use serde_json::{Map, Value, json};
+
+use courier_adapters::aws::store_error;
+use courier_core::ports::StoreError;
+
+/// The SAM template of the whole system, embedded at build time.
+pub const TEMPLATE: &str = include_str!("../../../infra/template.yaml");
+
+/// Resource types the local template keeps (the data plane the emulators can create).
+pub const LOCAL_TYPES: &[&str] = &[
+    "AWS::SQS::Queue",
+    "AWS::SQS::QueuePolicy",
+    "AWS::DynamoDB::Table",
+    "AWS::S3::Bucket",
+    "AWS::S3::BucketPolicy",
+    "AWS::StepFunctions::StateMachine",
+    "AWS::Serverless::StateMachine",
+];
+
+/// The parameter the local template adds for the state machine's role (SAM builds one on AWS).
+pub const ROLE_PARAMETER: &str = "CourierLocalRoleArn";
+
+/// How long [`provision`] waits for the stack.
+pub const STACK_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Why the template could not be turned into a local one.
+#[derive(Debug, thiserror::Error)]
+pub enum TemplateError {
+    #[error("the template is not valid YAML: {0}")]
+    Yaml(#[from] serde_norway::Error),
+    #[error("the template is not a mapping")]
+    NotAMapping,
+    #[error("the template has no Resources mapping")]
+    NoResources,
+    #[error("{0} is not a mapping")]
+    NotAMappingAt(String),
+    #[error("unsupported YAML tag {0}")]
+    UnknownTag(String),
+    #[error("a mapping key is not a string: {0}")]
+    NonStringKey(String),
+    #[error("a number does not fit JSON: {0}")]
+    BadNumber(String),
+    #[error("!GetAtt {0} is not `Resource.Attribute`")]
+    BadGetAtt(String),
+    #[error("state machine {0} has no Definition")]
+    NoDefinition(String),
+}
+
+/// Names and addresses of a provisioned stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Provisioned {
+    /// The CloudFormation stack (named after the prefix).
+    pub stack_name: String,
+    pub queue_url: String,
+    pub queue_arn: String,
+    /// Where SQS redrives raw messages after maxReceiveCount.
+    pub redrive_dlq_url: String,
+    /// Where Courier writes dead letters with their records.
+    pub dead_letter_queue_url: String,
+    /// The queue SES events arrive on (through SNS on AWS).
+    pub events_queue_url: String,
+    pub status_table: String,
+    pub suppression_table: String,
+    pub control_table: String,
+    pub template_bucket: String,
+    pub delay_state_machine_arn: String,
+    /// The searchable dead-letter index.
+    pub letter_index_table: String,
+    /// Where the archiver writes archived dead letters.
+    pub archive_bucket: String,
+}
+
+/// Settings of the send queue (the template's `MaxReceiveCount` and `SendQueueVisibilityTimeout`).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueSettings {
+    pub max_receive_count: u32,
+    pub visibility_timeout: Duration,
+}
+
+// ------------------------------------------------------------------ YAML to JSON
+
+/// Converts YAML (with CloudFormation's short-form tags such as `!Ref` and `!GetAtt`) to JSON
+/// with the long forms (`{"Ref": ...}`, `{"Fn::GetAtt": [...]}`).
+pub fn yaml_to_json(template: &str) -> Result<Value, TemplateError> {
+    convert(serde_norway::from_str(template)?)
+}
+
+fn convert(value: serde_norway::Value) -> Result<Value, TemplateError> {
+    use serde_norway::Value as Y;
+    Ok(match value {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        Y::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                Value::from(i)
+            } else if let Some(u) = n.as_u64() {
+                Value::from(u)
+            } else {
+                n.as_f64()
+                    .and_then(serde_json::Number::from_f64)
+                    .map(Value::Number)
+                    .ok_or_else(|| TemplateError::BadNumber(n.to_string()))?
+            }
+        }
+        Y::String(s) => Value::String(s),
+        Y::Sequence(items) => Value::Array(
+            items
+                .into_iter()
+                .map(convert)
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        Y::Mapping(mapping) => {
+            let mut out = Map::new();
+            for (k, v) in mapping {
+                let Y::String(k) = k else {
+                    return Err(TemplateError::NonStringKey(format!("{k:?}")));
+                };
+                out.insert(k, convert(v)?);
+            }
+            Value::Object(out)
+        }
+        Y::Tagged(tagged) => {
+            let tag = tagged.tag.to_string();
+            intrinsic(tag.trim_start_matches('!'), convert(tagged.value)?)?
+        }
+    })
+}
+
+const FUNCTIONS: &[&str] = &[
+    "And",
+    "Base64",
+    "Cidr",
+    "Equals",
+    "FindInMap",
+    "GetAZs",
+    "If",
+    "ImportValue",
+    "Join",
+    "Length",
+    "Not",
+    "Or",
+    "Select",
+    "Split",
+    "Sub",
+    "ToJsonString",
+];
+
+fn intrinsic(tag: &str, value: Value) -> Result<Value, TemplateError> {
+    match tag {
+        "Ref" | "Condition" => Ok(json!({ tag: value })),
+        "GetAtt" => match value {
+            Value::String(s) => match s.split_once('.') {
+                Some((resource, attribute)) if !resource.is_empty() && !attribute.is_empty() => {
+                    Ok(json!({ "Fn::GetAtt": [resource, attribute] }))
+                }
+                _ => Err(TemplateError::BadGetAtt(s)),
+            },
+            other => Ok(json!({ "Fn::GetAtt": other })),
+        },
+        f if FUNCTIONS.contains(&f) => Ok(json!({ format!("Fn::{f}"): value })),
+        other => Err(TemplateError::UnknownTag(format!("!{other}"))),
+    }
+}
+
+// ------------------------------------------------------------------ the local template
+
+/// Logical ids a resource refers to (`Ref`, `Fn::GetAtt`, `${...}` in `Fn::Sub`, `DependsOn`).
+pub fn references(resource: &Value) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    if let Some(depends) = resource.get("DependsOn") {
+        match depends {
+            Value::String(s) => {
+                out.insert(s.clone());
+            }
+            Value::Array(items) => {
+                out.extend(items.iter().filter_map(Value::as_str).map(str::to_owned))
+            }
+            _ => {}
+        }
+    }
+    collect_references(resource, &mut out);
+    out
+}
+
+fn collect_references(value: &Value, out: &mut BTreeSet<String>) {
+    match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                match (k.as_str(), v) {
+                    ("Ref", Value::String(name)) => {
+                        out.insert(name.clone());
+                    }
+                    ("Fn::GetAtt", Value::Array(parts)) => {
+                        if let Some(name) = parts.first().and_then(Value::as_str) {
+                            out.insert(name.to_owned());
+                        }
+                    }
+                    ("Fn::Sub", Value::String(s)) => sub_references(s, out),
+                    ("Fn::Sub", Value::Array(parts)) => {
+                        if let Some(s) = parts.first().and_then(Value::as_str) {
+                            // Names bound by the variable map are not references.
+                            let bound: BTreeSet<String> = parts
+                                .get(1)
+                                .and_then(Value::as_object)
+                                .map(|m| m.keys().cloned().collect())
+                                .unwrap_or_default();
+                            let mut found = BTreeSet::new();
+                            sub_references(s, &mut found);
+                            out.extend(found.into_iter().filter(|n| !bound.contains(n)));
+                        }
+                        for part in parts.iter().skip(1) {
+                            collect_references(part, out);
+                        }
+                    }
+                    _ => collect_references(v, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|v| collect_references(v, out)),
+        _ => {}
+    }
+}
+
+/// `${Name}` and `${Name.Attribute}` in a `Fn::Sub` string; `${!Literal}` is not a reference.
+fn sub_references(s: &str, out: &mut BTreeSet<String>) {
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        rest = &rest[start + 2..];
+        let Some(end) = rest.find('}') else { return };
+        let inner = &rest[..end];
+        if !inner.starts_with('!') {
+            let name = inner.split('.').next().unwrap_or(inner).trim();
+            if !name.is_empty() {
+                out.insert(name.to_owned());
+            }
+        }
+        rest = &rest[end + 1..];
+    }
+}
+
+/// `SendQueue` -> `send-queue`.
+pub fn kebab(logical_id: &str) -> String {
+    let mut out = String::with_capacity(logical_id.len() + 4);
+    for (i, c) in logical_id.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('-');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The plain CloudFormation template of the data plane of `template`, every resource named
+/// after `prefix` (see the module docs). Adds the parameter [`ROLE_PARAMETER`].
+pub fn local_template(template: &str, prefix: &str) -> Result<Value, TemplateError> {
+    let Value::Object(mut root) = yaml_to_json(template)? else {
+        return Err(TemplateError::NotAMapping);
+    };
+    let Some(Value::Object(resources)) = root.remove("Resources") else {
+        return Err(TemplateError::NoResources);
+    };
+    let mut parameters = match root.remove("Parameters") {
+        None => Map::new(),
+        Some(Value::Object(p)) => p,
+        Some(_) => return Err(TemplateError::NotAMappingAt("Parameters".into())),
+    };
+    let mut kept: BTreeMap<String, Value> = resources
+        .into_iter()
+        .filter(|(_, r)| {
+            r.get("Type")
+                .and_then(Value::as_str)
+                .is_some_and(|t| LOCAL_TYPES.contains(&t))
+        })
+        .collect();
+    // Drop whatever refers to a resource that is not kept, until nothing changes.
+    loop {
+        let dangling: Vec<String> = kept
+            .iter()
+            .filter(|(_, r)| {
+                references(r).iter().any(|name| {
+                    !kept.contains_key(name)
+                        && !parameters.contains_key(name)
+                        && !name.starts_with("AWS::")
+                })
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        if dangling.is_empty() {
+            break;
+        }
+        for k in dangling {
+            kept.remove(&k);
+        }
+    }
+    for (logical_id, resource) in &mut kept {
+        localize(logical_id, resource, prefix)?;
+    }
+    parameters.insert(
+        ROLE_PARAMETER.into(),
+        json!({ "Type": "String", "Description": "Role of the delay state machine (the emulators do not check it)." }),
+    );
+    let mut out = Map::new();
+    out.insert("AWSTemplateFormatVersion".into(), json!("2010-09-09"));
+    out.insert(
+        "Description".into(),
+        json!("Courier's data plane from infra/template.yaml, for an emulator (courier_devkit::provision)."),
+    );
+    out.insert("Parameters".into(), Value::Object(parameters));
+    if let Some(conditions) = root.remove("Conditions") {
+        out.insert("Conditions".into(), conditions);
+    }
+    out.insert(
+        "Resources".into(),
+        Value::Object(kept.into_iter().collect()),
+    );
+    Ok(Value::Object(out))
+}
+
+/// Names the resource after the prefix and makes it creatable on an emulator.
+fn localize(logical_id: &str, resource: &mut Value, prefix: &str) -> Result<(), TemplateError> {
+    let Some(resource) = resource.as_object_mut() else {
+        return Err(TemplateError::NotAMappingAt(logical_id.into()));
+    };
+    let name = format!("{prefix}-{}", kebab(logical_id));
+    // Build and checkov settings, nothing an emulator uses.
+    resource.remove("Metadata");
+    let kind = resource
+        .get("Type")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if kind == "AWS::Serverless::StateMachine" {
+        to_step_functions(logical_id, resource)?;
+    }
+    let properties = resource
+        .entry("Properties")
+        .or_insert_with(|| Value::Object(Map::new()))
+        .as_object_mut()
+        .ok_or_else(|| TemplateError::NotAMappingAt(format!("{logical_id}.Properties")))?;
+    match kind.as_str() {
+        "AWS::SQS::Queue" => {
+            properties.insert("QueueName".into(), json!(name));
+        }
+        "AWS::DynamoDB::Table" => {
+            properties.insert("TableName".into(), json!(name));
+            // LocalStack needs its KMS service for this (see the module docs).
+            properties.remove("SSESpecification");
+        }
+        "AWS::S3::Bucket" => {
+            properties.insert("BucketName".into(), json!(name.to_lowercase()));
+        }
+        "AWS::StepFunctions::StateMachine" | "AWS::Serverless::StateMachine" => {
+            properties.insert("StateMachineName".into(), json!(name));
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// `AWS::Serverless::StateMachine` -> `AWS::StepFunctions::StateMachine`: the same definition
+/// (as `DefinitionString`), type and substitutions; the role from [`ROLE_PARAMETER`] (SAM builds
+/// one from `Policies` on AWS).
+fn to_step_functions(
+    logical_id: &str,
+    resource: &mut Map<String, Value>,
+) -> Result<(), TemplateError> {
+    let properties = match resource.remove("Properties") {
+        Some(Value::Object(p)) => p,
+        Some(_) => {
+            return Err(TemplateError::NotAMappingAt(format!(
+                "{logical_id}.Properties"
+            )));
+        }
+        None => Map::new(),
+    };
+    let definition = properties
+        .get("Definition")
+        .ok_or_else(|| TemplateError::NoDefinition(logical_id.into()))?;
+    let mut converted = Map::new();
+    converted.insert(
+        "DefinitionString".into(),
+        Value::String(definition.to_string()),
+    );
+    converted.insert("RoleArn".into(), json!({ "Ref": ROLE_PARAMETER }));
+    if let Some(kind) = properties.get("Type") {
+        converted.insert("StateMachineType".into(), kind.clone());
+    }
+    if let Some(subs) = properties.get("DefinitionSubstitutions") {
+        converted.insert("DefinitionSubstitutions".into(), subs.clone());
+    }
+    resource.insert("Type".into(), json!("AWS::StepFunctions::StateMachine"));
+    resource.insert("Properties".into(), Value::Object(converted));
+    Ok(())
+}
+
+// ------------------------------------------------------------------ deploying
+
+/// Waits until `status` reports a settled stack status (not `*_IN_PROGRESS`), polling every
+/// `poll`; an error after `timeout`.
+pub async fn wait_until_settled<F, Fut>(
+    mut status: F,
+    poll: Duration,
+    timeout: Duration,
+) -> Result<String, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<String, StoreError>>,
+{
+    let start = Instant::now();
+    loop {
+        let current = status().await?;
+        if !current.ends_with("_IN_PROGRESS") {
+            return Ok(current);
+        }
+        if start.elapsed() >= timeout {
+            return Err(StoreError::msg(
+                "create stack",
+                format!("still {current} after {} s", timeout.as_secs()),
+            ));
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// One line per failed resource: `Logical: reason`, oldest first.
+pub fn failure_reasons<'a>(
+    events: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a str>)>,
+) -> String {
+    let mut lines: Vec<String> = events
+        .into_iter()
+        .filter(|(_, status, reason)| {
+            status.ends_with("_FAILED") && reason.is_some_and(|r| !r.is_empty())
+        })
+        .map(|(logical, _, reason)| format!("{logical}: {}", reason.unwrap_or_default()))
+        .collect();
+    lines.reverse();
+    lines.dedup();
+    if lines.is_empty() {
+        "no resource reported a reason".into()
+    } else {
+        lines.join("; ")
+    }
+}
+
+/// The physical id of `logical` among the stack's resources.
+pub fn physical<'a>(
+    resources: &'a BTreeMap<String, String>,
+    logical: &str,
+) -> Result<&'a str, StoreError> {
+    resources.get(logical).map(String::as_str).ok_or_else(|| {
+        StoreError::msg(
+            "describe stack resources",
+            format!("the stack has no resource {logical}"),
+        )
+    })
+}
+
+/// A queue's name from its physical id (a queue URL).
+pub fn queue_name(physical_id: &str) -> &str {
+    physical_id.rsplit('/').next().unwrap_or(physical_id)
+}
+
+/// The tag that carries a [`provision`] call's request token.
+pub const TOKEN_TAG: &str = "courier:provision-token";
+
+/// A token unique to one [`provision`] call (CloudFormation allows `[a-zA-Z0-9-]`, 128 chars).
+fn request_token(prefix: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    let safe: String = prefix
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .take(80)
+        .collect();
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("p{}-{call}-{nanos}-{safe}", std::process::id())
+}
+
+/// Whether the existing stack `name` was created with `token` (by this [`provision`] call), as
+/// opposed to by someone else.
+pub async fn created_by(
+    cfn: &aws_sdk_cloudformation::Client,
+    name: &str,
+    token: &str,
+) -> Result<bool, StoreError> {
+    let out = cfn
+        .describe_stacks()
+        .stack_name(name)
+        .send()
+        .await
+        .map_err(store_error("describe stacks"))?;
+    Ok(out.stacks().iter().any(|s| {
+        s.tags()
+            .iter()
+            .any(|t| t.key() == Some(TOKEN_TAG) && t.value() == Some(token))
+    }))
+}
+
+fn parameter(key: &str, value: impl Into<String>) -> Parameter {
+    Parameter::builder()
+        .parameter_key(key)
+        .parameter_value(value)
+        .build()
+}
+
+/// How many stacks [`provision`] tries before it gives up on transient failures.
+pub const CREATE_ATTEMPTS: u32 = 3;
+
+/// Why one `CreateStack` call failed.
+#[derive(Debug)]
+pub enum CreateFailure {
+    /// The emulator failed part-way (a 5xx, a dropped connection, a timeout): the stack may
+    /// exist half-created, so the next attempt uses a new name.
+    Transient(StoreError),
+    /// The request itself is wrong (a clash, a bad template): trying again cannot help.
+    Permanent(StoreError),
+}
+
+/// Whether a failed call may have failed for reasons of the moment rather than of the request:
+/// no answer at all, or a 5xx answer.
+pub fn transient<E>(e: &aws_smithy_runtime_api::client::result::SdkError<E, HttpResponse>) -> bool {
+    use aws_smithy_runtime_api::client::result::SdkError;
+    match e {
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => true,
+        _ => e
+            .raw_response()
+            .is_some_and(|r| r.status().is_server_error()),
+    }
+}
+
+/// The name of attempt `attempt` (from 1) at the stack `prefix`: the prefix, then `prefix-rN`.
+pub fn attempt_name(prefix: &str, attempt: u32) -> String {
+    if attempt <= 1 {
+        prefix.to_owned()
+    } else {
+        format!("{prefix}-r{attempt}")
+    }
+}
+
+/// Runs `create` on [`attempt_name`]s until one succeeds, fails permanently, or
+/// [`CREATE_ATTEMPTS`] have failed; after each transient failure, `discard` gets the failed
+/// attempt's name (to delete what it left) before the next attempt. Returns the created name.
+///
+/// moto's CloudFormation is the reason: it creates a stack's resources inside the `CreateStack`
+/// request, and when one of them fails there (measured: `create_queue` iterating moto's queue
+/// map while a concurrent request adds a queue, "dictionary changed size during iteration") it
+/// answers 500 and leaves the stack `CREATE_IN_PROGRESS` for ever. Retrying the same name can
+/// only meet that stack.
+pub async fn create_with_retries<C, CF, D, DF>(
+    prefix: &str,
+    mut create: C,
+    mut discard: D,
+) -> Result<String, StoreError>
+where
+    C: FnMut(String) -> CF,
+    CF: std::future::Future<Output = Result<(), CreateFailure>>,
+    D: FnMut(String) -> DF,
+    DF: std::future::Future<Output = ()>,
+{
+    let mut attempt = 1;
+    loop {
+        let name = attempt_name(prefix, attempt);
+        match create(name.clone()).await {
+            Ok(()) => return Ok(name),
+            Err(CreateFailure::Permanent(e)) => return Err(e),
+            Err(CreateFailure::Transient(e)) if attempt >= CREATE_ATTEMPTS => {
+                return Err(StoreError {
+                    message: format!("{} (attempt {attempt} of {CREATE_ATTEMPTS})", e.message),
+                    ..e
+                });
+            }
+            Err(CreateFailure::Transient(e)) => {
+                tracing::warn!(stack = %name, attempt, error = %e.message,
+                    "create stack failed part-way; trying again under a new name");
+                discard(name).await;
+                tokio::time::sleep(Duration::from_millis(250 * u64::from(attempt))).await;
+                attempt += 1;
+            }
+        }
+    }
+}
+
+/// One `CreateStack` of `template` as `name`, without the SDK's retries (a retried
+/// `CreateStack` after a 5xx only meets the half-created stack of the first try).
+async fn create_stack(
+    cfn: &aws_sdk_cloudformation::Client,
+    name: &str,
+    token: &str,
+    template: &Value,
+    role_arn: &str,
+    queue: QueueSettings,
+) -> Result<(), CreateFailure> {
+    let created = cfn
+        .create_stack()
+        .stack_name(name)
+        .client_request_token(token)
+        .tags(Tag::builder().key(TOKEN_TAG).value(token).build())
+        .template_body(template.to_string())
+        .parameters(parameter(
+            "MaxReceiveCount",
+            queue.max_receive_count.to_string(),
+        ))
+        .parameters(parameter(
+            "SendQueueVisibilityTimeout",
+            queue.visibility_timeout.as_secs().to_string(),
+        ))
+        .parameters(parameter(ROLE_PARAMETER, role_arn))
+        .customize()
+        .config_override(
+            aws_sdk_cloudformation::config::Builder::default()
+                .retry_config(aws_sdk_cloudformation::config::retry::RetryConfig::disabled()),
+        )
+        .send()
+        .await;
+    match created {
+        Ok(_) => Ok(()),
+        Err(e) if transient(&e) => Err(CreateFailure::Transient(store_error("create stack")(e))),
+        Err(e) => Err(CreateFailure::Permanent(store_error("create stack")(e))),
+    }
+}
+
+/// Deletes the stack `name` if this call's `token` created it (never someone else's); best
+/// effort, as the emulator that just failed may fail again.
+async fn discard_own(cfn: &aws_sdk_cloudformation::Client, name: &str, token: &str) {
+    match created_by(cfn, name, token).await {
+        Ok(true) => {
+            if let Err(e) = cfn.delete_stack().stack_name(name).send().await {
+                tracing::warn!(stack = %name, error = %aws_smithy_types::error::display::DisplayErrorContext(&e),
+                    "could not delete the half-created stack");
+            }
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(stack = %name, error = %e.message, "could not look the stack up");
+        }
+    }
+}
+
+/// Creates the stack `prefix` from the template's data plane (see the module docs) and returns
+/// the addresses of what it created. When the emulator fails part-way, the stack is created
+/// again as `prefix-r2`, then `prefix-r3` ([`create_with_retries`]); [`Provisioned::stack_name`]
+/// says which.
+pub async fn provision(
+    sdk: &aws_config::SdkConfig,
+    prefix: &str,
+    role_arn: &str,
+    queue: QueueSettings,
+) -> Result<Provisioned, StoreError> {
+    let cfn = aws_sdk_cloudformation::Client::new(sdk);
+    // The token, sent as CloudFormation's idempotency token and as a tag (the emulators ignore
+    // the former), marks the stacks this call made: only those are deleted after a failure.
+    let token = request_token(prefix);
+    let name = create_with_retries(
+        prefix,
+        |name| {
+            let (cfn, token) = (&cfn, &token);
+            async move {
+                let template = local_template(TEMPLATE, &name)
+                    .map_err(|e| CreateFailure::Permanent(StoreError::new("local template", e)))?;
+                create_stack(cfn, &name, token, &template, role_arn, queue).await
+            }
+        },
+        |name| {
+            let (cfn, token) = (&cfn, &token);
+            async move { discard_own(cfn, &name, token).await }
+        },
+    )
+    .await?;
+    let prefix = name.as_str();
+    let template =
+        local_template(TEMPLATE, prefix).map_err(|e| StoreError::new("local template", e))?;
+    let status = wait_until_settled(
+        || async {
+            let out = cfn
+                .describe_stacks()
+                .stack_name(prefix)
+                .send()
+                .await
+                .map_err(store_error("describe stacks"))?;
+            out.stacks()
+                .first()
+                .and_then(|s| s.stack_status())
+                .map(|s| s.as_str().to_owned())
+                .ok_or_else(|| StoreError::msg("describe stacks", format!("no stack {prefix}")))
+        },
+        Duration::from_millis(100),
+        STACK_TIMEOUT,
+    )
+    .await?;
+    if status != "CREATE_COMPLETE" {
+        let events = cfn
+            .describe_stack_events()
+            .stack_name(prefix)
+            .send()
+            .await
+            .map_err(store_error("describe stack events"))?;
+        let reasons = failure_reasons(events.stack_events().iter().map(|e| {
+            (
+                e.logical_resource_id().unwrap_or("?"),
+                e.resource_status().map_or("", |s| s.as_str()),
+                e.resource_status_reason(),
+            )
+        }));
+        return Err(StoreError::msg(
+            "create stack",
+            format!("stack {prefix} ended {status}: {reasons}"),
+        ));
+    }
+    let resources: BTreeMap<String, String> = cfn
+        .describe_stack_resources()
+        .stack_name(prefix)
+        .send()
+        .await
+        .map_err(store_error("describe stack resources"))?
+        .stack_resources()
+        .iter()
+        // moto lists bucket policies without ids: nothing here needs them.
+        .filter_map(|r| {
+            Some((
+                r.logical_resource_id()?.to_owned(),
+                r.physical_resource_id()?.to_owned(),
+            ))
+        })
+        .collect();
+    let sqs = aws_sdk_sqs::Client::new(sdk);
+    let queue_url = |logical: &'static str| {
+        let sqs = sqs.clone();
+        let resources = &resources;
+        async move {
+            let name = queue_name(physical(resources, logical)?);
+            sqs.get_queue_url()
+                .queue_name(name)
+                .send()
+                .await
+                .map_err(store_error("get queue url"))?
+                .queue_url
+                .ok_or_else(|| StoreError::msg("get queue url", format!("no url for {name}")))
+        }
+    };
+    let send_queue_url = queue_url("SendQueue").await?;
+    let queue_arn = sqs
+        .get_queue_attributes()
+        .queue_url(&send_queue_url)
+        .attribute_names(aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+        .send()
+        .await
+        .map_err(store_error("queue attributes"))?
+        .attributes
+        .and_then(|a| {
+            a.get(&aws_sdk_sqs::types::QueueAttributeName::QueueArn)
+                .cloned()
+        })
+        .ok_or_else(|| StoreError::msg("queue attributes", "no queue arn"))?;
+    let name = |logical: &str| physical(&resources, logical).map(str::to_owned);
+    Ok(Provisioned {
+        stack_name: prefix.to_owned(),
+        queue_url: send_queue_url,
+        queue_arn,
+        redrive_dlq_url: queue_url("RedriveDeadLetterQueue").await?,
+        dead_letter_queue_url: queue_url("DeadLetterQueue").await?,
+        events_queue_url: queue_url("EventsQueue").await?,
+        status_table: name("StatusTable")?,
+        suppression_table: name("SuppressionTable")?,
+        control_table: name("ControlTable")?,
+        letter_index_table: name("LetterIndexTable")?,
+        template_bucket: name("TemplateBucket")?,
+        archive_bucket: name("ArchiveBucket")?,
+        delay_state_machine_arn: state_machine(
+            &aws_sdk_sfn::Client::new(sdk),
+            &template,
+            "DelayStateMachine",
+            physical(&resources, "DelayStateMachine")?,
+            role_arn,
+        )
+        .await?,
+    })
+}
+
+/// Name, definition and type (if given) of a state machine of the local template.
+pub fn machine_settings<'a>(
+    template: &'a Value,
+    logical: &str,
+) -> Result<(&'a str, &'a str, Option<&'a str>), StoreError> {
+    let properties = &template["Resources"][logical]["Properties"];
+    let field = |key: &str| {
+        properties[key].as_str().ok_or_else(|| {
+            StoreError::msg(
+                "create state machine",
+                format!("{logical} has no {key} in the local template"),
+            )
+        })
+    };
+    Ok((
+        field("StateMachineName")?,
+        field("DefinitionString")?,
+        properties["StateMachineType"].as_str(),
+    ))
+}
+
+/// The state machine's ARN, once Step Functions answers for it. moto with execution switched on
+/// (as the harness runs it) serves Step Functions from another backend than the one its
+/// CloudFormation writes to: there the machine is created through the API from the same
+/// template properties (name, definition, type).
+async fn state_machine(
+    sfn: &aws_sdk_sfn::Client,
+    template: &Value,
+    logical: &str,
+    arn: &str,
+    role_arn: &str,
+) -> Result<String, StoreError> {
+    match sfn
+        .describe_state_machine()
+        .state_machine_arn(arn)
+        .send()
+        .await
+    {
+        Ok(_) => return Ok(arn.to_owned()),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|s| s.is_state_machine_does_not_exist()) => {}
+        Err(e) => return Err(store_error("describe state machine")(e)),
+    }
+    let (name, definition, kind) = machine_settings(template, logical)?;
+    let mut request = sfn
+        .create_state_machine()
+        .name(name)
+        .definition(definition)
+        .role_arn(role_arn);
+    if let Some(kind) = kind {
+        request = request.r#type(aws_sdk_sfn::types::StateMachineType::from(kind));
+    }
+    Ok(request
+        .send()
+        .await
+        .map_err(store_error("create state machine"))?
+        .state_machine_arn)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn local() -> Value {
+        local_template(TEMPLATE, "courier-t1").unwrap()
+    }
+
+    fn resources(v: &Value) -> &Map<String, Value> {
+        v["Resources"].as_object().unwrap()
+    }
+
+    #[test]
+    fn request_tokens_are_valid_for_cloudformation_and_unique_per_call() {
+        let long = format!("x_y.z:{}", "a".repeat(200));
+        let (a, b) = (request_token(&long), request_token(&long));
+        assert_ne!(a, b);
+        assert!(a.len() <= 128, "{a}");
+        assert!(a.starts_with(|c: char| c.is_ascii_alphabetic()), "{a}");
+        assert!(
+            a.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'),
+            "{a}"
+        );
+    }
+
+    #[test]
+    fn keeps_the_data_plane_and_nothing_else() {
+        // GIVEN the SAM template WHEN it is made local
+        let v = local();
+        // THEN exactly the queues, tables, buckets (with policies) and the state machine remain
+        let kept: BTreeSet<&str> = resources(&v).keys().map(String::as_str).collect();
+        let expected: BTreeSet<&str> = [
+            "SendQueue",
+            "RedriveDeadLetterQueue",
+            "DeadLetterQueue",
+            "EventsQueue",
+            "EventsDeadLetterQueue",
+            "StatusTable",
+            "SuppressionTable",
+            "ControlTable",
+            "LetterIndexTable",
+            "ArchiveBucket",
+            "ArchiveBucketPolicy",
+            "TemplateBucket",
+            "TemplateBucketPolicy",
+            "DelayStateMachine",
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(kept, expected);
+        // the queue policy names the SNS topic, which is not kept
+        for r in resources(&v).values() {
+            let kind = r["Type"].as_str().unwrap();
+            assert!(
+                LOCAL_TYPES.contains(&kind) && !kind.starts_with("AWS::Serverless"),
+                "{kind}"
+            );
+        }
+        assert!(resources(&v).values().all(|r| r.get("Metadata").is_none()));
+        for key in ["Transform", "Globals", "Outputs"] {
+            assert!(v.get(key).is_none(), "{key}");
+        }
+    }
+
+    #[test]
+    fn every_reference_resolves() {
+        let v = local();
+        let params = v["Parameters"].as_object().unwrap();
+        for (id, r) in resources(&v) {
+            for name in references(r) {
+                assert!(
+                    resources(&v).contains_key(&name)
+                        || params.contains_key(&name)
+                        || name.starts_with("AWS::"),
+                    "{id} refers to {name}"
+                );
+            }
+        }
+        assert!(params.contains_key(ROLE_PARAMETER));
+    }
+
+    #[test]
+    fn names_are_prefixed_and_buckets_lower_case() {
+        let v = local_template(TEMPLATE, "Courier-X").unwrap();
+        let r = resources(&v);
+        assert_eq!(
+            r["SendQueue"]["Properties"]["QueueName"],
+            "Courier-X-send-queue"
+        );
+        assert_eq!(
+            r["StatusTable"]["Properties"]["TableName"],
+            "Courier-X-status-table"
+        );
+        assert_eq!(
+            r["TemplateBucket"]["Properties"]["BucketName"],
+            "courier-x-template-bucket"
+        );
+        assert_eq!(
+            r["DelayStateMachine"]["Properties"]["StateMachineName"],
+            "Courier-X-delay-state-machine"
+        );
+    }
+
+    #[test]
+    fn settings_come_from_the_template() {
+        let v = local();
+        let r = resources(&v);
+        // redrive policy and visibility timeout are the template's parameters
+        let send = &r["SendQueue"]["Properties"];
+        assert_eq!(
+            send["RedrivePolicy"]["maxReceiveCount"],
+            json!({"Ref": "MaxReceiveCount"})
+        );
+        assert_eq!(
+            send["RedrivePolicy"]["deadLetterTargetArn"],
+            json!({"Fn::GetAtt": ["RedriveDeadLetterQueue", "Arn"]})
+        );
+        assert_eq!(
+            send["VisibilityTimeout"],
+            json!({"Ref": "SendQueueVisibilityTimeout"})
+        );
+        // the status table's sparse by_open index
+        let status = &r["StatusTable"]["Properties"];
+        let gsi = &status["GlobalSecondaryIndexes"][0];
+        assert_eq!(gsi["IndexName"], "by_open");
+        assert_eq!(gsi["Projection"]["ProjectionType"], "INCLUDE");
+        assert_eq!(
+            gsi["Projection"]["NonKeyAttributes"],
+            json!(["status", "lease_until", "attempt", "updated_at"])
+        );
+        assert_eq!(
+            status["TimeToLiveSpecification"]["AttributeName"],
+            "expires_at"
+        );
+        assert!(status.get("SSESpecification").is_none());
+        let index = &r["LetterIndexTable"]["Properties"]["GlobalSecondaryIndexes"];
+        assert_eq!(index.as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn the_state_machine_is_the_delay_definition() {
+        let v = local();
+        let sm = &resources(&v)["DelayStateMachine"];
+        assert_eq!(sm["Type"], "AWS::StepFunctions::StateMachine");
+        assert_eq!(sm["Properties"]["RoleArn"], json!({"Ref": ROLE_PARAMETER}));
+        assert_eq!(sm["Properties"]["StateMachineType"], "STANDARD");
+        let deployed: Value =
+            serde_json::from_str(sm["Properties"]["DefinitionString"].as_str().unwrap()).unwrap();
+        let code: Value = serde_json::from_str(courier_core::delay::DEFINITION).unwrap();
+        assert_eq!(deployed["States"], code["States"]);
+        assert_eq!(deployed["StartAt"], code["StartAt"]);
+    }
+
+    #[test]
+    fn short_forms_become_long_forms() {
+        let v = yaml_to_json(
+            "a: !Ref X\nb: !GetAtt Q.Arn\nc: !Sub '${A}-${!B}'\nd: !If [C, 1, 2.5]\ne: !GetAtt [Q, Arn]\nf: !Condition C\ng: null\nh: true\n",
+        )
+        .unwrap();
+        assert_eq!(
+            v,
+            json!({"a": {"Ref": "X"}, "b": {"Fn::GetAtt": ["Q", "Arn"]}, "c": {"Fn::Sub": "${A}-${!B}"},
+                   "d": {"Fn::If": ["C", 1, 2.5]}, "e": {"Fn::GetAtt": ["Q", "Arn"]}, "f": {"Condition": "C"},
+                   "g": null, "h": true})
+        );
+    }
+
+    #[test]
+    fn references_cover_ref_getatt_sub_and_depends_on() {
+        let r = json!({
+            "DependsOn": ["D1"],
+            "Properties": {
+                "A": {"Ref": "R"}, "B": {"Fn::GetAtt": ["G", "Arn"]},
+                "C": {"Fn::Sub": "${S1}/${S2.Arn}/${!Lit}/${AWS::Region}"},
+                "E": {"Fn::Sub": ["${V}-${S3}", {"V": {"Ref": "R2"}}]}
+            }
+        });
+        let names: Vec<String> = references(&r).into_iter().collect();
+        assert_eq!(
+            names,
+            ["AWS::Region", "D1", "G", "R", "R2", "S1", "S2", "S3"]
+        );
+        assert_eq!(references(&json!({"DependsOn": "D"})).len(), 1);
+    }
+
+    #[test]
+    fn dependents_of_dropped_resources_are_dropped() {
+        // GIVEN a queue, a topic (not local), a policy naming the topic, and a bucket
+        let t = "Resources:\n  Q: {Type: AWS::SQS::Queue}\n  T: {Type: AWS::SNS::Topic}\n  P:\n    Type: AWS::SQS::QueuePolicy\n    Properties: {Queues: [!Ref Q], PolicyDocument: {Resource: !Ref T}}\n  B: {Type: AWS::S3::Bucket, DependsOn: P}\n";
+        let v = local_template(t, "p").unwrap();
+        // THEN the policy and (transitively) the bucket go too
+        let kept: Vec<&String> = resources(&v).keys().collect();
+        assert_eq!(kept, ["Q"]);
+        assert_eq!(resources(&v)["Q"]["Properties"]["QueueName"], "p-q");
+    }
+
+    #[test]
+    fn kebab_case() {
+        assert_eq!(kebab("SendQueue"), "send-queue");
+        assert_eq!(kebab("Q"), "q");
+        assert_eq!(kebab("already-kebab"), "already-kebab");
+    }
+
+    #[test]
+    fn errors_name_what_is_wrong() {
+        let err = |t: &str| local_template(t, "p").unwrap_err().to_string();
+        assert!(err("a: [unclosed").contains("not valid YAML"));
+        assert_eq!(err("- a list"), "the template is not a mapping");
+        assert_eq!(
+            err("Parameters: {}"),
+            "the template has no Resources mapping"
+        );
+        assert_eq!(
+            err("Resources: [a]"),
+            "the template has no Resources mapping"
+        );
+        assert_eq!(
+            err("Parameters: [a]\nResources: {}"),
+            "Parameters is not a mapping"
+        );
+        assert_eq!(err("Resources:\n  A: !Foo x"), "unsupported YAML tag !Foo");
+        assert!(err("Resources:\n  1: x").starts_with("a mapping key is not a string"));
+        assert_eq!(
+            err("Resources:\n  A: !GetAtt NoDot"),
+            "!GetAtt NoDot is not `Resource.Attribute`"
+        );
+        assert_eq!(
+            err(
+                "Resources:\n  M: {Type: AWS::Serverless::StateMachine, Properties: {Type: STANDARD}}"
+            ),
+            "state machine M has no Definition"
+        );
+        assert_eq!(
+            err("Resources:\n  M: {Type: AWS::Serverless::StateMachine, Properties: [x]}"),
+            "M.Properties is not a mapping"
+        );
+        assert_eq!(
+            err("Resources:\n  Q: {Type: AWS::SQS::Queue, Properties: 3}"),
+            "Q.Properties is not a mapping"
+        );
+        assert!(
+            err("Resources:\n  A: .inf\n  B: {Type: AWS::SQS::Queue}")
+                .contains("does not fit JSON")
+        );
+    }
+
+    #[test]
+    fn a_resource_without_properties_gets_its_name() {
+        let v = local_template("Resources:\n  Q: {Type: AWS::SQS::Queue}\n  M: {Type: AWS::Serverless::StateMachine, Properties: {Definition: {StartAt: P}}}\n", "p").unwrap();
+        assert_eq!(resources(&v)["Q"]["Properties"]["QueueName"], "p-q");
+        assert_eq!(
+            resources(&v)["M"]["Properties"]["DefinitionString"],
+            r#"{"StartAt":"P"}"#
+        );
+        assert!(
+            resources(&v)["M"]["Properties"]
+                .get("StateMachineType")
+                .is_none()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_returns_the_settled_status() {
+        let mut calls = 0;
+        let status = wait_until_settled(
+            || {
+                calls += 1;
+                let s = if calls < 3 {
+                    "CREATE_IN_PROGRESS"
+                } else {
+                    "ROLLBACK_COMPLETE"
+                };
+                async move { Ok(s.to_owned()) }
+            },
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!(status, "ROLLBACK_COMPLETE");
+        assert_eq!(calls, 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_gives_up_after_the_timeout() {
+        let err = wait_until_settled(
+            || async { Ok("CREATE_IN_PROGRESS".to_owned()) },
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.operation, "create stack");
+        assert!(
+            err.message.contains("still CREATE_IN_PROGRESS after 5 s"),
+            "{}",
+            err.message
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn waiting_passes_errors_on() {
+        let err = wait_until_settled(
+            || async { Err(StoreError::msg("describe stacks", "boom")) },
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(err.operation, "describe stacks");
+    }
+
+    fn transient_failure(n: u32) -> CreateFailure {
+        CreateFailure::Transient(StoreError::msg("create stack", format!("500 on try {n}")))
+    }
+
+    /// Runs [`create_with_retries`] on `outcomes` (one per attempt, in order); returns its
+    /// result, the names tried and the names discarded.
+    async fn retries(
+        mut outcomes: Vec<Result<(), CreateFailure>>,
+    ) -> (Result<String, StoreError>, Vec<String>, Vec<String>) {
+        outcomes.reverse();
+        let tried = std::cell::RefCell::new(Vec::new());
+        let discarded = std::cell::RefCell::new(Vec::new());
+        let outcomes = std::cell::RefCell::new(outcomes);
+        let result = create_with_retries(
+            "courier-x",
+            |name| {
+                tried.borrow_mut().push(name);
+                let outcome = outcomes.borrow_mut().pop().expect("an outcome per attempt");
+                async move { outcome }
+            },
+            |name| {
+                discarded.borrow_mut().push(name);
+                async {}
+            },
+        )
+        .await;
+        (result, tried.into_inner(), discarded.into_inner())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stack_that_failed_part_way_is_discarded_and_created_under_a_new_name() {
+        let (result, tried, discarded) = retries(vec![Err(transient_failure(1)), Ok(())]).await;
+        assert_eq!(result.unwrap(), "courier-x-r2");
+        assert_eq!(tried, ["courier-x", "courier-x-r2"]);
+        assert_eq!(discarded, ["courier-x"]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_permanent_failure_is_not_retried() {
+        let (result, tried, discarded) = retries(vec![Err(CreateFailure::Permanent(
+            StoreError::msg("create stack", "Stack courier-x already exists"),
+        ))])
+        .await;
+        assert!(result.unwrap_err().message.contains("already exists"));
+        assert_eq!(tried, ["courier-x"]);
+        assert!(discarded.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn transient_failures_give_up_after_the_last_attempt() {
+        let outcomes = (1..=CREATE_ATTEMPTS)
+            .map(|n| Err(transient_failure(n)))
+            .collect();
+        let (result, tried, discarded) = retries(outcomes).await;
+        let err = result.unwrap_err();
+        assert_eq!(err.operation, "create stack");
+        assert!(
+            err.message.contains("500 on try 3 (attempt 3 of 3)"),
+            "{}",
+            err.message
+        );
+        assert_eq!(tried, ["courier-x", "courier-x-r2", "courier-x-r3"]);
+        assert_eq!(discarded, ["courier-x", "courier-x-r2"]);
+    }
+
+    #[test]
+    fn only_missing_and_5xx_answers_are_transient() {
+        use aws_sdk_cloudformation::operation::create_stack::CreateStackError;
+        use aws_smithy_runtime_api::client::result::SdkError;
+        use aws_smithy_types::body::SdkBody;
+        let answer = |status: u16| {
+            SdkError::<CreateStackError, HttpResponse>::response_error(
+                "an answer the SDK cannot parse",
+                HttpResponse::new(status.try_into().unwrap(), SdkBody::empty()),
+            )
+        };
+        assert!(transient(&answer(500)));
+        assert!(transient(&answer(503)));
+        assert!(!transient(&answer(400)));
+        assert!(transient(
+            &SdkError::<CreateStackError, HttpResponse>::timeout_error("no answer in time")
+        ));
+    }
+
+    #[test]
+    fn failure_reasons_list_failed_resources_oldest_first() {
+        let events = [
+            ("stack", "ROLLBACK_COMPLETE", None),
+            ("B", "CREATE_FAILED", Some("second")),
+            ("A", "CREATE_FAILED", Some("first")),
+            ("A", "CREATE_IN_PROGRESS", None),
+            ("C", "CREATE_FAILED", Some("")),
+        ];
+        assert_eq!(failure_reasons(events), "A: first; B: second");
+        assert_eq!(
+            failure_reasons([("A", "CREATE_COMPLETE", None)]),
+            "no resource reported a reason"
+        );
+    }
+
+    #[test]
+    fn machine_settings_come_from_the_local_template() {
+        let v = local_template(TEMPLATE, "p").unwrap();
+        let (name, definition, kind) = machine_settings(&v, "DelayStateMachine").unwrap();
+        assert_eq!(name, "p-delay-state-machine");
+        assert!(definition.contains("sqs:sendMessage"));
+        assert_eq!(kind, Some("STANDARD"));
+        let err = machine_settings(&v, "SendQueue").unwrap_err();
+        assert_eq!(err.operation, "create state machine");
+        assert_eq!(
+            err.message,
+            "SendQueue has no StateMachineName in the local template"
+        );
+    }
+
+    /// Metric names an alarm reads, and its threshold.
+    fn alarms(template: &Value) -> Vec<(String, BTreeSet<String>, Value)> {
+        template["Resources"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm")
+            .map(|(id, r)| {
+                let p = &r["Properties"];
+                let mut names = BTreeSet::new();
+                if let Some(n) = p["MetricName"].as_str() {
+                    names.insert(n.to_owned());
+                }
+                for m in p["Metrics"].as_array().into_iter().flatten() {
+                    if let Some(n) = m["MetricStat"]["Metric"]["MetricName"].as_str() {
+                        names.insert(n.to_owned());
+                    }
+                }
+                (id.clone(), names, p["Threshold"].clone())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_template_alarms_on_every_category_and_class() {
+        // GIVEN the template's alarms and the code's dead-letter categories and error classes
+        let t = yaml_to_json(TEMPLATE).unwrap();
+        let alarms = alarms(&t);
+        let params = t["Parameters"].as_object().unwrap();
+        let mut thresholds = BTreeSet::new();
+        // THEN each category the send function writes has an alarm with a threshold of its own
+        for category in courier_core::policy::DeadLetterCategory::ALL {
+            if category == courier_core::policy::DeadLetterCategory::Redriven {
+                continue; // the archiver's category; raw redrives are alarmed on the queue
+            }
+            let metric = format!("DeadLettered_{}", category.as_str());
+            let (id, _, threshold) = alarms
+                .iter()
+                .find(|(_, names, _)| names.contains(&metric))
+                .unwrap_or_else(|| panic!("no alarm on {metric}"));
+            let param = threshold["Ref"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{id}: threshold"));
+            assert!(params.contains_key(param), "{id}: {param}");
+            assert!(thresholds.insert(param.to_owned()), "{param} shared");
+        }
+        // AND exhausted retries count the events function's give-ups (transient bounces past
+        // the horizon) as well as the send function's
+        let exhausted = &t["Resources"]["DeadLetterRetriesExhaustedAlarm"]["Properties"]["Metrics"];
+        let functions: BTreeSet<&str> = exhausted
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["MetricStat"]["Metric"]["Dimensions"][0]["Value"].as_str())
+            .collect();
+        assert_eq!(functions, BTreeSet::from(["send", "events"]));
+        let redriven = alarms
+            .iter()
+            .find(|(id, _, _)| id == "DeadLetterRedrivenAlarm")
+            .unwrap();
+        assert!(redriven.1.contains("ApproximateNumberOfMessagesVisible"));
+        assert!(thresholds.insert(redriven.2["Ref"].as_str().unwrap().to_owned()));
+        // AND every error class has its share-of-outcomes alarm
+        for class in courier_core::classify::ErrorClass::ALL {
+            let metric = format!("Failures_{}", class.as_str());
+            assert!(
+                alarms
+                    .iter()
+                    .any(|(_, names, _)| names.contains(&metric) && names.contains("Outcomes")),
+                "no share alarm on {metric}"
+            );
+        }
+        for metric in [
+            "BreakerTransitions",
+            "NewUnknownErrorCode",
+            "ReputationGuardTripped",
+            "SweptStuckProcessing",
+            "SweptNoOutcome",
+            "Sent",
+        ] {
+            assert!(
+                alarms.iter().any(|(_, names, _)| names.contains(metric)),
+                "no alarm on {metric}"
+            );
+        }
+        // AND the dashboard shows them all
+        let body = t["Resources"]["Dashboard"]["Properties"]["DashboardBody"]["Fn::Sub"]
+            .as_str()
+            .unwrap();
+        let dashboard: Value = serde_json::from_str(body).unwrap();
+        let shown = dashboard.to_string();
+        for class in courier_core::classify::ErrorClass::ALL {
+            assert!(shown.contains(&format!("\"Failures_{}\"", class.as_str())));
+        }
+        for metric in [
+            "DeadLettered_poison",
+            "DeadLettered_invalid_job",
+            "DeadLettered_needs_review",
+            "DeadLettered_retries_exhausted",
+            "BreakerTransitions",
+            "BounceRate",
+            "ComplaintRate",
+            "SweptStuckProcessing",
+            "SweptNoOutcome",
+            "ApproximateNumberOfMessagesVisible",
+        ] {
+            assert!(shown.contains(&format!("\"{metric}\"")), "{metric}");
+        }
+    }
+
+    #[test]
+    fn ses_events_take_one_path_chosen_at_deploy_time() {
+        // GIVEN the template's SES event resources
+        let t = yaml_to_json(TEMPLATE).unwrap();
+        let r = t["Resources"].as_object().unwrap();
+        let parameter = &t["Parameters"]["SesEventsVia"];
+        assert_eq!(parameter["Default"], "sns");
+        assert_eq!(parameter["AllowedValues"], json!(["sns", "eventbridge"]));
+        for (condition, value) in [
+            ("SesEventsViaSns", "sns"),
+            ("SesEventsViaEventBridge", "eventbridge"),
+        ] {
+            assert_eq!(
+                t["Conditions"][condition],
+                json!({"Fn::Equals": [{"Ref": "SesEventsVia"}, value]})
+            );
+        }
+        // THEN each event destination is created under its own value of the parameter: one
+        // path at a time, so no event is delivered twice
+        let mut destinations: Vec<(&str, &str)> = r
+            .iter()
+            .filter(|(_, v)| v["Type"] == "AWS::SES::ConfigurationSetEventDestination")
+            .map(|(id, v)| {
+                let condition = v["Condition"].as_str();
+                (
+                    condition.unwrap_or_else(|| panic!("{id} has no Condition")),
+                    id.as_str(),
+                )
+            })
+            .collect();
+        destinations.sort_unstable();
+        assert_eq!(
+            destinations,
+            [
+                ("SesEventsViaEventBridge", "SesEventBridgeDestination"),
+                ("SesEventsViaSns", "SesEventDestination"),
+            ]
+        );
+        let destination = |id: &str| &r[id]["Properties"]["EventDestination"];
+        assert_eq!(
+            destination("SesEventDestination")["MatchingEventTypes"],
+            destination("SesEventBridgeDestination")["MatchingEventTypes"]
+        );
+        assert!(
+            destination("SesEventBridgeDestination")["EventBridgeDestination"]["EventBusArn"]
+                ["Fn::Sub"]
+                .as_str()
+                .unwrap()
+                .ends_with(":event-bus/default")
+        );
+        // AND the SNS resources come with the SNS path only, the rule with the EventBridge path
+        for id in ["SesEventsTopic", "SesEventsSubscription"] {
+            assert_eq!(r[id]["Condition"], "SesEventsViaSns", "{id}");
+        }
+        let rule = &r["SesEventsRule"];
+        assert_eq!(rule["Type"], "AWS::Events::Rule");
+        assert_eq!(rule["Condition"], "SesEventsViaEventBridge");
+        let pattern = &rule["Properties"]["EventPattern"];
+        assert_eq!(pattern["source"], json!(["aws.ses"]));
+        assert_eq!(
+            pattern["detail"]["mail"]["tags"]["ses:configuration-set"],
+            json!([{"Ref": "SesConfigurationSet"}])
+        );
+        let target = &rule["Properties"]["Targets"][0];
+        assert_eq!(target["Arn"], json!({"Fn::GetAtt": ["EventsQueue", "Arn"]}));
+        assert_eq!(
+            target["DeadLetterConfig"]["Arn"],
+            json!({"Fn::GetAtt": ["EventsDeadLetterQueue", "Arn"]})
+        );
+        // AND the events queue admits the chosen path's sender only, from that topic or rule
+        let statement =
+            &r["EventsQueuePolicy"]["Properties"]["PolicyDocument"]["Statement"][0]["Fn::If"];
+        assert_eq!(statement[0], "SesEventsViaSns");
+        let sender = |s: &Value| {
+            (
+                s["Principal"]["Service"].clone(),
+                s["Condition"]["ArnEquals"]["aws:SourceArn"].clone(),
+            )
+        };
+        assert_eq!(
+            sender(&statement[1]),
+            (json!("sns.amazonaws.com"), json!({"Ref": "SesEventsTopic"}))
+        );
+        assert_eq!(
+            sender(&statement[2]),
+            (
+                json!("events.amazonaws.com"),
+                json!({"Fn::GetAtt": ["SesEventsRule", "Arn"]})
+            )
+        );
+        let dlq_policy = &r["EventsDeadLetterQueuePolicy"];
+        assert_eq!(dlq_policy["Condition"], "SesEventsViaEventBridge");
+        assert_eq!(
+            sender(&dlq_policy["Properties"]["PolicyDocument"]["Statement"][0]),
+            (
+                json!("events.amazonaws.com"),
+                json!({"Fn::GetAtt": ["SesEventsRule", "Arn"]})
+            )
+        );
+    }
+
+    #[test]
+    fn physical_ids_and_queue_names() {
+        let map: BTreeMap<String, String> = [(
+            "SendQueue".to_owned(),
+            "https://sqs.us-east-1.amazonaws.com/1/p-send-queue".to_owned(),
+        )]
+        .into();
+        assert_eq!(
+            queue_name(physical(&map, "SendQueue").unwrap()),
+            "p-send-queue"
+        );
+        assert_eq!(queue_name("plain"), "plain");
+        let err = physical(&map, "Nope").unwrap_err();
+        assert_eq!(err.message, "the stack has no resource Nope");
+    }
+}
