@@ -22,7 +22,7 @@ test:
 	@scripts/phase.sh --summary
 
 ## make demo: the local run on LocalStack (SQS, S3, DynamoDB Local), moto (SES v2) and Postfix (see
-## README: moto's DynamoDB loses concurrent writes, which the demo's concurrent instances make).
+## docs/local-run.md: moto's DynamoDB loses concurrent writes, which the demo's concurrent instances make).
 demo:
 	@scripts/install-deps.sh localstack moto smtp
 	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh localstack -- $(CARGO) run -q -p courier-dev -- demo
@@ -64,7 +64,7 @@ lambda-build-x86-release:
 
 # The demo test runs on LocalStack only: moto's DynamoDB applies concurrent writes without
 # isolation (a failed transaction restores a copy of the tables, undoing writes made meanwhile),
-# and the demo runs six instances at once (see README, The local run).
+# and the demo runs six instances at once (see docs/local-run.md).
 it-moto: lambda-build
 	$(BINS)
 	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(IT) --skip the_demo_drives_ses_events_through_the_events_function

@@ -40,7 +40,7 @@ struct Cli {
     /// Seconds the AWS emulator is unreachable (the proxy refuses every connection).
     #[arg(long, default_value_t = 8)]
     aws_outage: u64,
-    /// Also inject resets and stalls on the SMTP link (default: latency only; see README).
+    /// Also inject resets and stalls on the SMTP link (default: latency only; see docs/testing.md).
     #[arg(long)]
     smtp_resets: bool,
     /// Run DynamoDB on DynamoDB Local (this jar) with its tables on disk, so the outage restarts

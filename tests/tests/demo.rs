@@ -8,7 +8,7 @@
 //! Run on LocalStack (`make it-localstack`), as `make demo` is; `make it-moto` skips it by name:
 //! moto's DynamoDB applies concurrent writes without isolation (a failed transaction restores a
 //! copy of the tables taken before writes other requests made meanwhile), and the demo's six
-//! concurrent instances lose status writes there (README, "make demo").
+//! concurrent instances lose status writes there (docs/local-run.md).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 

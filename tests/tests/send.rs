@@ -466,8 +466,9 @@ async fn a_failed_re_enqueue_leaves_the_record_on_the_queue() {
     );
 }
 
-/// Counts every AWS request (driver receive and delete included) per job: the figures behind the
-/// README's cost section. Counts are deterministic, so they are asserted; nothing is timed.
+/// Counts every AWS request (driver receive and delete included) per job: the figures behind
+/// docs/tables.md (AWS API calls per job). Counts are deterministic, so they are asserted;
+/// nothing is timed.
 #[tokio::test]
 async fn aws_api_calls_per_job() {
     let stack = Stack::create(&["ses"]).await;

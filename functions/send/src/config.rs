@@ -1,5 +1,5 @@
-//! Configuration, parsed once at INIT from the environment (see the README's configuration
-//! reference). `from_lookup` lets tests avoid the process environment.
+//! Configuration, parsed once at INIT from the environment (see
+//! docs/configuration.md). `from_lookup` lets tests avoid the process environment.
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -10,7 +10,45 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::policy::{DeadLetterCategory, parse_duration};
-use crate::ports::DeadLetter;
+
+/// One attempt in a job's history (carried in the envelope and the dead letter).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub at: DateTime<Utc>,
+    pub provider: Option<String>,
+    pub class: crate::classify::ErrorClass,
+    pub rule: String,
+    pub code: Option<String>,
+    pub text: Option<String>,
+    pub spent: bool,
+    pub delay_secs: Option<u64>,
+}
+
+/// A dead letter with everything needed to understand, fix and replay it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    /// `message_id` when known, else the payload fingerprint.
+    pub id: String,
+    pub category: DeadLetterCategory,
+    pub reason: String,
+    pub message_id: Option<String>,
+    pub campaign_id: Option<String>,
+    pub trace_id: Option<String>,
+    pub recipients: Vec<String>,
+    pub provider: Option<String>,
+    pub class: crate::classify::ErrorClass,
+    pub rule: String,
+    pub raw_code: Option<String>,
+    pub raw_text: Option<String>,
+    pub attempts: u32,
+    pub history: Vec<AttemptRecord>,
+    pub first_failure_at: DateTime<Utc>,
+    pub last_failure_at: DateTime<Utc>,
+    pub fingerprint: String,
+    /// The original payload; `payload_base64` instead when it was not UTF-8.
+    pub payload: Option<String>,
+    pub payload_base64: Option<String>,
+}
 
 /// Where a letter is in its life. Only `live` letters can be archived, replayed or discarded,
 /// and every move is a conditional write, so none happens twice. A replay claims its letter

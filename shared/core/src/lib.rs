@@ -16,10 +16,12 @@
 //! - [`letters`]: dead letters: ids, states, archive ages and layout, search filters.
 //! - [`render`]: strict template rendering.
 //! - [`ports`]: the narrow capabilities the pipeline needs (traits and their domain types);
+//!   [`claim`]: leasing a job for sending and the claim rules every status store applies;
 //!   `courier-adapters` implements them over AWS and SMTP, `courier-devkit` in memory.
 //! - [`random`]: seedable randomness passed into the core.
 
 pub mod breaker;
+pub mod claim;
 pub mod classify;
 pub mod delay;
 pub mod envelope;

@@ -21,7 +21,7 @@ fn published_schema_is_up_to_date() {
 fn the_readme_examples_are_valid_jobs() {
     for example in ["transactional.json", "bulk-template.json"] {
         let path = format!(
-            "{}/../schema/examples/{example}",
+            "{}/../../schema/examples/{example}",
             env!("CARGO_MANIFEST_DIR")
         );
         let bytes = std::fs::read(&path).unwrap();

@@ -1,0 +1,232 @@
+//! DynamoDB adapters: the status table (claims), the suppression table, and the control table
+//! (breaker state and the poison blocklist).
+//!
+//! Times are stored as epoch milliseconds (`N`), so conditions compare numbers.
+//!
+//! # Layout
+//! - `status`: [`DynamoDbStatusStore`].
+//! - `suppression`: [`DynamoDbSuppressionList`].
+//! - `control`: [`DynamoDbControlTable`] (breaker, poison, sightings, ledger, schedules,
+//!   reputation).
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+use aws_sdk_dynamodb::types::{
+    AttributeValue, CancellationReason, ConditionCheck, KeysAndAttributes,
+    ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+};
+use chrono::{DateTime, Utc};
+
+use super::store_error as err;
+use courier_core::breaker::BreakerState;
+use courier_core::ports::{
+    BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, HistoryEntry, JobRecord, OpenState,
+    PoisonList, ReputationStore, Resend, SendSchedule, Sightings, StatusStore, StatusUpdate,
+    StoreError, SuppressionList, SweepMark, judge_claim,
+};
+use courier_core::rate::Reservation;
+use courier_core::reputation::ReputationCounts;
+use courier_core::status::{Status, predecessors};
+
+mod control;
+mod status;
+mod suppression;
+
+pub use control::DynamoDbControlTable;
+pub use status::DynamoDbStatusStore;
+pub use suppression::DynamoDbSuppressionList;
+
+fn s(v: impl Into<String>) -> AttributeValue {
+    AttributeValue::S(v.into())
+}
+
+fn n(v: impl ToString) -> AttributeValue {
+    AttributeValue::N(v.to_string())
+}
+
+fn ms(t: DateTime<Utc>) -> i64 {
+    t.timestamp_millis()
+}
+
+fn get_s(item: &HashMap<String, AttributeValue>, key: &str) -> Option<String> {
+    item.get(key).and_then(|v| v.as_s().ok()).cloned()
+}
+
+fn get_n(item: &HashMap<String, AttributeValue>, key: &str) -> Option<i64> {
+    item.get(key)
+        .and_then(|v| v.as_n().ok())
+        .and_then(|v| v.parse().ok())
+}
+
+fn time(item: &HashMap<String, AttributeValue>, key: &str) -> Option<DateTime<Utc>> {
+    get_n(item, key).and_then(DateTime::from_timestamp_millis)
+}
+
+/// Reads a status item back into a record; `None` when it is not one of ours.
+pub fn record_of(item: &HashMap<String, AttributeValue>) -> Option<JobRecord> {
+    let history = item
+        .get("history")
+        .and_then(|v| v.as_l().ok())
+        .map(|list| list.iter().filter_map(history_of).collect())
+        .unwrap_or_default();
+    Some(JobRecord {
+        message_id: get_s(item, "message_id")?,
+        status: Status::parse(&get_s(item, "status")?)?,
+        attempt: u32::try_from(get_n(item, "attempt").unwrap_or(0)).unwrap_or(0),
+        lease_owner: get_s(item, "lease_owner"),
+        lease_until: time(item, "lease_until"),
+        unknown_since: time(item, "unknown_since"),
+        provider: get_s(item, "provider"),
+        provider_message_id: get_s(item, "provider_message_id"),
+        updated_at: time(item, "updated_at").unwrap_or_default(),
+        history,
+        payload: get_s(item, "payload"),
+        resend_of: get_s(item, "resend_of"),
+        swept_at: time(item, "swept_at"),
+    })
+}
+
+fn history_of(value: &AttributeValue) -> Option<HistoryEntry> {
+    let m = value.as_m().ok()?;
+    Some(HistoryEntry {
+        at: time(m, "at")?,
+        status: Status::parse(&get_s(m, "status")?)?,
+        attempt: u32::try_from(get_n(m, "attempt").unwrap_or(0)).unwrap_or(0),
+        by: get_s(m, "by").unwrap_or_default(),
+        detail: get_s(m, "detail"),
+    })
+}
+
+/// A one-entry list to append to the record's `history` (`:h` in the expressions below).
+fn history_entry(
+    at: DateTime<Utc>,
+    status: Status,
+    attempt: u32,
+    by: &str,
+    detail: Option<&str>,
+) -> AttributeValue {
+    let mut m = HashMap::from([
+        ("at".to_owned(), n(ms(at))),
+        ("status".to_owned(), s(status.as_str())),
+        ("attempt".to_owned(), n(attempt)),
+        ("by".to_owned(), s(by)),
+    ]);
+    if let Some(d) = detail {
+        m.insert("detail".to_owned(), s(d));
+    }
+    AttributeValue::L(vec![AttributeValue::M(m)])
+}
+
+/// Appends `:h` to the history (`:empty` is an empty list).
+const APPEND_HISTORY: &str = "history = list_append(if_not_exists(history, :empty), :h)";
+
+fn empty_list() -> AttributeValue {
+    AttributeValue::L(Vec::new())
+}
+
+/// The sparse `by_open` index attributes of a write: set while the job is open (see
+/// [`OpenState`]), removed otherwise.
+struct OpenMarks {
+    set: Option<&'static str>,
+    remove: Option<&'static str>,
+    values: Vec<(&'static str, AttributeValue)>,
+}
+
+fn open_marks(
+    message_id: &str,
+    status: Status,
+    provider: Option<&str>,
+    now: DateTime<Utc>,
+) -> OpenMarks {
+    match OpenState::of(status, provider) {
+        Some(state) => OpenMarks {
+            set: Some("open_state = :os, open_at = :oa"),
+            remove: None,
+            values: vec![(":os", s(state.key(message_id))), (":oa", n(ms(now)))],
+        },
+        None => OpenMarks {
+            set: None,
+            remove: Some("open_state, open_at"),
+            values: Vec::new(),
+        },
+    }
+}
+
+/// `SET ... REMOVE ...` from clauses.
+fn expression(set: &[&str], remove: &[&str]) -> String {
+    let mut e = format!("SET {}", set.join(", "));
+    if !remove.is_empty() {
+        e.push_str(&format!(" REMOVE {}", remove.join(", ")));
+    }
+    e
+}
+
+/// The name of the status table's sparse index of open jobs.
+pub const OPEN_INDEX: &str = "by_open";
+
+/// The name of the status table's sparse, keys-only index by `provider_message_id`.
+pub const PROVIDER_MESSAGE_ID_INDEX: &str = "by_provider_message_id";
+
+/// How a [`batch_get`] reads.
+pub(crate) enum BatchRead {
+    Consistent,
+    /// Eventually consistent, only this attribute.
+    Projected(&'static str),
+}
+
+/// Reads items by their string key with BatchGetItem: 100 keys a call, unprocessed keys retried
+/// with backoff (5 rounds). `keys` must be distinct.
+pub(crate) async fn batch_get(
+    client: &Client,
+    table: &str,
+    key: &str,
+    keys: &[String],
+    read: BatchRead,
+    operation: &'static str,
+) -> Result<Vec<HashMap<String, AttributeValue>>, StoreError> {
+    let mut found = Vec::new();
+    for chunk in keys.chunks(100) {
+        let mut wanted = match read {
+            BatchRead::Consistent => KeysAndAttributes::builder().consistent_read(true),
+            BatchRead::Projected(attr) => KeysAndAttributes::builder().projection_expression(attr),
+        };
+        for k in chunk {
+            wanted = wanted.keys(HashMap::from([(key.to_owned(), s(k))]));
+        }
+        let mut request = HashMap::from([(
+            table.to_owned(),
+            wanted.build().map_err(|e| StoreError::new(operation, e))?,
+        )]);
+        for round in 0..5 {
+            let out = client
+                .batch_get_item()
+                .set_request_items(Some(request))
+                .send()
+                .await
+                .map_err(err(operation))?;
+            found.extend(
+                out.responses
+                    .unwrap_or_default()
+                    .remove(table)
+                    .unwrap_or_default(),
+            );
+            match out.unprocessed_keys.filter(|u| !u.is_empty()) {
+                Some(rest) if round < 4 => {
+                    tokio::time::sleep(Duration::from_millis(50 << round)).await;
+                    request = rest;
+                }
+                Some(_) => {
+                    return Err(StoreError::msg(
+                        operation,
+                        "unprocessed keys after 5 rounds",
+                    ));
+                }
+                None => break,
+            }
+        }
+    }
+    Ok(found)
+}

@@ -1,0 +1,593 @@
+//! The wording rules for SMTP replies, as data: each rule names a class and the phrases that
+//! imply it.
+
+use super::ErrorClass;
+
+/// A wording rule: a name, the class it implies, and phrases of which any one must appear in the
+/// lower-cased text (all phrases of a `&[&str]` inner list must appear together).
+pub(super) struct TextRule {
+    pub(super) name: &'static str,
+    pub(super) class: ErrorClass,
+    pub(super) any_of: &'static [&'static [&'static str]],
+}
+
+macro_rules! rule {
+    ($name:literal, $class:ident, [$([$($p:literal),+]),+ $(,)?]) => {
+        TextRule { name: $name, class: ErrorClass::$class, any_of: &[$(&[$($p),+]),+] }
+    };
+}
+
+/// Ordered: the first rule whose phrases appear wins. The rules read [`rule_text`]: the lower-cased
+/// reply text with whitespace (and line breaks) collapsed, prefixed with the enhanced code, so a
+/// provider's code (`5.7.708`, `IB607`, `AUP#CDRBL`, `OFR_417`) can be written as a phrase.
+///
+/// Order, most specific first:
+/// 1. relay reports and our own socket/DNS errors (`network`), before any word such as "refused";
+/// 2. provider code tables, which beat the generic words around them (Spectrum/Cox's
+///    `sender rejected ... AUP#...`, GoDaddy's `5.1.1 ... IB607`);
+/// 3. mailbox-level temporary conditions (greylisting, quota, per-mailbox receive limits);
+/// 4. TLS, then our own sending infrastructure (PTR, HELO, sender domain DNS), then limits on us;
+/// 5. sender wording before recipient wording (`Sender address rejected: User unknown`,
+///    `Domain of sender address ... does not exist`), then content/policy, then the receiver's own
+///    trouble. A Spamhaus block in a `Service unavailable` reply is thus content, and a greylisting
+///    reply that mentions "policy" is still greylisting.
+///
+/// Generic words that state no cause ("try again later", "closing connection", bare "denied" or
+/// "refused") are deliberately absent: the enhanced or basic code decides those replies.
+pub(super) static TEXT_RULES: &[TextRule] = &[
+    // A relay reporting that *it* could not reach the destination (Exchange's queue expiry, even
+    // when it quotes a socket error): the receiving side's routing, not our connection.
+    rule!(
+        "relay-gave-up",
+        ProviderUnavailable,
+        [["queue.expired"], ["message expired"], ["5.4.316"]]
+    ),
+    // Our own socket or resolver failed (local client errors, session timeouts between us and the
+    // peer). "Host not found, try again" is a temporary DNS failure; plain "Host not found" is an
+    // authoritative NXDOMAIN and stays with the recipient rules.
+    rule!(
+        "network",
+        Network,
+        [
+            ["connection refused"],
+            ["connection reset"],
+            ["connection timed out"],
+            ["connection aborted"],
+            ["lost connection"],
+            ["broken pipe"],
+            ["network is unreachable"],
+            ["no route to host"],
+            ["host not found, try again"],
+            ["temporary failure in name resolution"],
+            ["4.4.2", "timeout"],
+            ["4.4.2", "timed out"]
+        ]
+    ),
+    // Provider code tables (README decision 15): the code names the cause, whatever the words.
+    rule!(
+        "provider-code-throttled",
+        Throttled,
+        [
+            ["aup#in-13"],
+            ["ib607"],
+            ["[ts01]"],
+            ["[ts02]"],
+            ["[ts03]"],
+            ["[tss04]"],
+            ["[gl01]"],
+            ["rp-001"],
+            ["ofr", "_104"],
+            ["lpn", "_104"],
+            ["5.7.508"],
+            ["5.2.121"],
+            ["4.7.500"],
+            ["4.7.650"],
+            ["4.7.651"]
+        ]
+    ),
+    rule!(
+        "provider-code-content",
+        ContentRejected,
+        [
+            ["aup#cdrbl"],
+            ["ib508"],
+            ["[bl21]"],
+            ["[bl23]"],
+            ["[ph01]"],
+            ["[tss09]"],
+            ["s3150"],
+            ["s3140"],
+            ["5.7.509"],
+            ["5.7.511"],
+            ["5.7.515"],
+            ["5.7.606"],
+            ["resolver.rst.authrequired"],
+            ["ofr", "_102"],
+            ["ofr", "_517"],
+            ["lpn", "_517"]
+        ]
+    ),
+    rule!(
+        "provider-code-sender",
+        SenderConfig,
+        [
+            ["5.7.705"],
+            ["5.7.708"],
+            ["5.7.750"],
+            ["ib401"],
+            ["ib506"],
+            ["ib108"],
+            ["lpn", "_402"]
+        ]
+    ),
+    rule!(
+        "provider-code-recipient",
+        RecipientPermanent,
+        [
+            ["s2017062302"],
+            ["ofr", "_416"],
+            ["lpn", "_416"],
+            ["lpn", "_420"]
+        ]
+    ),
+    rule!(
+        "provider-code-mailbox",
+        MailboxTemporary,
+        [["5.2.122"], ["ofr", "_417"], ["lpn", "_417"]]
+    ),
+    rule!(
+        "provider-code-unavailable",
+        ProviderUnavailable,
+        [["ofr", "_505"], ["lpn", "_505"]]
+    ),
+    rule!(
+        "greylisted",
+        MailboxTemporary,
+        [
+            ["greylist"],
+            ["graylist"],
+            ["grey-list"],
+            ["gray-list"],
+            ["grey listed"],
+            ["greylisting"],
+            ["postgrey"],
+            ["not yet authorized to deliver mail"],
+            ["internal resource temporarily unavailable"],
+            ["try again in", "minutes"],
+            ["deferred for", "seconds"]
+        ]
+    ),
+    // Limits on our own account that are worded as a quota (SES): not the recipient's mailbox.
+    rule!(
+        "sending-quota",
+        Throttled,
+        [
+            ["throttling failure"],
+            ["daily message quota"],
+            ["sending quota"]
+        ]
+    ),
+    // Gmail's OverQuotaPerm: full *and* abandoned (README decision 3).
+    rule!(
+        "over-quota-inactive",
+        RecipientPermanent,
+        [["out of storage space and inactive"], ["overquotaperm"]]
+    ),
+    rule!(
+        "over-quota",
+        MailboxTemporary,
+        [
+            ["over quota"],
+            ["overquota"],
+            ["over the quota"],
+            ["quota exceeded"],
+            ["exceeded quota"],
+            ["exceeded its quota"],
+            ["exceeds quota"],
+            ["exceed the quota"],
+            ["quota full"],
+            ["mailbox full"],
+            ["mailbox is full"],
+            ["mailbox size limit"],
+            ["mailbox has exceeded"],
+            ["mailbox exceeds"],
+            ["inbox is full"],
+            ["insufficient storage"],
+            ["exceeded storage"],
+            ["out of storage"],
+            ["storage allocation"],
+            ["mailfolder is full"],
+            ["mail quota"],
+            ["disk quota"],
+            ["user has exceeded"],
+            ["mailbox would exceed"],
+            ["not enough space"],
+            ["quota limit"],
+            ["over its quota"],
+            ["quota exceed"]
+        ]
+    ),
+    rule!(
+        "microsoft-access-denied-recipient",
+        RecipientPermanent,
+        [
+            ["recipient address rejected: access denied"],
+            ["as(201806281)"]
+        ]
+    ),
+    // A limit or lock on this one mailbox, whoever sends (README decision 4): not a limit on us.
+    rule!(
+        "mailbox-receive-limit",
+        MailboxTemporary,
+        [
+            ["receiving mail too quickly"],
+            ["receiving mail at a rate"],
+            ["messages to", "deferred due to excessive volume"],
+            ["limit for the number of messages they can receive"],
+            ["too many concurrent deliveries for user"],
+            ["temporary locked"],
+            ["temporarily locked"]
+        ]
+    ),
+    rule!(
+        "tls-required",
+        Tls,
+        [
+            ["starttls"],
+            ["tls required"],
+            ["tls is required"],
+            ["requires tls"],
+            ["must use tls"],
+            ["over a tls connection"],
+            ["requires encryption"],
+            ["tls not available"],
+            ["cannot start tls"],
+            ["tls negotiation"],
+            ["tls handshake"],
+            ["ssl handshake"],
+            ["handshake failure"],
+            ["encryption required"],
+            ["encryption is required"],
+            ["requiretls"],
+            ["4.7.29"],
+            ["certificate"]
+        ]
+    ),
+    // Our sending infrastructure (README decisions 10, 12, 20): PTR/rDNS, HELO name, the DNS of
+    // our sender domain, a host that must use a smarthost. Before the rate rules because Yahoo says
+    // "temporarily deferred" about an unresolvable sender domain.
+    rule!(
+        "sender-infrastructure",
+        SenderConfig,
+        [
+            ["ptr record"],
+            ["ptr resource record"],
+            ["reverse dns"],
+            ["rdns"],
+            ["cannot find your hostname"],
+            ["ip name lookup failed"],
+            ["helo command rejected"],
+            ["fully-qualified hostname"],
+            ["fully qualified hostname"],
+            ["non-fqdn"],
+            ["send email directly"],
+            ["unresolvable", "from domain"]
+        ]
+    ),
+    rule!(
+        "receiver-rate-limit",
+        Throttled,
+        [
+            ["rate limit"],
+            ["ratelimit"],
+            ["rate-limit"],
+            ["rate limited"],
+            ["unusual rate"],
+            ["too many connections"],
+            ["too many concurrent"],
+            ["concurrent connections"],
+            ["too many messages"],
+            ["too many recipients"],
+            ["maximum number of recipients"],
+            ["too many sessions"],
+            ["too many mails"],
+            ["too many emails"],
+            ["too many requests"],
+            ["too many errors"],
+            ["too many invalid"],
+            ["too many login"],
+            ["too frequent"],
+            ["frequency limited"],
+            ["connection limit"],
+            ["per connection"],
+            ["submission rate"],
+            ["sending too fast"],
+            ["too fast"],
+            ["slow down"],
+            ["throttl"],
+            ["exceeded the rate"],
+            ["exceeded rate"],
+            ["exceeded permitted limits"],
+            ["limits for how many messages"],
+            ["temporarily deferred"],
+            ["sending rate"],
+            ["sending limit"],
+            ["relay limit"],
+            ["message rate"],
+            ["max message rate"],
+            ["mail flood"],
+            ["flooding"],
+            ["resources temporarily"],
+            ["try again later", "volume"],
+            ["deferred due to", "complaints"],
+            ["too much mail"],
+            ["violating our security policies", "chkuser"],
+            ["4.7.28"],
+            ["4.7.27", "rate"]
+        ]
+    ),
+    // Before the recipient rules: `Sender address rejected: User unknown`, `Domain of sender address
+    // ... does not exist` and `Unrouteable address ... Sender verify failed` are about our sender.
+    rule!(
+        "sender-rejected",
+        SenderConfig,
+        [
+            ["sender address rejected"],
+            ["authority to send from"],
+            ["not authorized to send from"],
+            ["sender rejected"],
+            ["sender domain"],
+            ["domain of sender address"],
+            ["unroutable sender"],
+            ["unrouteable sender"],
+            ["sender verify failed"],
+            ["sender verification failed"],
+            ["sender address is not"],
+            ["sender address is invalid"],
+            ["sender address has invalid"],
+            ["invalid sender"],
+            ["bad sender"],
+            ["bad outbound sender"],
+            ["sender not allowed"],
+            ["from address not"],
+            ["not verified"],
+            ["unverified sender"],
+            ["email address is not verified"],
+            ["identities failed the check"],
+            ["authentication required"],
+            ["authentication is required"],
+            ["must authenticate"],
+            ["authentication failed"],
+            ["authentication unsuccessful"],
+            ["auth failed"],
+            ["credentials invalid"],
+            ["invalid credentials"],
+            ["bad credentials"],
+            ["username and password not accepted"],
+            ["login failed"],
+            ["send anonymous mail"],
+            ["sendasdenied"],
+            ["relay access denied"],
+            ["relaying denied"],
+            ["relay not permitted"],
+            ["relaying not allowed"],
+            ["relaying disallowed"],
+            ["not permitted to relay"],
+            ["unable to relay"],
+            ["relay denied"],
+            ["we do not relay"],
+            ["rcpthosts"],
+            ["account suspended"],
+            ["account has been suspended"],
+            ["sending paused"],
+            ["sending has been paused"],
+            ["sending is paused"],
+            ["sender address has null mx"],
+            ["5.7.27"],
+            ["authenticated sender"],
+            ["sending account"]
+        ]
+    ),
+    rule!(
+        "recipient-unknown",
+        RecipientPermanent,
+        [
+            ["user unknown"],
+            ["unknown user"],
+            ["no such user"],
+            ["no such recipient"],
+            ["no such mailbox"],
+            ["no such address"],
+            ["unknown recipient"],
+            ["recipient unknown"],
+            ["recipient not found"],
+            ["recipientnotfound"],
+            ["recipient does not exist"],
+            ["user does not exist"],
+            ["user doesn't exist"],
+            ["mailbox does not exist"],
+            ["address does not exist"],
+            ["account does not exist"],
+            ["does not exist"],
+            ["doesn't exist"],
+            ["doesn't have a"],
+            ["not a valid mailbox"],
+            ["invalid mailbox"],
+            ["invalid recipient"],
+            ["mailbox not found"],
+            ["mailbox unknown"],
+            ["user not found"],
+            ["address not found"],
+            ["addressee unknown"],
+            ["address unknown"],
+            ["unknown address"],
+            ["no mailbox here"],
+            ["unrouteable address"],
+            ["unroutable address"],
+            ["bad destination mailbox"],
+            ["unknown or illegal alias"],
+            ["no such person"],
+            ["not our customer"],
+            ["is not a known user"],
+            ["user not local"],
+            ["not listed in"],
+            ["invalid address"],
+            ["recipient address rejected: unverified address"],
+            ["mailbox not available"],
+            ["mailbox is disabled"],
+            ["account is disabled"],
+            ["account has been disabled"],
+            ["account disabled"],
+            ["mailbox disabled"],
+            ["account is inactive"],
+            ["inactive user"],
+            ["inactive mailbox"],
+            ["account inactive"],
+            ["account has been deactivated"],
+            ["mailbox has been deactivated"],
+            ["deactivated"],
+            ["no longer available"],
+            ["no longer active"],
+            ["no longer valid"],
+            ["account closed"],
+            ["mailbox closed"],
+            ["archived recipient"],
+            ["has moved"],
+            ["domain not found"],
+            ["domain does not exist"],
+            ["no mx"],
+            ["null mx"],
+            ["host not found"],
+            ["host or domain name not found"],
+            ["host unknown"],
+            ["unknown domain"],
+            ["domain unknown"],
+            ["name service error"],
+            ["nxdomain"],
+            ["recipient address rejected: domain"],
+            ["unable to route"],
+            ["no route to"],
+            ["the email account that you tried to reach"],
+            ["resolver.adr"],
+            ["dd not a valid"],
+            ["dd this user"]
+        ]
+    ),
+    rule!(
+        "content-or-policy",
+        ContentRejected,
+        [
+            ["spam"],
+            ["virus"],
+            ["malware"],
+            ["phish"],
+            ["infected"],
+            ["unsolicited"],
+            ["junk"],
+            ["blocked"],
+            ["blacklist"],
+            ["blocklist"],
+            ["block list"],
+            ["black list"],
+            ["denylist"],
+            ["spamhaus"],
+            ["barracuda"],
+            ["sorbs"],
+            ["spamcop"],
+            ["uceprotect"],
+            ["surbl"],
+            ["dnsbl"],
+            ["rbl"],
+            ["listed at"],
+            ["listed on"],
+            ["listed in"],
+            ["reputation"],
+            ["dmarc"],
+            ["dkim"],
+            ["spf"],
+            ["unauthenticated"],
+            ["not authenticated"],
+            ["authentication check"],
+            ["authentication level"],
+            ["sender policy framework"],
+            ["purported responsible address"],
+            ["spoofing"],
+            ["content rejected"],
+            ["content denied"],
+            ["message content"],
+            ["content policy"],
+            ["rejected by policy"],
+            ["denied by policy"],
+            ["policy rejection"],
+            ["policy violation"],
+            ["violates", "policy"],
+            ["policy reasons"],
+            ["due to policy"],
+            ["local policy"],
+            ["security policies"],
+            ["message rejected"],
+            ["message refused"],
+            ["not accepted"],
+            ["host network not allowed"],
+            ["banned"],
+            ["prohibited"],
+            ["forbidden"],
+            ["message size"],
+            ["size exceeds"],
+            ["exceeds size"],
+            ["exceeds the maximum"],
+            ["message too large"],
+            ["message is too large"],
+            ["message too big"],
+            ["too big"],
+            ["size limit"],
+            ["line limit exceeded"],
+            ["line too long"],
+            ["attachment"],
+            ["bulk mail"],
+            ["suspicious"],
+            ["dangerous"],
+            ["not authorized"],
+            ["unauthorized"],
+            ["rejected for"],
+            ["mail rejected"],
+            ["abuse"],
+            ["5.7.26"],
+            ["5.7.23"]
+        ]
+    ),
+    // RFC 5321's default 550 text, which Outlook.com, Hotmail and GMX use for "no such user"
+    // (README decision 14); after the content rule so that "mailbox unavailable: spam" stays
+    // content. The 450 form becomes mailbox_temporary.
+    rule!(
+        "mailbox-unavailable",
+        RecipientPermanent,
+        [["mailbox unavailable"]]
+    ),
+    rule!(
+        "provider-down",
+        ProviderUnavailable,
+        [
+            ["service unavailable"],
+            ["service not available"],
+            ["service refuse"],
+            ["not accepting"],
+            ["temporary failure"],
+            ["temporarily unavailable"],
+            ["temporary problem"],
+            ["temporary error"],
+            ["local error"],
+            ["internal error"],
+            ["server error"],
+            ["system error"],
+            ["shutting down"],
+            ["timeout"],
+            ["timed out"],
+            ["queue file write error"],
+            ["resources unavailable"],
+            ["database"],
+            ["temporarily rejected"],
+            ["lookup failure"]
+        ]
+    ),
+];

@@ -1,0 +1,256 @@
+//! SMTP replies: parsing the reply and its enhanced code, then the three passes (wording
+//! rules, enhanced code, basic code).
+
+use super::rules::{TEXT_RULES, TextRule};
+use super::*;
+
+/// An SMTP reply split into its parts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SmtpReply {
+    /// Basic reply code, when the text starts with one (`550`).
+    pub code: Option<u16>,
+    pub enhanced: Option<EnhancedCode>,
+    /// The text of all lines without their codes, joined by `\n`.
+    pub text: String,
+}
+
+impl SmtpReply {
+    /// Parses a raw reply (`550-5.1.1 first line\n550 5.1.1 last line`), tolerating replies without
+    /// codes, with CRLF line ends, and with enhanced codes in the middle of the text (qmail's
+    /// `(#5.1.1)`).
+    pub fn parse(raw: &str) -> SmtpReply {
+        let mut code = None;
+        let mut enhanced = None;
+        let mut lines = Vec::new();
+        for line in raw.lines().map(str::trim).filter(|l| !l.is_empty()) {
+            let mut rest = line;
+            if let Some(c) = leading_reply_code(line) {
+                code.get_or_insert(c);
+                rest = line[3..].trim_start_matches(['-', ' ']).trim_start();
+            }
+            if let Some((e, after)) = leading_enhanced(rest) {
+                enhanced.get_or_insert(e);
+                rest = after.trim_start();
+            }
+            lines.push(rest);
+        }
+        let text = lines.join("\n");
+        if enhanced.is_none() {
+            enhanced = find_enhanced(&text);
+        }
+        // An enhanced code that contradicts the basic code's class is ignored (RFC 3463 s2: the
+        // class must agree with the reply code).
+        if let (Some(c), Some(e)) = (code, enhanced)
+            && u16::from(e.class) != c / 100
+        {
+            enhanced = None;
+        }
+        SmtpReply {
+            code,
+            enhanced,
+            text,
+        }
+    }
+
+    /// The code as sent, e.g. `550 5.1.1`.
+    pub fn code_string(&self) -> Option<String> {
+        match (self.code, self.enhanced) {
+            (Some(c), Some(e)) => Some(format!("{c} {e}")),
+            (Some(c), None) => Some(c.to_string()),
+            (None, Some(e)) => Some(e.to_string()),
+            (None, None) => None,
+        }
+    }
+
+    /// The first digit of whichever code is present (2, 4 or 5).
+    fn class_digit(&self) -> Option<u8> {
+        self.code
+            .and_then(|c| u8::try_from(c / 100).ok())
+            .or(self.enhanced.map(|e| e.class))
+    }
+}
+
+pub(super) fn leading_reply_code(line: &str) -> Option<u16> {
+    let bytes = line.as_bytes();
+    if bytes.len() < 3 || !bytes[..3].iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    if bytes.len() > 3 && !matches!(bytes[3], b' ' | b'-') {
+        return None;
+    }
+    let code: u16 = line[..3].parse().ok()?;
+    (200..600).contains(&code).then_some(code)
+}
+
+pub(super) fn parse_enhanced(token: &str) -> Option<EnhancedCode> {
+    let mut parts = token.split('.');
+    let class: u8 = parts.next()?.parse().ok()?;
+    let subject_s = parts.next()?;
+    let detail_s = parts.next()?;
+    if parts.next().is_some()
+        || !matches!(class, 2 | 4 | 5)
+        || subject_s.is_empty()
+        || subject_s.len() > 3
+        || detail_s.is_empty()
+        || detail_s.len() > 3
+    {
+        return None;
+    }
+    Some(EnhancedCode {
+        class,
+        subject: subject_s.parse().ok()?,
+        detail: detail_s.parse().ok()?,
+    })
+}
+
+pub(super) fn leading_enhanced(text: &str) -> Option<(EnhancedCode, &str)> {
+    let end = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    parse_enhanced(&text[..end]).map(|e| (e, &text[end..]))
+}
+
+/// Finds an enhanced code inside text, e.g. qmail's `(#5.1.1)` or `[5.2.2]`; never a piece of an
+/// IP address or version number.
+pub(super) fn find_enhanced(text: &str) -> Option<EnhancedCode> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if matches!(bytes[i], b'2' | b'4' | b'5')
+            && (i == 0 || !(bytes[i - 1].is_ascii_digit() || bytes[i - 1] == b'.'))
+        {
+            let end = text[i..]
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .map_or(text.len(), |n| i + n);
+            let token = text[i..end].trim_end_matches('.');
+            let glued = text[end..]
+                .chars()
+                .next()
+                .is_some_and(char::is_alphanumeric);
+            if let Some(e) = parse_enhanced(token).filter(|_| !glued) {
+                return Some(e);
+            }
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    None
+}
+
+/// The text the wording rules read: the enhanced code (if any) and the reply text, lower-cased,
+/// with runs of whitespace (line breaks of multi-line replies included) collapsed to one space.
+pub(super) fn rule_text(enhanced: Option<EnhancedCode>, text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 12);
+    if let Some(e) = enhanced {
+        out.push_str(&e.to_string());
+        out.push(' ');
+    }
+    let mut words = text.split_whitespace();
+    if let Some(first) = words.next() {
+        out.push_str(first);
+        for word in words {
+            out.push(' ');
+            out.push_str(word);
+        }
+    }
+    out.to_lowercase()
+}
+
+pub(super) fn text_rule(lower: &str) -> Option<&'static TextRule> {
+    TEXT_RULES.iter().find(|rule| {
+        rule.any_of
+            .iter()
+            .any(|all| all.iter().all(|phrase| lower.contains(phrase)))
+    })
+}
+
+/// Maps an RFC 3463 enhanced status code to a class.
+pub(super) fn enhanced_class(e: EnhancedCode) -> Option<ErrorClass> {
+    use ErrorClass::*;
+    let transient = e.class == 4;
+    let class = match (e.subject, e.detail) {
+        (1, 7 | 8) => SenderConfig,
+        (1, _) if transient => MailboxTemporary,
+        (1, 0..=4 | 6 | 10) => RecipientPermanent,
+        (2, 2) => MailboxTemporary,
+        (2, 3) if !transient => ContentRejected,
+        (2, _) if transient => MailboxTemporary,
+        (2, 1) => RecipientPermanent,
+        (2, _) => Unknown,
+        (3, 3 | 4) if !transient => ContentRejected,
+        (3, _) if transient => ProviderUnavailable,
+        // A permanent "system not accepting messages" (postscreen's 521 5.3.2) is a drop with its
+        // reason hidden, not an outage.
+        (3, _) => Unknown,
+        (4, 4) if !transient => RecipientPermanent,
+        // 4.4.2 bad connection: the session between us and the peer broke or timed out.
+        (4, 2) if transient => Network,
+        (4, _) if transient => ProviderUnavailable,
+        (4, _) => Unknown,
+        (5, 3) => Throttled,
+        (5, _) if transient => ProviderUnavailable,
+        (5, _) => Unknown,
+        (6, _) if transient => Unknown,
+        (6, _) => ContentRejected,
+        (7, 0) if transient => Throttled,
+        (7, 0 | 8 | 9 | 12 | 13 | 14 | 25 | 27) => SenderConfig,
+        (7, 10 | 11 | 30) => Tls,
+        (7, 28) => Throttled,
+        (7, _) if transient => Throttled,
+        // 5.7.1 alone is used for every kind of refusal (sender, IP, recipient, content): the
+        // wording rules must say which.
+        (7, 1) => Unknown,
+        (7, _) => ContentRejected,
+        _ => return None,
+    };
+    Some(class)
+}
+
+/// Maps a basic RFC 5321 reply code to a class.
+pub(super) fn basic_class(code: u16) -> Option<ErrorClass> {
+    use ErrorClass::*;
+    Some(match code {
+        421 => ProviderUnavailable,
+        450 | 452 => MailboxTemporary,
+        451 => ProviderUnavailable,
+        454 => Tls,
+        400..=499 => ProviderUnavailable,
+        530 | 534 | 535 => SenderConfig,
+        538 => Tls,
+        551 => RecipientPermanent,
+        552 => MailboxTemporary,
+        500..=599 => Unknown,
+        _ => return None,
+    })
+}
+
+/// Classifies one SMTP reply (any number of lines, with or without codes).
+pub fn classify_smtp(raw: &str) -> Verdict {
+    let reply = SmtpReply::parse(raw);
+    let digit = reply.class_digit();
+    let lower = rule_text(reply.enhanced, &reply.text);
+    let (class, rule) = if digit == Some(2) {
+        (
+            ErrorClass::Unknown,
+            "smtp.success-code-as-failure".to_owned(),
+        )
+    } else if let Some(rule) = text_rule(&lower) {
+        (rule.class, format!("smtp.text.{}", rule.name))
+    } else if let Some((e, class)) = reply
+        .enhanced
+        .and_then(|e| enhanced_class(e).map(|c| (e, c)))
+    {
+        (class, format!("smtp.enhanced.{e}"))
+    } else if let Some((c, class)) = reply.code.and_then(|c| basic_class(c).map(|k| (c, k))) {
+        (class, format!("smtp.basic.{c}"))
+    } else {
+        (ErrorClass::Unknown, "smtp.unrecognised".to_owned())
+    };
+    let class = if digit == Some(4) {
+        class.transient()
+    } else {
+        class
+    };
+    Verdict::new(class, rule, Source::Smtp).with_raw(reply.code_string(), Some(raw.to_owned()))
+}

@@ -1,0 +1,205 @@
+//! The classes every failure falls into, and the verdict a classifier gives.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The classes every failure falls into. The class alone decides retry, give-up or suppression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorClass {
+    /// Connection refused, reset or timed out; DNS failure of the relay; dropped connection.
+    Network,
+    /// TLS / STARTTLS handshake or certificate failure, or TLS required and not offered.
+    Tls,
+    /// The provider or receiver asks us to slow down (rate limits, quotas per second).
+    Throttled,
+    /// The provider or receiving system itself is unavailable or failed internally.
+    ProviderUnavailable,
+    /// Mailbox-level temporary condition: full, greylisted, deferred.
+    MailboxTemporary,
+    /// Unknown user or domain, disabled or moved mailbox: the address is dead.
+    RecipientPermanent,
+    /// Content or policy rejection: spam, virus, blocklisted, SPF/DKIM/DMARC, size.
+    ContentRejected,
+    /// Our sender or account is misconfigured: unverified sender, bad credentials, suspended.
+    SenderConfig,
+    /// The template could not be rendered (missing variable, syntax error, missing template).
+    Rendering,
+    /// The job broke the contract.
+    InvalidJob,
+    /// The payload is blocklisted or crashed the worker.
+    Poison,
+    /// Local: the provider's circuit breaker is open; nothing was sent.
+    CircuitOpen,
+    /// Local: the provider's shared send-rate schedule is booked past its horizon (see
+    /// `courier_core::rate`); nothing was sent.
+    RateLimited,
+    /// Nothing matched; handled conservatively (limited retries, then review).
+    Unknown,
+}
+
+impl ErrorClass {
+    pub const ALL: [ErrorClass; 14] = [
+        ErrorClass::Network,
+        ErrorClass::Tls,
+        ErrorClass::Throttled,
+        ErrorClass::ProviderUnavailable,
+        ErrorClass::MailboxTemporary,
+        ErrorClass::RecipientPermanent,
+        ErrorClass::ContentRejected,
+        ErrorClass::SenderConfig,
+        ErrorClass::Rendering,
+        ErrorClass::InvalidJob,
+        ErrorClass::Poison,
+        ErrorClass::CircuitOpen,
+        ErrorClass::RateLimited,
+        ErrorClass::Unknown,
+    ];
+
+    /// Stable snake_case name, as in JSON, metrics and the policy file.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorClass::Network => "network",
+            ErrorClass::Tls => "tls",
+            ErrorClass::Throttled => "throttled",
+            ErrorClass::ProviderUnavailable => "provider_unavailable",
+            ErrorClass::MailboxTemporary => "mailbox_temporary",
+            ErrorClass::RecipientPermanent => "recipient_permanent",
+            ErrorClass::ContentRejected => "content_rejected",
+            ErrorClass::SenderConfig => "sender_config",
+            ErrorClass::Rendering => "rendering",
+            ErrorClass::InvalidJob => "invalid_job",
+            ErrorClass::Poison => "poison",
+            ErrorClass::CircuitOpen => "circuit_open",
+            ErrorClass::RateLimited => "rate_limited",
+            ErrorClass::Unknown => "unknown",
+        }
+    }
+
+    /// Parses [`ErrorClass::as_str`] back.
+    pub fn parse(name: &str) -> Option<ErrorClass> {
+        ErrorClass::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+
+    /// Whether sending the same message again later can succeed without anyone changing anything.
+    pub fn is_retryable(self) -> bool {
+        matches!(
+            self,
+            ErrorClass::Network
+                | ErrorClass::Tls
+                | ErrorClass::Throttled
+                | ErrorClass::ProviderUnavailable
+                | ErrorClass::MailboxTemporary
+                | ErrorClass::CircuitOpen
+                | ErrorClass::RateLimited
+                | ErrorClass::Unknown
+        )
+    }
+
+    /// Whether the recipient address must be put on the suppression list.
+    pub fn suppresses_recipient(self) -> bool {
+        self == ErrorClass::RecipientPermanent
+    }
+
+    /// Whether this failure says something about the provider's health (feeds the breaker).
+    /// Recipient- and content-level answers prove the provider is up.
+    pub fn counts_against_provider(self) -> bool {
+        matches!(
+            self,
+            ErrorClass::Network
+                | ErrorClass::Tls
+                | ErrorClass::Throttled
+                | ErrorClass::ProviderUnavailable
+        )
+    }
+
+    /// The transient counterpart of a class, used when a `4xx` reply carries permanent wording.
+    ///
+    /// [`ErrorClass::SenderConfig`] deliberately stays itself: a `4xx` about our own sender
+    /// (`450 4.1.8 Sender address rejected: Domain not found`, a missing PTR) is our mistake, so
+    /// it must neither feed the provider breaker as `provider_unavailable` nor be retried blindly;
+    /// it goes to review like its `5xx` form. It never suppresses the recipient.
+    pub(super) fn transient(self) -> ErrorClass {
+        match self {
+            ErrorClass::RecipientPermanent => ErrorClass::MailboxTemporary,
+            ErrorClass::ContentRejected => ErrorClass::Throttled,
+            ErrorClass::Unknown => ErrorClass::ProviderUnavailable,
+            other => other,
+        }
+    }
+}
+
+impl fmt::Display for ErrorClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Where the classified failure came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Smtp,
+    SesApi,
+    SesEvent,
+    Local,
+}
+
+/// The outcome of classification: a class, what to do about it, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verdict {
+    pub class: ErrorClass,
+    pub retryable: bool,
+    pub suppress_recipient: bool,
+    /// The rule that matched, e.g. `smtp.text.over-quota` or `smtp.enhanced.5.1.1`.
+    pub rule: String,
+    pub source: Source,
+    /// Provider's code as sent: `550 5.1.1`, `MessageRejected`, `Bounce/Permanent/General`.
+    pub raw_code: Option<String>,
+    /// Provider's text as sent (multi-line SMTP replies keep their lines).
+    pub raw_text: Option<String>,
+}
+
+impl Verdict {
+    pub(super) fn new(class: ErrorClass, rule: impl Into<String>, source: Source) -> Verdict {
+        Verdict {
+            class,
+            retryable: class.is_retryable(),
+            suppress_recipient: class.suppresses_recipient(),
+            rule: rule.into(),
+            source,
+            raw_code: None,
+            raw_text: None,
+        }
+    }
+
+    pub(super) fn with_raw(mut self, code: Option<String>, text: Option<String>) -> Verdict {
+        self.raw_code = code;
+        self.raw_text = text;
+        self
+    }
+
+    /// A verdict for a local failure (no provider involved).
+    pub fn local(class: ErrorClass, rule: &str, detail: impl Into<String>) -> Verdict {
+        Verdict::new(class, format!("local.{rule}"), Source::Local)
+            .with_raw(None, Some(detail.into()))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// SMTP replies
+
+/// An RFC 3463 enhanced status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnhancedCode {
+    pub class: u8,
+    pub subject: u16,
+    pub detail: u16,
+}
+
+impl fmt::Display for EnhancedCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.class, self.subject, self.detail)
+    }
+}

@@ -1,0 +1,454 @@
+use super::*;
+
+#[test]
+pub(super) fn parses_multiline_replies_and_codes() {
+    let r = SmtpReply::parse(
+        "550-5.1.1 The email account that you tried to reach does not exist.\r\n550 5.1.1 https://support.google.com/mail/?p=NoSuchUser x1si",
+    );
+    assert_eq!(r.code, Some(550));
+    assert_eq!(r.enhanced.map(|e| e.to_string()).as_deref(), Some("5.1.1"));
+    assert!(r.text.starts_with("The email account"));
+    assert!(r.text.contains('\n'));
+}
+
+#[test]
+pub(super) fn finds_enhanced_codes_inside_text_but_not_in_ips() {
+    assert_eq!(
+        SmtpReply::parse("Sorry, no mailbox here by that name. (#5.1.1)")
+            .enhanced
+            .map(|e| e.to_string()),
+        Some("5.1.1".into())
+    );
+    assert_eq!(
+        SmtpReply::parse("451 from 10.5.1.1 try later").enhanced,
+        None
+    );
+    assert_eq!(SmtpReply::parse("250 ok version 2.0.1x").enhanced, None);
+}
+
+#[test]
+pub(super) fn enhanced_class_contradicting_the_code_is_ignored() {
+    assert_eq!(SmtpReply::parse("450 5.1.1 odd").enhanced, None);
+}
+
+#[test]
+pub(super) fn four_xx_never_yields_a_permanent_class() {
+    for raw in [
+        "450 4.1.1 <a@b>: Recipient address rejected: User unknown in local recipient table",
+        "451 4.7.1 spam suspected",
+        "450 something odd",
+        "450 Requested mail action not taken: mailbox unavailable",
+    ] {
+        let v = classify_smtp(raw);
+        assert!(v.retryable, "{raw} -> {v:?}");
+        assert!(!v.suppress_recipient, "{raw} -> {v:?}");
+        assert_ne!(v.class, ErrorClass::RecipientPermanent, "{raw}");
+    }
+    // The deliberate exception: a 4xx about our own sender stays sender_config (review, no
+    // retry, no suppression) instead of feeding the provider breaker.
+    for raw in [
+        "451 sender verify failed",
+        "450 4.1.8 <b@x>: Sender address rejected: Domain not found",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(v.class, ErrorClass::SenderConfig, "{raw}");
+        assert!(!v.retryable, "{raw} -> {v:?}");
+        assert!(!v.suppress_recipient, "{raw} -> {v:?}");
+    }
+}
+
+#[test]
+pub(super) fn each_class_by_each_pass() {
+    use ErrorClass::*;
+    // GIVEN replies decided by text, by enhanced code and by basic code
+    let cases = [
+        (
+            "450 4.2.0 <g@x>: Recipient address rejected: Greylisted",
+            MailboxTemporary,
+            "smtp.text.greylisted",
+        ),
+        (
+            "552 5.2.2 mailbox full",
+            MailboxTemporary,
+            "smtp.text.over-quota",
+        ),
+        (
+            "550 5.1.1 <u@x>: Recipient address rejected: User unknown",
+            RecipientPermanent,
+            "smtp.text.recipient-unknown",
+        ),
+        (
+            "554 5.7.1 Service unavailable; Client host [192.0.2.1] blocked using zen.spamhaus.org",
+            ContentRejected,
+            "smtp.text.content-or-policy",
+        ),
+        (
+            "530 5.7.0 Must issue a STARTTLS command first",
+            Tls,
+            "smtp.text.tls-required",
+        ),
+        (
+            "421 4.7.28 unusual rate of unsolicited mail",
+            Throttled,
+            "smtp.text.receiver-rate-limit",
+        ),
+        (
+            "535 5.7.8 Error: authentication failed",
+            SenderConfig,
+            "smtp.text.sender-rejected",
+        ),
+        (
+            "421 4.3.2 System not accepting network messages",
+            ProviderUnavailable,
+            "smtp.text.provider-down",
+        ),
+        (
+            "Connection reset by peer (os error 104)",
+            Network,
+            "smtp.text.network",
+        ),
+        (
+            "550 5.1.1 <u@x> - 192.0.2.1 has sent to too many recipients this hour. IB607",
+            Throttled,
+            "smtp.text.provider-code-throttled",
+        ),
+        (
+            "550 5.4.1 Recipient address rejected: Access denied",
+            RecipientPermanent,
+            "smtp.text.microsoft-access-denied-recipient",
+        ),
+        ("550 5.1.6 gone", RecipientPermanent, "smtp.enhanced.5.1.6"),
+        ("553 5.1.8 nope", SenderConfig, "smtp.enhanced.5.1.8"),
+        ("554 5.6.0 x", ContentRejected, "smtp.enhanced.5.6.0"),
+        ("452 4.5.3 x", Throttled, "smtp.enhanced.4.5.3"),
+        ("550 5.7.10 x", Tls, "smtp.enhanced.5.7.10"),
+        ("550 5.7.1 Access denied", Unknown, "smtp.enhanced.5.7.1"),
+        ("521 5.3.2 x", Unknown, "smtp.enhanced.5.3.2"),
+        ("421 4.4.2 x", Network, "smtp.enhanced.4.4.2"),
+        ("421 x", ProviderUnavailable, "smtp.basic.421"),
+        ("551 x", RecipientPermanent, "smtp.basic.551"),
+        ("500 x", Unknown, "smtp.basic.500"),
+        ("554 x", Unknown, "smtp.basic.554"),
+        ("gibberish", Unknown, "smtp.unrecognised"),
+        (
+            "250 2.0.0 Ok: queued",
+            Unknown,
+            "smtp.success-code-as-failure",
+        ),
+    ];
+    for (raw, class, rule) in cases {
+        let v = classify_smtp(raw);
+        assert_eq!((v.class, v.rule.as_str()), (class, rule), "{raw}");
+        assert_eq!(v.raw_text.as_deref(), Some(raw));
+    }
+}
+
+#[test]
+pub(super) fn ses_api_errors() {
+    use ErrorClass::*;
+    let f = |kind, code: Option<&str>, msg: Option<&str>, status| ApiFailure {
+        kind,
+        code: code.map(str::to_owned),
+        message: msg.map(str::to_owned),
+        http_status: status,
+    };
+    let cases = [
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("MessageRejected"),
+                Some(
+                    "Email address is not verified. The following identities failed the check in region US-EAST-1: a@b.c",
+                ),
+                Some(400),
+            ),
+            SenderConfig,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("MessageRejected"),
+                Some("Illegal address"),
+                Some(400),
+            ),
+            InvalidJob,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("MessageRejected"),
+                Some("Did not have authority to send from email a@b.c"),
+                Some(400),
+            ),
+            SenderConfig,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("MessageRejected"),
+                Some("Message rejected"),
+                Some(400),
+            ),
+            ContentRejected,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("TooManyRequestsException"),
+                None,
+                Some(429),
+            ),
+            Throttled,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("LimitExceededException"),
+                Some("Maximum sending rate exceeded."),
+                Some(400),
+            ),
+            Throttled,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("AccountSuspendedException"),
+                None,
+                Some(400),
+            ),
+            SenderConfig,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("SendingPausedException"),
+                None,
+                Some(400),
+            ),
+            SenderConfig,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("MailFromDomainNotVerifiedException"),
+                None,
+                Some(400),
+            ),
+            SenderConfig,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("NotFoundException"),
+                Some("Configuration set does not exist"),
+                Some(404),
+            ),
+            SenderConfig,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("BadRequestException"),
+                None,
+                Some(400),
+            ),
+            InvalidJob,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("InternalFailure"),
+                None,
+                Some(500),
+            ),
+            ProviderUnavailable,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("SomethingNew"),
+                None,
+                Some(503),
+            ),
+            ProviderUnavailable,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("SomethingNew"),
+                None,
+                Some(429),
+            ),
+            Throttled,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("SomethingNew"),
+                None,
+                Some(403),
+            ),
+            SenderConfig,
+        ),
+        (
+            f(
+                ApiFailureKind::Service,
+                Some("SomethingNew"),
+                None,
+                Some(400),
+            ),
+            Unknown,
+        ),
+        (f(ApiFailureKind::Timeout, None, None, None), Network),
+        (
+            f(
+                ApiFailureKind::Dispatch,
+                None,
+                Some("io error: connection refused"),
+                None,
+            ),
+            Network,
+        ),
+        (
+            f(
+                ApiFailureKind::Dispatch,
+                None,
+                Some("invalid peer certificate"),
+                None,
+            ),
+            Tls,
+        ),
+        (
+            f(ApiFailureKind::Response, None, None, Some(200)),
+            ProviderUnavailable,
+        ),
+        (
+            f(ApiFailureKind::Construction, None, None, None),
+            InvalidJob,
+        ),
+    ];
+    for (failure, class) in cases {
+        let v = classify_ses_api(&failure);
+        assert_eq!(v.class, class, "{failure:?} -> {v:?}");
+        assert!(v.raw_code.is_some());
+    }
+}
+
+#[test]
+pub(super) fn ses_events() {
+    use ErrorClass::*;
+    let bounce = |t: &str, s: &str, d: Option<&str>| SesFailureEvent::Bounce {
+        bounce_type: t.into(),
+        bounce_subtype: s.into(),
+        diagnostic: d.map(str::to_owned),
+    };
+    let delay = |t: &str| SesFailureEvent::DeliveryDelay {
+        delay_type: t.into(),
+        diagnostic: None,
+    };
+    let cases = [
+        (
+            bounce("Permanent", "General", Some("smtp; 550 5.1.1 user unknown")),
+            RecipientPermanent,
+            true,
+        ),
+        (
+            bounce("Permanent", "NoEmail", None),
+            RecipientPermanent,
+            true,
+        ),
+        (
+            bounce("Permanent", "Suppressed", None),
+            RecipientPermanent,
+            true,
+        ),
+        (
+            bounce("Permanent", "OnAccountSuppressionList", None),
+            RecipientPermanent,
+            true,
+        ),
+        (
+            bounce(
+                "Permanent",
+                "General",
+                Some("smtp; 554 5.7.1 blocked using spamhaus"),
+            ),
+            ContentRejected,
+            false,
+        ),
+        (
+            bounce("Transient", "MailboxFull", None),
+            MailboxTemporary,
+            false,
+        ),
+        (
+            bounce("Transient", "General", None),
+            MailboxTemporary,
+            false,
+        ),
+        (
+            bounce("Transient", "MessageTooLarge", None),
+            ContentRejected,
+            false,
+        ),
+        (
+            bounce("Transient", "ContentRejected", None),
+            ContentRejected,
+            false,
+        ),
+        (
+            bounce("Transient", "AttachmentRejected", None),
+            ContentRejected,
+            false,
+        ),
+        (bounce("Undetermined", "Undetermined", None), Unknown, false),
+        (
+            SesFailureEvent::Complaint {
+                feedback_type: Some("abuse".into()),
+            },
+            ContentRejected,
+            true,
+        ),
+        (delay("InternalFailure"), ProviderUnavailable, false),
+        (delay("MailboxFull"), MailboxTemporary, false),
+        (delay("SpamDetected"), ContentRejected, false),
+        (delay("TransientCommunicationFailure"), Network, false),
+        (delay("SendingDeferral"), Throttled, false),
+        (delay("Undetermined"), Unknown, false),
+        (
+            SesFailureEvent::Reject {
+                reason: Some("Bad content".into()),
+            },
+            ContentRejected,
+            false,
+        ),
+        (
+            SesFailureEvent::RenderingFailure {
+                error: Some("Attribute 'name' is not present".into()),
+            },
+            Rendering,
+            false,
+        ),
+    ];
+    for (event, class, suppress) in cases {
+        let v = classify_ses_event(&event);
+        assert_eq!(
+            (v.class, v.suppress_recipient),
+            (class, suppress),
+            "{event:?}"
+        );
+    }
+    assert!(classify_ses_event(&delay("SpamDetected")).retryable);
+}
+
+#[test]
+pub(super) fn class_names_round_trip() {
+    for class in ErrorClass::ALL {
+        assert_eq!(ErrorClass::parse(class.as_str()), Some(class));
+        assert_eq!(
+            serde_json::to_value(class).unwrap(),
+            serde_json::Value::String(class.as_str().into())
+        );
+    }
+    assert_eq!(ErrorClass::parse("nope"), None);
+}
