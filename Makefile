@@ -5,21 +5,12 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo fmt-check clippy lint-infra unit lambda-build lambda-build-x86-release it-moto it-localstack deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci
+.PHONY: test demo fmt-check clippy lint-infra unit lambda-build lambda-zips lambda-build-x86 lambda-build-x86-release it-moto it-localstack deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci
 
-## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack).
+## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack, the
+## chaos suite), phase by phase with timings: scripts/test.sh.
 test:
-	@mkdir -p target && rm -f "$$COURIER_PHASES_FILE"
-	@scripts/phase.sh "install test dependencies" scripts/install-deps.sh all
-	@scripts/phase.sh "cargo fmt --check" $(MAKE) --no-print-directory fmt-check
-	@scripts/phase.sh "clippy -D warnings" $(MAKE) --no-print-directory clippy
-	@scripts/phase.sh "cfn-lint and checkov infra/template.yaml" $(MAKE) --no-print-directory lint-infra
-	@scripts/phase.sh "unit tests" $(MAKE) --no-print-directory unit
-	@scripts/phase.sh "lambda build (arm64 zips release, x86_64 lambda-test)" $(MAKE) --no-print-directory lambda-build
-	@scripts/phase.sh "integration tests on moto" $(MAKE) --no-print-directory it-moto
-	@scripts/phase.sh "integration tests on LocalStack" $(MAKE) --no-print-directory it-localstack
-	@scripts/phase.sh "chaos suite, short (1,000 jobs, 5 kills)" $(MAKE) --no-print-directory chaos-ci
-	@scripts/phase.sh --summary
+	@MAKE="$(MAKE)" scripts/test.sh
 
 ## make demo: the local run on LocalStack (SQS, S3, DynamoDB Local), moto (SES v2) and Postfix (see
 ## docs/local-run.md: moto's DynamoDB loses concurrent writes, which the demo's concurrent instances make).
@@ -46,26 +37,34 @@ unit:
 # tests/tests/demo.rs runs `courier-dev demo`, tests/tests/cli.rs runs `courierctl`.
 BINS := $(CARGO) build -q -p courier-send -p courier-archiver -p courier-events -p courierctl -p courier-dev
 
-## make lambda-build: what cargo-lambda builds for every crate under functions/: the arm64 zips
-## in target/lambda/<bin>/bootstrap.zip with the release profile (what `cargo lambda deploy`
-## uploads, see tests/tests/deploy.rs), and x86_64 bootstraps in target/lambda-x86_64/<bin>/bootstrap
-## with the faster `lambda-test` profile (run here by tests/tests/binary.rs). `make bench-lambda`
-## measures release x86_64 bootstraps of its own (target/lambda-x86_64-release).
+## make lambda-build: what cargo-lambda builds for every crate under functions/.
+## - lambda-zips: the arm64 zips in target/lambda/<bin>/bootstrap.zip with the release profile (what
+##   `cargo lambda deploy` uploads, see tests/tests/deploy.rs), built in a target directory of their
+##   own (target/arm64-build) so that make test can build them in the background (scripts/test.sh).
+## - lambda-build-x86: x86_64 bootstraps in target/lambda-x86_64/<bin>/bootstrap with the faster
+##   `lambda-test` profile (run here by tests/tests/binary.rs).
+## `make bench-lambda` measures release x86_64 bootstraps of its own (target/lambda-x86_64-release).
 LAMBDA_PKGS = $(foreach m,$(wildcard functions/*/Cargo.toml),-p courier-$(notdir $(patsubst %/Cargo.toml,%,$(m))))
 CARGO_LAMBDA = PATH="$${COURIER_CACHE:-$(CURDIR)/.cache}/venv-lambda/bin:$$PATH" $(CARGO) lambda
-lambda-build:
+TARGET_DIR = $(abspath $(or $(CARGO_TARGET_DIR),target))
+lambda-build: lambda-zips lambda-build-x86
+
+lambda-zips:
 	@scripts/install-deps.sh lambda
-	$(CARGO_LAMBDA) build -q --release --arm64 --output-format zip $(LAMBDA_PKGS)
-	$(CARGO_LAMBDA) build -q --profile lambda-test --x86-64 --lambda-dir "$${CARGO_TARGET_DIR:-target}/lambda-x86_64" $(LAMBDA_PKGS)
+	CARGO_TARGET_DIR="$(TARGET_DIR)/arm64-build" $(CARGO_LAMBDA) build -q --release --arm64 --output-format zip --lambda-dir "$(TARGET_DIR)/lambda" $(LAMBDA_PKGS)
+
+lambda-build-x86:
+	@scripts/install-deps.sh lambda
+	$(CARGO_LAMBDA) build -q --profile lambda-test --x86-64 --lambda-dir "$(TARGET_DIR)/lambda-x86_64" $(LAMBDA_PKGS)
 
 lambda-build-x86-release:
 	@scripts/install-deps.sh lambda
-	$(CARGO_LAMBDA) build -q --release --x86-64 --lambda-dir "$${CARGO_TARGET_DIR:-target}/lambda-x86_64-release" $(LAMBDA_PKGS)
+	$(CARGO_LAMBDA) build -q --release --x86-64 --lambda-dir "$(TARGET_DIR)/lambda-x86_64-release" $(LAMBDA_PKGS)
 
 # The demo test runs on LocalStack only: moto's DynamoDB applies concurrent writes without
 # isolation (a failed transaction restores a copy of the tables, undoing writes made meanwhile),
 # and the demo runs six instances at once (see docs/local-run.md).
-it-moto: lambda-build
+it-moto: lambda-build-x86
 	$(BINS)
 	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(IT) --skip the_demo_drives_ses_events_through_the_events_function
 

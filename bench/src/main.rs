@@ -2,6 +2,12 @@
 //! No assertions: these machines are shared and noisy; read the figures, compare ratios.
 //!
 //! Each figure is the median over 15 runs of a timed loop; the loop size is printed.
+//!
+//! # Layout
+//! - this binary (`courier-bench`): the core's hot paths and the handler's overhead, in memory.
+//! - `bin/cost.rs` (`make bench-cost`): AWS calls and dollars per million emails.
+//! - `bin/dlq.rs` (`make bench-dlq`): the letter index and the archiver on an emulator.
+//! - `bin/throughput.rs` (`make bench-throughput`): end-to-end jobs per second on the emulators.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -114,7 +120,9 @@ fn handler_overhead() {
     let clock = Arc::new(ManualClock::new(chrono::Utc::now()));
     let pipeline = Arc::new(Pipeline {
         status: Arc::new(MemoryStatusStore::default()),
-        mailers: vec![Arc::new(MemoryMailer::accepting("ses"))],
+        mailers: vec![Arc::new(MemoryMailer::accepting(
+            courier_core::ports::Provider::Ses,
+        ))],
         scheduler: Arc::new(MemoryScheduler::default()),
         dead_letters: Arc::new(MemoryDeadLetters::default()),
         suppression: Arc::new(MemorySuppressionList::default()),

@@ -451,7 +451,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
             "COURIER_SUPPRESSION_TABLE",
             stack.suppression_table.as_str(),
         ),
-        ("COURIER_BREAKER_TABLE", stack.control_table.as_str()),
+        ("COURIER_CONTROL_TABLE", stack.control_table.as_str()),
         ("COURIER_TEMPLATE_BUCKET", stack.template_bucket.as_str()),
         (
             "COURIER_DELAY_STATE_MACHINE_ARN",

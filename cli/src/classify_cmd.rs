@@ -106,16 +106,16 @@ pub(crate) fn classify_input(line_no: usize, raw: &str) -> Result<Verdict, Input
     }
 }
 
-fn print_human(out: &mut dyn Write, input: &str, v: &Verdict) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "{:<20} retryable={:<5} suppress={:<5} rule={}  <- {}",
-        v.class.as_str(),
-        v.retryable,
-        v.suppress_recipient,
-        v.rule,
-        input.trim().chars().take(100).collect::<String>()
-    )
+/// One row of the human-readable table: class, `retryable=`, `suppress=`, `rule=`, and the input
+/// (its first 100 characters). The `key=value` cells keep the output greppable.
+fn human_row(input: &str, v: &Verdict) -> Vec<String> {
+    vec![
+        v.class.as_str().to_owned(),
+        format!("retryable={}", v.retryable),
+        format!("suppress={}", v.suppress_recipient),
+        format!("rule={}", v.rule),
+        format!("<- {}", input.trim().chars().take(100).collect::<String>()),
+    ]
 }
 
 /// Runs the command; returns the process exit code (0 ok, 2 when any input line was invalid).
@@ -136,18 +136,25 @@ pub(crate) fn run(
         }
     }
     let mut status = 0;
+    // The table is printed once every input is classified (its columns fit the widest).
+    let mut rows = courierctl::table::new(&[]);
     for (i, input) in inputs.iter().enumerate() {
         match classify_input(i + 1, input) {
             Ok(v) if json => {
                 serde_json::to_writer(&mut *out, &v).map_err(std::io::Error::other)?;
                 writeln!(out)?;
             }
-            Ok(v) => print_human(out, input, &v)?,
+            Ok(v) => {
+                rows.add_row(human_row(input, &v));
+            }
             Err(e) => {
                 writeln!(err, "courierctl classify: {e}")?;
                 status = 2;
             }
         }
+    }
+    if !rows.is_empty() {
+        courierctl::table::write(out, &mut rows, "")?;
     }
     Ok(status)
 }
@@ -195,6 +202,29 @@ mod tests {
                 "recipient_permanent"
             ]
         );
+    }
+
+    #[test]
+    fn verdicts_are_a_table_of_aligned_columns() {
+        let (code, out, _) = run_on(
+            &["550 5.1.1 User unknown", "452 4.2.2 Mailbox full"],
+            "",
+            false,
+        );
+        assert_eq!(code, 0);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 2, "{out}");
+        assert!(
+            lines[0].starts_with("recipient_permanent  retryable=false  suppress=true   rule="),
+            "{out}"
+        );
+        assert!(
+            lines[1].starts_with("mailbox_temporary    retryable=true   suppress=false  rule="),
+            "{out}"
+        );
+        let input_at = lines[0].find("<- ").unwrap();
+        assert_eq!(lines[1].find("<- "), Some(input_at), "{out}");
+        assert!(lines[1].ends_with("<- 452 4.2.2 Mailbox full"), "{out}");
     }
 
     #[test]

@@ -11,7 +11,9 @@ use courier_core::classify::ErrorClass;
 use courier_core::letters::{LetterFilter, LetterState};
 use courier_core::policy::{DeadLetterCategory, parse_duration};
 use courier_core::ports::{LetterIndex, PoisonList};
+use courierctl::progress::{Bar, Progress};
 
+use crate::settings::{Missing, Setting, Settings};
 use crate::workbench::{self as dlq, DlqError};
 
 #[derive(Subcommand)]
@@ -125,7 +127,7 @@ pub(crate) struct ActArgs {
     #[arg(long)]
     reason: Option<String>,
     /// Who (recorded); defaults to $USER.
-    #[arg(long)]
+    #[arg(long, env = "USER", hide_env_values = true)]
     operator: Option<String>,
 }
 
@@ -201,16 +203,16 @@ impl FilterArgs {
     }
 }
 
-fn env(name: &'static str) -> Result<String, DlqError> {
-    std::env::var(name).map_err(|_| {
-        DlqError::Usage(format!(
-            "{name} is not set (`courier-dev provision` prints the settings)"
-        ))
-    })
+/// The setting, or the usage error naming its variable and output.
+fn setting(settings: &Settings, setting: Setting) -> Result<String, DlqError> {
+    settings
+        .get(setting)
+        .map(str::to_owned)
+        .map_err(|e: Missing| DlqError::Usage(e.to_string()))
 }
 
 /// Runs a dlq command; returns the exit code.
-pub(crate) fn run(command: DlqCommand, out: &mut dyn Write) -> i32 {
+pub(crate) fn run(command: DlqCommand, settings: &Settings, out: &mut dyn Write) -> i32 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -221,7 +223,7 @@ pub(crate) fn run(command: DlqCommand, out: &mut dyn Write) -> i32 {
             return 1;
         }
     };
-    match runtime.block_on(run_async(command, out)) {
+    match runtime.block_on(run_async(command, settings, out)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("courierctl dlq: {e}");
@@ -230,9 +232,13 @@ pub(crate) fn run(command: DlqCommand, out: &mut dyn Write) -> i32 {
     }
 }
 
-async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqError> {
+async fn run_async(
+    command: DlqCommand,
+    settings: &Settings,
+    out: &mut dyn Write,
+) -> Result<i32, DlqError> {
     let now = Utc::now();
-    let index_table = env("COURIER_LETTER_INDEX_TABLE")?;
+    let index_table = setting(settings, Setting::LetterIndexTable)?;
     let sdk = courier_adapters::aws::sdk_config().await;
     let clients = Clients::new(&sdk);
     let index = DynamoDbLetterIndex::new(clients.dynamodb.clone(), index_table);
@@ -274,13 +280,13 @@ async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqE
             };
             let status = DynamoDbStatusStore::new(
                 clients.dynamodb.clone(),
-                env("COURIER_STATUS_TABLE")?,
+                setting(settings, Setting::StatusTable)?,
                 courier_core::status::RETENTION,
             );
             let scheduler = SqsRetryScheduler::new(
                 clients.sqs.clone(),
                 clients.sfn.clone(),
-                env("COURIER_QUEUE_URL")?,
+                setting(settings, Setting::QueueUrl)?,
                 "",
             );
             let outcome = dlq::replay(
@@ -311,7 +317,7 @@ async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqE
             let control = if blocklist {
                 Some(DynamoDbControlTable::new(
                     clients.dynamodb.clone(),
-                    env("COURIER_BREAKER_TABLE")?,
+                    setting(settings, Setting::ControlTable)?,
                     std::time::Duration::from_secs(60),
                 ))
             } else {
@@ -361,10 +367,10 @@ async fn run_async(command: DlqCommand, out: &mut dyn Write) -> Result<i32, DlqE
 }
 
 /// Progress bars go to stderr when it is a terminal (stdout stays clean for tables and JSON).
-fn progress_out() -> Box<dyn Write> {
+fn progress_out() -> Box<dyn Progress> {
     use std::io::IsTerminal;
     if std::io::stderr().is_terminal() {
-        Box::new(std::io::stderr())
+        Box::new(Bar::stderr())
     } else {
         Box::new(std::io::sink())
     }
@@ -404,11 +410,8 @@ fn confirmed(
         .clone()
         .filter(|r| !r.trim().is_empty())
         .ok_or_else(|| DlqError::Usage(format!("--reason is required to {verb}")))?;
-    let operator = act
-        .operator
-        .clone()
-        .or_else(|| std::env::var("USER").ok())
-        .unwrap_or_else(|| "unknown".into());
+    // --operator, else $USER (through clap), else unknown.
+    let operator = act.operator.clone().unwrap_or_else(|| "unknown".into());
     Ok(Some((operator, reason)))
 }
 

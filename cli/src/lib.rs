@@ -4,5 +4,9 @@
 //!
 //! # Layout
 //! - [`workbench`]: the dead-letter workbench.
+//! - [`table`]: tables as courierctl prints them (comfy-table).
+//! - [`progress`]: progress of long operations (indicatif bars on a terminal).
 
+pub mod progress;
+pub mod table;
 pub mod workbench;

@@ -6,6 +6,8 @@
 //! - `dlq`: the dead-letter workbench (stats, list/search, show, replay, discard, redrive-all).
 //! - `suppression`, `status`, `reputation`: the suppression list, a job's timeline, a sending
 //!   domain's rates and pause.
+//! - `settings`: the `COURIER_*` settings those commands read, from the variables or from the
+//!   outputs of the stack `--stack` names, resolved once before the command runs.
 //!
 //! The workbench's logic (selection, replay, discard, stats) is the library half of this crate,
 //! [`courierctl::workbench`]. The developer's commands (demo, drive, provision, simulate) are in
@@ -20,15 +22,20 @@ use courierctl::workbench;
 mod classify_cmd;
 mod dlq_cmd;
 mod ops_cmd;
+mod settings;
 
 #[derive(Parser)]
 #[command(
     name = "courierctl",
     version,
     about = "Operate Courier: dead letters, suppression, job status, reputation, failure classification.",
-    long_about = "Operate Courier: dead letters, suppression, job status, reputation, failure classification.\n\nCommands that read Courier's tables take their names from COURIER_* variables (`courier-dev provision` prints them for a local stack) and AWS access from the usual AWS variables.\n\nExit codes: 0 success, 1 runtime failure, 2 bad input or usage."
+    long_about = "Operate Courier: dead letters, suppression, job status, reputation, failure classification.\n\nCommands that read Courier's tables and queues take their names from COURIER_* variables or, with --stack NAME (or COURIER_STACK), from that CloudFormation stack's outputs; a variable that is set wins (`courier-dev provision` prints the variables of a local stack). AWS access is the AWS CLI's: AWS_PROFILE, AWS_REGION and the usual AWS variables and files.\n\nExit codes: 0 success, 1 runtime failure, 2 bad input or usage."
 )]
 struct Cli {
+    /// The CloudFormation stack (from infra/template.yaml) whose outputs name the tables and
+    /// queues; a COURIER_* variable that is set wins over its output.
+    #[arg(long, global = true, env = "COURIER_STACK", value_name = "NAME")]
+    stack: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -58,7 +65,8 @@ enum Command {
     /// Work dead letters through the index: stats, list/search, show, replay, discard.
     ///
     /// Reads COURIER_LETTER_INDEX_TABLE (and COURIER_STATUS_TABLE, COURIER_QUEUE_URL for replay,
-    /// COURIER_BREAKER_TABLE for discard --blocklist) and the usual AWS variables.
+    /// COURIER_CONTROL_TABLE for discard --blocklist), or the outputs of --stack, and the usual
+    /// AWS variables.
     Dlq {
         #[command(subcommand)]
         command: Box<dlq_cmd::DlqCommand>,
@@ -77,7 +85,7 @@ enum Command {
     },
     /// A sending domain's reputation: rolling counts and bounce / complaint rates against SES's
     /// review levels, and whether the reputation guard paused its SES sends. `--resume` lifts a
-    /// pause once the cause (a bad list, a broken form) is fixed. Reads COURIER_BREAKER_TABLE.
+    /// pause once the cause (a bad list, a broken form) is fixed. Reads COURIER_CONTROL_TABLE.
     ///
     /// Example: courierctl reputation example.com --window 24h
     Reputation {
@@ -93,8 +101,39 @@ enum Command {
     },
 }
 
+/// The settings of a command that reads Courier's tables: the variables, and the stack's outputs
+/// when `--stack` names one.
+fn load_settings(stack: Option<&str>) -> Result<settings::Settings, settings::StackError> {
+    let variable = |name: &str| std::env::var(name).ok();
+    if stack.is_none() {
+        return Ok(settings::Settings::resolve(variable, None));
+    }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| settings::StackError::Aws {
+            name: stack.unwrap_or_default().to_owned(),
+            region: String::new(),
+            detail: e.to_string(),
+        })?;
+    runtime.block_on(async {
+        let cloudformation = settings::CloudFormation::from_env().await;
+        settings::load(stack, variable, &cloudformation).await
+    })
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let settings = match &cli.command {
+        Command::Classify { .. } | Command::Schema => settings::Settings::default(),
+        _ => match load_settings(cli.stack.as_deref()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("courierctl: {e}");
+                return ExitCode::from(e.exit_code());
+            }
+        },
+    };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = match cli.command {
@@ -105,17 +144,19 @@ fn main() -> ExitCode {
             &mut out,
             &mut std::io::stderr(),
         ),
-        Command::Suppression { command } => Ok(ops_cmd::suppression(command, &mut out)),
-        Command::Status { message_id, json } => Ok(ops_cmd::status(&message_id, json, &mut out)),
+        Command::Suppression { command } => Ok(ops_cmd::suppression(command, &settings, &mut out)),
+        Command::Status { message_id, json } => {
+            Ok(ops_cmd::status(&message_id, json, &settings, &mut out))
+        }
         Command::Reputation {
             domain,
             window,
             resume,
             json,
         } => Ok(ops_cmd::reputation(
-            &domain, &window, resume, json, &mut out,
+            &domain, &window, resume, json, &settings, &mut out,
         )),
-        Command::Dlq { command } => Ok(dlq_cmd::run(*command, &mut out)),
+        Command::Dlq { command } => Ok(dlq_cmd::run(*command, &settings, &mut out)),
         Command::Schema => {
             serde_json::to_writer_pretty(&mut out, &courier_core::job::EmailJob::json_schema())
                 .map_err(std::io::Error::other)

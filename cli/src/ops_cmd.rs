@@ -10,6 +10,9 @@ use courier_adapters::aws::{
 use courier_core::letters::LetterFilter;
 use courier_core::policy::parse_duration;
 use courier_core::ports::{StatusStore, StoreError, SuppressionList};
+use courierctl::table::{self, Cell};
+
+use crate::settings::{Setting, Settings};
 
 #[derive(Subcommand)]
 pub(crate) enum SuppressionCommand {
@@ -31,9 +34,13 @@ pub(crate) enum SuppressionCommand {
     Remove { address: String },
 }
 
-fn env(name: &'static str) -> Result<String, String> {
-    std::env::var(name)
-        .map_err(|_| format!("{name} is not set (`courier-dev provision` prints the settings)"))
+/// The setting, or the usage error naming its variable and output (its message says "is not
+/// set", which [`finish`] turns into exit 2).
+fn setting(settings: &Settings, setting: Setting) -> Result<String, String> {
+    settings
+        .get(setting)
+        .map(str::to_owned)
+        .map_err(|e| e.to_string())
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -59,14 +66,21 @@ fn store_err(e: StoreError) -> String {
 }
 
 /// Runs `courierctl suppression ...`.
-pub(crate) fn suppression(command: SuppressionCommand, out: &mut dyn Write) -> i32 {
+pub(crate) fn suppression(
+    command: SuppressionCommand,
+    settings: &Settings,
+    out: &mut dyn Write,
+) -> i32 {
     finish((|| {
-        let table = env("COURIER_SUPPRESSION_TABLE")?;
+        let table = setting(settings, Setting::SuppressionTable)?;
         runtime()?.block_on(async {
             let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
             let list = DynamoDbSuppressionList::new(clients.dynamodb, table);
             match command {
                 SuppressionCommand::List { json } => {
+                    // JSON lines stream page by page; the table is printed once every entry is
+                    // in (its columns fit the widest).
+                    let mut entries = Vec::new();
                     let mut cursor = None;
                     loop {
                         let (page, next) = list.list(500, cursor).await.map_err(store_err)?;
@@ -75,21 +89,20 @@ pub(crate) fn suppression(command: SuppressionCommand, out: &mut dyn Write) -> i
                                 writeln!(out, "{}", serde_json::to_string(&e).unwrap_or_default())
                                     .map_err(|e| e.to_string())?;
                             } else {
-                                let expiry =
-                                    e.expires_at.map_or("never".to_owned(), |t| t.to_rfc3339());
-                                writeln!(
-                                    out,
-                                    "{:<40} expires {expiry:<26} {}",
-                                    e.address, e.reason
-                                )
-                                .map_err(|e| e.to_string())?;
+                                entries.push(e);
                             }
                         }
                         match next {
                             Some(n) => cursor = Some(n),
-                            None => return Ok(0),
+                            None => break,
                         }
                     }
+                    if !json {
+                        for line in render_suppressions(&entries) {
+                            writeln!(out, "{line}").map_err(|e| e.to_string())?;
+                        }
+                    }
+                    Ok(0)
                 }
                 SuppressionCommand::Add {
                     address,
@@ -129,6 +142,21 @@ pub(crate) fn suppression(command: SuppressionCommand, out: &mut dyn Write) -> i
     })())
 }
 
+/// The `suppression list` table: address, expiry (`never` for a hard entry), reason.
+pub(crate) fn render_suppressions(
+    entries: &[courier_core::ports::SuppressionEntry],
+) -> Vec<String> {
+    let mut t = table::new(&["ADDRESS", "EXPIRES", "REASON"]);
+    for e in entries {
+        t.add_row(vec![
+            Cell::new(&e.address),
+            Cell::new(e.expires_at.map_or("never".to_owned(), |t| t.to_rfc3339())),
+            Cell::new(&e.reason),
+        ]);
+    }
+    table::lines(&mut t)
+}
+
 /// Runs `courierctl reputation DOMAIN`: the domain's rolling counts and rates, and its pause;
 /// `--resume` lifts a pause the reputation guard set (after the cause is fixed).
 pub(crate) fn reputation(
@@ -136,12 +164,13 @@ pub(crate) fn reputation(
     window: &str,
     resume: bool,
     json: bool,
+    settings: &Settings,
     out: &mut dyn Write,
 ) -> i32 {
     use courier_core::breaker::{BreakerConfig, BreakerState, Mode};
     use courier_core::ports::{BreakerStore, ReputationStore};
     finish((|| {
-        let table = env("COURIER_BREAKER_TABLE")?;
+        let table = setting(settings, Setting::ControlTable)?;
         let window_secs = parse_duration(window)
             .ok()
             .filter(|s| *s > 0)
@@ -243,10 +272,15 @@ pub(crate) fn render_reputation(
 
 /// Runs `courierctl status MESSAGE_ID`: the job's record and its dead letters (with their attempt
 /// history and audit trail), oldest first.
-pub(crate) fn status(message_id: &str, json: bool, out: &mut dyn Write) -> i32 {
+pub(crate) fn status(
+    message_id: &str,
+    json: bool,
+    settings: &Settings,
+    out: &mut dyn Write,
+) -> i32 {
     finish((|| {
-        let status_table = env("COURIER_STATUS_TABLE")?;
-        let index_table = env("COURIER_LETTER_INDEX_TABLE")?;
+        let status_table = setting(settings, Setting::StatusTable)?;
+        let index_table = setting(settings, Setting::LetterIndexTable)?;
         runtime()?.block_on(async {
             let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
             let store = DynamoDbStatusStore::new(
@@ -319,24 +353,35 @@ pub(crate) fn render_status(
             if !r.history.is_empty() {
                 lines.push("  timeline:".into());
             }
+            // One row per entry: when, status, generation, who and why.
+            let mut timeline = table::new(&[]);
             let mut previous: Option<&courier_core::ports::HistoryEntry> = None;
             for h in &r.history {
                 // An entry that keeps the status and generation of the one before is an event
                 // without a transition (a delivery delay, an undetermined bounce, a sweeper flag).
                 let note = previous.is_some_and(|p| p.status == h.status && p.attempt == h.attempt);
-                lines.push(format!(
-                    "    {}  {:<17} gen {}  by {}{}{}",
+                timeline.add_row(vec![
                     h.at.to_rfc3339(),
-                    h.status.as_str(),
-                    h.attempt,
-                    h.by,
-                    h.detail
-                        .as_deref()
-                        .map(|d| format!(": {d}"))
-                        .unwrap_or_default(),
-                    if note { " (no transition)" } else { "" }
-                ));
+                    h.status.as_str().to_owned(),
+                    format!("gen {}", h.attempt),
+                    format!(
+                        "by {}{}{}",
+                        h.by,
+                        h.detail
+                            .as_deref()
+                            .map(|d| format!(": {d}"))
+                            .unwrap_or_default(),
+                        if note { " (no transition)" } else { "" }
+                    ),
+                ]);
                 previous = Some(h);
+            }
+            if !r.history.is_empty() {
+                lines.extend(
+                    table::lines(&mut timeline)
+                        .into_iter()
+                        .map(|l| format!("    {l}")),
+                );
             }
         }
         None => lines.push(format!("{message_id}: no status record (never claimed)")),
@@ -404,6 +449,37 @@ mod tests {
     }
 
     #[test]
+    fn the_suppression_list_is_a_table_of_address_expiry_and_reason() {
+        use courier_core::ports::SuppressionEntry;
+        let entries = [
+            SuppressionEntry {
+                address: "bounced@example.com".into(),
+                reason: "bounce: 550 5.1.1".into(),
+                suppressed_at: t(0),
+                expires_at: None,
+            },
+            SuppressionEntry {
+                address: "a@example.com".into(),
+                reason: "soft: mailbox full".into(),
+                suppressed_at: t(0),
+                expires_at: Some(t(3600)),
+            },
+        ];
+        assert_eq!(
+            super::render_suppressions(&entries),
+            [
+                "ADDRESS              EXPIRES                    REASON",
+                "bounced@example.com  never                      bounce: 550 5.1.1",
+                "a@example.com        2027-01-15T09:00:00+00:00  soft: mailbox full",
+            ]
+        );
+        assert_eq!(
+            super::render_suppressions(&[]),
+            ["ADDRESS  EXPIRES  REASON"]
+        );
+    }
+
+    #[test]
     fn the_timeline_lists_every_transition_with_who_and_why() {
         let mut r = JobRecord::new("m1", Status::Delivered, 1, t(30));
         r.provider = Some("ses".into());
@@ -467,6 +543,17 @@ mod tests {
             lines[3]
         );
         assert!(lines[7].contains("by events: delivered (Delivery event)"));
+        // the timeline's columns are aligned: every generation starts where the first does
+        let gen_at = lines[2].find("gen ").unwrap();
+        for line in &lines[2..8] {
+            assert_eq!(line.find("gen "), Some(gen_at), "{line}");
+            assert!(line.starts_with("    2027-"), "{line}");
+        }
+        assert!(
+            lines[2].contains("processing        gen 0  by send: claimed by req-1/a"),
+            "{}",
+            lines[2]
+        );
         assert_eq!(
             render_status("m2", None, &[]),
             vec!["m2: no status record (never claimed)".to_owned()]

@@ -11,6 +11,9 @@ use courier_core::ports::{
     LetterIndex, PoisonList, Requeue, RetryScheduler, StatusStore, StoreError,
 };
 
+use crate::progress::Progress;
+use crate::table::{self, Cell};
+
 /// Why a dlq command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum DlqError {
@@ -120,11 +123,11 @@ impl Stats {
 }
 
 /// Counts every letter matching `filter`, a page at a time (no cap, nothing kept but the
-/// counts), drawing a running count on `progress`.
+/// counts), reporting the running count to `progress`.
 pub async fn count(
     index: &dyn LetterIndex,
     filter: &LetterFilter,
-    progress: &mut dyn Write,
+    progress: &mut dyn Progress,
 ) -> Result<Stats, DlqError> {
     let mut stats = Stats {
         state: filter.state,
@@ -136,14 +139,13 @@ pub async fn count(
         for l in &page {
             stats.add(l);
         }
-        write!(progress, "\rcounted {} letters", stats.letters)?;
-        progress.flush()?;
+        progress.update(stats.letters, None)?;
         match next {
             Some(n) => cursor = Some(n),
             None => break,
         }
     }
-    writeln!(progress)?;
+    progress.finish(stats.letters, None)?;
     Ok(stats)
 }
 
@@ -171,9 +173,15 @@ pub fn stats(stats: &Stats, json: bool, out: &mut dyn Write) -> std::io::Result<
         let mut rows: Vec<(&String, &usize)> = counts.iter().collect();
         rows.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         let max = rows.first().map_or(0, |r| *r.1);
+        let mut t = table::new(&[]);
         for (key, count) in rows.iter().take(10) {
-            writeln!(out, "  {key:<28} {count:>7}  {}", bar(**count, max, 40))?;
+            t.add_row(vec![
+                Cell::new(key),
+                table::right(count),
+                Cell::new(bar(**count, max, 40)),
+            ]);
         }
+        table::write(out, &mut t, "  ")?;
         if rows.len() > 10 {
             writeln!(out, "  ... and {} more", rows.len() - 10)?;
         }
@@ -204,39 +212,28 @@ pub fn table(
         }
         return Ok(());
     }
-    // Ids are printed whole, to be copied into `show`, `replay` and `discard`.
-    let w = letters
-        .iter()
-        .map(|l| l.letter_id.chars().count())
-        .max()
-        .unwrap_or(0)
-        .max(2);
-    writeln!(
-        out,
-        "{:<w$} {:>4} {:<9} {:<17} {:<20} {:<18} {:<8} REASON",
-        "ID", "AGE", "STATE", "CATEGORY", "CLASS", "CAMPAIGN", "PROVIDER"
-    )?;
+    // Ids (and campaign ids) are printed whole, to be copied into `show`, `replay`, `discard`
+    // and `--campaign`; the reason is cut at 60 characters (`show` has it whole).
+    let mut t = table::new(&[
+        "ID", "AGE", "STATE", "CATEGORY", "CLASS", "CAMPAIGN", "PROVIDER", "REASON",
+    ]);
+    if let Some(age_column) = t.column_mut(1) {
+        age_column.set_cell_alignment(table::CellAlignment::Right);
+    }
     for l in letters {
         let r = &l.record;
-        let reason: String = r.reason.chars().take(60).collect();
-        writeln!(
-            out,
-            "{:<w$} {:>4} {:<9} {:<17} {:<20} {:<18} {:<8} {reason}",
-            l.letter_id,
-            age(l.dead_lettered_at, now),
-            l.state.as_str(),
-            r.category.as_str(),
-            r.class.as_str(),
-            r.campaign_id
-                .as_deref()
-                .unwrap_or("-")
-                .chars()
-                .take(18)
-                .collect::<String>(),
-            r.provider.as_deref().unwrap_or("-"),
-        )?;
+        t.add_row(vec![
+            Cell::new(&l.letter_id),
+            Cell::new(age(l.dead_lettered_at, now)),
+            Cell::new(l.state.as_str()),
+            Cell::new(r.category.as_str()),
+            Cell::new(r.class.as_str()),
+            Cell::new(r.campaign_id.as_deref().unwrap_or("-")),
+            Cell::new(r.provider.as_deref().unwrap_or("-")),
+            Cell::new(r.reason.chars().take(60).collect::<String>()),
+        ]);
     }
-    Ok(())
+    table::write(out, &mut t, "")
 }
 
 /// What a replay or discard would do or did.
@@ -245,19 +242,6 @@ pub struct Outcome {
     pub done: Vec<String>,
     /// (letter id, why it was skipped)
     pub skipped: Vec<(String, String)>,
-}
-
-/// Draws a progress bar (`\r`-redrawn) of `done` out of `total`.
-fn draw(out: &mut dyn Write, done: usize, total: usize) -> std::io::Result<()> {
-    let width = 30;
-    let filled = (done * width).checked_div(total).unwrap_or(width);
-    write!(
-        out,
-        "\r[{}{}] {done}/{total}",
-        "#".repeat(filled),
-        ".".repeat(width - filled)
-    )?;
-    out.flush()
 }
 
 /// Whether the job is `pending` because a replay reopened it (and nothing has happened since).
@@ -277,7 +261,7 @@ fn reopened_by_replay(rec: &courier_core::ports::JobRecord) -> bool {
 /// crash) leaves the letter `replaying` and the job `pending` as reopened: replaying the letter
 /// again resumes it with the same generation (so it can be enqueued at most once more, and the
 /// send function's idempotent claim sends it once), or, when the job has moved on since (the
-/// enqueue had happened), only marks it `replayed`. Progress goes to `progress`.
+/// enqueue had happened), only marks it `replayed`. Progress is reported to `progress`.
 #[allow(clippy::too_many_arguments)]
 pub async fn replay(
     letters: &[IndexedLetter],
@@ -288,12 +272,12 @@ pub async fn replay(
     reason: &str,
     per_second: f64,
     now: impl Fn() -> DateTime<Utc>,
-    progress: &mut dyn Write,
+    progress: &mut dyn Progress,
 ) -> Result<Outcome, DlqError> {
     let mut outcome = Outcome::default();
     let pause = Duration::from_secs_f64(1.0 / per_second.max(0.1));
     for (i, l) in letters.iter().enumerate() {
-        draw(progress, i, letters.len())?;
+        progress.update(i, Some(letters.len()))?;
         let resuming = match l.state {
             LetterState::Live => false,
             LetterState::Replaying => true,
@@ -399,8 +383,7 @@ pub async fn replay(
         finish(index, l, &mark("replayed".into()), &mut outcome).await?;
         tokio::time::sleep(pause).await;
     }
-    draw(progress, letters.len(), letters.len())?;
-    writeln!(progress)?;
+    progress.finish(letters.len(), Some(letters.len()))?;
     Ok(outcome)
 }
 
@@ -435,7 +418,7 @@ async fn finish(
 
 /// `dlq discard`: marks live letters discarded (the archiver then drops their queue copies), and
 /// optionally blocklists their payloads so identical jobs go straight to the poison category.
-/// Progress goes to `progress`.
+/// Progress is reported to `progress`.
 pub async fn discard(
     letters: &[IndexedLetter],
     index: &dyn LetterIndex,
@@ -443,11 +426,11 @@ pub async fn discard(
     operator: &str,
     reason: &str,
     now: DateTime<Utc>,
-    progress: &mut dyn Write,
+    progress: &mut dyn Progress,
 ) -> Result<Outcome, DlqError> {
     let mut outcome = Outcome::default();
     for (i, l) in letters.iter().enumerate() {
-        draw(progress, i, letters.len())?;
+        progress.update(i, Some(letters.len()))?;
         let audit = format!("{} discarded by {operator}: {reason}", now.to_rfc3339());
         if !index
             .transition(
@@ -484,8 +467,7 @@ pub async fn discard(
         }
         outcome.done.push(l.letter_id.clone());
     }
-    draw(progress, letters.len(), letters.len())?;
-    writeln!(progress)?;
+    progress.finish(letters.len(), Some(letters.len()))?;
     Ok(outcome)
 }
 

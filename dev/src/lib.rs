@@ -11,6 +11,7 @@
 
 pub mod driver;
 
+use courier_core::ports::Provider;
 use courier_devkit::provision::Provisioned;
 use courier_send::config::{Resources, SmtpSettings};
 
@@ -18,7 +19,7 @@ use courier_send::config::{Resources, SmtpSettings};
 /// through `providers` in that order.
 pub fn send_resources(
     stack: &Provisioned,
-    providers: &[&str],
+    providers: &[Provider],
     ses_configuration_set: Option<String>,
     smtp: Option<SmtpSettings>,
 ) -> Resources {
@@ -28,10 +29,10 @@ pub fn send_resources(
         letter_index_table: stack.letter_index_table.clone(),
         status_table: stack.status_table.clone(),
         suppression_table: stack.suppression_table.clone(),
-        breaker_table: stack.control_table.clone(),
+        control_table: stack.control_table.clone(),
         template_bucket: stack.template_bucket.clone(),
         delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
-        providers: providers.iter().map(|p| (*p).to_owned()).collect(),
+        providers: providers.to_vec(),
         ses_configuration_set,
         smtp,
     }

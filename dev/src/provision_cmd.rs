@@ -63,7 +63,7 @@ fn report(result: Result<Provisioned, StoreError>, out: &mut dyn Write) -> std::
                 ("COURIER_ARCHIVE_BUCKET", &stack.archive_bucket),
                 ("COURIER_STATUS_TABLE", &stack.status_table),
                 ("COURIER_SUPPRESSION_TABLE", &stack.suppression_table),
-                ("COURIER_BREAKER_TABLE", &stack.control_table),
+                ("COURIER_CONTROL_TABLE", &stack.control_table),
                 ("COURIER_TEMPLATE_BUCKET", &stack.template_bucket),
                 (
                     "COURIER_DELAY_STATE_MACHINE_ARN",
@@ -118,7 +118,7 @@ mod tests {
         assert_eq!(report(Ok(stack()), &mut out).unwrap(), 0);
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("export COURIER_QUEUE_URL='http://e/q'\n"));
-        assert!(text.contains("export COURIER_BREAKER_TABLE='p-control-table'\n"));
+        assert!(text.contains("export COURIER_CONTROL_TABLE='p-control-table'\n"));
         assert!(text.contains("export COURIER_EVENTS_QUEUE_URL='http://e/ev'\n"));
         assert_eq!(text.lines().count(), 12);
     }

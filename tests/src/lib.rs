@@ -3,6 +3,14 @@
 //! emulators and the SMTP server and exports `AWS_ENDPOINT_URL` and the `COURIER_SMTP_*`
 //! variables; against real AWS, set the usual AWS variables instead. A missing variable fails
 //! the test with a message: integration tests are never skipped silently.
+//!
+//! # Layout
+//! - here: the environment ([`require_env`], [`emulator`], [`atomic_conditional_writes`]),
+//!   [`Stack`] (a provisioned stack and the functions wired onto it), the binaries the tests run.
+//! - `tests/`: one file per area: `contract` (every port's adapter), `send`, `events`,
+//!   `archive`, `binary` (the functions' binaries under a Runtime API), `cli` (`courierctl`),
+//!   `demo` (`courier-dev demo`), `deploy` (the template on LocalStack), `provision`,
+//!   `simulate`, `harness`.
 
 use std::time::{Duration, Instant};
 
@@ -162,7 +170,7 @@ impl Stack {
             courier_send::config::SmtpSettings {
                 host: require_env("COURIER_SMTP_HOST"),
                 port: port.parse().expect("port"),
-                tls: "none".into(),
+                tls: courier_adapters::smtp::SmtpSecurity::None,
                 username: None,
                 password: None,
                 timeout: Duration::from_secs(5),
@@ -170,7 +178,15 @@ impl Stack {
         });
         Stack {
             sdk,
-            resources: courier_dev::send_resources(&stack, providers, None, smtp),
+            resources: courier_dev::send_resources(
+                &stack,
+                &providers
+                    .iter()
+                    .map(|p| courier_core::ports::Provider::parse(p).expect("a provider name"))
+                    .collect::<Vec<_>>(),
+                None,
+                smtp,
+            ),
             redrive_dlq_url: stack.redrive_dlq_url,
             queue_arn: stack.queue_arn,
             sender,

@@ -311,7 +311,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
     // Discard with blocklist: an identical payload now goes straight to poison.
     let control = DynamoDbControlTable::new(
         clients.dynamodb.clone(),
-        &stack.resources.breaker_table,
+        &stack.resources.control_table,
         Duration::from_secs(0),
     );
     let outcome = courierctl::workbench::discard(

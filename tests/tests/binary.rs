@@ -2,9 +2,9 @@
 //! from the environment at INIT, SQS events in, batch responses out. Two builds: the debug binary
 //! (`cargo build`), and the `bootstrap` cargo-lambda makes for x86_64 (the deployed zip is the
 //! same source for arm64, which this machine cannot run, built with the release profile; the
-//! x86_64 one is built with `lambda-test`, the release profile's panic strategy and stripping
-//! with faster optimisation, to keep CI short). `make it-moto` / `it-localstack` build both
-//! first (`make lambda-build`).
+//! x86_64 one is built with `lambda-test`, unoptimised and stripped, to keep CI short; panics
+//! unwind in both). `make it-moto` / `it-localstack` build both
+//! first (`make lambda-build-x86`, `make lambda-build`).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 
@@ -34,14 +34,14 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// The `bootstrap` of `make lambda-build` for x86_64 (cargo-lambda, zig, `lambda-test` profile).
+/// The `bootstrap` of `make lambda-build-x86` (cargo-lambda, zig, `lambda-test` profile).
 fn release_bootstrap(name: &str) -> PathBuf {
     let repo = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."));
     let target = std::env::var_os("CARGO_TARGET_DIR").map_or(repo.join("target"), |d| repo.join(d));
     let path = target.join("lambda-x86_64").join(name).join("bootstrap");
     assert!(
         path.exists(),
-        "{} is not built: run `make lambda-build` (make it-moto does)",
+        "{} is not built: run `make lambda-build-x86` (make it-moto does)",
         path.display()
     );
     path

@@ -5,6 +5,8 @@
 //! and read back through them; assertions are on exit codes (0 success, 1 failure, 2 bad input
 //! or usage) and on the `--json` outputs parsed into the library's types, not on the wording of
 //! human-readable output, so progress bars or table layout can change without breaking this.
+//! `--stack NAME` is run against small CloudFormation stacks of the test's own whose outputs name
+//! the provisioned resources (the provisioned stack has no outputs).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 
@@ -23,7 +25,7 @@ use courier_core::ports::{
     StatusStore, StatusUpdate, SuppressionEntry, SuppressionList,
 };
 use courier_core::status::Status;
-use courier_integration::{Stack, courierctl, require_env};
+use courier_integration::{Stack, courierctl, eventually, require_env, unique};
 use serde_json::Value;
 
 /// What one run of the binary did.
@@ -72,9 +74,14 @@ fn settings(stack: &Stack) -> Vec<(&'static str, String)> {
 /// Runs `courierctl args` with exactly the `COURIER_*` variables in `env` (every other
 /// `COURIER_*` variable of the harness removed; the AWS ones kept).
 fn courierctl_with(env: &[(&str, String)], args: &[&str]) -> Run {
+    courierctl_env(env, &[], args)
+}
+
+/// [`courierctl_with`], with the variables in `remove` (AWS ones) removed as well.
+fn courierctl_env(env: &[(&str, String)], remove: &[&str], args: &[&str]) -> Run {
     let mut command = Command::new(courierctl());
     for (k, _) in std::env::vars() {
-        if k.starts_with("COURIER_") {
+        if k.starts_with("COURIER_") || remove.contains(&k.as_str()) {
             command.env_remove(k);
         }
     }
@@ -222,7 +229,7 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     let poison = || {
         DynamoDbControlTable::new(
             dynamodb.clone(),
-            &stack.resources.breaker_table,
+            &stack.resources.control_table,
             Duration::from_secs(60),
         )
     };
@@ -274,9 +281,10 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     ]);
 
     // WHEN `dlq stats --json` THEN it counts the live letters by category, class, campaign, provider
-    let stats = ctl(&["dlq", "stats", "--json"])
-        .expect(0, "dlq stats")
-        .json();
+    let counted = ctl(&["dlq", "stats", "--json"]).expect(0, "dlq stats");
+    // (stderr is not a terminal here: no progress on it)
+    assert!(counted.stderr.is_empty(), "{}", counted.stderr);
+    let stats = counted.json();
     assert_eq!(stats["live"], 3, "{stats}");
     let by = &stats["by"];
     assert_eq!(by["category"]["needs_review"], 1, "{stats}");
@@ -326,12 +334,13 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     }
     assert!(cursor.is_none(), "more than 5 pages of 1 for 3 letters");
     assert_eq!(ids(&paged), all);
-    // the table form lists them too: a header, then one row per letter (the ID column holds
-    // the first 44 characters of an id; `--json` has them whole)
+    // the table form lists them too: a header, then one row per letter, starting with its
+    // whole id (as `--json` has it)
     let table = ctl(&["dlq", "list"]).expect(0, "dlq list (table)");
     assert_eq!(table.stdout.lines().count(), 4, "{}", table.stdout);
+    assert!(table.stdout.starts_with("ID "), "{}", table.stdout);
     for l in [&policy, &full, &broken] {
-        let shown: String = l.letter_id.chars().take(44).collect();
+        let shown = format!("{} ", l.letter_id);
         assert!(
             table.stdout.lines().any(|row| row.starts_with(&shown)),
             "{shown}\n{}",
@@ -442,7 +451,7 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     assert_eq!(status.get("cli-policy").await.unwrap().unwrap(), before);
 
     // WHEN it is confirmed with a reason
-    ctl(&[
+    let confirmed = ctl(&[
         "dlq",
         "replay",
         &policy.letter_id,
@@ -453,6 +462,15 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
         "ann",
     ])
     .expect(0, "dlq replay --confirm --reason");
+    // (the progress bar is for terminals: stdout has the report, stderr nothing)
+    assert!(confirmed.stderr.is_empty(), "{}", confirmed.stderr);
+    assert!(
+        confirmed
+            .stdout
+            .starts_with("replayed 1 letters; skipped 0"),
+        "{}",
+        confirmed.stdout
+    );
     // THEN the letter is replayed, with who and why in its audit trail
     let replayed = one(&index, &policy.letter_id).await;
     assert_eq!(replayed.state, LetterState::Replayed);
@@ -560,7 +578,7 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     let dashed = broken.letter_id.as_str();
     assert!(dashed.starts_with("_#"), "{dashed}");
     let no_control = courierctl_with(
-        &without(&env, "COURIER_BREAKER_TABLE"),
+        &without(&env, "COURIER_CONTROL_TABLE"),
         &[
             "dlq",
             "discard",
@@ -571,9 +589,9 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
             dashed,
         ],
     )
-    .expect(2, "dlq discard --blocklist without COURIER_BREAKER_TABLE");
+    .expect(2, "dlq discard --blocklist without COURIER_CONTROL_TABLE");
     assert!(
-        no_control.stderr.contains("COURIER_BREAKER_TABLE"),
+        no_control.stderr.contains("COURIER_CONTROL_TABLE"),
         "{}",
         no_control.stderr
     );
@@ -804,6 +822,11 @@ fn a_missing_setting_is_exit_2_naming_the_variable() {
             "{args:?}: stderr does not name {variable}:\n{}",
             run.stderr
         );
+        assert!(
+            run.stderr.contains("--stack NAME"),
+            "{args:?}: stderr does not say --stack provides it:\n{}",
+            run.stderr
+        );
         assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
     }
     // `status` needs both tables: with the status table set, the index is named
@@ -817,4 +840,252 @@ fn a_missing_setting_is_exit_2_naming_the_variable() {
     // usage mistakes clap catches are exit 2 as well
     courierctl_with(&[], &["dlq", "replay", "--rate"]).expect(2, "a flag without its value");
     courierctl_with(&[], &["dlq", "frobnicate"]).expect(2, "an unknown subcommand");
+}
+
+/// Creates the CloudFormation stack `name` on the emulator with `outputs` as literal values (and
+/// a queue, as a stack needs a resource), and waits until it is created.
+async fn stack_with_outputs(sdk: &aws_config::SdkConfig, name: &str, outputs: &[(&str, &str)]) {
+    let cfn = aws_sdk_cloudformation::Client::new(sdk);
+    let mut template = serde_json::json!({
+        "AWSTemplateFormatVersion": "2010-09-09",
+        "Resources": {"Placeholder": {"Type": "AWS::SQS::Queue"}},
+    });
+    if !outputs.is_empty() {
+        template["Outputs"] = outputs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), serde_json::json!({ "Value": v })))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+    }
+    cfn.create_stack()
+        .stack_name(name)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create stack {name}: {e:?}"));
+    let status = eventually(Duration::from_secs(120), || {
+        let cfn = cfn.clone();
+        async move {
+            let out = cfn.describe_stacks().stack_name(name).send().await.ok()?;
+            let status = out.stacks().first()?.stack_status()?.as_str().to_owned();
+            (!status.ends_with("IN_PROGRESS")).then_some(status)
+        }
+    })
+    .await;
+    assert_eq!(status.as_deref(), Some("CREATE_COMPLETE"), "stack {name}");
+}
+
+#[tokio::test]
+async fn stack_outputs_name_the_tables_and_a_set_variable_wins() {
+    let stack = Stack::create(&["smtp"]).await;
+    let r = &stack.resources;
+    let status = stack.status_store();
+    let list = DynamoDbSuppressionList::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &r.suppression_table,
+    );
+    // GIVEN a dead-lettered job and a suppressed address in the provisioned tables
+    let now = DateTime::from_timestamp(Utc::now().timestamp(), 0).unwrap();
+    dead_lettered(&status, "cli-stacked", now).await;
+    list.suppress("stacked@courier.test", "bounce: 550 5.1.1", now)
+        .await
+        .unwrap();
+    // AND a stack whose outputs name those resources, as the deployed template's do
+    let named = unique("courier-outputs");
+    stack_with_outputs(
+        &stack.sdk,
+        &named,
+        &[
+            ("StatusTableName", &r.status_table),
+            ("SuppressionTableName", &r.suppression_table),
+            ("ControlTableName", &r.control_table),
+            ("LetterIndexTableName", &r.letter_index_table),
+            ("SendQueueUrl", &r.queue_url),
+            ("SomethingElse", "ignored"),
+        ],
+    )
+    .await;
+
+    // WHEN courierctl runs with --stack and no COURIER_* variable THEN it reads those tables
+    let shown = courierctl_with(&[], &["--stack", &named, "status", "cli-stacked", "--json"])
+        .expect(0, "--stack status")
+        .json();
+    let record: JobRecord = serde_json::from_value(shown["record"].clone()).unwrap();
+    assert_eq!(record, status.get("cli-stacked").await.unwrap().unwrap());
+    assert_eq!(record.status, Status::DeadLettered);
+    let listed_addresses = |run: &Run| -> Vec<String> {
+        run.json_lines()
+            .iter()
+            .map(|v| v["address"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let suppressed = courierctl_with(&[], &["suppression", "list", "--json", "--stack", &named])
+        .expect(0, "suppression list --stack (after the subcommand)");
+    assert_eq!(listed_addresses(&suppressed), ["stacked@courier.test"]);
+    // COURIER_STACK does the same as the flag
+    let from_env = courierctl_with(
+        &[("COURIER_STACK", named.clone())],
+        &["suppression", "list", "--json"],
+    )
+    .expect(0, "COURIER_STACK suppression list");
+    assert_eq!(listed_addresses(&from_env), ["stacked@courier.test"]);
+    // the table form: a header, the address, and nothing on stderr
+    let table = courierctl_with(&[], &["--stack", &named, "suppression", "list"])
+        .expect(0, "--stack suppression list (table)");
+    let rows: Vec<&str> = table.stdout.lines().collect();
+    assert_eq!(rows.len(), 2, "{}", table.stdout);
+    assert!(rows[0].starts_with("ADDRESS "), "{}", table.stdout);
+    assert!(
+        rows[1].starts_with("stacked@courier.test ") && rows[1].contains("bounce: 550 5.1.1"),
+        "{}",
+        table.stdout
+    );
+    assert!(table.stderr.is_empty(), "{}", table.stderr);
+    // dlq reads the letter index through the stack too
+    let stats = courierctl_with(&[], &["--stack", &named, "dlq", "stats", "--json"])
+        .expect(0, "--stack dlq stats")
+        .json();
+    assert_eq!(stats["live"], 0, "{stats}");
+
+    // GIVEN a stack whose outputs name a suppression table that does not exist, and no status table
+    let partial = unique("courier-partial");
+    stack_with_outputs(
+        &stack.sdk,
+        &partial,
+        &[("SuppressionTableName", "courier-it-no-such-table")],
+    )
+    .await;
+    // THEN its output is used where no variable is set (and fails: the table is not there)
+    courierctl_with(&[], &["--stack", &partial, "suppression", "list", "--json"])
+        .expect(1, "--stack with an output naming a missing table");
+    // AND a COURIER_* variable that is set wins over the output
+    let env_wins = courierctl_with(
+        &[("COURIER_SUPPRESSION_TABLE", r.suppression_table.clone())],
+        &["--stack", &partial, "suppression", "list", "--json"],
+    )
+    .expect(0, "COURIER_SUPPRESSION_TABLE over the stack's output");
+    assert_eq!(listed_addresses(&env_wins), ["stacked@courier.test"]);
+    // AND a setting neither gives is exit 2 naming the variable, the output and the stack
+    let missing = courierctl_with(&[], &["--stack", &partial, "status", "cli-stacked"])
+        .expect(2, "--stack without the status table's output");
+    for needle in ["COURIER_STATUS_TABLE", "StatusTableName", partial.as_str()] {
+        assert!(
+            missing.stderr.contains(needle),
+            "{needle}: {}",
+            missing.stderr
+        );
+    }
+    assert!(missing.stdout.is_empty(), "{}", missing.stdout);
+
+    // GIVEN a stack without outputs THEN it is exit 2, saying so, even with every variable set
+    let bare = unique("courier-bare");
+    stack_with_outputs(&stack.sdk, &bare, &[]).await;
+    let no_outputs = courierctl_with(
+        &settings(&stack),
+        &["--stack", &bare, "status", "cli-stacked"],
+    )
+    .expect(2, "--stack of a stack without outputs");
+    assert!(
+        no_outputs.stderr.contains("no outputs") && no_outputs.stderr.contains(&bare),
+        "{}",
+        no_outputs.stderr
+    );
+
+    // AWS access is the AWS CLI's: with no AWS_REGION and no keys in the environment, the
+    // profile AWS_PROFILE names gives both
+    let region = require_env("AWS_REGION");
+    let dir = std::env::temp_dir().join(unique("courierctl-aws"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("config");
+    std::fs::write(
+        &config,
+        format!(
+            "[profile courier-it]\nregion = {region}\naws_access_key_id = courier\naws_secret_access_key = courier\n\n\
+             [profile elsewhere]\nregion = ap-southeast-2\naws_access_key_id = courier\naws_secret_access_key = courier\n"
+        ),
+    )
+    .unwrap();
+    let aws_env = [
+        "AWS_REGION",
+        "AWS_DEFAULT_REGION",
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "AWS_PROFILE",
+    ];
+    let with_profile = |profile: &str, extra: &[(&'static str, String)]| {
+        let mut env = vec![
+            ("AWS_CONFIG_FILE", config.display().to_string()),
+            (
+                "AWS_SHARED_CREDENTIALS_FILE",
+                dir.join("no-credentials").display().to_string(),
+            ),
+            ("AWS_PROFILE", profile.to_owned()),
+        ];
+        env.extend(extra.iter().cloned());
+        courierctl_env(
+            &env,
+            &aws_env,
+            &["--stack", &named, "status", "cli-stacked", "--json"],
+        )
+    };
+    let run = with_profile("courier-it", &[]).expect(0, "AWS_PROFILE courier-it");
+    assert_eq!(run.json()["record"]["message_id"], "cli-stacked");
+    // the other profile's region has no such stack: exit 2, naming the region
+    let elsewhere = with_profile("elsewhere", &[]).expect(2, "AWS_PROFILE elsewhere");
+    assert!(
+        elsewhere.stderr.contains("no stack named")
+            && elsewhere.stderr.contains(&named)
+            && elsewhere.stderr.contains("ap-southeast-2"),
+        "{}",
+        elsewhere.stderr
+    );
+    // AWS_REGION wins over the profile's region, as with the AWS CLI
+    with_profile("elsewhere", &[("AWS_REGION", region.clone())])
+        .expect(0, "AWS_REGION over the profile's region");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn an_unknown_stack_is_exit_2_and_an_unreachable_cloudformation_exit_1() {
+    require_env("AWS_ENDPOINT_URL");
+    let name = unique("courier-no-such-stack");
+    for args in [
+        vec!["--stack", name.as_str(), "status", "m1"],
+        vec!["dlq", "list", "--stack", name.as_str()],
+        vec!["suppression", "list", "--json", "--stack", name.as_str()],
+    ] {
+        let run = courierctl_with(&[], &args).expect(2, &format!("{args:?}"));
+        assert!(
+            run.stderr.contains("no stack named") && run.stderr.contains(&name),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
+    }
+    // the offline commands never look the stack up
+    courierctl_with(
+        &[],
+        &["--stack", &name, "classify", "550 5.1.1 User unknown"],
+    )
+    .expect(0, "classify with --stack");
+    // an empty name is a usage error
+    courierctl_with(&[], &["--stack", "", "status", "m1"]).expect(2, "--stack ''");
+    // CloudFormation that cannot be reached: an AWS failure, exit 1, naming the stack
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let run = courierctl_with(
+        &[
+            ("AWS_ENDPOINT_URL", format!("http://127.0.0.1:{port}")),
+            ("AWS_MAX_ATTEMPTS", "1".into()),
+        ],
+        &["--stack", &name, "status", "m1"],
+    )
+    .expect(1, "--stack with CloudFormation unreachable");
+    assert!(
+        run.stderr.contains("could not describe stack") && run.stderr.contains(&name),
+        "{}",
+        run.stderr
+    );
 }

@@ -460,7 +460,7 @@ async fn breaker_store_and_poison_list_memory_and_dynamodb() {
     let stack = Stack::create(&["ses"]).await;
     let control = DynamoDbControlTable::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
-        &stack.resources.breaker_table,
+        &stack.resources.control_table,
         Duration::from_secs(60),
     );
     breaker_store_contract(&control).await;
@@ -1381,7 +1381,7 @@ async fn sightings_and_reputation_memory_and_dynamodb() {
     let stack = Stack::create(&["ses"]).await;
     let control = DynamoDbControlTable::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
-        &stack.resources.breaker_table,
+        &stack.resources.control_table,
         Duration::from_secs(60),
     );
     sightings_and_reputation_contract(&control, &control, &control).await;
@@ -1464,7 +1464,7 @@ async fn send_schedule_memory_and_dynamodb() {
     let stack = Stack::create(&["ses"]).await;
     let control = DynamoDbControlTable::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
-        &stack.resources.breaker_table,
+        &stack.resources.control_table,
         Duration::from_secs(60),
     );
     // The race is asserted where conditional writes are atomic (see atomic_conditional_writes).

@@ -6,7 +6,7 @@
 //!   memory, timeout, runtime, handler, architecture, tracing, tags and the environment's variable
 //!   names (and the values that are not resource references). Each disagreement is listed.
 //! - `cargo lambda deploy` to the emulator's Lambda API (moto creates functions without Docker; it
-//!   cannot invoke them) from the arm64 zips of `make lambda-build`, then GetFunctionConfiguration.
+//!   cannot invoke them) from the arm64 zips of `make lambda-zips`, then GetFunctionConfiguration.
 //!
 //! Metadata env values written `${Resource}` (or `${Resource.Attr}`) stand for the template's
 //! `!Ref Resource` (`!GetAtt Resource.Attr`); a real deploy passes the stack's values with
@@ -614,12 +614,12 @@ fn cargo_lambda_path() -> String {
     )
 }
 
-/// The arm64 zip `make lambda-build` made for `bin`.
+/// The arm64 zip `make lambda-zips` made for `bin`.
 fn zip_of(bin: &str) -> PathBuf {
     let zip = target_dir().join("lambda").join(bin).join("bootstrap.zip");
     assert!(
         zip.exists(),
-        "{} is missing: run `make lambda-build` (make it-moto does)",
+        "{} is missing: run `make lambda-zips` (make it-localstack does)",
         zip.display()
     );
     zip

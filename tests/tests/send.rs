@@ -136,7 +136,7 @@ async fn every_smtp_class_ends_where_it_should() {
     let stack = Stack::create(&["smtp"]).await;
     let control = DynamoDbControlTable::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
-        &stack.resources.breaker_table,
+        &stack.resources.control_table,
         Duration::from_secs(60),
     );
     let ok_rcpt = format!("{}@courier.test", unique("ok"));
@@ -414,7 +414,7 @@ async fn a_failing_provider_opens_the_breaker_and_traffic_fails_over() {
     assert_eq!(via_ses, 12, "every job ended up sent through SES");
     let control = DynamoDbControlTable::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
-        &stack.resources.breaker_table,
+        &stack.resources.control_table,
         Duration::from_secs(60),
     );
     use courier_core::ports::BreakerStore;
@@ -541,7 +541,7 @@ async fn aws_api_calls_per_job() {
     let mut pipeline = wiring::wire(&clients, quiet, &stack.resources, fast_policy()).unwrap();
     let seen = std::sync::Mutex::new(std::collections::HashSet::new());
     let flaky = Arc::new(courier_devkit::memory::MemoryMailer::with(
-        "ses",
+        courier_core::ports::Provider::Ses,
         Box::new(move |email| {
             if seen.lock().unwrap().insert(email.message_id.clone()) {
                 Err(courier_core::ports::SendFailure {

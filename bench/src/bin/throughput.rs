@@ -75,7 +75,7 @@ async fn main() {
     let smtp = SmtpSettings {
         host: env("COURIER_SMTP_HOST"),
         port: env("COURIER_SMTP_PORT").parse().expect("COURIER_SMTP_PORT"),
-        tls: "none".into(),
+        tls: courier_adapters::smtp::SmtpSecurity::None,
         username: None,
         password: None,
         timeout: Duration::from_secs(10),
@@ -107,7 +107,12 @@ async fn main() {
         .send()
         .await
         .expect("upload template");
-    let resources = courier_dev::send_resources(&stack, &["smtp"], None, Some(smtp));
+    let resources = courier_dev::send_resources(
+        &stack,
+        &[courier_core::ports::Provider::Smtp],
+        None,
+        Some(smtp),
+    );
     let pipeline = Arc::new(
         courier_send::wiring::wire(
             &clients,

@@ -444,3 +444,59 @@ async fn stats_count_past_the_selection_cap() {
         .unwrap();
     assert_eq!(counted.letters, MAX_SELECTION + 5);
 }
+
+#[tokio::test]
+async fn tables_print_aligned_columns_with_ids_and_campaigns_whole() {
+    let index = MemoryLetterIndex::default();
+    let mut all = Vec::new();
+    for (i, campaign) in [Some("a-campaign-id-longer-than-eighteen"), None]
+        .into_iter()
+        .enumerate()
+    {
+        let mut l = letter(
+            &format!("m{i}#0123#g1#needs_review"),
+            Some("m"),
+            DeadLetterCategory::NeedsReview,
+            None,
+        );
+        l.record.campaign_id = campaign.map(str::to_owned);
+        index.put_new(&l).await.unwrap();
+        all.push(l);
+    }
+    all[1].record.reason = "x".repeat(70);
+    let mut out = Vec::new();
+    table(&all, t(), false, &mut out).unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        format!(
+            "ID                       AGE  STATE  CATEGORY      CLASS             CAMPAIGN                            PROVIDER  REASON\n\
+             m0#0123#g1#needs_review   3h  live   needs_review  content_rejected  a-campaign-id-longer-than-eighteen  smtp      554 5.7.1 rejected by policy\n\
+             m1#0123#g1#needs_review   3h  live   needs_review  content_rejected  -                                   smtp      {}\n",
+            "x".repeat(60)
+        )
+    );
+    // no letters: the header alone
+    let mut out = Vec::new();
+    table(&[], t(), false, &mut out).unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "ID  AGE  STATE  CATEGORY  CLASS  CAMPAIGN  PROVIDER  REASON\n"
+    );
+    let counted = count(&index, &LetterFilter::default(), &mut std::io::sink())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    stats(&counted, false, &mut out).unwrap();
+    let text = String::from_utf8(out).unwrap();
+    assert!(
+        text.starts_with(&format!(
+            "2 (every state) dead letters\n\nby campaign:\n  \
+             (none)                              1  {}\n  \
+             a-campaign-id-longer-than-eighteen  1  {}\n\nby category:\n  needs_review  2  {}\n",
+            "█".repeat(40),
+            "█".repeat(40),
+            "█".repeat(40)
+        )),
+        "{text}"
+    );
+}

@@ -324,8 +324,8 @@ impl SesAcceptLog {
 
 #[async_trait::async_trait]
 impl Mailer for SesAcceptLog {
-    fn name(&self) -> &str {
-        self.inner.name()
+    fn provider(&self) -> courier_core::ports::Provider {
+        self.inner.provider()
     }
 
     async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure> {

@@ -512,7 +512,7 @@ fn settings_name_the_variable_that_is_wrong() {
         match k {
             "COURIER_STATUS_TABLE" => Some("status".into()),
             "COURIER_SUPPRESSION_TABLE" => Some("suppression".into()),
-            "COURIER_BREAKER_TABLE" => Some("control".into()),
+            "COURIER_CONTROL_TABLE" => Some("control".into()),
             "COURIER_QUEUE_URL" => Some("http://q".into()),
             "COURIER_DELAY_STATE_MACHINE_ARN" => Some("arn:sm".into()),
             "COURIER_DEAD_LETTER_QUEUE_URL" => Some("http://dlq".into()),

@@ -19,7 +19,7 @@ pub struct Settings {
     pub status_table: String,
     pub suppression_table: String,
     /// The control table: reputation buckets and the pauses (breaker items).
-    pub breaker_table: String,
+    pub control_table: String,
     pub queue_url: String,
     pub delay_state_machine_arn: String,
     pub dead_letter_queue_url: String,
@@ -93,7 +93,7 @@ impl Settings {
         Ok(Settings {
             status_table: required("COURIER_STATUS_TABLE")?,
             suppression_table: required("COURIER_SUPPRESSION_TABLE")?,
-            breaker_table: required("COURIER_BREAKER_TABLE")?,
+            control_table: required("COURIER_CONTROL_TABLE")?,
             queue_url: required("COURIER_QUEUE_URL")?,
             delay_state_machine_arn: required("COURIER_DELAY_STATE_MACHINE_ARN")?,
             dead_letter_queue_url: required("COURIER_DEAD_LETTER_QUEUE_URL")?,
@@ -119,7 +119,7 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Applier {
     let dynamodb = clients.dynamodb.clone();
     let control = Arc::new(DynamoDbControlTable::new(
         dynamodb.clone(),
-        &settings.breaker_table,
+        &settings.control_table,
         Duration::from_secs(60),
     ));
     Applier {

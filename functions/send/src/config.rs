@@ -4,8 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use courier_adapters::smtp::SmtpSecurity;
 use courier_core::breaker::BreakerConfig;
 use courier_core::policy::{PolicyError, RetryPolicy, parse_duration};
+use courier_core::ports::Provider;
 use courier_core::rate::RateLimit;
 
 /// The send function's settings.
@@ -65,11 +67,11 @@ pub struct Resources {
     pub letter_index_table: String,
     pub status_table: String,
     pub suppression_table: String,
-    pub breaker_table: String,
+    pub control_table: String,
     pub template_bucket: String,
     pub delay_state_machine_arn: String,
-    /// Providers in failover order: `ses`, `smtp`.
-    pub providers: Vec<String>,
+    /// Providers in failover order.
+    pub providers: Vec<Provider>,
     pub ses_configuration_set: Option<String>,
     pub smtp: Option<SmtpSettings>,
 }
@@ -91,7 +93,7 @@ impl Resources {
             ),
             ("COURIER_STATUS_TABLE", self.status_table.clone()),
             ("COURIER_SUPPRESSION_TABLE", self.suppression_table.clone()),
-            ("COURIER_BREAKER_TABLE", self.breaker_table.clone()),
+            ("COURIER_CONTROL_TABLE", self.control_table.clone()),
             ("COURIER_TEMPLATE_BUCKET", self.template_bucket.clone()),
             (
                 "COURIER_DELAY_STATE_MACHINE_ARN",
@@ -106,8 +108,8 @@ impl Resources {
 pub struct SmtpSettings {
     pub host: String,
     pub port: u16,
-    /// `none`, `starttls` (required) or `tls` (implicit).
-    pub tls: String,
+    /// `COURIER_SMTP_TLS`: `none`, `starttls` (required) or `tls` (implicit).
+    pub tls: SmtpSecurity,
     pub username: Option<String>,
     pub password: Option<String>,
     pub timeout: Duration,
@@ -139,10 +141,34 @@ fn required(
         .ok_or(ConfigError::Missing { name })
 }
 
+/// `COURIER_PROVIDERS`: providers in failover order (default `ses`), each named once.
+fn parse_providers(value: Option<String>) -> Result<Vec<Provider>, ConfigError> {
+    let value = value.unwrap_or_else(|| "ses".into());
+    let invalid = || ConfigError::Invalid {
+        name: "COURIER_PROVIDERS",
+        value: value.clone(),
+        problem: "a comma-separated list of ses and smtp, each at most once".into(),
+    };
+    let mut providers = Vec::new();
+    for name in value.split(',').map(|p| p.trim().to_lowercase()) {
+        if name.is_empty() {
+            continue;
+        }
+        match Provider::parse(&name) {
+            Some(p) if !providers.contains(&p) => providers.push(p),
+            _ => return Err(invalid()),
+        }
+    }
+    if providers.is_empty() {
+        return Err(invalid());
+    }
+    Ok(providers)
+}
+
 /// The send-rate limits of the configured providers.
 fn rate_limits(
     lookup: &impl Fn(&str) -> Option<String>,
-    providers: &[String],
+    providers: &[Provider],
 ) -> Result<BTreeMap<String, RateLimit>, ConfigError> {
     let max_ahead = duration(
         lookup,
@@ -159,8 +185,8 @@ fn rate_limits(
     };
     let mut limits = BTreeMap::new();
     for (provider, name) in [
-        ("ses", "COURIER_SEND_RATE_SES"),
-        ("smtp", "COURIER_SEND_RATE_SMTP"),
+        (Provider::Ses, "COURIER_SEND_RATE_SES"),
+        (Provider::Smtp, "COURIER_SEND_RATE_SMTP"),
     ] {
         let Some(v) = lookup(name).filter(|v| !v.trim().is_empty()) else {
             continue;
@@ -188,8 +214,8 @@ fn rate_limits(
                 problem: e.to_string(),
             }
         })?;
-        if providers.iter().any(|p| p == provider) {
-            limits.insert(provider.to_owned(), limit);
+        if providers.contains(&provider) {
+            limits.insert(provider.as_str().to_owned(), limit);
         }
     }
     Ok(limits)
@@ -216,34 +242,26 @@ impl SendConfig {
         config.ambiguity_grace =
             duration(&lookup, "COURIER_AMBIGUITY_GRACE", config.ambiguity_grace)?;
         config.breaker_cache = duration(&lookup, "COURIER_BREAKER_CACHE", config.breaker_cache)?;
-        let providers: Vec<String> = lookup("COURIER_PROVIDERS")
-            .unwrap_or_else(|| "ses".into())
-            .split(',')
-            .map(|p| p.trim().to_lowercase())
-            .filter(|p| !p.is_empty())
-            .collect();
-        if providers.is_empty() || providers.iter().any(|p| p != "ses" && p != "smtp") {
-            return Err(ConfigError::Invalid {
-                name: "COURIER_PROVIDERS",
-                value: providers.join(","),
-                problem: "a comma-separated list of ses and smtp".into(),
-            });
-        }
-        let smtp = if providers.iter().any(|p| p == "smtp") {
+        let providers = parse_providers(lookup("COURIER_PROVIDERS"))?;
+        let smtp = if providers.contains(&Provider::Smtp) {
             let port_text = lookup("COURIER_SMTP_PORT").unwrap_or_else(|| "587".into());
             let port = port_text.parse().map_err(|_| ConfigError::Invalid {
                 name: "COURIER_SMTP_PORT",
                 value: port_text.clone(),
                 problem: "must be a port number".into(),
             })?;
-            let tls = lookup("COURIER_SMTP_TLS").unwrap_or_else(|| "starttls".into());
-            if !matches!(tls.as_str(), "none" | "starttls" | "tls") {
-                return Err(ConfigError::Invalid {
-                    name: "COURIER_SMTP_TLS",
-                    value: tls,
-                    problem: "one of none, starttls, tls".into(),
-                });
-            }
+            let tls = match lookup("COURIER_SMTP_TLS").as_deref() {
+                None | Some("starttls") => SmtpSecurity::StartTls,
+                Some("tls") => SmtpSecurity::Tls,
+                Some("none") => SmtpSecurity::None,
+                Some(other) => {
+                    return Err(ConfigError::Invalid {
+                        name: "COURIER_SMTP_TLS",
+                        value: other.to_owned(),
+                        problem: "one of none, starttls, tls".into(),
+                    });
+                }
+            };
             Some(SmtpSettings {
                 host: required(&lookup, "COURIER_SMTP_HOST")?,
                 port,
@@ -261,7 +279,7 @@ impl SendConfig {
             letter_index_table: required(&lookup, "COURIER_LETTER_INDEX_TABLE")?,
             status_table: required(&lookup, "COURIER_STATUS_TABLE")?,
             suppression_table: required(&lookup, "COURIER_SUPPRESSION_TABLE")?,
-            breaker_table: required(&lookup, "COURIER_BREAKER_TABLE")?,
+            control_table: required(&lookup, "COURIER_CONTROL_TABLE")?,
             template_bucket: required(&lookup, "COURIER_TEMPLATE_BUCKET")?,
             delay_state_machine_arn: required(&lookup, "COURIER_DELAY_STATE_MACHINE_ARN")?,
             providers,
@@ -286,7 +304,7 @@ mod tests {
             ("COURIER_LETTER_INDEX_TABLE", "idx"),
             ("COURIER_STATUS_TABLE", "s"),
             ("COURIER_SUPPRESSION_TABLE", "sup"),
-            ("COURIER_BREAKER_TABLE", "b"),
+            ("COURIER_CONTROL_TABLE", "b"),
             ("COURIER_TEMPLATE_BUCKET", "t"),
             ("COURIER_DELAY_STATE_MACHINE_ARN", "arn"),
         ]
@@ -314,14 +332,14 @@ mod tests {
     fn defaults_and_overrides() {
         let (config, resources, _) = parse(&base()).unwrap();
         assert_eq!(config.concurrency, 10);
-        assert_eq!(resources.providers, vec!["ses"]);
+        assert_eq!(resources.providers, vec![Provider::Ses]);
         let mut env = base();
         env.insert("COURIER_AMBIGUITY_GRACE", "20m".into());
         env.insert("COURIER_PROVIDERS", "smtp, ses".into());
         env.insert("COURIER_SMTP_HOST", "relay".into());
         let (config, resources, _) = parse(&env).unwrap();
         assert_eq!(config.ambiguity_grace, Duration::from_secs(1200));
-        assert_eq!(resources.providers, vec!["smtp", "ses"]);
+        assert_eq!(resources.providers, vec![Provider::Smtp, Provider::Ses]);
         assert_eq!(resources.smtp.unwrap().port, 587);
     }
 
@@ -347,6 +365,8 @@ mod tests {
             ("COURIER_CONCURRENCY", "0", "COURIER_CONCURRENCY"),
             ("COURIER_AMBIGUITY_GRACE", "soon", "COURIER_AMBIGUITY_GRACE"),
             ("COURIER_PROVIDERS", "pigeon", "COURIER_PROVIDERS"),
+            ("COURIER_PROVIDERS", "ses,ses", "COURIER_PROVIDERS"),
+            ("COURIER_PROVIDERS", " , ", "COURIER_PROVIDERS"),
             ("COURIER_PROVIDERS", "smtp", "COURIER_SMTP_HOST"),
             ("COURIER_RETRY_POLICY_JSON", "{", "retry policy"),
             ("COURIER_SEND_RATE_SES", "fast", "COURIER_SEND_RATE_SES"),
@@ -370,5 +390,31 @@ mod tests {
             parse(&env).unwrap_err().to_string(),
             "COURIER_STATUS_TABLE is required"
         );
+    }
+
+    #[test]
+    fn the_smtp_tls_mode_is_parsed_once_into_its_enum() {
+        let smtp_env = |tls: Option<&str>| {
+            let mut env = base();
+            env.insert("COURIER_PROVIDERS", "smtp".into());
+            env.insert("COURIER_SMTP_HOST", "relay.example".into());
+            if let Some(tls) = tls {
+                env.insert("COURIER_SMTP_TLS", tls.into());
+            }
+            env
+        };
+        for (tls, want) in [
+            (None, SmtpSecurity::StartTls),
+            (Some("starttls"), SmtpSecurity::StartTls),
+            (Some("tls"), SmtpSecurity::Tls),
+            (Some("none"), SmtpSecurity::None),
+        ] {
+            let (_, resources, _) = parse(&smtp_env(tls)).unwrap();
+            assert_eq!(resources.smtp.unwrap().tls, want, "{tls:?}");
+        }
+        let err = parse(&smtp_env(Some("STARTTLS-please")))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("COURIER_SMTP_TLS"), "{err}");
     }
 }

@@ -163,7 +163,7 @@ fn rebuilt(
 
 fn smtp_failure(reply: &'static str) -> MemoryMailer {
     MemoryMailer::with(
-        "smtp",
+        courier_core::ports::Provider::Smtp,
         Box::new(move |_| {
             Err(SendFailure {
                 verdict: classify_smtp(reply),
@@ -176,7 +176,7 @@ fn smtp_failure(reply: &'static str) -> MemoryMailer {
 
 #[tokio::test]
 async fn a_good_job_is_sent_once_and_duplicates_are_acknowledged() {
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let report = w
         .run(vec![
             rec("a", job("m1", "ann@example.org")),
@@ -194,7 +194,7 @@ async fn a_good_job_is_sent_once_and_duplicates_are_acknowledged() {
 
 #[tokio::test]
 async fn bad_input_is_dead_lettered_without_disturbing_neighbours() {
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let report = w
         .run(vec![
             rec("bad1", "{not json".into()),
@@ -225,7 +225,7 @@ async fn bad_input_is_dead_lettered_without_disturbing_neighbours() {
 
 #[tokio::test]
 async fn a_failed_dead_letter_write_fails_only_that_record() {
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     w.dead.fail_puts.set(1);
     let report = w
         .run(vec![
@@ -239,7 +239,7 @@ async fn a_failed_dead_letter_write_fails_only_that_record() {
 
 #[tokio::test]
 async fn blocklisted_payloads_go_to_poison() {
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let body = job("m5", "d@example.org");
     w.poison
         .fingerprints
@@ -256,7 +256,7 @@ async fn blocklisted_payloads_go_to_poison() {
 
 #[tokio::test]
 async fn suppressed_recipients_are_not_sent_to() {
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     w.suppression
         .entries
         .lock()
@@ -362,7 +362,7 @@ async fn content_rejections_and_rendering_failures_go_to_review() {
 
 #[tokio::test]
 async fn a_live_lease_leaves_the_record_for_later_and_an_expired_one_is_ambiguous() {
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     // GIVEN another invocation leased the job and crashed mid-send
     w.status.records.lock().unwrap().insert(
         "m12".into(),
@@ -400,7 +400,7 @@ async fn a_live_lease_leaves_the_record_for_later_and_an_expired_one_is_ambiguou
 #[tokio::test]
 async fn a_panicking_provider_fails_only_its_record() {
     let w = world_with(MemoryMailer::with(
-        "ses",
+        courier_core::ports::Provider::Ses,
         Box::new(|e| {
             if e.message_id == "boom" {
                 panic!("provider adapter bug");
@@ -433,7 +433,7 @@ impl courier_core::ports::TemplateStore for PanickingTemplates {
 #[tokio::test]
 async fn a_job_that_crashes_the_worker_before_sending_is_poison() {
     // GIVEN a worker that panics while rendering templated jobs
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let mut pipeline = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 1, unlimited());
     Arc::get_mut(&mut pipeline).unwrap().templates = Arc::new(PanickingTemplates);
     let templated = serde_json::json!({
@@ -471,7 +471,7 @@ async fn a_job_that_crashes_the_worker_before_sending_is_poison() {
 #[tokio::test]
 async fn a_panic_after_the_provider_call_is_left_for_redelivery_not_poisoned() {
     let w = world_with(MemoryMailer::with(
-        "ses",
+        courier_core::ports::Provider::Ses,
         Box::new(|_| panic!("adapter bug after the request went out")),
     ));
     let report = w
@@ -519,7 +519,7 @@ async fn an_open_circuit_waits_without_spending_an_attempt() {
 #[tokio::test]
 async fn an_ambiguous_send_is_marked_unknown_not_resent() {
     let w = world_with(MemoryMailer::with(
-        "ses",
+        courier_core::ports::Provider::Ses,
         Box::new(|_| {
             Err(SendFailure {
                 verdict: courier_core::classify::Verdict::local(
@@ -542,7 +542,7 @@ async fn an_ambiguous_send_is_marked_unknown_not_resent() {
 
 #[tokio::test]
 async fn only_the_suppressed_recipients_of_a_job_are_skipped() {
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     w.suppression
         .entries
         .lock()
@@ -609,7 +609,7 @@ async fn successes_while_closed_write_nothing() {
 
 #[tokio::test]
 async fn an_all_failed_batch_reports_every_record() {
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     w.status.fail_claims.set(3);
     let records = (0..3)
         .map(|i| rec(&format!("f{i}"), job(&format!("f{i}"), "x@example.org")))
@@ -625,7 +625,7 @@ async fn an_all_failed_batch_reports_every_record() {
 #[tokio::test]
 async fn repeated_ambiguous_sends_are_bounded_by_the_policy() {
     let w = world_with(MemoryMailer::with(
-        "ses",
+        courier_core::ports::Provider::Ses,
         Box::new(|_| {
             Err(SendFailure {
                 verdict: courier_core::classify::Verdict::local(
@@ -761,7 +761,7 @@ async fn hostile_and_broken_jobs_each_end_in_the_right_category() {
         (nested.to_string(), "needs_review", "render"),
     ];
     assert!(cases.len() >= 50, "{} cases", cases.len());
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     for (i, (payload, category, code)) in cases.iter().enumerate() {
         let mut a = good();
         a["message_id"] = json!(format!("good-a-{i}"));
@@ -820,7 +820,7 @@ async fn hostile_and_broken_jobs_each_end_in_the_right_category() {
 
 #[tokio::test]
 async fn a_sent_job_keeps_its_history_and_for_ses_its_payload() {
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let report = w.run(vec![rec("a", job("m1", "ann@example.org"))]).await;
     assert_eq!(report.metrics.counts["Outcomes"], 1);
     let record = w.status.records.lock().unwrap()["m1"].clone();
@@ -831,7 +831,7 @@ async fn a_sent_job_keeps_its_history_and_for_ses_its_payload() {
     assert_eq!(kept.attempt, 0);
     assert_eq!(kept.job.message_id, "m1");
     // Too big to keep beside the record: sent, recorded, not kept.
-    let w2 = world_with(MemoryMailer::accepting("ses"));
+    let w2 = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let big = serde_json::json!({
         "version": 1, "message_id": "big", "campaign_id": "c", "from": "shop@example.com",
         "to": ["ann@example.org"], "content": {"subject": "Hi", "text": "x".repeat(MAX_KEPT_PAYLOAD)}
@@ -842,14 +842,14 @@ async fn a_sent_job_keeps_its_history_and_for_ses_its_payload() {
     assert_eq!(w2.status_of("big"), Some(Status::SentToProvider));
     assert_eq!(w2.status.records.lock().unwrap()["big"].payload, None);
     // SMTP reports no outcomes, so nothing is kept for a resend.
-    let w = world_with(MemoryMailer::accepting("smtp"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Smtp));
     w.run(vec![rec("a", job("m2", "ann@example.org"))]).await;
     assert_eq!(w.status.records.lock().unwrap()["m2"].payload, None);
 }
 
 #[tokio::test]
 async fn a_domain_paused_by_the_reputation_guard_is_not_sent_through_ses() {
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let store = Arc::new(MemoryBreakerStore::default());
     let mut paused = courier_core::breaker::BreakerState::new(t0(), &BreakerConfig::default());
     paused.mode = courier_core::breaker::Mode::Open;
@@ -937,7 +937,7 @@ fn ses_governor(
 #[tokio::test]
 async fn a_send_waits_for_its_slot_in_the_shared_schedule() {
     // GIVEN a schedule whose next free slot is 150 ms away
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let schedule = Arc::new(MemorySendSchedule::default());
     let booked = t0() + chrono::Duration::milliseconds(150);
     let pipeline = with_governor(&w, ses_governor(&schedule, Some(booked)));
@@ -964,7 +964,7 @@ async fn a_send_waits_for_its_slot_in_the_shared_schedule() {
 #[tokio::test]
 async fn a_booked_out_schedule_defers_the_job_without_a_call_or_an_attempt() {
     // GIVEN a schedule booked 30 s ahead (past the 5 s horizon)
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let schedule = Arc::new(MemorySendSchedule::default());
     let pipeline = with_governor(
         &w,
@@ -1001,7 +1001,7 @@ async fn a_booked_out_schedule_defers_the_job_without_a_call_or_an_attempt() {
 async fn a_slot_later_than_the_lease_allows_defers_the_job() {
     // GIVEN a slot 4 s away (within the horizon) but an invocation with 8 s left and a 5 s
     // lease margin
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let schedule = Arc::new(MemorySendSchedule::default());
     let pipeline = with_governor(
         &w,
@@ -1022,7 +1022,7 @@ async fn a_slot_later_than_the_lease_allows_defers_the_job() {
 
 #[tokio::test]
 async fn an_unreachable_schedule_leaves_the_record_for_redelivery_and_releases_it() {
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let schedule = Arc::new(MemorySendSchedule::default());
     schedule.fail.set(1);
     let pipeline = with_governor(&w, ses_governor(&schedule, None));
@@ -1046,7 +1046,7 @@ async fn an_unreachable_schedule_leaves_the_record_for_redelivery_and_releases_i
 #[tokio::test]
 async fn after_a_refused_booking_the_next_jobs_wait_unclaimed_without_asking_again() {
     // GIVEN a schedule booked 30 s ahead: the first job's booking is refused (after its claim)
-    let w = world_with(MemoryMailer::accepting("ses"));
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let schedule = Arc::new(MemorySendSchedule::default());
     let pipeline = with_governor(
         &w,

@@ -10,8 +10,8 @@ use courier_adapters::aws::{
     SqsRetryScheduler,
 };
 use courier_adapters::clock::SystemClock;
-use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity, SmtpSetupError};
-use courier_core::ports::Mailer;
+use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSetupError};
+use courier_core::ports::{Mailer, Provider};
 
 use crate::Pipeline;
 use crate::breakers::Breakers;
@@ -45,35 +45,29 @@ pub fn wire(
     let sqs = clients.sqs.clone();
     let control = Arc::new(DynamoDbControlTable::new(
         dynamodb.clone(),
-        &resources.breaker_table,
+        &resources.control_table,
         Duration::from_secs(60),
     ));
     let mut mailers: Vec<Arc<dyn Mailer>> = Vec::new();
     for provider in &resources.providers {
-        match provider.as_str() {
-            "ses" => mailers.push(Arc::new(SesMailer::new(
+        match provider {
+            Provider::Ses => mailers.push(Arc::new(SesMailer::new(
                 clients.ses.clone(),
                 resources.ses_configuration_set.clone(),
             ))),
-            "smtp" => {
+            Provider::Smtp => {
                 if let Some(smtp) = &resources.smtp {
-                    let security = match smtp.tls.as_str() {
-                        "none" => SmtpSecurity::None,
-                        "tls" => SmtpSecurity::Tls,
-                        _ => SmtpSecurity::StartTls,
-                    };
                     let credentials = smtp.username.clone().zip(smtp.password.clone());
                     mailers.push(Arc::new(SmtpMailer::new(&SmtpOptions {
                         host: smtp.host.clone(),
                         port: smtp.port,
-                        security,
+                        security: smtp.tls,
                         credentials,
                         timeout: smtp.timeout,
                         pool_size: u32::try_from(config.concurrency).unwrap_or(10),
                     })?));
                 }
             }
-            _ => {}
         }
     }
     Ok(Pipeline {

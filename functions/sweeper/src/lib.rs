@@ -12,6 +12,11 @@
 //! Jobs are found through the status table's sparse `by_open` index (only open jobs carry its
 //! key), oldest first, a page at a time; every mark is a conditional write, so a job that
 //! moved on meanwhile is left alone.
+//!
+//! # Layout
+//! - [`Settings`]: the periods, parsed once at INIT; [`wire`] builds the [`Sweeper`].
+//! - [`Sweeper`]: one sweep over both open states; [`SweepReport`] its counts (EMF).
+//! - [`function_handler`]: the scheduled invocation.
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -14,7 +14,7 @@ use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
 use courier_core::classify::{ErrorClass, Verdict, classify_smtp};
-use courier_core::ports::{Mailer, OutgoingEmail, Receipt, SendFailure};
+use courier_core::ports::{Mailer, OutgoingEmail, Provider, Receipt, SendFailure};
 
 /// How the connection is secured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,8 +181,8 @@ fn strip_lettre_prefix(text: &str) -> &str {
 
 #[async_trait::async_trait]
 impl Mailer for SmtpMailer {
-    fn name(&self) -> &str {
-        "smtp"
+    fn provider(&self) -> Provider {
+        Provider::Smtp
     }
 
     async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure> {

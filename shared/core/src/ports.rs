@@ -303,11 +303,50 @@ pub struct SendFailure {
     pub source: Option<Box<dyn std::error::Error + Send + Sync>>,
 }
 
+/// A provider Courier sends through: named once, when the configuration is parsed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Provider {
+    Ses,
+    Smtp,
+}
+
+impl Provider {
+    pub const ALL: [Provider; 2] = [Provider::Ses, Provider::Smtp];
+
+    /// The stable name (`ses`, `smtp`) used for breakers, schedules, metrics and records.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Provider::Ses => "ses",
+            Provider::Smtp => "smtp",
+        }
+    }
+
+    /// The provider of a stable name; `None` for any other text.
+    pub fn parse(name: &str) -> Option<Provider> {
+        Provider::ALL.into_iter().find(|p| p.as_str() == name)
+    }
+}
+
+impl std::fmt::Display for Provider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<crate::job::ProviderHint> for Provider {
+    fn from(hint: crate::job::ProviderHint) -> Provider {
+        match hint {
+            crate::job::ProviderHint::Ses => Provider::Ses,
+            crate::job::ProviderHint::Smtp => Provider::Smtp,
+        }
+    }
+}
+
 /// Sends mail through one provider.
 #[async_trait::async_trait]
 pub trait Mailer: Send + Sync {
-    /// Stable provider name (`ses`, `smtp`), used for the breaker and records.
-    fn name(&self) -> &str;
+    /// The provider this mailer sends through (its name keys the breaker and records).
+    fn provider(&self) -> Provider;
     async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure>;
 }
 

@@ -10,7 +10,7 @@ use aws_smithy_types::error::metadata::ProvideErrorMetadata;
 
 use crate::smtp::build_message;
 use courier_core::classify::{ApiFailure, ApiFailureKind, ErrorClass, Verdict, classify_ses_api};
-use courier_core::ports::{Mailer, OutgoingEmail, Receipt, SendFailure};
+use courier_core::ports::{Mailer, OutgoingEmail, Provider, Receipt, SendFailure};
 
 /// Tag names SES events carry back.
 pub const TAG_MESSAGE_ID: &str = "courier-message-id";
@@ -113,8 +113,8 @@ where
 
 #[async_trait::async_trait]
 impl Mailer for SesMailer {
-    fn name(&self) -> &str {
-        "ses"
+    fn provider(&self) -> Provider {
+        Provider::Ses
     }
 
     async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure> {

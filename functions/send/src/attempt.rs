@@ -1,0 +1,258 @@
+//! The send attempt: the breaker, the reputation pause and the send-rate permit per provider in
+//! failover order, then the call and its status write.
+
+use super::*;
+
+impl Pipeline {
+    pub(crate) async fn attempt(
+        &self,
+        incoming: &Incoming,
+        suppressed: &[String],
+        now: DateTime<Utc>,
+        owner: &str,
+        budget: &SendBudget,
+    ) -> Step {
+        let job = &incoming.job;
+        // 6. Render (before choosing a provider: a rendering failure costs no provider call).
+        let stored = match &job.template {
+            Some(t) => match self.templates.get(&t.id).await {
+                Ok(stored) => Some(stored),
+                Err(TemplateError::NotFound(id)) => {
+                    let verdict = Verdict::local(
+                        ErrorClass::Rendering,
+                        "template-not-found",
+                        format!("template {id:?} does not exist"),
+                    );
+                    return self
+                        .after_failure(incoming, verdict, None, now, owner, false)
+                        .await;
+                }
+                Err(TemplateError::Store(e)) => return Step::Fail(e.to_string()),
+            },
+            None => None,
+        };
+        let content = match content_of(job, stored.as_ref()) {
+            Ok(c) => c,
+            Err(e) => {
+                let verdict = Verdict::local(ErrorClass::Rendering, "render", e.to_string());
+                return self
+                    .after_failure(incoming, verdict, None, now, owner, false)
+                    .await;
+            }
+        };
+        let email = match build_email(incoming, suppressed, content) {
+            Ok(email) => email,
+            Err(e) => {
+                let verdict = Verdict::local(ErrorClass::InvalidJob, "build", e);
+                return self
+                    .after_failure(incoming, verdict, None, now, owner, false)
+                    .await;
+            }
+        };
+        // 5. Breaker per provider, in failover order (the job's hint first).
+        let order = self.provider_order(job);
+        let mut earliest_retry: Option<DateTime<Utc>> = None;
+        let mut rate_limited = false;
+        let domain = email.from.email.domain().to_owned();
+        for mailer in order {
+            let provider = mailer.provider();
+            let name = provider.as_str();
+            if provider == Provider::Ses
+                && let Some(until) = self
+                    .breakers
+                    .paused(&courier_core::reputation::pause_key(&domain), now)
+                    .await
+            {
+                warn!(domain = %domain, until = %until, "sending domain paused by the reputation guard");
+                earliest_retry = Some(earliest_retry.map_or(until, |t| t.min(until)));
+                continue;
+            }
+            match self.breakers.admit(name, now).await {
+                Admission::Reject { retry_at } => {
+                    earliest_retry = Some(earliest_retry.map_or(retry_at, |t| t.min(retry_at)));
+                    continue;
+                }
+                // A half-open probe goes at once: holding it back could strand the probe slot.
+                Admission::Probe => {}
+                Admission::Allow => match self.governor.permit(name, now, budget.wanted()).await {
+                    Ok(Permit::Go { wait }) if wait.is_zero() => {}
+                    Ok(Permit::Go { wait }) if self.now() + wait < budget.send_by => {
+                        tokio::time::sleep(wait).await;
+                    }
+                    Ok(Permit::Go { wait }) => {
+                        let until = now + chrono::Duration::from_std(wait).unwrap_or_default();
+                        warn!(provider = %name, %until, "send-rate slot past the lease; deferred");
+                        earliest_retry = Some(earliest_retry.map_or(until, |t| t.min(until)));
+                        rate_limited = true;
+                        continue;
+                    }
+                    Ok(Permit::Refused { until }) => {
+                        info!(provider = %name, %until, "send-rate quota booked; deferred");
+                        earliest_retry = Some(earliest_retry.map_or(until, |t| t.min(until)));
+                        rate_limited = true;
+                        continue;
+                    }
+                    Err(e) => return Step::Fail(e.to_string()),
+                },
+            }
+            // 7. Send.
+            budget
+                .called
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            let started = std::time::Instant::now();
+            let result = mailer.send(&email).await;
+            let latency = started.elapsed();
+            let done = self.now();
+            return match result {
+                Ok(receipt) => {
+                    self.breakers.record(name, false, done).await;
+                    let mut update = self.update(
+                        job.message_id.clone(),
+                        owner.to_owned(),
+                        Status::SentToProvider,
+                        incoming.attempt,
+                        done,
+                    );
+                    update.provider = Some(name.to_owned());
+                    update.provider_message_id = Some(receipt.provider_message_id.clone());
+                    update.detail = Some(format!("accepted by {name}"));
+                    // Kept for a resend on a transient bounce (only SES reports those), unless
+                    // it would crowd the 400 KB DynamoDB item (then the bounce is recorded only).
+                    if provider == Provider::Ses {
+                        let body = current_body(incoming);
+                        if body.len() <= MAX_KEPT_PAYLOAD {
+                            update.payload = Some(body);
+                        }
+                    }
+                    match self.status.finish(&update).await {
+                        Ok(()) => {
+                            info!(provider = %name, provider_message_id = %receipt.provider_message_id, latency_ms = latency.as_millis() as u64, "sent");
+                            Step::Done(Outcome::Sent { latency })
+                        }
+                        // The mail is out; the lease will expire into `unknown`, which the
+                        // provider's events resolve. Redelivery must not resend blindly.
+                        Err(e) => Step::Fail(format!("sent, but the status write failed: {e}")),
+                    }
+                }
+                Err(failure) => {
+                    let counts = failure.verdict.class.counts_against_provider();
+                    self.breakers.record(name, counts, done).await;
+                    if failure.ambiguous {
+                        warn!(provider = %name, class = %failure.verdict.class, "outcome ambiguous; the retry waits for provider evidence");
+                    }
+                    self.after_failure(
+                        incoming,
+                        failure.verdict,
+                        Some(name.to_owned()),
+                        done,
+                        owner,
+                        failure.ambiguous,
+                    )
+                    .await
+                }
+            };
+        }
+        let retry_at = earliest_retry.unwrap_or(now);
+        let verdict = if rate_limited {
+            Verdict::local(
+                ErrorClass::RateLimited,
+                "send-rate",
+                format!(
+                    "no provider could take the message now (the send-rate quota is booked until {retry_at})"
+                ),
+            )
+        } else {
+            Verdict::local(
+                ErrorClass::CircuitOpen,
+                "breaker-open",
+                format!("every provider's circuit is open until {retry_at}"),
+            )
+        };
+        self.after_failure(incoming, verdict, None, now, owner, false)
+            .await
+    }
+
+    /// The providers in failover order, the job's hint first.
+    pub(crate) fn provider_order(
+        &self,
+        job: &courier_core::job::EmailJob,
+    ) -> Vec<&Arc<dyn Mailer>> {
+        let mut order: Vec<&Arc<dyn Mailer>> = self.mailers.iter().collect();
+        if let Some(hint) = job.provider {
+            let hinted = Provider::from(hint);
+            order.sort_by_key(|m| m.provider() != hinted);
+        }
+        order
+    }
+
+    /// When no provider can take the job now, as this instance already knows without a call
+    /// (every provider's circuit is open, per the cached breaker state, or its send-rate
+    /// schedule was seen booked past the horizon), the job waits in the queue without being
+    /// claimed: no status write, the same generation, the retry state in the envelope. A claim
+    /// would cost a transaction and a status write for every wait of every job during an
+    /// outage or a drain. `None`: go on and claim (anything else, including a wait the policy
+    /// would not grant, is decided after the claim as before).
+    pub(crate) async fn wait_unclaimed(
+        &self,
+        incoming: &Incoming,
+        now: DateTime<Utc>,
+    ) -> Option<Step> {
+        let job = &incoming.job;
+        let mut until: Option<DateTime<Utc>> = None;
+        let mut rate_limited = false;
+        for mailer in self.provider_order(job) {
+            let name = mailer.provider().as_str();
+            if let Some(t) = self.breakers.paused(name, now).await {
+                until = Some(until.map_or(t, |u| u.min(t)));
+            } else if let Some(t) = self.governor.refused_until(name, now).await {
+                until = Some(until.map_or(t, |u| u.min(t)));
+                rate_limited = true;
+            } else {
+                return None;
+            }
+        }
+        let until = until?;
+        let verdict = if rate_limited {
+            Verdict::local(
+                ErrorClass::RateLimited,
+                "send-rate",
+                format!("the send-rate quota is booked; no booking before {until} (not claimed)"),
+            )
+        } else {
+            Verdict::local(
+                ErrorClass::CircuitOpen,
+                "breaker-open",
+                format!("every provider's circuit is open until {until} (not claimed)"),
+            )
+        };
+        let decision = self.decide(incoming, verdict.class, now);
+        let Decision::Retry {
+            delay,
+            mechanism: DelayMechanism::QueueDelay,
+            spends_attempt,
+        } = decision
+        else {
+            return None;
+        };
+        let mut retry = incoming.retry.clone();
+        retry.record(verdict.class, spends_attempt, delay.as_secs(), now);
+        let mut history = incoming.history.clone();
+        history.push(attempt_record(
+            &verdict,
+            None,
+            now,
+            spends_attempt,
+            Some(delay.as_secs()),
+        ));
+        info!(class = %verdict.class, delay_s = delay.as_secs(), "no provider can take it now; waiting unclaimed");
+        Some(Step::Requeue {
+            requeue: Requeue {
+                message_id: job.message_id.clone(),
+                body: same_generation_body(incoming, retry, history),
+                delay_secs: delay.as_secs(),
+            },
+            then: None,
+            outcome: Outcome::Retried(verdict.class),
+        })
+    }
+}

@@ -1,0 +1,87 @@
+//! In-memory adapters of every port, for unit tests of the pure logic and for benchmarks.
+//! They follow the same rules as the AWS adapters (the claim uses [`judge_claim`]).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use chrono::{DateTime, Utc};
+
+use courier_core::breaker::BreakerState;
+use courier_core::ports::{
+    BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink,
+    HistoryEntry, JobRecord, Mailer, OpenState, OutgoingEmail, PoisonList, Provider, Receipt,
+    ReputationStore, Requeue, Resend, RetryScheduler, SendFailure, SendSchedule, Sightings,
+    StatusStore, StatusUpdate, StoreError, SuppressionList, SweepMark, Template, TemplateError,
+    TemplateStore, judge_claim,
+};
+use courier_core::status::Status;
+
+mod control;
+mod letters;
+mod sending;
+mod status;
+
+pub use control::*;
+pub use letters::*;
+pub use sending::*;
+pub use status::*;
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A switch to make calls of an adapter fail, for error-path tests: after `skip` more calls
+/// succeed, the next `fail` calls fail.
+#[derive(Debug, Default)]
+pub struct FailNext {
+    skip: AtomicUsize,
+    fail: AtomicUsize,
+}
+
+impl FailNext {
+    /// The next `calls` calls fail.
+    pub fn set(&self, calls: usize) {
+        self.set_after(0, calls);
+    }
+
+    /// `skip` calls succeed, then `fail` calls fail (a crash at a chosen step).
+    pub fn set_after(&self, skip: usize, fail: usize) {
+        self.skip.store(skip, Ordering::SeqCst);
+        self.fail.store(fail, Ordering::SeqCst);
+    }
+
+    fn take(&self, operation: &'static str) -> Result<(), StoreError> {
+        if self.fail.load(Ordering::SeqCst) == 0 {
+            return Ok(());
+        }
+        let skip = self.skip.load(Ordering::SeqCst);
+        if skip > 0 {
+            self.skip.store(skip - 1, Ordering::SeqCst);
+            return Ok(());
+        }
+        self.fail.fetch_sub(1, Ordering::SeqCst);
+        Err(StoreError::msg(operation, "injected failure"))
+    }
+}
+
+/// A clock that stands still until moved.
+#[derive(Debug)]
+pub struct ManualClock(Mutex<DateTime<Utc>>);
+
+impl ManualClock {
+    pub fn new(at: DateTime<Utc>) -> ManualClock {
+        ManualClock(Mutex::new(at))
+    }
+
+    pub fn advance(&self, secs: i64) {
+        let mut t = lock(&self.0);
+        *t += chrono::Duration::seconds(secs);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> DateTime<Utc> {
+        *lock(&self.0)
+    }
+}

@@ -1,0 +1,296 @@
+//! The status store in memory.
+
+use super::*;
+
+/// Status records in a map; claims check `suppression` like the DynamoDB store's transaction.
+#[derive(Debug, Default)]
+pub struct MemoryStatusStore {
+    pub records: Mutex<HashMap<String, JobRecord>>,
+    pub suppression: Option<std::sync::Arc<MemorySuppressionList>>,
+    pub fail_claims: FailNext,
+    pub fail_finishes: FailNext,
+    pub writes: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl StatusStore for MemoryStatusStore {
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        self.fail_claims.take("claim")?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut records = lock(&self.records);
+        let existing = records.get(&req.message_id).cloned();
+        let judgement = judge_claim(existing.as_ref(), req);
+        if !matches!(judgement, ClaimJudgement::Refuse(_))
+            && let Some(list) = &self.suppression
+        {
+            let hit: Vec<String> = req
+                .check_suppressed
+                .iter()
+                .filter(|a| list.is_suppressed(a, req.now))
+                .cloned()
+                .collect();
+            if !hit.is_empty() {
+                return Ok(ClaimOutcome::Suppressed(hit));
+            }
+        }
+        match judgement {
+            ClaimJudgement::Take => {
+                let mut rec = existing.unwrap_or_else(|| {
+                    JobRecord::new(&req.message_id, Status::Processing, req.attempt, req.now)
+                });
+                rec.status = Status::Processing;
+                rec.attempt = req.attempt;
+                rec.lease_owner = Some(req.owner.clone());
+                rec.lease_until = Some(req.lease_until);
+                rec.unknown_since = None;
+                rec.updated_at = req.now;
+                rec.history.push(HistoryEntry {
+                    at: req.now,
+                    status: Status::Processing,
+                    attempt: req.attempt,
+                    by: "send".into(),
+                    detail: Some(format!("claimed by {}", req.owner)),
+                });
+                records.insert(req.message_id.clone(), rec);
+                Ok(ClaimOutcome::Claimed)
+            }
+            ClaimJudgement::Refuse(outcome) => Ok(outcome),
+            ClaimJudgement::MarkUnknown => {
+                if let Some(rec) = records.get_mut(&req.message_id) {
+                    rec.status = Status::Unknown;
+                    rec.unknown_since = Some(req.now);
+                    rec.lease_owner = None;
+                    rec.updated_at = req.now;
+                    rec.history.push(HistoryEntry {
+                        at: req.now,
+                        status: Status::Unknown,
+                        attempt: rec.attempt,
+                        by: "send".into(),
+                        detail: Some("the lease expired mid-send".into()),
+                    });
+                }
+                Ok(ClaimOutcome::Ambiguous {
+                    resolve_at: req.now + req.grace,
+                })
+            }
+        }
+    }
+
+    async fn finish(&self, update: &StatusUpdate) -> Result<(), StoreError> {
+        self.fail_finishes.take("finish")?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut records = lock(&self.records);
+        let rec = records
+            .get_mut(&update.message_id)
+            .ok_or_else(|| StoreError::msg("finish", "no record"))?;
+        let ours = rec.lease_owner.as_deref() == Some(update.owner.as_str());
+        if !ours && rec.status != Status::Unknown {
+            return Err(StoreError::msg("finish", "lease lost"));
+        }
+        apply(rec, update);
+        Ok(())
+    }
+
+    async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError> {
+        self.fail_finishes.take("record")?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut records = lock(&self.records);
+        if let Some(rec) = records.get(&update.message_id)
+            && courier_core::status::transition(rec.status, update.status)
+                != Ok(courier_core::status::Transition::Applied)
+        {
+            return Ok(());
+        }
+        let rec = records.entry(update.message_id.clone()).or_insert_with(|| {
+            JobRecord::new(
+                &update.message_id,
+                update.status,
+                update.attempt,
+                update.now,
+            )
+        });
+        // As the DynamoDB store: a provider message id is kept where the record has one.
+        let kept = rec.provider_message_id.clone();
+        apply(rec, update);
+        if kept.is_some() {
+            rec.provider_message_id = kept;
+        }
+        Ok(())
+    }
+
+    async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
+        Ok(lock(&self.records).get(message_id).cloned())
+    }
+
+    async fn find_by_provider_message_id(
+        &self,
+        provider_message_id: &str,
+    ) -> Result<Option<String>, StoreError> {
+        Ok(lock(&self.records)
+            .values()
+            .find(|r| r.provider_message_id.as_deref() == Some(provider_message_id))
+            .map(|r| r.message_id.clone()))
+    }
+
+    async fn note(&self, message_id: &str, entry: &HistoryEntry) -> Result<bool, StoreError> {
+        self.fail_finishes.take("note")?;
+        let mut records = lock(&self.records);
+        match records.get_mut(message_id) {
+            Some(rec) if rec.status == entry.status && rec.attempt == entry.attempt => {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                rec.history.push(entry.clone());
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn reopen(
+        &self,
+        message_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<u32>, StoreError> {
+        let mut records = lock(&self.records);
+        match records.get_mut(message_id) {
+            Some(rec) if rec.status == Status::DeadLettered => {
+                rec.status = Status::Pending;
+                rec.attempt += 1;
+                rec.updated_at = now;
+                rec.history.push(HistoryEntry {
+                    at: now,
+                    status: Status::Pending,
+                    attempt: rec.attempt,
+                    by: "operator".into(),
+                    detail: Some("replayed from the dead letters".into()),
+                });
+                Ok(Some(rec.attempt))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn resend(&self, resend: &Resend) -> Result<bool, StoreError> {
+        self.fail_finishes.take("resend")?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut records = lock(&self.records);
+        match records.get_mut(&resend.message_id) {
+            Some(rec)
+                if rec.attempt == resend.attempt
+                    && matches!(
+                        rec.status,
+                        Status::SentToProvider | Status::BouncedTransient
+                    ) =>
+            {
+                rec.status = Status::Deferred;
+                rec.attempt += 1;
+                rec.updated_at = resend.now;
+                rec.resend_of = Some(resend.bounced.clone());
+                rec.history.push(HistoryEntry {
+                    at: resend.now,
+                    status: Status::Deferred,
+                    attempt: rec.attempt,
+                    by: "events".into(),
+                    detail: Some(resend.detail.clone()),
+                });
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn open_before(
+        &self,
+        state: OpenState,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let records = lock(&self.records);
+        let mut found: Vec<JobRecord> = records
+            .values()
+            .filter(|r| {
+                r.swept_at.is_none()
+                    && OpenState::of(r.status, r.provider.as_deref()) == Some(state)
+                    && r.updated_at < before
+            })
+            .cloned()
+            .collect();
+        found.sort_by_key(|r| r.updated_at);
+        found.truncate(limit);
+        Ok(found)
+    }
+
+    async fn sweep(
+        &self,
+        found: &JobRecord,
+        mark: SweepMark,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.fail_finishes.take("sweep")?;
+        let mut records = lock(&self.records);
+        let Some(rec) = records.get_mut(&found.message_id) else {
+            return Ok(false);
+        };
+        if rec.status != found.status || rec.updated_at != found.updated_at {
+            return Ok(false);
+        }
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        match mark {
+            SweepMark::LeaseExpired => {
+                if rec.status != Status::Processing || rec.lease_until.is_some_and(|l| l > now) {
+                    return Ok(false);
+                }
+                rec.status = Status::Unknown;
+                rec.unknown_since = Some(now);
+                rec.lease_owner = None;
+                rec.lease_until = None;
+                rec.updated_at = now;
+                rec.history.push(HistoryEntry {
+                    at: now,
+                    status: Status::Unknown,
+                    attempt: rec.attempt,
+                    by: "sweeper".into(),
+                    detail: Some("still processing long after its lease expired".into()),
+                });
+            }
+            SweepMark::NoOutcome => {
+                rec.swept_at = Some(now);
+                rec.history.push(HistoryEntry {
+                    at: now,
+                    status: rec.status,
+                    attempt: rec.attempt,
+                    by: "sweeper".into(),
+                    detail: Some("no delivery, bounce or complaint event arrived".into()),
+                });
+            }
+        }
+        Ok(true)
+    }
+}
+
+fn apply(rec: &mut JobRecord, update: &StatusUpdate) {
+    rec.history.push(HistoryEntry {
+        at: update.now,
+        status: update.status,
+        attempt: rec.attempt.max(update.attempt),
+        by: update.owner.clone(),
+        detail: update.detail.clone(),
+    });
+    if update.payload.is_some() {
+        rec.payload.clone_from(&update.payload);
+    }
+    if update.status == Status::Unknown {
+        rec.unknown_since = Some(update.now);
+    }
+    rec.status = update.status;
+    rec.attempt = rec.attempt.max(update.attempt);
+    rec.lease_owner = None;
+    rec.lease_until = None;
+    rec.updated_at = update.now;
+    if update.provider.is_some() {
+        rec.provider.clone_from(&update.provider);
+    }
+    if update.provider_message_id.is_some() {
+        rec.provider_message_id
+            .clone_from(&update.provider_message_id);
+    }
+}

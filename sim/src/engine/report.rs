@@ -1,0 +1,139 @@
+//! The run's figures, read off the engine at the end.
+
+use super::*;
+
+impl Engine<'_> {
+    pub(super) fn report(mut self, wall_ms: f64) -> Report {
+        let sc = self.sc;
+        // Idle pollers keep long-polling until the end.
+        let end = self.now;
+        for &inst in &self.idle {
+            let i = &self.instances[inst as usize];
+            self.calls.sqs_receive_empty +=
+                end.saturating_sub(i.idle_since) / (sc.sqs.receive_wait_secs.max(1) * 1000);
+        }
+        let mut counts = [0u64; 5];
+        let mut latencies: Vec<u64> = Vec::new();
+        let mut makespan = 0u64;
+        let recovery_ms = sc.recovery_secs().map(|s| s * 1000);
+        let mut drained_at: Option<u64> = None;
+        for j in &self.jobs {
+            let k = match j.fate {
+                Fate::Pending => 0,
+                Fate::Sent => 1,
+                Fate::Bounced => 2,
+                Fate::DeadLettered => 3,
+                Fate::Redriven => 4,
+            };
+            counts[k] += 1;
+            if j.fate != Fate::Pending {
+                makespan = makespan.max(j.finished);
+            }
+            if j.fate == Fate::Sent {
+                latencies.push(j.finished - j.arrived);
+            }
+            if let Some(r) = recovery_ms
+                && j.arrived < r
+            {
+                let f = if j.fate == Fate::Pending {
+                    u64::MAX
+                } else {
+                    j.finished
+                };
+                drained_at = Some(drained_at.map_or(f, |d| d.max(f)));
+            }
+        }
+        latencies.sort_unstable();
+        let pct = |p: f64| -> f64 {
+            if latencies.is_empty() {
+                return 0.0;
+            }
+            let i = ((latencies.len() - 1) as f64 * p).round() as usize;
+            latencies[i] as f64 / 1000.0
+        };
+        let after = recovery_ms.map_or(0, |r| (r / 1000) as usize);
+        let peak = |v: &[u32], from: usize| v.iter().skip(from).copied().max().unwrap_or(0);
+        let quota = sc.provider.quota_per_sec;
+        let over = self
+            .per_sec_calls
+            .iter()
+            .skip(after)
+            .filter(|c| f64::from(**c) > quota)
+            .count() as u64;
+        let jobs = self.jobs.len().max(1) as f64;
+        let outage = sc
+            .faults
+            .iter()
+            .any(|f| matches!(f.kind, crate::scenario::FaultKind::Outage { .. }));
+        let cost = Cost::of(&self.calls, &PRICES);
+        Report {
+            scenario: sc.name.clone(),
+            policy: sc.policy_label.clone(),
+            breaker: match sc.breaker {
+                None => "off".into(),
+                Some(b) => format!(
+                    "min {} / {:.0}% / open {}s",
+                    b.min_calls,
+                    b.failure_ratio * 100.0,
+                    b.open_secs
+                ),
+            },
+            seed: sc.seed,
+            send_rate: sc
+                .send_rate
+                .map_or_else(|| "off".into(), |r| format!("{}/s", r.per_sec)),
+            rate_refused: self.rate_refused,
+            jobs: self.jobs.len() as u64,
+            sent: counts[1],
+            bounced: counts[2],
+            dead_lettered: counts[3],
+            redriven: counts[4],
+            pending: counts[0] + (sc.jobs - self.arrived),
+            dead_letters_by_class: self.dead_by_class,
+            provider_calls: self.calls.provider_calls,
+            provider_accepted: self.calls.provider_accepted,
+            throttled: self.throttled,
+            failed_calls: self.failed_calls,
+            timed_out: self.timed_out,
+            provider_calls_per_job: self.calls.provider_calls as f64 / jobs,
+            outage: outage.then(|| OutageFigures {
+                jobs: self.outage_jobs,
+                calls: self.outage_calls,
+                calls_per_job: self.outage_calls as f64 / self.outage_jobs.max(1) as f64,
+                calling_jobs: self.outage_calling_jobs,
+                calls_per_calling_job: self.outage_calls as f64
+                    / self.outage_calling_jobs.max(1) as f64,
+            }),
+            quota_per_sec: quota,
+            peak_calls_per_sec: peak(&self.per_sec_calls, 0),
+            peak_calls_per_sec_after_recovery: peak(&self.per_sec_calls, after),
+            peak_accepted_per_sec_after_recovery: peak(&self.per_sec_accepted, after),
+            peak_calls_per_sec_10s_after_recovery: self
+                .per_sec_calls
+                .get(after..)
+                .unwrap_or(&[])
+                .windows(10)
+                .map(|w| f64::from(w.iter().sum::<u32>()) / 10.0)
+                .fold(0.0, f64::max),
+            secs_over_quota_after_recovery: over,
+            recovery_secs: sc.recovery_secs(),
+            drain_secs: match (drained_at, recovery_ms) {
+                (Some(d), Some(r)) if d != u64::MAX => Some(d.saturating_sub(r) as f64 / 1000.0),
+                _ => None,
+            },
+            makespan_secs: makespan as f64 / 1000.0,
+            latency_p50_secs: pct(0.5),
+            latency_p99_secs: pct(0.99),
+            possible_duplicates: self.possible_duplicates,
+            max_concurrency: self.max_busy,
+            breaker_opened: self.shared.as_ref().map_or(0, |s| s.opened),
+            aws_calls_per_job: self.calls.per_job_calls() as f64 / jobs,
+            periodic_calls: self.calls.periodic_calls(),
+            cost_per_1000_jobs: cost.total / jobs * 1000.0,
+            cost,
+            aws: self.calls,
+            events: self.events,
+            wall_ms,
+        }
+    }
+}
