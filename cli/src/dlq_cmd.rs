@@ -5,7 +5,7 @@ use std::io::Write;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use courier_adapters::aws::{
-    Clients, DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore, SqsRetryScheduler,
+    Clients, DynamoDbLetterIndex, DynamoDbPoisonList, DynamoDbStatusStore, SqsRetryScheduler,
 };
 use courier_core::classify::ErrorClass;
 use courier_core::letters::{LetterFilter, LetterState};
@@ -315,7 +315,7 @@ async fn run_async(
                 return Ok(0);
             };
             let control = if blocklist {
-                Some(DynamoDbControlTable::new(
+                Some(DynamoDbPoisonList::new(
                     clients.dynamodb.clone(),
                     setting(settings, Setting::ControlTable)?,
                     std::time::Duration::from_secs(60),

@@ -181,18 +181,18 @@ pub(crate) fn reputation(
         }
         runtime()?.block_on(async {
             let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
-            let control = courier_adapters::aws::DynamoDbControlTable::new(
-                clients.dynamodb,
-                table,
-                std::time::Duration::from_secs(60),
+            let reputation = courier_adapters::aws::DynamoDbReputationStore::new(
+                clients.dynamodb.clone(),
+                table.clone(),
             );
+            let pauses = courier_adapters::aws::DynamoDbBreakerStore::new(clients.dynamodb, table);
             let now = Utc::now();
             let since = courier_core::reputation::bucket_of(
                 now - chrono::Duration::seconds(i64::try_from(window_secs).unwrap_or(86_400)),
             );
-            let counts = control.window(&domain, since).await.map_err(store_err)?;
+            let counts = reputation.window(&domain, since).await.map_err(store_err)?;
             let key = courier_core::reputation::pause_key(&domain);
-            let pause = control.load(&key).await.map_err(store_err)?;
+            let pause = pauses.load(&key).await.map_err(store_err)?;
             let paused_until = pause
                 .as_ref()
                 .filter(|p| p.mode == Mode::Open)
@@ -208,7 +208,7 @@ pub(crate) fn reputation(
                     version: current.version + 1,
                     ..BreakerState::new(now, &BreakerConfig::default())
                 };
-                if !control
+                if !pauses
                     .save(&key, &closed, Some(current.version))
                     .await
                     .map_err(store_err)?

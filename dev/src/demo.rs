@@ -47,7 +47,7 @@ use crate::driver::Driver;
 use aws_sdk_sesv2::types::VerificationStatus;
 use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
 use courier_adapters::aws::{
-    DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList, store_error,
+    DynamoDbPoisonList, DynamoDbStatusStore, DynamoDbSuppressionList, store_error,
 };
 use courier_core::policy::RetryPolicy;
 use courier_core::ports::{
@@ -420,7 +420,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
         ses: ses_jobs,
     } = campaign(size, &from);
     let dynamodb = aws_sdk_dynamodb::Client::new(&sdk);
-    let control = DynamoDbControlTable::new(
+    let control = DynamoDbPoisonList::new(
         dynamodb.clone(),
         &stack.control_table,
         Duration::from_secs(60),

@@ -192,7 +192,7 @@ async fn dead_letters_are_indexed_archived_and_read_back_equal() {
 
 #[tokio::test]
 async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
-    use courier_adapters::aws::{DynamoDbControlTable, DynamoDbStatusStore, SqsRetryScheduler};
+    use courier_adapters::aws::{DynamoDbPoisonList, DynamoDbStatusStore, SqsRetryScheduler};
     let stack = Stack::create(&["smtp"]).await;
     let clients = Clients::new(&stack.sdk);
     let pipeline = stack.send_pipeline();
@@ -309,7 +309,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
     );
 
     // Discard with blocklist: an identical payload now goes straight to poison.
-    let control = DynamoDbControlTable::new(
+    let control = DynamoDbPoisonList::new(
         clients.dynamodb.clone(),
         &stack.resources.control_table,
         Duration::from_secs(0),

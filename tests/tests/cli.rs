@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use courier_adapters::aws::{
-    DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore, DynamoDbSuppressionList,
+    DynamoDbLetterIndex, DynamoDbPoisonList, DynamoDbStatusStore, DynamoDbSuppressionList,
 };
 use courier_core::classify::ErrorClass;
 use courier_core::letters::{IndexedLetter, LetterState, letter_id};
@@ -227,7 +227,7 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     );
     // a fresh adapter per check: each caches the poison list for its TTL
     let poison = || {
-        DynamoDbControlTable::new(
+        DynamoDbPoisonList::new(
             dynamodb.clone(),
             &stack.resources.control_table,
             Duration::from_secs(60),

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use courier_adapters::aws::{
-    DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList, S3TemplateStore, SesMailer,
-    SqsDeadLetterSink, SqsRetryScheduler,
+    DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbPoisonList, DynamoDbReputationStore,
+    DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList,
+    S3TemplateStore, SesMailer, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity};
 use courier_core::breaker::{BreakerConfig, BreakerState};
@@ -458,12 +459,10 @@ async fn breaker_store_contract(store: &dyn BreakerStore) {
 async fn breaker_store_and_poison_list_memory_and_dynamodb() {
     breaker_store_contract(&MemoryBreakerStore::default()).await;
     let stack = Stack::create(&["ses"]).await;
-    let control = DynamoDbControlTable::new(
-        aws_sdk_dynamodb::Client::new(&stack.sdk),
-        &stack.resources.control_table,
-        Duration::from_secs(60),
-    );
-    breaker_store_contract(&control).await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&stack.sdk);
+    let table = &stack.resources.control_table;
+    breaker_store_contract(&DynamoDbBreakerStore::new(dynamodb.clone(), table)).await;
+    let control = DynamoDbPoisonList::new(dynamodb, table, Duration::from_secs(60));
     assert!(!control.is_blocked("abc").await.unwrap());
     control
         .block("abc", "crashed the worker", now())
@@ -1379,12 +1378,14 @@ async fn sightings_and_reputation_memory_and_dynamodb() {
     )
     .await;
     let stack = Stack::create(&["ses"]).await;
-    let control = DynamoDbControlTable::new(
-        aws_sdk_dynamodb::Client::new(&stack.sdk),
-        &stack.resources.control_table,
-        Duration::from_secs(60),
-    );
-    sightings_and_reputation_contract(&control, &control, &control).await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&stack.sdk);
+    let table = &stack.resources.control_table;
+    sightings_and_reputation_contract(
+        &DynamoDbSightings::new(dynamodb.clone(), table),
+        &DynamoDbReputationStore::new(dynamodb.clone(), table),
+        &DynamoDbEventLedger::new(dynamodb, table),
+    )
+    .await;
 }
 
 async fn send_schedule_contract(schedule: &dyn SendSchedule, concurrent: bool) {
@@ -1462,10 +1463,9 @@ async fn send_schedule_contract(schedule: &dyn SendSchedule, concurrent: bool) {
 async fn send_schedule_memory_and_dynamodb() {
     send_schedule_contract(&MemorySendSchedule::default(), true).await;
     let stack = Stack::create(&["ses"]).await;
-    let control = DynamoDbControlTable::new(
+    let control = DynamoDbSendSchedule::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
         &stack.resources.control_table,
-        Duration::from_secs(60),
     );
     // The race is asserted where conditional writes are atomic (see atomic_conditional_writes).
     send_schedule_contract(&control, courier_integration::atomic_conditional_writes()).await;

@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use courier_adapters::aws::{Clients, DynamoDbControlTable, DynamoDbSuppressionList};
+use courier_adapters::aws::{
+    Clients, DynamoDbBreakerStore, DynamoDbReputationStore, DynamoDbSuppressionList,
+};
 use courier_core::policy::RetryPolicy;
 use courier_core::ports::{BreakerStore, StatusStore, StatusUpdate, SuppressionList};
 use courier_core::reputation::GuardConfig;
@@ -322,11 +324,8 @@ async fn the_reputation_guard_pauses_a_domain_in_a_synthetic_bounce_wave() {
         .handle(sqs_batch(ids[4..6].iter().map(bounce).collect()))
         .await;
     assert_eq!(report.tripped.len(), 1, "{report:?}");
-    let control = DynamoDbControlTable::new(
-        clients.dynamodb.clone(),
-        &stack.resources.control_table,
-        Duration::from_secs(60),
-    );
+    let control =
+        DynamoDbBreakerStore::new(clients.dynamodb.clone(), &stack.resources.control_table);
     let pause = control
         .load(&courier_core::reputation::pause_key(&domain))
         .await
@@ -534,11 +533,8 @@ async fn events_without_our_id_find_their_job_suppress_and_count_once() {
     let status = stack.status_store();
     let suppression =
         DynamoDbSuppressionList::new(clients.dynamodb.clone(), &stack.resources.suppression_table);
-    let control = DynamoDbControlTable::new(
-        clients.dynamodb.clone(),
-        &stack.resources.control_table,
-        Duration::from_secs(60),
-    );
+    let control =
+        DynamoDbReputationStore::new(clients.dynamodb.clone(), &stack.resources.control_table);
     let events = applier(&stack, RetryPolicy::default(), GuardConfig::default());
     let now = chrono::Utc::now();
     // GIVEN a job sent through SES, its SES message id recorded

@@ -8,7 +8,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use courier_adapters::aws::{DynamoDbControlTable, DynamoDbStatusStore, S3TemplateStore};
+use courier_adapters::aws::{
+    DynamoDbBreakerStore, DynamoDbPoisonList, DynamoDbStatusStore, S3TemplateStore,
+};
 use courier_core::classify::ErrorClass;
 use courier_core::policy::RetryPolicy;
 use courier_core::ports::{ClaimOutcome, ClaimRequest, DeadLetter, StatusStore};
@@ -134,7 +136,7 @@ fn captured(to: &str) -> usize {
 #[tokio::test]
 async fn every_smtp_class_ends_where_it_should() {
     let stack = Stack::create(&["smtp"]).await;
-    let control = DynamoDbControlTable::new(
+    let control = DynamoDbPoisonList::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
         &stack.resources.control_table,
         Duration::from_secs(60),
@@ -412,10 +414,9 @@ async fn a_failing_provider_opens_the_breaker_and_traffic_fails_over() {
         }
     }
     assert_eq!(via_ses, 12, "every job ended up sent through SES");
-    let control = DynamoDbControlTable::new(
+    let control = DynamoDbBreakerStore::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
         &stack.resources.control_table,
-        Duration::from_secs(60),
     );
     use courier_core::ports::BreakerStore;
     let smtp = control

@@ -1,11 +1,11 @@
 //! Builds the events function from the environment at INIT.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use courier_adapters::aws::{
-    Clients, DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore,
-    DynamoDbSuppressionList, IndexedDeadLetterSink, SqsDeadLetterSink, SqsRetryScheduler,
+    Clients, DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbLetterIndex,
+    DynamoDbReputationStore, DynamoDbStatusStore, DynamoDbSuppressionList, IndexedDeadLetterSink,
+    SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::clock::SystemClock;
 use courier_core::policy::{RetryPolicy, parse_duration};
@@ -117,11 +117,7 @@ impl Settings {
 /// Wires the function from settings and SDK clients.
 pub fn wire(clients: &Clients, settings: &Settings) -> Applier {
     let dynamodb = clients.dynamodb.clone();
-    let control = Arc::new(DynamoDbControlTable::new(
-        dynamodb.clone(),
-        &settings.control_table,
-        Duration::from_secs(60),
-    ));
+    let control = &settings.control_table;
     Applier {
         status: Arc::new(DynamoDbStatusStore::new(
             dynamodb.clone(),
@@ -143,15 +139,15 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Applier {
                 &settings.delay_state_machine_arn,
             )),
             dead_letters: Arc::new(IndexedDeadLetterSink::new(
-                DynamoDbLetterIndex::new(dynamodb, &settings.letter_index_table),
+                DynamoDbLetterIndex::new(dynamodb.clone(), &settings.letter_index_table),
                 SqsDeadLetterSink::new(clients.sqs.clone(), &settings.dead_letter_queue_url),
             )),
             rng: std::sync::Mutex::new(courier_adapters::clock::seeded_from_entropy()),
         },
         guard: Guard {
-            store: control.clone(),
-            ledger: control.clone(),
-            breakers: control,
+            store: Arc::new(DynamoDbReputationStore::new(dynamodb.clone(), control)),
+            ledger: Arc::new(DynamoDbEventLedger::new(dynamodb.clone(), control)),
+            breakers: Arc::new(DynamoDbBreakerStore::new(dynamodb.clone(), control)),
             config: settings.guard.clone(),
         },
     }

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use courier_adapters::aws::{
-    Clients, DynamoDbControlTable, DynamoDbLetterIndex, DynamoDbStatusStore,
-    DynamoDbSuppressionList, IndexedDeadLetterSink, S3TemplateStore, SesMailer, SqsDeadLetterSink,
-    SqsRetryScheduler,
+    Clients, DynamoDbBreakerStore, DynamoDbLetterIndex, DynamoDbPoisonList, DynamoDbSendSchedule,
+    DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList, IndexedDeadLetterSink,
+    S3TemplateStore, SesMailer, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::clock::SystemClock;
 use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSetupError};
@@ -43,11 +43,7 @@ pub fn wire(
 ) -> Result<Pipeline, WiringError> {
     let dynamodb = clients.dynamodb.clone();
     let sqs = clients.sqs.clone();
-    let control = Arc::new(DynamoDbControlTable::new(
-        dynamodb.clone(),
-        &resources.control_table,
-        Duration::from_secs(60),
-    ));
+    let control = &resources.control_table;
     let mut mailers: Vec<Arc<dyn Mailer>> = Vec::new();
     for provider in &resources.providers {
         match provider {
@@ -91,19 +87,30 @@ pub fn wire(
             SqsDeadLetterSink::new(sqs, &resources.dead_letter_queue_url),
         )),
         suppression: Arc::new(DynamoDbSuppressionList::new(
-            dynamodb,
+            dynamodb.clone(),
             &resources.suppression_table,
         )),
-        poison: control.clone(),
+        poison: Arc::new(DynamoDbPoisonList::new(
+            dynamodb.clone(),
+            control,
+            Duration::from_secs(60),
+        )),
         templates: Arc::new(S3TemplateStore::new(
             clients.s3.clone(),
             &resources.template_bucket,
             Duration::from_secs(60),
         )),
-        sightings: control.clone(),
+        sightings: Arc::new(DynamoDbSightings::new(dynamodb.clone(), control)),
         new_codes: std::sync::Mutex::new(Vec::new()),
-        governor: Governor::new(control.clone(), config.rate_limits.clone()),
-        breakers: Breakers::new(control, config.breaker, config.breaker_cache),
+        governor: Governor::new(
+            Arc::new(DynamoDbSendSchedule::new(dynamodb.clone(), control)),
+            config.rate_limits.clone(),
+        ),
+        breakers: Breakers::new(
+            Arc::new(DynamoDbBreakerStore::new(dynamodb, control)),
+            config.breaker,
+            config.breaker_cache,
+        ),
         policy,
         clock: Arc::new(SystemClock),
         config,

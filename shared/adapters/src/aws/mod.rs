@@ -9,7 +9,10 @@ pub mod s3;
 pub mod ses;
 pub mod sqs;
 
-pub use dynamodb::{DynamoDbControlTable, DynamoDbStatusStore, DynamoDbSuppressionList};
+pub use dynamodb::{
+    DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbPoisonList, DynamoDbReputationStore,
+    DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList,
+};
 pub use letters::{DynamoDbLetterIndex, IndexedDeadLetterSink, S3ArchiveStore, SqsLetterQueue};
 pub use s3::S3TemplateStore;
 pub use ses::SesMailer;

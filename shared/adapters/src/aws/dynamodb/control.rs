@@ -1,20 +1,62 @@
-//! The control table: breaker state, the poison blocklist, sightings, the event ledger, the
-//! send-rate schedules and the reputation counts.
+//! The control table (key `pk` (S) + `sk` (S)): one item space shared by one adapter per port.
+//! Breaker state lives at (`breaker`, provider), poison fingerprints at (`poison`, fingerprint),
+//! error-code sightings at (`sighting`, key), the event ledger at (`event`, key), send-rate
+//! schedules at (`rate`, provider) and reputation buckets at (`reputation#<domain>`, hour).
 
 use super::*;
 
-/// The control table: key `pk` (S) + `sk` (S). Breaker state lives at (`breaker`, provider),
-/// poison fingerprints at (`poison`, fingerprint).
-pub struct DynamoDbControlTable {
+macro_rules! control_adapter {
+    ($(#[$doc:meta])* $name:ident) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $name {
+            client: Client,
+            table: String,
+        }
+
+        impl $name {
+            pub fn new(client: Client, table: impl Into<String>) -> Self {
+                $name {
+                    client,
+                    table: table.into(),
+                }
+            }
+        }
+    };
+}
+
+control_adapter!(
+    /// Circuit breaker state and the reputation guard's pauses ([`BreakerStore`]).
+    DynamoDbBreakerStore
+);
+control_adapter!(
+    /// First sightings of unknown error codes ([`Sightings`]).
+    DynamoDbSightings
+);
+control_adapter!(
+    /// The events function's ledger of counted events ([`courier_core::ports::EventLedger`]).
+    DynamoDbEventLedger
+);
+control_adapter!(
+    /// The providers' shared send-rate schedules ([`SendSchedule`]).
+    DynamoDbSendSchedule
+);
+control_adapter!(
+    /// The reputation guard's hourly counts per sending domain ([`ReputationStore`]).
+    DynamoDbReputationStore
+);
+
+/// The poison blocklist ([`PoisonList`]), read whole and cached for `poison_ttl`.
+pub struct DynamoDbPoisonList {
     client: Client,
     table: String,
     poison_ttl: Duration,
     poison_cache: tokio::sync::Mutex<Option<(Instant, std::collections::HashSet<String>)>>,
 }
 
-impl DynamoDbControlTable {
+impl DynamoDbPoisonList {
     pub fn new(client: Client, table: impl Into<String>, poison_ttl: Duration) -> Self {
-        DynamoDbControlTable {
+        DynamoDbPoisonList {
             client,
             table: table.into(),
             poison_ttl,
@@ -72,7 +114,7 @@ impl DynamoDbControlTable {
 }
 
 #[async_trait::async_trait]
-impl PoisonList for DynamoDbControlTable {
+impl PoisonList for DynamoDbPoisonList {
     /// The blocklist is small and changes rarely: it is read whole and cached for `poison_ttl`,
     /// so the hot path makes no call per message.
     async fn is_blocked(&self, fingerprint: &str) -> Result<bool, StoreError> {
@@ -100,11 +142,16 @@ impl PoisonList for DynamoDbControlTable {
 }
 
 #[async_trait::async_trait]
-impl BreakerStore for DynamoDbControlTable {
+impl BreakerStore for DynamoDbBreakerStore {
     async fn load(&self, provider: &str) -> Result<Option<BreakerState>, StoreError> {
-        let Some(item) = self
-            .control_item("breaker", provider, "breaker load")
-            .await?
+        let Some(item) = control_item(
+            &self.client,
+            &self.table,
+            "breaker",
+            provider,
+            "breaker load",
+        )
+        .await?
         else {
             return Ok(None);
         };
@@ -144,7 +191,7 @@ impl BreakerStore for DynamoDbControlTable {
 
 /// Error-code sightings live at (`code`, key) in the control table.
 #[async_trait::async_trait]
-impl Sightings for DynamoDbControlTable {
+impl Sightings for DynamoDbSightings {
     async fn first_sighting(&self, key: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
         let result = self
             .client
@@ -164,7 +211,7 @@ impl Sightings for DynamoDbControlTable {
 /// hot partition), expiring through the table's TTL; an expired item not yet deleted counts as
 /// absent.
 #[async_trait::async_trait]
-impl courier_core::ports::EventLedger for DynamoDbControlTable {
+impl courier_core::ports::EventLedger for DynamoDbEventLedger {
     async fn first_entry(
         &self,
         key: &str,
@@ -196,7 +243,7 @@ impl courier_core::ports::EventLedger for DynamoDbControlTable {
 /// now or absent (restart the schedule at now, conditionally), or moved by another instance in
 /// between (try again).
 #[async_trait::async_trait]
-impl SendSchedule for DynamoDbControlTable {
+impl SendSchedule for DynamoDbSendSchedule {
     async fn reserve(
         &self,
         key: &str,
@@ -280,38 +327,38 @@ impl SendSchedule for DynamoDbControlTable {
     }
 }
 
-impl DynamoDbControlTable {
+impl DynamoDbSendSchedule {
     async fn read_tat(&self, key: &str) -> Result<Option<i64>, StoreError> {
-        let item = self.control_item("rate", key, "send schedule").await?;
+        let item = control_item(&self.client, &self.table, "rate", key, "send schedule").await?;
         Ok(item.as_ref().and_then(|i| get_n(i, "tat")))
     }
+}
 
-    /// The control item (`pk`, `sk`), read consistently (it decides what happens next).
-    async fn control_item(
-        &self,
-        pk: &str,
-        sk: &str,
-        operation: &'static str,
-    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .key("pk", s(pk))
-            .key("sk", s(sk))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(err(operation))?;
-        Ok(out.item)
-    }
+/// The control item (`pk`, `sk`), read consistently (it decides what happens next).
+async fn control_item(
+    client: &Client,
+    table: &str,
+    pk: &str,
+    sk: &str,
+    operation: &'static str,
+) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+    let out = client
+        .get_item()
+        .table_name(table)
+        .key("pk", s(pk))
+        .key("sk", s(sk))
+        .consistent_read(true)
+        .send()
+        .await
+        .map_err(err(operation))?;
+    Ok(out.item)
 }
 
 /// Reputation buckets live at (`reputation#<domain>`, `<bucket epoch seconds>`) in the control
 /// table, counted with ADD (no read before write) and expiring through the table's TTL
 /// (`expires_at`) a week after their hour.
 #[async_trait::async_trait]
-impl ReputationStore for DynamoDbControlTable {
+impl ReputationStore for DynamoDbReputationStore {
     async fn add(
         &self,
         domain: &str,

@@ -6,8 +6,9 @@
 //! # Layout
 //! - `status`: [`DynamoDbStatusStore`].
 //! - `suppression`: [`DynamoDbSuppressionList`].
-//! - `control`: [`DynamoDbControlTable`] (breaker, poison, sightings, ledger, schedules,
-//!   reputation).
+//! - `control`: the control table, one adapter per port: [`DynamoDbBreakerStore`],
+//!   [`DynamoDbPoisonList`], [`DynamoDbSightings`], [`DynamoDbEventLedger`],
+//!   [`DynamoDbSendSchedule`], [`DynamoDbReputationStore`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -35,7 +36,10 @@ mod control;
 mod status;
 mod suppression;
 
-pub use control::DynamoDbControlTable;
+pub use control::{
+    DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbPoisonList, DynamoDbReputationStore,
+    DynamoDbSendSchedule, DynamoDbSightings,
+};
 pub use status::DynamoDbStatusStore;
 pub use suppression::DynamoDbSuppressionList;
 
