@@ -14,7 +14,7 @@ use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
 use courier_core::classify::{ErrorClass, Verdict, classify_smtp};
-use courier_core::ports::{Mailer, OutgoingEmail, Provider, Receipt, SendFailure};
+use courier_core::ports::{Mailbox, Mailer, OutgoingEmail, Provider, Receipt, SendFailure};
 
 /// How the connection is secured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,20 +87,28 @@ impl SmtpMailer {
     }
 }
 
+/// The core's mailbox as lettre's. Both validate the address alike (the core's mailbox tests
+/// check it), so this fails only if they ever drift apart.
+fn lettre_mailbox(m: &Mailbox) -> Result<lettre::message::Mailbox, String> {
+    let address = lettre::Address::new(m.email.user(), m.email.domain())
+        .map_err(|e| format!("{}: {e}", m.email))?;
+    Ok(lettre::message::Mailbox::new(m.name.clone(), address))
+}
+
 /// Builds the MIME message: text and/or html (alternative), allowed extra headers, and
 /// `X-Courier-Message-Id` / `X-Courier-Campaign-Id` for correlation.
 pub fn build_message(email: &OutgoingEmail) -> Result<Message, String> {
     let mut builder = Message::builder()
-        .from(email.from.clone())
+        .from(lettre_mailbox(&email.from)?)
         .subject(email.subject.clone());
     for to in &email.to {
-        builder = builder.to(to.clone());
+        builder = builder.to(lettre_mailbox(to)?);
     }
     for cc in &email.cc {
-        builder = builder.cc(cc.clone());
+        builder = builder.cc(lettre_mailbox(cc)?);
     }
     for bcc in &email.bcc {
-        builder = builder.bcc(bcc.clone());
+        builder = builder.bcc(lettre_mailbox(bcc)?);
     }
     for (name, value) in &email.headers {
         if name.eq_ignore_ascii_case("Reply-To") {

@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
+use crate::mailbox::Mailbox;
 use chrono::{DateTime, Utc};
-use lettre::message::Mailbox;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -448,8 +448,9 @@ fn check_header_value(field: &str, value: &str) -> Result<(), JobError> {
     Ok(())
 }
 
-/// Parses a mailbox (`addr` or `Name <addr>`) with lettre's RFC 5322 parser, which accepts
-/// internationalised domains (converted with IDNA) and rejects everything else specifically.
+/// Parses a mailbox (`addr` or `Name <addr>`) with the RFC 5322 grammar ([`crate::mailbox`]),
+/// which accepts internationalised domains (checked through IDNA) and rejects everything else
+/// specifically.
 pub fn parse_mailbox(field: &str, value: &str) -> Result<Mailbox, JobError> {
     if value.trim().is_empty() {
         return Err(JobError::InvalidAddress {

@@ -3,7 +3,8 @@
 //! in as arguments; side effects go through [`ports`]).
 //!
 //! # Layout
-//! - [`job`]: the job contract (`EmailJob`), parsing and validation, payload fingerprints.
+//! - [`job`]: the job contract (`EmailJob`), parsing and validation, payload fingerprints;
+//!   [`mailbox`]: RFC 5322 mailboxes (`addr`, `Name <addr>`).
 //! - [`envelope`]: the queue message format (bare jobs and retry envelopes).
 //! - [`classify`]: the error taxonomy and the classifiers for SMTP replies, SES v2 API errors,
 //!   SES events and local failures.
@@ -27,6 +28,7 @@ pub mod delay;
 pub mod envelope;
 pub mod job;
 pub mod letters;
+pub mod mailbox;
 pub mod policy;
 pub mod ports;
 pub mod random;

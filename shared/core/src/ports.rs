@@ -2,8 +2,8 @@
 //! in `courier-adapters` (DynamoDB, SQS, S3, SES, Step Functions, SMTP) and `courier-devkit`
 //! (in memory, for unit tests).
 
+pub use crate::mailbox::Mailbox;
 use chrono::{DateTime, Utc};
-pub use lettre::message::Mailbox;
 use serde::{Deserialize, Serialize};
 
 use crate::breaker::BreakerState;

@@ -1,0 +1,226 @@
+use proptest::prelude::*;
+
+use super::*;
+
+/// What lettre's parser makes of `src`: the name, user and domain, or its error's text.
+fn lettre_view(src: &str) -> Result<(Option<String>, String, String), String> {
+    src.parse::<lettre::message::Mailbox>()
+        .map(|m| {
+            (
+                m.name,
+                m.email.user().to_owned(),
+                m.email.domain().to_owned(),
+            )
+        })
+        .map_err(|e| e.to_string())
+}
+
+fn core_view(src: &str) -> Result<(Option<String>, String, String), String> {
+    src.parse::<Mailbox>()
+        .map(|m| {
+            (
+                m.name,
+                m.email.user().to_owned(),
+                m.email.domain().to_owned(),
+            )
+        })
+        .map_err(|e| e.to_string())
+}
+
+#[test]
+fn the_forms_a_job_uses_parse_into_name_user_and_domain() {
+    let m: Mailbox = "Shop <shop@example.com>".parse().unwrap();
+    assert_eq!(m.name.as_deref(), Some("Shop"));
+    assert_eq!((m.email.user(), m.email.domain()), ("shop", "example.com"));
+    assert_eq!(m.email.to_string(), "shop@example.com");
+    let m: Mailbox = "  ann@example.org ".parse().unwrap();
+    assert_eq!(m.name, None);
+    assert_eq!(m.email.to_string(), "ann@example.org");
+    let m: Mailbox = "\"Doe, John\" <john@exämple.de>".parse().unwrap();
+    assert_eq!(m.name.as_deref(), Some("Doe, John"));
+    assert_eq!(m.email.domain(), "exämple.de");
+}
+
+#[test]
+fn a_mailbox_prints_in_the_form_it_parses_back_from() {
+    for (src, shown) in [
+        ("ann@example.org", "ann@example.org"),
+        ("Shop <shop@example.com>", "Shop <shop@example.com>"),
+        (
+            "\"Doe, John\" <j@example.com>",
+            "\"Doe, John\" <j@example.com>",
+        ),
+        (
+            "\"say \\\"hi\\\"\" <j@example.com>",
+            "\"say \\\"hi\\\"\" <j@example.com>",
+        ),
+        ("\"\" <j@example.com>", "j@example.com"),
+    ] {
+        let m: Mailbox = src.parse().unwrap();
+        assert_eq!(m.to_string(), shown, "{src}");
+        assert_eq!(m.to_string().parse::<Mailbox>().unwrap().email, m.email);
+    }
+}
+
+#[test]
+fn each_refusal_names_its_reason() {
+    assert_eq!("".parse::<Mailbox>(), Err(AddressError::InvalidInput));
+    assert_eq!(
+        "no at sign".parse::<Mailbox>(),
+        Err(AddressError::InvalidInput)
+    );
+    assert_eq!(
+        "a@b <c@d>".parse::<Mailbox>(),
+        Err(AddressError::InvalidInput)
+    );
+    assert_eq!(
+        "a@-bad-.com".parse::<Mailbox>(),
+        Err(AddressError::InvalidDomain)
+    );
+    assert_eq!(
+        format!("{}@example.com", "x".repeat(65)).parse::<Mailbox>(),
+        Err(AddressError::InvalidUser)
+    );
+}
+
+/// Inputs chosen for the grammar's corners: quoting, obsolete forms, white space, comments,
+/// literals, internationalised names and domains, and what a producer gets wrong.
+const CORNERS: &[&str] = &[
+    "a@b.c",
+    "a.b.c@d.e",
+    "a..b@c.d",
+    ".a@b.c",
+    "a.@b.c",
+    "\"a b\"@c.d",
+    "\"a\\\"b\"@c.d",
+    "\"a  b\"@c.d",
+    "\"\"@c.d",
+    "a.\"b\"@c.d",
+    "\"a\".b@c.d",
+    "a@b",
+    "a@b.",
+    "a@.b",
+    "a@b..c",
+    "a@[1.2.3.4]",
+    "a@[::1]",
+    "a@[IPv6:::1]",
+    "a@1.2.3.4",
+    "a @b.c",
+    "a@ b.c",
+    "a@b.c ",
+    " a@b.c",
+    "\ta@b.c\n",
+    "<a@b.c>",
+    " <a@b.c> ",
+    "< a@b.c>",
+    "<a@b.c >",
+    "Name <a@b.c>",
+    "Name<a@b.c>",
+    "First Last <a@b.c>",
+    "First  Last <a@b.c>",
+    "First\tLast <a@b.c>",
+    "\"Quoted Name\" <a@b.c>",
+    "Name \"Quoted\" <a@b.c>",
+    "\"\" <a@b.c>",
+    "J. R. Doe <a@b.c>",
+    "Dr.Who <a@b.c>",
+    "Name (comment) <a@b.c>",
+    "a@b.c (comment)",
+    "Name <a@b.c> trailing",
+    "Name <a@b.c",
+    "Name a@b.c>",
+    "Name <<a@b.c>>",
+    "a@b.c, d@e.f",
+    "Ünïcödé <a@b.c>",
+    "用户@例子.广告",
+    "a@例子.广告",
+    "a@xn--fsqu00a.xn--3lr804guic",
+    "a@ex ample.com",
+    "a@exa_mple.com",
+    "a@-example.com",
+    "a@example-.com",
+    "a@example.c-m",
+    "user+tag@example.com",
+    "!#$%&'*+-/=?^_`{|}~@example.com",
+    "a\u{7f}@b.c",
+    "\"a\u{1}\"@b.c",
+    "\"a\\\u{0}\"@b.c",
+    "Name\u{2028} <a@b.c>",
+    "Name\r\n <a@b.c>",
+    "=?utf-8?q?Name?= <a@b.c>",
+    "a@b.c\u{0}",
+    "@b.c",
+    "a@",
+    "@",
+    "<>",
+    "\"unterminated <a@b.c>",
+];
+
+#[test]
+fn the_core_accepts_and_reads_exactly_what_lettre_does_on_the_corners() {
+    for src in CORNERS {
+        assert_eq!(core_view(src), lettre_view(src), "{src:?}");
+    }
+}
+
+fn piece() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "a",
+        "bc",
+        "x1",
+        ".",
+        "@",
+        "<",
+        ">",
+        "\"",
+        " ",
+        "\t",
+        "\\",
+        "(",
+        ")",
+        ",",
+        ":",
+        ";",
+        "[",
+        "]",
+        "-",
+        "_",
+        "+",
+        "é",
+        "日",
+        "\u{7f}",
+        "\u{1}",
+        "\n",
+        "1.2.3.4",
+        "example.com",
+        "xn--",
+        "=?",
+        "!",
+        "'",
+    ])
+    .prop_map(str::to_owned)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4000))]
+
+    #[test]
+    fn the_core_agrees_with_lettre_on_generated_inputs(
+        parts in prop::collection::vec(piece(), 0..12)
+    ) {
+        let src = parts.concat();
+        prop_assert_eq!(core_view(&src), lettre_view(&src), "{:?}", src);
+    }
+
+    #[test]
+    fn the_core_agrees_with_lettre_on_generated_mailboxes(
+        name in prop::collection::vec(piece(), 0..4),
+        user in prop::collection::vec(piece(), 1..4),
+        domain in prop::collection::vec(piece(), 1..4),
+        angle in any::<bool>(),
+    ) {
+        let addr = format!("{}@{}", user.concat(), domain.concat());
+        let src = if angle { format!("{} <{addr}>", name.concat()) } else { addr };
+        prop_assert_eq!(core_view(&src), lettre_view(&src), "{:?}", src);
+    }
+}
