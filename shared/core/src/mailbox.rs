@@ -266,22 +266,22 @@ impl<'a> Cursor<'a> {
         Some(out)
     }
 
-    fn obs_local_part(&mut self) -> Option<String> {
-        let mut out = self.word()?;
-        while let Some(word) = self.attempt(|c| if c.eat('.') { c.word() } else { None }) {
+    /// `part` then any number of `.part`, joined by dots.
+    fn dotted(&mut self, part: fn(&mut Self) -> Option<String>) -> Option<String> {
+        let mut out = part(self)?;
+        while let Some(next) = self.attempt(|c| if c.eat('.') { part(c) } else { None }) {
             out.push('.');
-            out.push_str(&word);
+            out.push_str(&next);
         }
         Some(out)
     }
 
+    fn obs_local_part(&mut self) -> Option<String> {
+        self.dotted(Self::word)
+    }
+
     fn obs_domain(&mut self) -> Option<String> {
-        let mut out = self.atom()?;
-        while let Some(atom) = self.attempt(|c| if c.eat('.') { c.atom() } else { None }) {
-            out.push('.');
-            out.push_str(&atom);
-        }
-        Some(out)
+        self.dotted(Self::atom)
     }
 
     fn addr_spec(&mut self) -> Option<AddrSpec> {
