@@ -1,3 +1,4 @@
+use super::defaults::{DAY, rule};
 use super::*;
 use crate::random::SeededRandom;
 use proptest::prelude::*;
