@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test.sh: everything `make test` (and so CI) runs, phase by phase, each timed (scripts/phase.sh).
 #
-# The arm64 release zips (what is deployed; only tests/tests/deploy.rs, in the LocalStack phase,
-# reads them) build in the background from the start, at the lowest CPU priority and in a target
+# The arm64 release zips (what is deployed; only tests/tests/deploy.rs's deploy test, in the
+# LocalStack phase, reads them) build in the background from the start, at the lowest CPU priority and in a target
 # directory of their own (so they never wait on the other builds' lock): they take the CPU the
 # phases leave idle, mostly while the integration tests wait on the emulators. The LocalStack
 # phase waits for them first. A failed background build fails the run; the build is stopped
@@ -48,6 +48,7 @@ mk "cfn-lint and checkov infra/template.yaml" lint-infra
 mk "unit tests" unit
 mk "x86_64 bootstraps (lambda-test profile)" lambda-build-x86
 mk "integration tests on moto" it-moto
+mk "chaos suite, short (1,000 jobs, 5 kills)" chaos-ci
 
 echo "== arm64 release zips (background)"
 waited_from=$(date +%s)
@@ -61,5 +62,4 @@ cat "$zips_log"
 [ "$status" -eq 0 ] || exit "$status"
 
 mk "integration tests on LocalStack" it-localstack
-mk "chaos suite, short (1,000 jobs, 5 kills)" chaos-ci
 "$phase" --summary

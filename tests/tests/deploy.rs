@@ -5,8 +5,11 @@
 //!   workspace's crates (read with `cargo metadata` at test time): function name = binary name,
 //!   memory, timeout, runtime, handler, architecture, tracing, tags and the environment's variable
 //!   names (and the values that are not resource references). Each disagreement is listed.
-//! - `cargo lambda deploy` to the emulator's Lambda API (moto creates functions without Docker; it
-//!   cannot invoke them) from the arm64 zips of `make lambda-zips`, then GetFunctionConfiguration.
+//! - `cargo lambda deploy` to the emulator's Lambda API (which creates functions without Docker
+//!   and cannot invoke them) from the arm64 zips of `make lambda-zips`, then
+//!   GetFunctionConfiguration. `make test` runs it on LocalStack (`make it-moto` skips it: the
+//!   zips build in the background and only the LocalStack phase waits for them); it passes on
+//!   moto too.
 //!
 //! Metadata env values written `${Resource}` (or `${Resource.Attr}`) stand for the template's
 //! `!Ref Resource` (`!GetAtt Resource.Attr`); a real deploy passes the stack's values with
