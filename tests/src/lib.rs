@@ -51,7 +51,9 @@ pub fn unique(prefix: &str) -> String {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_nanos());
-    format!("{prefix}-{}-{nanos:09}", std::process::id())
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}-{}-{call}-{nanos:09}", std::process::id())
 }
 
 /// Polls `f` every 200 ms until it returns `Some` or `timeout` passes.

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use aws_sdk_sqs::types::QueueAttributeName;
-use courier_devkit::provision::{QueueSettings, TOKEN_TAG, created_by, provision};
+use courier_devkit::provision::{QueueSettings, TOKEN_TAG, created_by, ours_already, provision};
 use courier_integration::{aws_config, emulator, role_arn, unique};
 use serde_json::Value;
 
@@ -194,6 +194,17 @@ async fn a_failed_attempt_recognises_its_own_stack_by_the_token_tag() {
             .unwrap()
     );
     assert!(!created_by(&cfn, &name, "someone-else").await.unwrap());
+    // AND a second create of that name (a request applied twice) is this token's own stack,
+    // while for any other token it stays a clash
+    let clash = cfn
+        .create_stack()
+        .stack_name(&name)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .expect_err("the name is taken");
+    assert!(ours_already(&cfn, &name, "token-of-the-first-attempt", &clash).await);
+    assert!(!ours_already(&cfn, &name, "someone-else", &clash).await);
 }
 
 #[tokio::test]

@@ -655,8 +655,31 @@ async fn create_stack(
     match created {
         Ok(_) => Ok(()),
         Err(e) if transient(&e) => Err(CreateFailure::Transient(store_error("create stack")(e))),
+        Err(e) if ours_already(cfn, name, token, &e).await => {
+            tracing::warn!(stack = %name, "create stack answered that the stack exists, and it is this call's own: taken as created");
+            Ok(())
+        }
         Err(e) => Err(CreateFailure::Permanent(store_error("create stack")(e))),
     }
+}
+
+/// Whether `e` says the stack `name` already exists and that stack carries this call's `token`:
+/// this call's own request was applied before the answer that reports the clash (measured once on
+/// LocalStack in CI: `AlreadyExistsException` for a fresh name on the first and only request).
+/// Someone else's stack of that name stays a clash.
+pub async fn ours_already(
+    cfn: &aws_sdk_cloudformation::Client,
+    name: &str,
+    token: &str,
+    e: &aws_smithy_runtime_api::client::result::SdkError<
+        aws_sdk_cloudformation::operation::create_stack::CreateStackError,
+        HttpResponse,
+    >,
+) -> bool {
+    let exists = e
+        .as_service_error()
+        .is_some_and(|s| s.is_already_exists_exception());
+    exists && created_by(cfn, name, token).await.unwrap_or(false)
 }
 
 /// Deletes the stack `name` if this call's `token` created it (never someone else's); best
