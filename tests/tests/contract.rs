@@ -225,11 +225,16 @@ async fn claim_with_suppression_contract(store: &dyn StatusStore, list: &dyn Sup
         "ok@example.org".into(),
         "Blocked@Example.org".into(),
         "ok@example.org".into(),
+        "Bea Blocked <BLOCKED@example.ORG>".into(),
     ];
-    // GIVEN one suppressed recipient WHEN claimed THEN refused naming it, nothing written
+    // GIVEN one suppressed recipient (twice: bare and with a display name) WHEN claimed
+    // THEN refused naming it as given, nothing written
     assert_eq!(
         store.claim(&req).await.unwrap(),
-        ClaimOutcome::Suppressed(vec!["Blocked@Example.org".into()])
+        ClaimOutcome::Suppressed(vec![
+            "Blocked@Example.org".into(),
+            "Bea Blocked <BLOCKED@example.ORG>".into()
+        ])
     );
     assert_eq!(store.get(&id).await.unwrap(), None);
     // THEN a claim without it succeeds
@@ -310,10 +315,26 @@ async fn suppression_contract(list: &dyn SuppressionList) {
     let mut asked = many.clone();
     asked.push("gone@example.org".into());
     asked.push("GONE@example.org".into());
+    asked.push("Gone Away <gone@EXAMPLE.org>".into());
     let found = list.suppressed(&asked, t).await.unwrap();
     assert_eq!(
         found,
-        vec!["gone@example.org".to_owned(), "GONE@example.org".to_owned()]
+        vec![
+            "gone@example.org".to_owned(),
+            "GONE@example.org".to_owned(),
+            "Gone Away <gone@EXAMPLE.org>".to_owned()
+        ]
+    );
+    // An IDN domain is one address in either form, written with a name or not.
+    list.suppress("Kim <kim@bücher.example>", "complaint", t)
+        .await
+        .unwrap();
+    assert_eq!(
+        list.suppressed(&["kim@xn--bcher-kva.example".into()], t)
+            .await
+            .unwrap()
+            .len(),
+        1
     );
     assert!(list.suppressed(&[], t).await.unwrap().is_empty());
     // A soft entry counts until it expires, then no longer.

@@ -133,7 +133,7 @@ pub fn count_key(event: &SesEvent) -> Option<String> {
     let mut recipients: Vec<String> = event
         .recipients
         .iter()
-        .map(|r| r.trim().to_lowercase())
+        .map(|r| courier_core::mailbox::address_key(r))
         .collect();
     recipients.sort();
     recipients.dedup();

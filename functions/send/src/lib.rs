@@ -39,6 +39,7 @@ use courier_core::envelope::{
 };
 use courier_core::job::{Rejected, fingerprint, parse_mailbox};
 use courier_core::letters::letter_id;
+use courier_core::mailbox::address_key;
 use courier_core::policy::{DeadLetterCategory, Decision, DelayMechanism, RetryPolicy};
 use courier_core::ports::{
     ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, Mailer, OutgoingEmail,
@@ -146,7 +147,14 @@ impl BatchReport {
 
 /// Hash of an address for logs: recipients never appear in clear.
 pub fn hash_address(address: &str) -> String {
-    fingerprint(address.trim().to_lowercase().as_bytes())[..12].to_owned()
+    fingerprint(address_key(address).as_bytes())[..12].to_owned()
+}
+
+/// Whether `recipient` is one of `listed` (the claim's suppression hits), compared by
+/// [`address_key`]: `Ann <ann@x>` and `ANN@X` are one address.
+fn is_listed(listed: &[String], recipient: &str) -> bool {
+    let key = address_key(recipient);
+    listed.iter().any(|s| address_key(s) == key)
 }
 
 impl Pipeline {
@@ -407,9 +415,7 @@ impl Pipeline {
                 }
                 Ok(ClaimOutcome::Suppressed(hit)) => {
                     suppressed = hit;
-                    let all = recipients
-                        .iter()
-                        .all(|r| suppressed.iter().any(|s| s.eq_ignore_ascii_case(r)));
+                    let all = recipients.iter().all(|r| is_listed(&suppressed, r));
                     let hashes: Vec<String> = suppressed.iter().map(|r| hash_address(r)).collect();
                     if all {
                         let update = self.update(
@@ -504,7 +510,7 @@ fn build_email(
     let keep =
         |list: &[String], field: &str| -> Result<Vec<courier_core::ports::Mailbox>, String> {
             list.iter()
-                .filter(|a| !suppressed.iter().any(|s| s.eq_ignore_ascii_case(a)))
+                .filter(|a| !is_listed(suppressed, a))
                 .map(|a| parse_mailbox(field, a).map_err(|e| e.to_string()))
                 .collect()
         };

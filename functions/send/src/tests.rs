@@ -268,6 +268,51 @@ async fn suppressed_recipients_are_not_sent_to() {
 }
 
 #[tokio::test]
+async fn a_suppressed_address_written_with_a_display_name_is_not_sent_to() {
+    // GIVEN addresses suppressed as the stores keep them: bare, one with an IDN domain
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    for (address, reason) in [
+        ("e@example.org", "complaint"),
+        ("k@bücher.example", "bounce"),
+    ] {
+        w.pipeline
+            .suppression
+            .suppress(address, reason, t0())
+            .await
+            .unwrap();
+    }
+    // WHEN jobs name them with display names, other cases and the other form of the domain
+    let report = w
+        .run(vec![
+            rec("a", job("dn1", "Erin Example <E@Example.ORG>")),
+            rec(
+                "b",
+                job("dn2", "\"K, the reader\" <k@xn--bcher-kva.example>"),
+            ),
+            rec("c", job("dn3", "K <K@BÜCHER.example>")),
+        ])
+        .await;
+    // THEN none is sent to: each job ends suppressed
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 0);
+    for id in ["dn1", "dn2", "dn3"] {
+        assert_eq!(w.status_of(id), Some(Status::Suppressed), "{id}");
+    }
+}
+
+#[tokio::test]
+async fn a_permanent_bounce_suppresses_the_bare_address_of_a_named_recipient() {
+    let w = world_with(smtp_failure(
+        "550 5.1.1 <u@x>: Recipient address rejected: User unknown",
+    ));
+    w.run(vec![rec("u", job("dn4", "Uma <U@Example.org>"))])
+        .await;
+    assert_eq!(w.status_of("dn4"), Some(Status::BouncedPermanent));
+    let entries = w.suppression.entries.lock().unwrap();
+    assert_eq!(entries.keys().collect::<Vec<_>>(), ["u@example.org"]);
+}
+
+#[tokio::test]
 async fn unknown_users_bounce_permanently_and_are_suppressed() {
     let w = world_with(smtp_failure(
         "550 5.1.1 <u@x>: Recipient address rejected: User unknown",

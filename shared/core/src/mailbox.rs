@@ -80,6 +80,24 @@ fn check_domain_ascii(domain: &str) -> Result<(), AddressError> {
     }
 }
 
+/// The one form of an address that every suppression read and write uses: the bare address of
+/// a mailbox (`Ann <Ann@Example.COM>` -> `ann@example.com`), its domain in IDNA's ASCII form
+/// (`bücher.example` -> `xn--bcher-kva.example`), all lower-cased. The local part is lower-cased
+/// too, on purpose: mailbox providers treat it case-insensitively, and a complained address must
+/// not get mail again through a change of case. Text that is not a mailbox is keyed as written,
+/// trimmed and lower-cased (what every store did before this form existed).
+pub fn address_key(raw: &str) -> String {
+    let raw = raw.trim();
+    match raw.parse::<Mailbox>() {
+        Ok(mailbox) => {
+            let domain = mailbox.email.domain();
+            let domain = idna::domain_to_ascii(domain).unwrap_or_else(|_| domain.to_owned());
+            format!("{}@{}", mailbox.email.user(), domain).to_lowercase()
+        }
+        Err(_) => raw.to_lowercase(),
+    }
+}
+
 /// A mailbox: an optional display name and an address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Mailbox {

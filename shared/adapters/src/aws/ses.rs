@@ -57,14 +57,17 @@ where
     match error {
         SdkError::ServiceError(service) => {
             let err = service.err();
+            let status = service.raw().status();
             (
                 ApiFailure {
                     kind: ApiFailureKind::Service,
                     code: err.code().map(str::to_owned),
                     message: err.message().map(str::to_owned).or(Some(context)),
-                    http_status: Some(service.raw().status().as_u16()),
+                    http_status: Some(status.as_u16()),
                 },
-                false,
+                // A 4xx refuses the request; a 5xx (InternalFailure, ServiceUnavailable) does
+                // not prove SES did not accept the mail before failing.
+                status.is_server_error(),
             )
         }
         SdkError::TimeoutError(_) => (
@@ -155,6 +158,13 @@ impl Mailer for SesMailer {
         if let Some(set) = &self.configuration_set {
             request = request.configuration_set_name(set);
         }
+        // One HTTP request per send: the SDK's own retry would send again after a 5xx or a
+        // lost answer, when SES may already have accepted the mail (SES v2 has no idempotency
+        // token). Courier's policy retries only what proves nothing was accepted.
+        let request = request.customize().config_override(
+            aws_sdk_sesv2::config::Builder::default()
+                .retry_config(aws_sdk_sesv2::config::retry::RetryConfig::disabled()),
+        );
         match request.send().await {
             Ok(out) => Ok(Receipt {
                 provider_message_id: out.message_id.unwrap_or_default(),
@@ -173,6 +183,109 @@ impl Mailer for SesMailer {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use courier_core::ports::{Mailer, OutgoingEmail};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// An HTTP server that answers every request with `status` and SES's error body; counts the
+    /// requests it got.
+    async fn answering(status: u16, error_type: &'static str) -> (String, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let count = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::clone(&count);
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut request = Vec::new();
+                let mut buf = [0_u8; 8192];
+                // The whole request: headers, then as many body bytes as they announce.
+                loop {
+                    let n = conn.read(&mut buf).await.unwrap_or(0);
+                    if n == 0 {
+                        break;
+                    }
+                    request.extend_from_slice(&buf[..n]);
+                    let text = String::from_utf8_lossy(&request);
+                    if let Some(end) = text.find("\r\n\r\n") {
+                        let length = text[..end]
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("content-length")
+                                    .then(|| v.trim().parse::<usize>().ok())?
+                            })
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                }
+                seen.fetch_add(1, Ordering::SeqCst);
+                let body = format!("{{\"message\":\"{error_type} from the test server\"}}");
+                let answer = format!(
+                    "HTTP/1.1 {status} Error\r\nContent-Type: application/json\r\nx-amzn-ErrorType: {error_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+            }
+        });
+        (url, count)
+    }
+
+    /// A mailer on `url` whose client retries as the SDK does by default (3 attempts).
+    fn mailer(url: &str) -> super::SesMailer {
+        let config = aws_sdk_sesv2::Config::builder()
+            .behavior_version(aws_sdk_sesv2::config::BehaviorVersion::latest())
+            .region(aws_sdk_sesv2::config::Region::new("eu-west-1"))
+            .credentials_provider(aws_sdk_sesv2::config::Credentials::for_tests())
+            .endpoint_url(url)
+            .http_client(crate::aws::https_client())
+            .retry_config(
+                aws_sdk_sesv2::config::retry::RetryConfig::standard()
+                    .with_max_attempts(3)
+                    .with_initial_backoff(std::time::Duration::from_millis(1)),
+            )
+            .build();
+        super::SesMailer::new(aws_sdk_sesv2::Client::from_conf(config), None)
+    }
+
+    fn email() -> OutgoingEmail {
+        OutgoingEmail {
+            message_id: "m1".into(),
+            campaign_id: "c".into(),
+            from: "shop@example.com".parse().unwrap(),
+            to: vec!["ann@example.org".parse().unwrap()],
+            cc: Vec::new(),
+            bcc: Vec::new(),
+            subject: "Hi".into(),
+            text: Some("Hello".into()),
+            html: None,
+            headers: Vec::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_5xx_is_one_request_and_an_ambiguous_failure() {
+        // GIVEN SES failing with a 500 after it may have taken the mail
+        let (url, requests) = answering(500, "InternalFailure").await;
+        // WHEN the mailer sends through a client configured to retry
+        let failure = mailer(&url).send(&email()).await.unwrap_err();
+        // THEN SES got exactly one request, and the outcome is ambiguous (never resent blindly)
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+        assert!(failure.ambiguous, "{failure:?}");
+    }
+
+    #[tokio::test]
+    async fn a_4xx_refusal_is_not_ambiguous() {
+        let (url, requests) = answering(400, "MessageRejected").await;
+        let failure = mailer(&url).send(&email()).await.unwrap_err();
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+        assert!(!failure.ambiguous, "{failure:?}");
+        assert_eq!(failure.verdict.raw_code.as_deref(), Some("MessageRejected (HTTP 400)"));
+    }
+
     #[test]
     fn tag_values_are_sanitised() {
         assert_eq!(

@@ -224,3 +224,20 @@ proptest! {
         prop_assert_eq!(core_view(&src), lettre_view(&src), "{:?}", src);
     }
 }
+
+#[test]
+fn address_keys_are_the_bare_lower_cased_ascii_address() {
+    for (raw, key) in [
+        ("ann@example.com", "ann@example.com"),
+        ("  Ann@Example.COM ", "ann@example.com"),
+        ("Ann Example <Ann@Example.com>", "ann@example.com"),
+        ("\"Example, Ann\" <ann@example.com>", "ann@example.com"),
+        ("k@bücher.example", "k@xn--bcher-kva.example"),
+        ("K <k@BÜCHER.example>", "k@xn--bcher-kva.example"),
+        ("k@xn--bcher-kva.example", "k@xn--bcher-kva.example"),
+        // not a mailbox: as written, trimmed and lower-cased
+        (" Not An Address ", "not an address"),
+    ] {
+        assert_eq!(address_key(raw), key, "{raw}");
+    }
+}

@@ -109,7 +109,7 @@ pub struct MemorySuppressionList {
 impl MemorySuppressionList {
     /// Whether `address` is suppressed at `now`.
     pub fn is_suppressed(&self, address: &str, now: DateTime<Utc>) -> bool {
-        let key = address.trim().to_lowercase();
+        let key = courier_core::mailbox::address_key(address);
         lock(&self.entries).contains_key(&key)
             && lock(&self.expiries)
                 .get(&key)
@@ -138,7 +138,7 @@ impl SuppressionList for MemorySuppressionList {
         _now: DateTime<Utc>,
         until: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError> {
-        let key = address.trim().to_lowercase();
+        let key = courier_core::mailbox::address_key(address);
         lock(&self.entries).insert(key.clone(), reason.to_owned());
         match until {
             Some(t) => lock(&self.expiries).insert(key, t),
@@ -154,7 +154,7 @@ impl SuppressionList for MemorySuppressionList {
         now: DateTime<Utc>,
         until: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let key = address.trim().to_lowercase();
+        let key = courier_core::mailbox::address_key(address);
         let listed = lock(&self.entries).contains_key(&key);
         let current = lock(&self.expiries).get(&key).copied();
         match (listed, current) {
@@ -169,7 +169,7 @@ impl SuppressionList for MemorySuppressionList {
     }
 
     async fn remove(&self, address: &str) -> Result<bool, StoreError> {
-        let key = address.trim().to_lowercase();
+        let key = courier_core::mailbox::address_key(address);
         lock(&self.expiries).remove(&key);
         Ok(lock(&self.entries).remove(&key).is_some())
     }

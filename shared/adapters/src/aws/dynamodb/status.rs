@@ -160,7 +160,7 @@ impl DynamoDbStatusStore {
         let mut keys: Vec<String> = req
             .check_suppressed
             .iter()
-            .map(|a| a.trim().to_lowercase())
+            .map(|a| courier_core::mailbox::address_key(a))
             .collect();
         keys.sort();
         keys.dedup();
@@ -217,7 +217,7 @@ impl DynamoDbStatusStore {
                 return Ok(Attempt::Suppressed(
                     req.check_suppressed
                         .iter()
-                        .filter(|a| hit.contains(&&a.trim().to_lowercase()))
+                        .filter(|a| hit.contains(&&courier_core::mailbox::address_key(a)))
                         .cloned()
                         .collect(),
                 ));

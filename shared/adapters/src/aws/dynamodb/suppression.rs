@@ -24,7 +24,10 @@ impl SuppressionList for DynamoDbSuppressionList {
         addresses: &[String],
         now: DateTime<Utc>,
     ) -> Result<Vec<String>, StoreError> {
-        let mut wanted: Vec<String> = addresses.iter().map(|a| a.trim().to_lowercase()).collect();
+        let mut wanted: Vec<String> = addresses
+            .iter()
+            .map(|a| courier_core::mailbox::address_key(a))
+            .collect();
         wanted.sort();
         wanted.dedup();
         let found: std::collections::HashSet<String> = batch_get(
@@ -42,7 +45,7 @@ impl SuppressionList for DynamoDbSuppressionList {
         .collect();
         Ok(addresses
             .iter()
-            .filter(|a| found.contains(&a.trim().to_lowercase()))
+            .filter(|a| found.contains(&courier_core::mailbox::address_key(a)))
             .cloned()
             .collect())
     }
@@ -60,7 +63,7 @@ impl SuppressionList for DynamoDbSuppressionList {
             .client
             .put_item()
             .table_name(&self.table)
-            .item("address", s(address.trim().to_lowercase()))
+            .item("address", s(courier_core::mailbox::address_key(address)))
             .item("reason", s(reason))
             .item("suppressed_at", n(ms(now)));
         if let Some(t) = until {
@@ -82,7 +85,7 @@ impl SuppressionList for DynamoDbSuppressionList {
             .client
             .put_item()
             .table_name(&self.table)
-            .item("address", s(address.trim().to_lowercase()))
+            .item("address", s(courier_core::mailbox::address_key(address)))
             .item("reason", s(reason))
             .item("suppressed_at", n(ms(now)))
             .item("expires_at", n(until.timestamp()))
@@ -98,7 +101,7 @@ impl SuppressionList for DynamoDbSuppressionList {
             .client
             .delete_item()
             .table_name(&self.table)
-            .key("address", s(address.trim().to_lowercase()))
+            .key("address", s(courier_core::mailbox::address_key(address)))
             .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
             .send()
             .await
