@@ -124,15 +124,11 @@ impl Pipeline {
                             update.payload = Some(body);
                         }
                     }
-                    match self.status.finish(&update).await {
-                        Ok(()) => {
-                            info!(provider = %name, provider_message_id = %receipt.provider_message_id, latency_ms = latency.as_millis() as u64, "sent");
-                            Step::Done(Outcome::Sent { latency })
-                        }
-                        // The mail is out; the lease will expire into `unknown`, which the
-                        // provider's events resolve. Redelivery must not resend blindly.
-                        Err(e) => Step::Fail(format!("sent, but the status write failed: {e}")),
+                    let step = self.keep_acceptance(update, budget.send_by, latency).await;
+                    if let Step::Done(_) = step {
+                        info!(provider = %name, provider_message_id = %receipt.provider_message_id, latency_ms = latency.as_millis() as u64, "sent");
                     }
+                    step
                 }
                 Err(failure) => {
                     let counts = failure.verdict.class.counts_against_provider();
@@ -255,4 +251,105 @@ impl Pipeline {
             outcome: Outcome::Retried(verdict.class),
         })
     }
+
+    /// The provider accepted the mail: its `sent_to_provider` write is tried again (with
+    /// backoff, [`SENT_WRITE_TRIES`] times at most, while the lease lasts). When it cannot be
+    /// made, the acceptance is kept as `unknown` with the provider's id and answer, and the
+    /// record is left for redelivery: the redelivered copy finds it (see
+    /// [`Pipeline::resolve_accepted`]) and records it sent without sending. When neither write
+    /// can be made, the lease is left to expire into `unknown` (never released as `deferred`,
+    /// which would send again).
+    pub(crate) async fn keep_acceptance(
+        &self,
+        update: StatusUpdate,
+        send_by: DateTime<Utc>,
+        latency: std::time::Duration,
+    ) -> Step {
+        let mut backoff = std::time::Duration::from_millis(50);
+        let mut tries = 0;
+        let error = loop {
+            tries += 1;
+            match self.status.finish(&update).await {
+                Ok(()) => return Step::Done(Outcome::Sent { latency }),
+                Err(e)
+                    if tries < SENT_WRITE_TRIES
+                        && self.now() + chrono::Duration::from_std(backoff).unwrap_or_default()
+                            < send_by =>
+                {
+                    warn!(error = %e, tries, "sent, but the status write failed; trying again");
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                Err(e) => break e,
+            }
+        };
+        let provider = update.provider.clone().unwrap_or_default();
+        let provider_message_id = update.provider_message_id.clone().unwrap_or_default();
+        let unknown = StatusUpdate {
+            status: Status::Unknown,
+            detail: Some(format!(
+                "{ACCEPTED_DETAIL} {provider} as {provider_message_id}; the sent status could not be written: {error}"
+            )),
+            ..update
+        };
+        match self.status.finish(&unknown).await {
+            Ok(()) => Step::FailKeepStatus(format!(
+                "sent, but the status write failed {tries} times ({error}); kept as unknown with the provider's id"
+            )),
+            Err(second) => Step::FailKeepStatus(format!(
+                "sent, but neither the status ({error}) nor unknown ({second}) could be written; the lease expires into unknown"
+            )),
+        }
+    }
+
+    /// A copy whose claim found the job `unknown`: when that `unknown` keeps a provider's
+    /// acceptance of this generation ([`Pipeline::keep_acceptance`]), the job is recorded
+    /// `sent_to_provider` and the copy acknowledged without sending. `None`: the outcome is
+    /// really unknown (go on as for any ambiguous claim).
+    pub(crate) async fn resolve_accepted(
+        &self,
+        incoming: &Incoming,
+        owner: &str,
+        now: DateTime<Utc>,
+    ) -> Option<Step> {
+        let record = match self.status.get(&incoming.job.message_id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => return None,
+            Err(e) => return Some(Step::FailKeepStatus(e.to_string())),
+        };
+        let last = record.history.last()?;
+        let accepted = record.status == Status::Unknown
+            && last.status == Status::Unknown
+            && last.attempt == incoming.attempt
+            && last
+                .detail
+                .as_deref()
+                .is_some_and(|d| d.starts_with(ACCEPTED_DETAIL));
+        if !accepted {
+            return None;
+        }
+        let mut sent = self.update(
+            incoming.job.message_id.clone(),
+            owner.to_owned(),
+            Status::SentToProvider,
+            incoming.attempt,
+            now,
+        );
+        sent.provider = record.provider.clone();
+        sent.provider_message_id = record.provider_message_id.clone();
+        sent.detail = last.detail.clone();
+        Some(match self.status.record(&sent).await {
+            Ok(()) => {
+                info!(provider_message_id = ?record.provider_message_id, "the provider's acceptance was kept as unknown; recorded sent without sending");
+                Step::Done(Outcome::Duplicate)
+            }
+            Err(e) => Step::FailKeepStatus(e.to_string()),
+        })
+    }
 }
+
+/// How often a provider's acceptance is written before it is kept as `unknown` instead.
+pub const SENT_WRITE_TRIES: u32 = 4;
+
+/// How an `unknown` that keeps a provider's acceptance begins its detail.
+pub const ACCEPTED_DETAIL: &str = "accepted by";

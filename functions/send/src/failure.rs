@@ -39,11 +39,55 @@ impl Pipeline {
         owner: &str,
         ambiguous: bool,
     ) -> Step {
-        let job = &incoming.job;
         if verdict.class == ErrorClass::Unknown {
             self.note_unknown_code(&verdict, provider.as_deref(), now)
                 .await;
         }
+        if !ambiguous {
+            return self
+                .act_on_failure(incoming, verdict, provider, now, owner, false)
+                .await;
+        }
+        // The provider may have the mail: nothing else happens until `unknown` is durable. If
+        // it cannot be written, the lease is left to expire into `unknown` (the claim's rule).
+        let mut unknown = self.update(
+            incoming.job.message_id.clone(),
+            owner.to_owned(),
+            Status::Unknown,
+            incoming.attempt,
+            now,
+        );
+        unknown.provider = provider.clone();
+        unknown.detail = Some(format!(
+            "{} ({}): the provider may have the message",
+            verdict.class, verdict.rule
+        ));
+        if let Err(e) = self.status.finish(&unknown).await {
+            return Step::FailKeepStatus(format!(
+                "the send's outcome is ambiguous and unknown could not be written ({e}); the lease expires into unknown"
+            ));
+        }
+        // From here a failed write must not release the lease as `deferred`: keep `unknown`.
+        match self
+            .act_on_failure(incoming, verdict, provider, now, owner, true)
+            .await
+        {
+            Step::Fail(reason) => Step::FailKeepStatus(reason),
+            step => step,
+        }
+    }
+
+    /// [`Pipeline::after_failure`] once an ambiguous outcome is durably `unknown`.
+    async fn act_on_failure(
+        &self,
+        incoming: &Incoming,
+        verdict: Verdict,
+        provider: Option<String>,
+        now: DateTime<Utc>,
+        owner: &str,
+        ambiguous: bool,
+    ) -> Step {
+        let job = &incoming.job;
         let decision = self.decide(incoming, verdict.class, now);
         match decision {
             Decision::Retry {

@@ -19,6 +19,7 @@
 //! maxReceiveCount).
 
 mod attempt;
+pub use attempt::{ACCEPTED_DETAIL, SENT_WRITE_TRIES};
 pub mod breakers;
 pub mod config;
 mod failure;
@@ -453,6 +454,9 @@ impl Pipeline {
                     return Step::Fail(format!("leased by another invocation until {lease_until}"));
                 }
                 Ok(ClaimOutcome::Ambiguous { resolve_at }) => {
+                    if let Some(step) = self.resolve_accepted(&incoming, &owner, now).await {
+                        return step;
+                    }
                     // Same generation, back after the grace window: provider events may resolve it.
                     let wait = (resolve_at - now).num_seconds().max(1) as u64;
                     return self.requeue_same(&record, &incoming, wait).await;

@@ -585,6 +585,126 @@ async fn an_ambiguous_send_is_marked_unknown_not_resent() {
     assert_eq!(queued[0].delay_secs, 900);
 }
 
+fn ambiguous_mailer() -> MemoryMailer {
+    MemoryMailer::with(
+        courier_core::ports::Provider::Ses,
+        Box::new(|_| {
+            Err(SendFailure {
+                verdict: courier_core::classify::Verdict::local(
+                    ErrorClass::Network,
+                    "timeout",
+                    "timed out after sending",
+                ),
+                ambiguous: true,
+                source: None,
+            })
+        }),
+    )
+}
+
+#[tokio::test]
+async fn an_accepted_send_whose_status_write_fails_once_is_written_again_not_resent() {
+    // GIVEN the provider accepts, and the first status write fails
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    w.status.fail_finishes.set(1);
+    let report = w.run(vec![rec("a", job("acc1", "a@example.org"))]).await;
+    // THEN the write is made again in the same invocation: acknowledged, sent once
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.status_of("acc1"), Some(Status::SentToProvider));
+    // AND a duplicate delivery of the copy sends nothing
+    w.run(vec![rec("a", job("acc1", "a@example.org"))]).await;
+    assert_eq!(w.mailer.sent_count(), 1);
+}
+
+#[tokio::test]
+async fn an_acceptance_that_cannot_be_written_as_sent_is_kept_as_unknown_and_never_resent() {
+    // GIVEN the provider accepts, and every try of the sent status fails
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    w.status.fail_finishes.set(SENT_WRITE_TRIES as usize);
+    let report = w.run(vec![rec("a", job("acc2", "a@example.org"))]).await;
+    // THEN the record is left for redelivery, kept `unknown` with the provider's id
+    assert_eq!(report.failures, vec!["a".to_owned()]);
+    let record = w.status.records.lock().unwrap()["acc2"].clone();
+    assert_eq!(record.status, Status::Unknown);
+    assert_eq!(record.provider_message_id.as_deref(), Some("mem-acc2"));
+    // WHEN SQS redelivers the copy
+    w.clock.advance(30);
+    let report = w.run(vec![rec("a", job("acc2", "a@example.org"))]).await;
+    // THEN it is recorded sent and acknowledged, without a second send
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("acc2"), Some(Status::SentToProvider));
+    assert!(w.scheduler.queued.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_acceptance_with_no_write_possible_keeps_the_lease_and_expires_into_unknown() {
+    // GIVEN the provider accepts, and no status write can be made at all
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    w.status.fail_finishes.set(SENT_WRITE_TRIES as usize + 1);
+    let report = w.run(vec![rec("a", job("acc3", "a@example.org"))]).await;
+    // THEN the lease is not released as `deferred`
+    assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert_eq!(w.status_of("acc3"), Some(Status::Processing));
+    // WHEN the copy comes back after the lease
+    w.clock.advance(130);
+    let report = w.run(vec![rec("a", job("acc3", "a@example.org"))]).await;
+    // THEN the job is `unknown` and waits out the grace window: no second send
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("acc3"), Some(Status::Unknown));
+    let queued = w.scheduler.queued.lock().unwrap();
+    assert!(queued[0].delay_secs >= 1, "{queued:?}");
+}
+
+#[tokio::test]
+async fn nothing_follows_an_ambiguous_send_until_unknown_is_durable() {
+    // GIVEN an ambiguous send, and the `unknown` write after it fails
+    let w = world_with(ambiguous_mailer());
+    w.status.fail_finishes.set(1);
+    let report = w.run(vec![rec("a", job("amb2", "a@example.org"))]).await;
+    // THEN no retry is scheduled and the lease is kept (not released as `deferred`)
+    assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert!(w.scheduler.queued.lock().unwrap().is_empty());
+    assert!(w.scheduler.waits.lock().unwrap().is_empty());
+    assert_eq!(w.status_of("amb2"), Some(Status::Processing));
+    // WHEN the copy comes back after the lease
+    w.clock.advance(130);
+    w.run(vec![rec("a", job("amb2", "a@example.org"))]).await;
+    // THEN it is `unknown` and waits for evidence: still one send
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("amb2"), Some(Status::Unknown));
+}
+
+#[tokio::test]
+async fn a_failed_dead_letter_after_an_ambiguous_send_keeps_unknown() {
+    // GIVEN a job whose ambiguous send is its last allowed attempt, and the dead-letter put fails
+    let w = world_with(ambiguous_mailer());
+    let mut body = job("amb3", "a@example.org");
+    loop {
+        w.run(vec![rec("a", body.clone())]).await;
+        let next = w.scheduler.queued.lock().unwrap().pop();
+        let Some(requeue) = next else { break };
+        let incoming = courier_core::envelope::parse_body(requeue.body.as_bytes()).unwrap();
+        body = requeue.body;
+        w.clock.advance(requeue.delay_secs as i64);
+        if incoming.attempt == 5 {
+            break;
+        }
+    }
+    let sends = w.mailer.sent_count();
+    w.dead.fail_puts.set(1);
+    let report = w.run(vec![rec("a", body.clone())]).await;
+    // THEN the record is redelivered and the job stays `unknown` (never `deferred`)
+    assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert_eq!(w.status_of("amb3"), Some(Status::Unknown));
+    assert_eq!(w.mailer.sent_count(), sends + 1);
+    // AND the redelivered copy waits for evidence instead of sending again
+    w.clock.advance(30);
+    w.run(vec![rec("a", body)]).await;
+    assert_eq!(w.mailer.sent_count(), sends + 1);
+}
+
 #[tokio::test]
 async fn only_the_suppressed_recipients_of_a_job_are_skipped() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
