@@ -115,7 +115,7 @@ pub fn job(run: &str, n: usize) -> Job {
         },
     };
     Job {
-        fingerprint: courier_core::job::fingerprint(text.as_bytes()),
+        fingerprint: courier_core::envelope::job_fingerprint(&text),
         message_id,
         kind,
         body: text,

@@ -295,10 +295,7 @@ async fn collect(
         }
         for m in batch {
             let body = m.body.unwrap_or_default();
-            let print = match courier_core::envelope::parse_body(body.as_bytes()) {
-                Ok(incoming) => courier_core::job::fingerprint(incoming.original.as_bytes()),
-                Err(_) => courier_core::job::fingerprint(body.as_bytes()),
-            };
+            let print = courier_core::envelope::job_fingerprint(&body);
             ev.redriven.push(print);
         }
     }

@@ -451,15 +451,9 @@ pub async fn discard(
         if let Some(poison) = poison {
             // The blocklist keys on the application's payload, as the send function checks it.
             let payload = l.record.payload.as_deref().unwrap_or_default();
-            let original = match serde_json::from_str::<serde_json::Value>(payload) {
-                Ok(v) if v.get(courier_core::envelope::ENVELOPE_KEY).is_some() => {
-                    v.get("job").map(|j| j.to_string()).unwrap_or_default()
-                }
-                _ => payload.to_owned(),
-            };
             poison
                 .block(
-                    &courier_core::job::fingerprint(original.as_bytes()),
+                    &courier_core::envelope::job_fingerprint(payload),
                     &audit,
                     now,
                 )

@@ -428,7 +428,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
     for body in &poison {
         control
             .block_fingerprint(
-                &courier_core::job::fingerprint(body.as_bytes()),
+                &courier_core::envelope::job_fingerprint(body),
                 "demo: blocklisted by an operator",
                 chrono::Utc::now(),
             )

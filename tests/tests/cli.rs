@@ -623,7 +623,7 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     );
     assert!(
         poison()
-            .is_blocked(&courier_core::job::fingerprint(broken_payload.as_bytes()))
+            .is_blocked(&courier_core::envelope::job_fingerprint(broken_payload))
             .await
             .unwrap(),
         "the discarded payload is blocklisted"

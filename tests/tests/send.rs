@@ -145,7 +145,7 @@ async fn every_smtp_class_ends_where_it_should() {
     let poison_body = job(&stack, "poisoned", "p@courier.test").to_string();
     control
         .block_fingerprint(
-            &courier_core::job::fingerprint(poison_body.as_bytes()),
+            &courier_core::envelope::job_fingerprint(&poison_body),
             "crashed the worker",
             chrono::Utc::now(),
         )

@@ -336,7 +336,7 @@ async fn discard_marks_letters_and_can_blocklist_the_payload() {
     assert_eq!(outcome.done, vec!["l1".to_owned()]);
     assert!(
         poison
-            .is_blocked(&courier_core::job::fingerprint(JOB.as_bytes()))
+            .is_blocked(&courier_core::envelope::job_fingerprint(JOB))
             .await
             .unwrap()
     );

@@ -33,7 +33,6 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use courier_core::classify::ErrorClass;
 use courier_core::envelope::parse_body;
-use courier_core::job::fingerprint;
 use courier_core::letters::{
     ArchiveAges, ArchiveStep, IndexedLetter, LetterState, REPLAY_WAIT, archive_key, archive_step,
 };
@@ -120,7 +119,7 @@ pub fn raw_letter(queued: &QueuedLetter) -> DeadLetter {
         history: Vec::new(),
         first_failure_at: queued.sent_at,
         last_failure_at: queued.sent_at,
-        fingerprint: fingerprint(queued.body.as_bytes()),
+        fingerprint: courier_core::envelope::job_fingerprint(&queued.body),
         payload: Some(queued.body.clone()),
         payload_base64: None,
     }

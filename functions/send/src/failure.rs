@@ -284,7 +284,7 @@ impl Pipeline {
                     sqs_message_id: String::new(),
                     body: body.to_owned(),
                 };
-                let print = fingerprint(body.as_bytes());
+                let print = job_fingerprint(body);
                 return self.reject(&record, &rejected, &print, now).await;
             }
         };

@@ -35,7 +35,7 @@ use chrono::{DateTime, Utc};
 use courier_core::breaker::Admission;
 use courier_core::classify::{ErrorClass, Verdict};
 use courier_core::envelope::{
-    Incoming, attempt_record, current_body, dead_letter_of, next_body, parse_body,
+    Incoming, attempt_record, current_body, dead_letter_of, job_fingerprint, next_body, parse_body,
     same_generation_body,
 };
 use courier_core::job::{Rejected, fingerprint, parse_mailbox};
@@ -350,7 +350,7 @@ impl Pipeline {
         let incoming = match parse_body(record.body.as_bytes()) {
             Ok(incoming) => incoming,
             Err(rejected) => {
-                let print = fingerprint(record.body.as_bytes());
+                let print = job_fingerprint(&record.body);
                 return self.reject(&record, &rejected, &print, now).await;
             }
         };
@@ -361,7 +361,7 @@ impl Pipeline {
             span.record("trace_id", trace.as_str());
         }
         // 2. Poison blocklist (keyed on the application's original payload).
-        let original_print = fingerprint(incoming.original.as_bytes());
+        let original_print = job_fingerprint(&incoming.original);
         match self.poison.is_blocked(&original_print).await {
             Ok(true) => {
                 let verdict = Verdict::local(

@@ -245,13 +245,38 @@ async fn blocklisted_payloads_go_to_poison() {
         .fingerprints
         .lock()
         .unwrap()
-        .insert(courier_core::job::fingerprint(body.as_bytes()));
+        .insert(courier_core::envelope::job_fingerprint(&body));
     w.run(vec![rec("p", body)]).await;
     assert_eq!(w.mailer.sent_count(), 0);
     assert_eq!(
         w.dead.letters.lock().unwrap()[0].category,
         DeadLetterCategory::Poison
     );
+}
+
+#[tokio::test]
+async fn a_blocklisted_job_is_stopped_in_every_copy_whichever_copy_was_blocked() {
+    // GIVEN a job's first copy as the application wrote it, and a retry copy of it
+    let raw = r#"{"to": ["d@example.org"],   "version": 1, "message_id": "m5b",
+        "campaign_id": "c", "from": "shop@example.com", "content": {"text": "Hello", "subject": "Hi"}}"#;
+    let first = courier_core::envelope::parse_body(raw.as_bytes()).unwrap();
+    let retry = courier_core::envelope::next_body(&first, Default::default(), Vec::new());
+    for (blocked, arriving) in [(raw.to_owned(), retry.clone()), (retry, raw.to_owned())] {
+        // WHEN the operator blocklists one copy's payload (as `courierctl dlq discard --poison`)
+        let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+        w.poison
+            .fingerprints
+            .lock()
+            .unwrap()
+            .insert(courier_core::envelope::job_fingerprint(&blocked));
+        // THEN the other copy is stopped too
+        w.run(vec![rec("p", arriving)]).await;
+        assert_eq!(w.mailer.sent_count(), 0);
+        assert_eq!(
+            w.dead.letters.lock().unwrap()[0].category,
+            DeadLetterCategory::Poison
+        );
+    }
 }
 
 #[tokio::test]

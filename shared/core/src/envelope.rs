@@ -75,6 +75,27 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
     })
 }
 
+/// The fingerprint of the job a queue message carries, the same for every copy of it: over the
+/// job's JSON (an envelope's `job`, or the bare job) with its keys sorted and no insignificant
+/// whitespace, so the application's first copy (its raw text) and a retry (the job
+/// re-serialised inside an envelope) give one print. Text that is not JSON is printed as is.
+/// The poison blocklist and dead letters key on it.
+pub fn job_fingerprint(body: &str) -> String {
+    match serde_json::from_str::<serde_json::Value>(body) {
+        Ok(mut value) => {
+            let job = match value.get_mut(ENVELOPE_KEY) {
+                Some(_) => value
+                    .get_mut("job")
+                    .map(serde_json::Value::take)
+                    .unwrap_or_default(),
+                None => value,
+            };
+            fingerprint(job.to_string().as_bytes())
+        }
+        Err(_) => fingerprint(body.as_bytes()),
+    }
+}
+
 /// One attempt's entry in the history, from its verdict (the text is cut to 500 characters).
 pub fn attempt_record(
     verdict: &Verdict,
@@ -111,7 +132,7 @@ pub fn dead_letter_of(
     let job = &incoming.job;
     let mut history = incoming.history.clone();
     history.push(attempt_record(verdict, provider.clone(), now, true, None));
-    let print = fingerprint(incoming.original.as_bytes());
+    let print = job_fingerprint(&incoming.original);
     DeadLetter {
         id: letter_id(Some(&job.message_id), &print, incoming.attempt, category),
         category,
@@ -216,6 +237,43 @@ pub fn replay_body(
 mod tests {
     use super::*;
     use crate::classify::ErrorClass;
+
+    #[test]
+    fn every_copy_of_a_job_has_one_fingerprint() {
+        // GIVEN a first copy as an application writes it (its own key order and spacing)
+        let raw = r#"{ "version": 1, "to": ["a@example.org"], "message_id": "fp",
+            "campaign_id": "c", "from": "shop@example.com",
+            "content": {"text": "Hello \u00e9", "subject": "Hi"} }"#;
+        let first = parse_body(raw.as_bytes()).unwrap();
+        // AND its retry, the job re-serialised inside an envelope, then a retry of that
+        let retry = next_body(&first, RetryState::default(), Vec::new());
+        let second = parse_body(retry.as_bytes()).unwrap();
+        let again = next_body(&second, RetryState::default(), Vec::new());
+        // THEN every copy, and each copy's parsed original, prints the same
+        let print = job_fingerprint(raw);
+        assert_ne!(print, fingerprint(raw.as_bytes()), "not the raw bytes");
+        for body in [
+            retry.as_str(),
+            again.as_str(),
+            &first.original,
+            &second.original,
+        ] {
+            assert_eq!(job_fingerprint(body), print, "{body}");
+        }
+        // AND a dead letter of the retry carries it
+        let verdict = Verdict::local(ErrorClass::Poison, "p", "p");
+        let letter = dead_letter_of(
+            &second,
+            &verdict,
+            DeadLetterCategory::Poison,
+            "p".into(),
+            None,
+            Utc::now(),
+        );
+        assert_eq!(letter.fingerprint, print);
+        // AND text that is not JSON is printed as it is
+        assert_eq!(job_fingerprint("not json"), fingerprint(b"not json"));
+    }
 
     const JOB: &str = r#"{"version":1,"message_id":"m","campaign_id":"c","from":"a@b.co","to":["x@y.co"],"content":{"subject":"s","text":"t"}}"#;
 

@@ -283,7 +283,10 @@ mod tests {
         let failure = mailer(&url).send(&email()).await.unwrap_err();
         assert_eq!(requests.load(Ordering::SeqCst), 1);
         assert!(!failure.ambiguous, "{failure:?}");
-        assert_eq!(failure.verdict.raw_code.as_deref(), Some("MessageRejected (HTTP 400)"));
+        assert_eq!(
+            failure.verdict.raw_code.as_deref(),
+            Some("MessageRejected (HTTP 400)")
+        );
     }
 
     #[test]
