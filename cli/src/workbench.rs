@@ -449,15 +449,13 @@ pub async fn discard(
             continue;
         }
         if let Some(poison) = poison {
-            // The blocklist keys on the application's payload, as the send function checks it.
-            let payload = l.record.payload.as_deref().unwrap_or_default();
-            poison
-                .block(
-                    &courier_core::envelope::job_fingerprint(payload),
-                    &audit,
-                    now,
-                )
-                .await?;
+            // The blocklist keys on the job's fingerprint, as the send function checks it: from
+            // the payload, or the letter's own print when the index holds no payload (too large).
+            let print = match l.record.payload.as_deref() {
+                Some(payload) => courier_core::envelope::job_fingerprint(payload),
+                None => l.record.fingerprint.clone(),
+            };
+            poison.block(&print, &audit, now).await?;
         }
         outcome.done.push(l.letter_id.clone());
     }

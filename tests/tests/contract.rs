@@ -589,6 +589,23 @@ async fn sqs_scheduler_batches_and_waits_through_the_state_machine() {
     assert_eq!(bodies.len(), 13, "received only {bodies:?}");
     assert!(bodies.contains(&"waited".to_owned()));
 
+    // Ten 300 KiB retries (3 MB, past SendMessageBatch's 1 MiB total) are all enqueued.
+    let large: Vec<Requeue> = (0..10)
+        .map(|i| Requeue {
+            message_id: format!("big{i}"),
+            body: format!("{i}{}", "x".repeat(300 * 1024)),
+            delay_secs: 0,
+        })
+        .collect();
+    let results = scheduler.enqueue(&large).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let mut received = 0;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while received < 10 && std::time::Instant::now() < deadline {
+        received += stack.drain(&stack.resources.queue_url).await.len();
+    }
+    assert_eq!(received, 10);
+
     // A broken queue URL fails every item of the batch, each reported.
     let broken = SqsRetryScheduler::new(
         stack.sqs(),

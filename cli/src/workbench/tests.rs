@@ -350,6 +350,41 @@ async fn discard_marks_letters_and_can_blocklist_the_payload() {
 }
 
 #[tokio::test]
+async fn discarding_a_letter_indexed_without_its_payload_blocklists_its_fingerprint() {
+    // GIVEN a letter too large for the index: its payload is only in the queue and the archive
+    let index = MemoryLetterIndex::default();
+    let poison = MemoryPoisonList::default();
+    let mut big = letter("l9", Some("m9"), DeadLetterCategory::Poison, None);
+    big.record.fingerprint = courier_core::envelope::job_fingerprint(JOB);
+    index.put_new(&big).await.unwrap();
+    // WHEN it is discarded as poison
+    discard(
+        &[big],
+        &index,
+        Some(&poison),
+        "bob",
+        "huge and broken",
+        t(),
+        &mut Vec::new(),
+    )
+    .await
+    .unwrap();
+    // THEN the job's own fingerprint is blocklisted (not the print of an empty payload)
+    assert!(
+        poison
+            .is_blocked(&courier_core::envelope::job_fingerprint(JOB))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !poison
+            .is_blocked(&courier_core::envelope::job_fingerprint(""))
+            .await
+            .unwrap()
+    );
+}
+
+#[tokio::test]
 async fn stats_tables_and_selections() {
     let index = MemoryLetterIndex::default();
     for i in 0..12 {

@@ -16,7 +16,8 @@
 //! queue copies reappear) and checks that key: written -> finish 5 and 6; not written -> back to
 //! `live`, archived afresh. A crash after 4 or 5 is finished the same way; after 6 there is
 //! nothing left to do. A letter is deleted from the queue only once its object exists and the
-//! index says so.
+//! index says so. The object holds each letter's payload from its queue copy when the index
+//! entry has none (a record too large for a DynamoDB item is indexed without it).
 //!
 //! # Layout
 //! - [`Archiver::run`]: one scheduled run, stopping before the deadline.
@@ -225,6 +226,12 @@ impl Archiver {
             })
             .collect();
         let ids: Vec<String> = records.iter().map(|r| r.id.clone()).collect();
+        // The queue copy is the only complete one: the index drops the payload of a letter too
+        // large for a DynamoDB item, and the archive must hold it.
+        let payloads: BTreeMap<String, (Option<String>, Option<String>)> = records
+            .iter()
+            .map(|r| (r.id.clone(), (r.payload.clone(), r.payload_base64.clone())))
+            .collect();
         let mut known: BTreeMap<String, IndexedLetter> = self
             .index
             .get_many(&ids)
@@ -286,10 +293,18 @@ impl Archiver {
                 }
                 ArchiveStep::Archive => {
                     let day = letter.dead_lettered_at.format("%Y-%m-%d").to_string();
+                    let mut letter = letter.clone();
+                    if letter.record.payload.is_none()
+                        && letter.record.payload_base64.is_none()
+                        && let Some((payload, payload_base64)) = payloads.get(id)
+                    {
+                        letter.record.payload.clone_from(payload);
+                        letter.record.payload_base64.clone_from(payload_base64);
+                    }
                     groups
                         .entry((letter.record.category, day))
                         .or_default()
-                        .push((letter.clone(), queued.receipt.clone()));
+                        .push((letter, queued.receipt.clone()));
                 }
             }
         }

@@ -298,6 +298,36 @@ async fn a_run_stops_before_the_deadline_and_leaves_the_rest() {
     assert_eq!(w.letters.len(), 25);
 }
 
+#[tokio::test]
+async fn a_letter_indexed_without_its_payload_is_archived_with_the_queue_copys() {
+    // GIVEN a letter whose index entry lost its payload (too large for a DynamoDB item) while
+    // the queue copy holds it whole
+    let w = world().await;
+    let at = t0() - chrono::Duration::days(30);
+    let mut full = record("big", DeadLetterCategory::Poison, at);
+    full.payload = Some(format!("{{\"text\":\"{}\"}}", "x".repeat(400 * 1024)));
+    let mut slim = full.clone();
+    slim.payload = None;
+    w.index.put_new(&indexed(slim)).await.unwrap();
+    w.letters.push(serde_json::to_string(&full).unwrap());
+    // WHEN it is archived
+    w.archiver.run("run-big", w.deadline()).await.unwrap();
+    // THEN the archive holds the whole payload, and only then is the queue copy gone
+    let archived: Vec<IndexedLetter> = w
+        .archive
+        .objects
+        .lock()
+        .unwrap()
+        .values()
+        .flat_map(|bytes| decode(bytes).unwrap())
+        .filter(|l| l.letter_id == "big")
+        .collect();
+    assert_eq!(archived.len(), 1);
+    assert_eq!(archived[0].record.payload, full.payload);
+    let indexed = w.index.get_many(&["big".to_owned()]).await.unwrap();
+    assert_eq!(indexed[0].state, LetterState::Archived);
+}
+
 #[test]
 fn archives_round_trip() {
     let l = indexed(record("x", DeadLetterCategory::Poison, t0()));

@@ -256,42 +256,45 @@ impl Pipeline {
                 } => pending.push((id, requeue, then, outcome)),
             }
         }
-        for chunk in pending.chunks(10) {
-            let items: Vec<Requeue> = chunk.iter().map(|(_, r, _, _)| r.clone()).collect();
-            let results = self.scheduler.enqueue(&items).await;
-            for ((id, _, then, outcome), result) in chunk.iter().zip(results) {
-                match result {
-                    Ok(()) => {
-                        if let Some(update) = then {
-                            // The re-enqueued copy is the durable next home; a failed status
-                            // write only delays it (its claim takes a newer generation anyway).
-                            if let Err(e) = self.status.finish(update).await {
-                                warn!(sqs_message_id = %id, error = %e, "status write after re-enqueue failed");
-                            }
+        // One call: the scheduler splits it into batches within SQS's count and size limits.
+        let items: Vec<Requeue> = pending.iter().map(|(_, r, _, _)| r.clone()).collect();
+        let results = if items.is_empty() {
+            Vec::new()
+        } else {
+            self.scheduler.enqueue(&items).await
+        };
+        for ((id, _, then, outcome), result) in pending.iter().zip(results) {
+            match result {
+                Ok(()) => {
+                    if let Some(update) = then {
+                        // The re-enqueued copy is the durable next home; a failed status
+                        // write only delays it (its claim takes a newer generation anyway).
+                        if let Err(e) = self.status.finish(update).await {
+                            warn!(sqs_message_id = %id, error = %e, "status write after re-enqueue failed");
                         }
-                        report.metrics.count(*outcome);
                     }
-                    Err(e) => {
-                        warn!(sqs_message_id = %id, error = %e, "re-enqueue failed; record left for redelivery");
-                        if let Some(update) = then {
-                            // Release our lease so the redelivered copy can claim at once, or,
-                            // when the send may have happened, leave it waiting as `unknown`.
-                            let status = if update.status == Status::Unknown {
-                                Status::Unknown
-                            } else {
-                                Status::Deferred
-                            };
-                            let release = StatusUpdate {
-                                status,
-                                attempt: update.attempt.saturating_sub(1),
-                                ..(**update).clone()
-                            };
-                            let _ = self.status.finish(&release).await;
-                        }
-                        report.metrics.count(Outcome::Failed);
-                        report.failures.push(id.clone());
-                        report.reasons.push(e.to_string());
+                    report.metrics.count(*outcome);
+                }
+                Err(e) => {
+                    warn!(sqs_message_id = %id, error = %e, "re-enqueue failed; record left for redelivery");
+                    if let Some(update) = then {
+                        // Release our lease so the redelivered copy can claim at once, or,
+                        // when the send may have happened, leave it waiting as `unknown`.
+                        let status = if update.status == Status::Unknown {
+                            Status::Unknown
+                        } else {
+                            Status::Deferred
+                        };
+                        let release = StatusUpdate {
+                            status,
+                            attempt: update.attempt.saturating_sub(1),
+                            ..(**update).clone()
+                        };
+                        let _ = self.status.finish(&release).await;
                     }
+                    report.metrics.count(Outcome::Failed);
+                    report.failures.push(id.clone());
+                    report.reasons.push(e.to_string());
                 }
             }
         }

@@ -28,6 +28,7 @@ pub mod delay;
 pub mod envelope;
 pub mod job;
 pub mod letters;
+pub mod limits;
 pub mod mailbox;
 pub mod policy;
 pub mod ports;

@@ -361,7 +361,8 @@ pub struct Requeue {
 /// Re-enqueues retries.
 #[async_trait::async_trait]
 pub trait RetryScheduler: Send + Sync {
-    /// Delays of at most 900 s, batched (SendMessageBatch); one result per item, in order.
+    /// Delays of at most 900 s, batched (SendMessageBatch, split within SQS's count and size
+    /// limits, see `limits::sqs_batches`); one result per item, in order.
     async fn enqueue(&self, items: &[Requeue]) -> Vec<Result<(), StoreError>>;
     /// Longer delays: start the delay state machine.
     async fn start_wait(&self, item: &Requeue) -> Result<(), StoreError>;

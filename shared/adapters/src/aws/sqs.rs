@@ -5,6 +5,7 @@ use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 use super::store_error as err;
 use courier_core::delay::DelayInput;
 use courier_core::job::fingerprint;
+use courier_core::limits::sqs_batches;
 use courier_core::ports::{DeadLetter, DeadLetterSink, Requeue, RetryScheduler, StoreError};
 
 /// Retries: `SendMessageBatch` to the send queue for delays up to 900 s, the delay state
@@ -36,7 +37,9 @@ impl SqsRetryScheduler {
 impl RetryScheduler for SqsRetryScheduler {
     async fn enqueue(&self, items: &[Requeue]) -> Vec<Result<(), StoreError>> {
         let mut results: Vec<Result<(), StoreError>> = Vec::with_capacity(items.len());
-        for chunk in items.chunks(10) {
+        let sizes: Vec<usize> = items.iter().map(|i| i.body.len()).collect();
+        for batch in sqs_batches(&sizes) {
+            let chunk = &items[batch];
             let mut request = self.sqs.send_message_batch().queue_url(&self.queue_url);
             for (i, item) in chunk.iter().enumerate() {
                 let entry = SendMessageBatchRequestEntry::builder()
