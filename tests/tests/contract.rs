@@ -166,6 +166,28 @@ async fn status_store_contract(store: &dyn StatusStore) {
         ClaimOutcome::Claimed
     );
 
+    // A soft bounce's resend: the next generation's copy takes the `bounced_transient` record
+    // (the events function schedules it before moving the record on); the bounced generation's
+    // own copy is a duplicate.
+    let id = unique("job");
+    store.claim(&claim(&id, 0, "a", t, 60)).await.unwrap();
+    store
+        .finish(&update(&id, "a", Status::SentToProvider, 0, t))
+        .await
+        .unwrap();
+    store
+        .record(&update(&id, "events", Status::BouncedTransient, 0, t))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.claim(&claim(&id, 0, "b", later, 60)).await.unwrap(),
+        ClaimOutcome::Duplicate(Status::BouncedTransient)
+    );
+    assert_eq!(
+        store.claim(&claim(&id, 1, "c", later, 60)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+
     // Suppressed before any claim: recorded, and then a duplicate.
     let id = unique("job");
     store

@@ -359,10 +359,13 @@ impl Applier {
     /// policy or give up. `None` when the record is not in a state this applies to (the
     /// ordinary transition rules then decide).
     ///
-    /// Crash safety: the record moves to `deferred` (generation + 1, `resend_of` = the bounced
-    /// provider message id) before the copy is scheduled; if scheduling fails the event is
-    /// redelivered, finds that state and schedules again. Two copies of one generation are
-    /// harmless: the claim lets one send and drops the other as a duplicate.
+    /// Crash safety: the record is `bounced_transient`, then the copy (generation + 1) is
+    /// scheduled, then the record moves to `deferred` (generation + 1, `resend_of` = the bounced
+    /// provider message id). The copy's claim takes either state (see `judge_claim`). If
+    /// scheduling fails, the event is redelivered and schedules again, and the job meanwhile
+    /// stays `bounced_transient`, never `deferred` with no copy coming; a redelivered event that
+    /// finds `deferred` schedules again. Two copies of one generation are harmless: the claim
+    /// lets one send and drops the other as a duplicate.
     async fn transient_bounce(
         &self,
         event: &SesEvent,
@@ -447,11 +450,14 @@ impl Applier {
                     ),
                     now,
                 };
+                // The copy first: until it is scheduled the job stays `bounced_transient` (a
+                // known end if scheduling never succeeds), never `deferred` with no copy coming.
+                self.schedule(&requeue, mechanism).await?;
                 if !self.status.resend(&resend).await? {
-                    // Another event or resend moved the record first.
+                    // Another event or resend moved the record first; the copy is then a
+                    // duplicate its claim drops, or the one copy of this resend.
                     return Ok(Some(Applied::Absorbed));
                 }
-                self.schedule(&requeue, mechanism).await?;
                 info!(message_id = %record.message_id, delay_s = delay.as_secs(), "transient bounce; resend scheduled");
                 Ok(Some(Applied::Resent))
             }

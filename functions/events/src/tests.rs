@@ -377,7 +377,10 @@ async fn a_resend_whose_scheduling_failed_is_scheduled_when_the_event_returns() 
     // Whether the delay went to the queue or the state machine, the event must come back.
     if w.scheduled().is_empty() {
         assert_eq!(report.failures, vec!["sqs-0".to_owned()]);
-        assert_eq!(w.record().status, Status::Deferred);
+        // The job is the bounce it was, not `deferred` with no copy coming (which nothing
+        // would ever move if the event never came back).
+        assert_eq!(w.record().status, Status::BouncedTransient);
+        assert_eq!(w.record().attempt, 0);
         w.scheduler.fail_enqueues.set(0);
         let again = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
         assert!(again.failures.is_empty());

@@ -63,10 +63,19 @@ pub enum ClaimJudgement {
 ///   resolve it to `sent_to_provider`, otherwise after the grace window the job is sent again.
 /// * Stale re-enqueue: a retry re-enqueued generation n+1; an old copy of generation n arrives
 ///   (e.g. its delete failed) -> `Stale`, dropped.
+/// * Soft-bounce resend: the events function records `bounced_transient` at generation n,
+///   schedules a copy of n+1, then moves the record to `deferred` at n+1. The copy may arrive
+///   before that last write (or it may never be made): it takes a `bounced_transient` record of
+///   an older generation; a copy of generation n is a duplicate.
 pub fn judge_claim(existing: Option<&JobRecord>, req: &ClaimRequest) -> ClaimJudgement {
     let Some(rec) = existing else {
         return ClaimJudgement::Take;
     };
+    if rec.status == Status::BouncedTransient && rec.attempt < req.attempt {
+        // The events function's resend after a soft bounce: it schedules the next generation
+        // before it moves the record to `deferred`, so the copy may find the bounce.
+        return ClaimJudgement::Take;
+    }
     if rec.status.is_sent() || rec.status.is_terminal() {
         return ClaimJudgement::Refuse(ClaimOutcome::Duplicate(rec.status));
     }
@@ -180,6 +189,15 @@ mod tests {
         assert_eq!(
             judge_claim(Some(&rec(Status::DeadLettered, 0, None)), &req(0, 1)),
             Refuse(ClaimOutcome::Duplicate(Status::DeadLettered))
+        );
+        // A soft-bounce resend's copy takes the bounce; a copy of the bounced send does not.
+        assert_eq!(
+            judge_claim(Some(&rec(Status::BouncedTransient, 0, None)), &req(1, 5)),
+            Take
+        );
+        assert_eq!(
+            judge_claim(Some(&rec(Status::BouncedTransient, 1, None)), &req(1, 5)),
+            Refuse(ClaimOutcome::Duplicate(Status::BouncedTransient))
         );
     }
 }

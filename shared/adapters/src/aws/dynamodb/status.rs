@@ -85,7 +85,8 @@ enum Attempt {
 const CLAIM_CONDITION: &str = "attribute_not_exists(message_id) \
      OR (attempt <= :a AND (#s = :pending OR #s = :deferred)) \
      OR (attempt <= :a AND #s = :unknown AND unknown_since <= :cutoff) \
-     OR (attempt < :a AND #s = :processing AND lease_until <= :now)";
+     OR (attempt < :a AND #s = :processing AND lease_until <= :now) \
+     OR (attempt < :a AND #s = :bounced_transient)";
 
 impl DynamoDbStatusStore {
     /// The claim as an update (not a put: the record keeps its history and payload).
@@ -118,6 +119,10 @@ impl DynamoDbStatusStore {
             (":deferred".to_owned(), s(Status::Deferred.as_str())),
             (":unknown".to_owned(), s(Status::Unknown.as_str())),
             (":processing".to_owned(), s(Status::Processing.as_str())),
+            (
+                ":bounced_transient".to_owned(),
+                s(Status::BouncedTransient.as_str()),
+            ),
             (":cutoff".to_owned(), n(ms(req.now - req.grace))),
             (":now".to_owned(), n(ms(req.now))),
         ])
