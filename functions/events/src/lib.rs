@@ -42,9 +42,10 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use courier_core::breaker::{BreakerConfig, BreakerState, Mode};
 use courier_core::classify::{SesFailureEvent, classify_ses_event};
+use courier_core::delay::{self, DelayMechanism};
 use courier_core::envelope::{attempt_record, dead_letter_of, next_body, parse_body};
 use courier_core::job::fingerprint;
-use courier_core::policy::{DeadLetterCategory, Decision, DelayMechanism, RetryPolicy};
+use courier_core::policy::{DeadLetterCategory, Decision, RetryPolicy};
 use courier_core::ports::{
     BreakerStore, Clock, DeadLetterSink, EventLedger, HistoryEntry, JobRecord, ReputationStore,
     Requeue, Resend, RetryScheduler, StatusStore, StatusUpdate, StoreError, SuppressionList,
@@ -407,13 +408,12 @@ impl Applier {
             let decision = self.decide(&incoming, &verdict, now);
             if let Decision::Retry {
                 delay,
-                mechanism,
                 spends_attempt,
             } = decision
             {
                 let requeue =
                     self.requeue(&incoming, &verdict, delay.as_secs(), spends_attempt, now);
-                self.schedule(&requeue, mechanism).await?;
+                self.schedule(requeue, now).await?;
                 return Ok(Some(Applied::Resent));
             }
             return Ok(Some(Applied::Absorbed));
@@ -433,7 +433,6 @@ impl Applier {
         match self.decide(&incoming, &verdict, now) {
             Decision::Retry {
                 delay,
-                mechanism,
                 spends_attempt,
             } => {
                 let requeue =
@@ -452,7 +451,7 @@ impl Applier {
                 };
                 // The copy first: until it is scheduled the job stays `bounced_transient` (a
                 // known end if scheduling never succeeds), never `deferred` with no copy coming.
-                self.schedule(&requeue, mechanism).await?;
+                self.schedule(requeue, now).await?;
                 if !self.status.resend(&resend).await? {
                     // Another event or resend moved the record first; the copy is then a
                     // duplicate its claim drops, or the one copy of this resend.
@@ -545,22 +544,23 @@ impl Applier {
         }
     }
 
-    async fn schedule(
-        &self,
-        requeue: &Requeue,
-        mechanism: DelayMechanism,
-    ) -> Result<(), StoreError> {
-        match mechanism {
-            DelayMechanism::QueueDelay => self
-                .resender
-                .scheduler
-                .enqueue(std::slice::from_ref(requeue))
-                .await
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| Err(StoreError::msg("resend", "no result for the re-enqueue"))),
-            DelayMechanism::StateMachine => self.resender.scheduler.start_wait(requeue).await,
-        }
+    /// Schedules the resend's copy by the mechanism [`delay::mechanism`] picks (the same
+    /// choice as the send function's).
+    async fn schedule(&self, requeue: Requeue, now: DateTime<Utc>) -> Result<(), StoreError> {
+        let requeue = match delay::mechanism(requeue.delay_secs, &requeue.body) {
+            DelayMechanism::StateMachine => {
+                return self.resender.scheduler.start_wait(&requeue).await;
+            }
+            DelayMechanism::QueueDelay => requeue,
+            DelayMechanism::QueueHops => delay::first_hop(requeue, now),
+        };
+        self.resender
+            .scheduler
+            .enqueue(std::slice::from_ref(&requeue))
+            .await
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err(StoreError::msg("resend", "no result for the re-enqueue")))
     }
 
     /// One SQS batch: unparseable messages are logged and acknowledged (they are not ours to

@@ -224,12 +224,14 @@ impl Pipeline {
         let decision = self.decide(incoming, verdict.class, now);
         let Decision::Retry {
             delay,
-            mechanism: DelayMechanism::QueueDelay,
             spends_attempt,
         } = decision
         else {
             return None;
         };
+        if delay.as_secs() > delay::MAX_QUEUE_DELAY_SECS {
+            return None;
+        }
         let mut retry = incoming.retry.clone();
         retry.record(verdict.class, spends_attempt, delay.as_secs(), now);
         let mut history = incoming.history.clone();

@@ -92,20 +92,13 @@ impl Pipeline {
         match decision {
             Decision::Retry {
                 delay,
-                mechanism,
                 spends_attempt,
             } => {
-                let (delay, mechanism) = if ambiguous {
-                    let delay = delay.max(self.config.ambiguity_grace);
-                    let mechanism = if delay.as_secs() <= courier_core::policy::MAX_QUEUE_DELAY_SECS
-                    {
-                        DelayMechanism::QueueDelay
-                    } else {
-                        DelayMechanism::StateMachine
-                    };
-                    (delay, mechanism)
+                // An ambiguous outcome waits at least the grace window for provider evidence.
+                let delay = if ambiguous {
+                    delay.max(self.config.ambiguity_grace)
                 } else {
-                    (delay, mechanism)
+                    delay
                 };
                 let mut retry = incoming.retry.clone();
                 retry.record(verdict.class, spends_attempt, delay.as_secs(), now);
@@ -141,31 +134,15 @@ impl Pipeline {
                     verdict.rule,
                     delay.as_secs()
                 ));
-                info!(class = %verdict.class, rule = %verdict.rule, delay_s = delay.as_secs(), ?mechanism, "retry scheduled");
+                info!(class = %verdict.class, rule = %verdict.rule, delay_s = delay.as_secs(), "retry scheduled");
                 let outcome = if ambiguous {
                     Outcome::Ambiguous
                 } else {
                     Outcome::Retried(verdict.class)
                 };
-                match mechanism {
-                    DelayMechanism::QueueDelay => Step::Requeue {
-                        requeue,
-                        then: Some(Box::new(then)),
-                        outcome,
-                    },
-                    DelayMechanism::StateMachine => match self.scheduler.start_wait(&requeue).await
-                    {
-                        Ok(()) => {
-                            if let Err(e) = self.status.finish(&then).await {
-                                warn!(error = %e, "status write after starting the wait failed");
-                            }
-                            Step::Done(outcome)
-                        }
-                        Err(e) if ambiguous => {
-                            self.fail_ambiguous(incoming, owner, e.to_string()).await
-                        }
-                        Err(e) => Step::Fail(e.to_string()),
-                    },
+                match self.wait(requeue, Some(then), outcome, now).await {
+                    Step::Fail(e) if ambiguous => self.fail_ambiguous(incoming, owner, e).await,
+                    step => step,
                 }
             }
             Decision::DeadLetter { category, reason } => {
@@ -393,17 +370,50 @@ impl Pipeline {
     }
 
     pub(crate) async fn schedule_same(&self, requeue: Requeue, outcome: Outcome) -> Step {
-        if requeue.delay_secs <= courier_core::policy::MAX_QUEUE_DELAY_SECS {
-            Step::Requeue {
+        self.wait(requeue, None, outcome, self.now()).await
+    }
+
+    /// Sends `requeue` on its wait, by the mechanism [`courier_core::delay::mechanism`] picks
+    /// for its delay and size: the queue's delay (acknowledged once the batched re-enqueue is
+    /// written, then `then` is written), the state machine (started here, then `then`), or hops
+    /// through the queue for a copy too large for the state machine's input.
+    pub(crate) async fn wait(
+        &self,
+        requeue: Requeue,
+        then: Option<StatusUpdate>,
+        outcome: Outcome,
+        now: DateTime<Utc>,
+    ) -> Step {
+        let then = then.map(Box::new);
+        match delay::mechanism(requeue.delay_secs, &requeue.body) {
+            DelayMechanism::QueueDelay => Step::Requeue {
                 requeue,
-                then: None,
+                then,
                 outcome,
+            },
+            DelayMechanism::QueueHops => {
+                info!(
+                    delay_s = requeue.delay_secs,
+                    bytes = requeue.body.len(),
+                    "too large for the state machine's input; waiting through the queue in hops"
+                );
+                Step::Requeue {
+                    requeue: delay::first_hop(requeue, now),
+                    then,
+                    outcome,
+                }
             }
-        } else {
-            match self.scheduler.start_wait(&requeue).await {
-                Ok(()) => Step::Done(outcome),
+            DelayMechanism::StateMachine => match self.scheduler.start_wait(&requeue).await {
+                Ok(()) => {
+                    if let Some(then) = then
+                        && let Err(e) = self.status.finish(&then).await
+                    {
+                        warn!(error = %e, "status write after starting the wait failed");
+                    }
+                    Step::Done(outcome)
+                }
                 Err(e) => Step::Fail(e.to_string()),
-            }
+            },
         }
     }
 

@@ -34,6 +34,7 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use courier_core::breaker::Admission;
 use courier_core::classify::{ErrorClass, Verdict};
+use courier_core::delay::{self, DelayMechanism};
 use courier_core::envelope::{
     Incoming, attempt_record, current_body, dead_letter_of, job_fingerprint, next_body, parse_body,
     same_generation_body,
@@ -41,7 +42,7 @@ use courier_core::envelope::{
 use courier_core::job::{Rejected, fingerprint, parse_mailbox};
 use courier_core::letters::letter_id;
 use courier_core::mailbox::address_key;
-use courier_core::policy::{DeadLetterCategory, Decision, DelayMechanism, RetryPolicy};
+use courier_core::policy::{DeadLetterCategory, Decision, RetryPolicy};
 use courier_core::ports::{
     ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, Mailer, OutgoingEmail,
     PoisonList, Provider, Requeue, RetryScheduler, Sightings, StatusStore, StatusUpdate,
@@ -386,6 +387,22 @@ impl Pipeline {
             }
             Ok(false) => {}
             Err(e) => return Step::Fail(e.to_string()),
+        }
+        // 2a. A hop of a long wait that is not due yet: back on the queue, unclaimed.
+        if let Some(due) = incoming.not_before
+            && due > now
+        {
+            let requeue = Requeue {
+                message_id: job.message_id.clone(),
+                body: record.body.clone(),
+                delay_secs: delay::next_hop(now, due),
+            };
+            info!(%due, delay_s = requeue.delay_secs, "not due yet; waiting another hop");
+            return Step::Requeue {
+                requeue,
+                then: None,
+                outcome: Outcome::Waiting,
+            };
         }
         // 2b. No provider can take it now (known without a call): wait, unclaimed.
         if let Some(step) = self.wait_unclaimed(&incoming, now).await {

@@ -9,7 +9,9 @@ use courier_core::policy::DeadLetterCategory;
 /// What happened to one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
-    Sent { latency: Duration },
+    Sent {
+        latency: Duration,
+    },
     Retried(ErrorClass),
     DeadLettered(DeadLetterCategory, ErrorClass),
     Bounced(ErrorClass),
@@ -17,6 +19,8 @@ pub enum Outcome {
     Duplicate,
     Stale,
     Ambiguous,
+    /// A hop of a long wait came back before it was due and went back on the queue.
+    Waiting,
     Failed,
 }
 
@@ -42,7 +46,11 @@ impl Metrics {
                 self.add("Outcomes", 1);
                 self.add(&format!("Failures_{class}"), 1);
             }
-            Outcome::Duplicate | Outcome::Stale | Outcome::Ambiguous | Outcome::Failed => {}
+            Outcome::Duplicate
+            | Outcome::Stale
+            | Outcome::Ambiguous
+            | Outcome::Waiting
+            | Outcome::Failed => {}
         }
         let name = match outcome {
             Outcome::Sent { latency } => {
@@ -62,6 +70,7 @@ impl Metrics {
             Outcome::Duplicate => "DuplicatesSkipped".into(),
             Outcome::Stale => "StaleCopiesDropped".into(),
             Outcome::Ambiguous => "AmbiguousOutcomes".into(),
+            Outcome::Waiting => "WaitHops".into(),
             Outcome::Failed => "RecordsFailed".into(),
         };
         *self.counts.entry(name).or_default() += 1;

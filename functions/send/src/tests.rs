@@ -731,6 +731,71 @@ async fn a_failed_dead_letter_after_an_ambiguous_send_keeps_unknown() {
 }
 
 #[tokio::test]
+async fn a_long_wait_too_large_for_the_state_machine_hops_through_the_queue_until_due() {
+    // GIVEN a job of 300 KiB (past the state machine's 256 KiB input) greylisted on its first
+    // try: the policy waits 15 minutes plus jitter, past SQS's 900 s delay
+    let greylisted = std::sync::atomic::AtomicUsize::new(0);
+    let w = world_with(MemoryMailer::with(
+        courier_core::ports::Provider::Smtp,
+        Box::new(move |_| {
+            if greylisted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                Err(SendFailure {
+                    verdict: classify_smtp(
+                        "450 4.2.0 <g@x>: Recipient address rejected: Greylisted",
+                    ),
+                    ambiguous: false,
+                    source: None,
+                })
+            } else {
+                Ok(Receipt {
+                    provider_message_id: "after-the-wait".into(),
+                })
+            }
+        }),
+    ));
+    let body = serde_json::json!({
+        "version": 1, "message_id": "big-wait", "campaign_id": "c", "from": "shop@example.com",
+        "to": ["g@example.org"], "content": {"subject": "Hi", "text": "x".repeat(300 * 1024)}
+    })
+    .to_string();
+    let report = w.run(vec![rec("g", body)]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    // THEN no state machine is started: the copy goes on the queue for 900 s, marked due
+    assert!(w.scheduler.waits.lock().unwrap().is_empty());
+    let first = w.scheduler.queued.lock().unwrap().pop().expect("a hop");
+    assert_eq!(first.delay_secs, 900);
+    let hop = courier_core::envelope::parse_body(first.body.as_bytes()).unwrap();
+    let due = hop.not_before.expect("marked due");
+    assert!(due > t0() + chrono::Duration::seconds(900), "{due}");
+    assert_eq!(w.status_of("big-wait"), Some(Status::Deferred));
+    // WHEN the hop comes back before it is due
+    w.clock.advance(900);
+    let report = w.run(vec![rec("g", first.body.clone())]).await;
+    // THEN it goes back on the queue for what is left, unclaimed and unsent
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(report.metrics.counts.get("WaitHops"), Some(&1));
+    let second = w
+        .scheduler
+        .queued
+        .lock()
+        .unwrap()
+        .pop()
+        .expect("another hop");
+    assert_eq!(
+        second.delay_secs,
+        u64::try_from((due - w.clock.now()).num_seconds()).unwrap()
+    );
+    assert_eq!(second.body, first.body);
+    assert_eq!(w.mailer.sent_count(), 1);
+    // AND once due, it is sent
+    w.clock.advance(second.delay_secs as i64);
+    let report = w.run(vec![rec("g", second.body)]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 2);
+    assert_eq!(w.status_of("big-wait"), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
 async fn only_the_suppressed_recipients_of_a_job_are_skipped() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     w.suppression

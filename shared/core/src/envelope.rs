@@ -29,6 +29,10 @@ pub struct Envelope {
     pub history: Vec<AttemptRecord>,
     /// The job exactly as the application sent it.
     pub job: serde_json::Value,
+    /// A copy hopping through the queue towards a long wait is not due before this
+    /// ([`crate::delay::DelayMechanism::QueueHops`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<DateTime<Utc>>,
 }
 
 /// A parsed queue message: the job and where it stands.
@@ -40,6 +44,8 @@ pub struct Incoming {
     pub history: Vec<AttemptRecord>,
     /// The application's original job payload (for dead letters and fingerprints).
     pub original: String,
+    /// Not due before this (a hop of a long wait; see [`Envelope::not_before`]).
+    pub not_before: Option<DateTime<Utc>>,
 }
 
 /// Parses an SQS body: a bare job or an envelope.
@@ -64,6 +70,7 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
             retry: envelope.retry,
             history: envelope.history,
             original,
+            not_before: envelope.not_before,
         });
     }
     Ok(Incoming {
@@ -72,6 +79,7 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
         retry: RetryState::default(),
         history: Vec::new(),
         original: text.to_owned(),
+        not_before: None,
     })
 }
 
@@ -167,6 +175,7 @@ pub fn current_body(incoming: &Incoming) -> String {
         retry: incoming.retry.clone(),
         history: incoming.history.iter().skip(skip).cloned().collect(),
         job,
+        not_before: None,
     };
     serde_json::to_string(&envelope).unwrap_or_default()
 }
@@ -201,6 +210,7 @@ fn body_of(
         retry,
         history: history.into_iter().skip(skip).collect(),
         job,
+        not_before: None,
     };
     serde_json::to_string(&envelope).unwrap_or_default()
 }
@@ -229,6 +239,7 @@ pub fn replay_body(
         retry: RetryState::default(),
         history: history.into_iter().skip(skip).collect(),
         job,
+        not_before: None,
     };
     serde_json::to_string(&envelope).map_err(|e| e.to_string())
 }

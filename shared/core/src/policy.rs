@@ -21,8 +21,7 @@ use crate::job::Priority;
 use crate::random::RandomSource;
 use crate::status::Status;
 
-/// SQS's per-message `DelaySeconds` ceiling; longer waits go through the delay state machine.
-pub const MAX_QUEUE_DELAY_SECS: u64 = 900;
+pub use crate::delay::{DelayMechanism, MAX_QUEUE_DELAY_SECS};
 /// Step Functions Standard waits up to a year; no sane retry needs more.
 pub const MAX_DELAY_SECS: u64 = 365 * 24 * 3600;
 
@@ -161,22 +160,12 @@ impl DeadLetterCategory {
     }
 }
 
-/// How a retry waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum DelayMechanism {
-    /// Re-enqueue with `DelaySeconds` (at most 900).
-    QueueDelay,
-    /// Start the delay state machine (Wait, then SendMessage back to the queue).
-    StateMachine,
-}
-
 /// The policy's answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
+    /// Try again after `delay` (how the copy waits is [`crate::delay::mechanism`]'s choice).
     Retry {
         delay: Duration,
-        mechanism: DelayMechanism,
         spends_attempt: bool,
     },
     DeadLetter {
@@ -322,11 +311,6 @@ impl RetryPolicy {
         }
         Decision::Retry {
             delay: Duration::from_secs(delay),
-            mechanism: if delay <= MAX_QUEUE_DELAY_SECS {
-                DelayMechanism::QueueDelay
-            } else {
-                DelayMechanism::StateMachine
-            },
             spends_attempt: rule.spends_attempt,
         }
     }

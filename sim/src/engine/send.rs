@@ -45,12 +45,14 @@ impl Engine<'_> {
         let decision = self.decide(job, class, now);
         let Decision::Retry {
             delay,
-            mechanism: DelayMechanism::QueueDelay,
             spends_attempt,
         } = decision
         else {
             return false;
         };
+        if delay.as_secs() > MAX_QUEUE_DELAY_SECS {
+            return false;
+        }
         if class == ErrorClass::RateLimited {
             self.rate_refused += 1;
         }
@@ -232,19 +234,14 @@ impl Engine<'_> {
         match decision {
             Decision::Retry {
                 delay,
-                mechanism,
                 spends_attempt,
             } => {
                 let mut secs = delay.as_secs();
-                let mut mechanism = mechanism;
                 if ambiguous {
                     secs = secs.max(sc.ambiguity_grace_secs);
-                    mechanism = if secs <= MAX_QUEUE_DELAY_SECS {
-                        DelayMechanism::QueueDelay
-                    } else {
-                        DelayMechanism::StateMachine
-                    };
                 }
+                // The send function's choice, for the simulated job's body.
+                let mechanism = courier_core::delay::mechanism(secs, SIMULATED_BODY);
                 let j = &mut self.jobs[job as usize];
                 j.retry.record(class, spends_attempt, secs, at(now));
                 // A re-sent message is a new copy: its receive count starts again.
@@ -260,6 +257,14 @@ impl Engine<'_> {
                         self.calls.sfn_transitions += SFN_TRANSITIONS_PER_WAIT;
                         self.calls.sqs_send += 1;
                         let back = now + sc.latency.sfn_ms + secs * 1000 + sc.latency.sqs_ms;
+                        self.push(back, Ev::Visible(job));
+                        true
+                    }
+                    DelayMechanism::QueueHops => {
+                        // One send per hop of at most 900 s (each early copy is put back).
+                        let hops = secs.div_ceil(MAX_QUEUE_DELAY_SECS);
+                        self.calls.sqs_send += hops;
+                        let back = now + secs * 1000 + hops * sc.latency.sqs_ms;
                         self.push(back, Ev::Visible(job));
                         true
                     }
@@ -311,3 +316,7 @@ impl Engine<'_> {
         }
     }
 }
+
+/// The simulated jobs' queue body (a typical transactional job: the delay mechanism depends on
+/// the body's size).
+const SIMULATED_BODY: &str = r#"{"version":1,"message_id":"sim","campaign_id":"sim","from":"shop@example.com","to":["reader@example.org"],"content":{"subject":"Your order","text":"Thanks for your order."}}"#;

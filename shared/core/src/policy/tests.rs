@@ -72,7 +72,6 @@ fn soft_bounces_wait_minutes_to_hours_through_the_state_machine() {
     );
     let Decision::Retry {
         delay,
-        mechanism,
         spends_attempt,
     } = d
     else {
@@ -80,9 +79,12 @@ fn soft_bounces_wait_minutes_to_hours_through_the_state_machine() {
     };
     assert!(delay.as_secs() >= 900);
     assert!(spends_attempt);
-    // 900 s plus any jitter is past the queue's limit, so the state machine carries it.
+    // 900 s plus any jitter is past the queue's limit, so the state machine carries a job.
     if delay.as_secs() > MAX_QUEUE_DELAY_SECS {
-        assert_eq!(mechanism, DelayMechanism::StateMachine);
+        assert_eq!(
+            crate::delay::mechanism(delay.as_secs(), "{}"),
+            DelayMechanism::StateMachine
+        );
     }
     let (delays, _) = run(&policy, Priority::Bulk, ErrorClass::MailboxTemporary, 3);
     assert_eq!(delays.len(), 3);
@@ -334,11 +336,10 @@ proptest! {
         let mut now = start;
         for class in classes {
             match policy.decide(tier, class, &state, now, None, &mut rng) {
-                Decision::Retry { delay, mechanism, spends_attempt } => {
+                Decision::Retry { delay, spends_attempt } => {
                     let rule = &policy.tier(tier).classes[&class];
                     let secs = delay.as_secs();
                     prop_assert!((1..=MAX_DELAY_SECS).contains(&secs));
-                    prop_assert_eq!(mechanism == DelayMechanism::QueueDelay, secs <= MAX_QUEUE_DELAY_SECS);
                     let next = now + chrono::Duration::seconds(secs as i64);
                     prop_assert!(next <= start + chrono::Duration::seconds(rule.horizon as i64));
                     state.record(class, spends_attempt, secs, now);
