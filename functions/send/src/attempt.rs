@@ -267,23 +267,9 @@ impl Pipeline {
         send_by: DateTime<Utc>,
         latency: std::time::Duration,
     ) -> Step {
-        let mut backoff = std::time::Duration::from_millis(50);
-        let mut tries = 0;
-        let error = loop {
-            tries += 1;
-            match self.status.finish(&update).await {
-                Ok(()) => return Step::Done(Outcome::Sent { latency }),
-                Err(e)
-                    if tries < SENT_WRITE_TRIES
-                        && self.now() + chrono::Duration::from_std(backoff).unwrap_or_default()
-                            < send_by =>
-                {
-                    warn!(error = %e, tries, "sent, but the status write failed; trying again");
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
-                }
-                Err(e) => break e,
-            }
+        let (tries, error) = match self.finish_durably(&update, send_by).await {
+            Ok(()) => return Step::Done(Outcome::Sent { latency }),
+            Err(failed) => failed,
         };
         let provider = update.provider.clone().unwrap_or_default();
         let provider_message_id = update.provider_message_id.clone().unwrap_or_default();
@@ -301,6 +287,44 @@ impl Pipeline {
             Err(second) => Step::FailKeepStatus(format!(
                 "sent, but neither the status ({error}) nor unknown ({second}) could be written; the lease expires into unknown"
             )),
+        }
+    }
+
+    /// Writes `update` (the outcome of this lease), trying again with backoff after a failure,
+    /// [`SENT_WRITE_TRIES`] times at most and while `until` allows. A write whose answer was
+    /// lost after it landed counts as made: after a failure the record is read, and if it
+    /// already holds this update (status, generation, writer) nothing is written again. On
+    /// failure: the tries made and the last error.
+    pub(crate) async fn finish_durably(
+        &self,
+        update: &StatusUpdate,
+        until: DateTime<Utc>,
+    ) -> Result<(), (u32, courier_core::ports::StoreError)> {
+        let mut backoff = std::time::Duration::from_millis(50);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let error = match self.status.finish(update).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if let Ok(Some(record)) = self.status.get(&update.message_id).await
+                && record.status == update.status
+                && record.attempt == update.attempt
+                && record
+                    .history
+                    .last()
+                    .is_some_and(|h| h.status == update.status && h.by == update.owner)
+            {
+                return Ok(());
+            }
+            let next = self.now() + chrono::Duration::from_std(backoff).unwrap_or_default();
+            if tries >= SENT_WRITE_TRIES || next >= until {
+                return Err((tries, error));
+            }
+            warn!(error = %error, tries, status = %update.status, "status write failed; trying again");
+            tokio::time::sleep(backoff).await;
+            backoff *= 2;
         }
     }
 

@@ -170,20 +170,21 @@ impl Pipeline {
             } => {
                 if suppress_recipient && job.recipients().count() == 1 {
                     for address in job.recipients() {
-                        if let Err(e) = self
-                            .suppression
-                            .suppress(
-                                address,
-                                &format!(
-                                    "{}: {}",
-                                    verdict.rule,
-                                    verdict.raw_code.as_deref().unwrap_or("")
-                                ),
-                                now,
-                            )
-                            .await
-                        {
-                            return Step::Fail(e.to_string());
+                        let reason = format!(
+                            "{}: {}",
+                            verdict.rule,
+                            verdict.raw_code.as_deref().unwrap_or("")
+                        );
+                        if let Err(e) = self.suppression.suppress(address, &reason, now).await {
+                            // The answer may have been lost after the write landed.
+                            let listed = self
+                                .suppression
+                                .suppressed(&[address.to_owned()], now)
+                                .await
+                                .is_ok_and(|hit| !hit.is_empty());
+                            if !listed {
+                                return Step::Fail(e.to_string());
+                            }
                         }
                     }
                 }
@@ -196,12 +197,12 @@ impl Pipeline {
                 );
                 update.provider = provider;
                 update.detail = Some(format!("{} ({})", verdict.class, verdict.rule));
-                match self.status.finish(&update).await {
+                match self.finish_durably(&update, self.write_deadline()).await {
                     Ok(()) => {
                         info!(%status, class = %verdict.class, rule = %verdict.rule, "finished");
                         Step::Done(Outcome::Bounced(verdict.class))
                     }
-                    Err(e) => Step::Fail(e.to_string()),
+                    Err((_, e)) => Step::Fail(e.to_string()),
                 }
             }
         }
@@ -238,10 +239,11 @@ impl Pipeline {
                 verdict.class,
                 verdict.rule
             ));
-            if let Err(e) = self.status.finish(&update).await {
-                // The letter is durable; the job's record still says processing and will turn
-                // `unknown` then be resolved as a duplicate by the dead-letter status on replay.
-                warn!(error = %e, "status write after dead-lettering failed");
+            if let Err((tries, e)) = self.finish_durably(&update, self.write_deadline()).await {
+                // The letter is durable and is the job's home; its record still says
+                // processing (the sweeper marks it unknown), which `courierctl status` shows
+                // next to the letter.
+                warn!(error = %e, tries, "status write after dead-lettering failed");
             }
         }
         warn!(category = category.as_str(), class = %verdict.class, rule = %verdict.rule, "dead-lettered");
@@ -415,6 +417,11 @@ impl Pipeline {
                 Err(e) => Step::Fail(e.to_string()),
             },
         }
+    }
+
+    /// How long a status write after a durable step may keep trying: a second.
+    pub(crate) fn write_deadline(&self) -> DateTime<Utc> {
+        self.now() + chrono::Duration::seconds(1)
     }
 
     /// Records the first sighting of an error code that classified as `unknown`: a new kind of

@@ -1,0 +1,800 @@
+//! Exhaustive fault injection of the send path. For one job on each path (first-try success,
+//! a transient failure, a long wait, a permanent bounce, a content rejection, an invalid job, a
+//! suppressed recipient, a duplicate copy, a stale copy, an ambiguous send), every port call in
+//! turn fails before its effect, fails after it (the write happened, the answer was lost),
+//! crashes the invocation before it, or crashes it after it; then the copies are delivered as
+//! SQS would (redelivery after the visibility timeout, delays, the state machine's waits) until
+//! none is left. After every run:
+//!
+//! - at most one provider acceptance per job, unless `unknown` was durably recorded after the
+//!   earlier acceptance and before the next provider call;
+//! - the job ends in exactly one home: a final status, or a dead letter whose payload is
+//!   complete (never both a sent status and a letter, never the redrive DLQ);
+//! - no copy is acknowledged before the job's next home is durable (a final status, a dead
+//!   letter, or another copy on its way).
+//!
+//! It prints the number of injected points and runs; every one must hold.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use chrono::{DateTime, Utc};
+use courier_core::breaker::BreakerConfig;
+use courier_core::claim::{ClaimOutcome, ClaimRequest};
+use courier_core::classify::{ErrorClass, Verdict, classify_smtp};
+use courier_core::letters::DeadLetter;
+use courier_core::ports::{
+    Clock, DeadLetterSink, HistoryEntry, JobRecord, Mailer, OpenState, OutgoingEmail, PoisonList,
+    Provider, Receipt, Requeue, Resend, RetryScheduler, SendFailure, StatusStore, StatusUpdate,
+    StoreError, SuppressionEntry, SuppressionList, SweepMark,
+};
+use courier_core::random::SeededRandom;
+use courier_core::status::Status;
+use courier_devkit::memory::*;
+use courier_send::{Pipeline, RecordIn, SendConfig};
+
+/// How an injected point fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    FailBefore,
+    FailAfter,
+    CrashBefore,
+    CrashAfter,
+}
+
+const FAULTS: [Fault; 4] = [
+    Fault::FailBefore,
+    Fault::FailAfter,
+    Fault::CrashBefore,
+    Fault::CrashAfter,
+];
+
+/// What a gated call does.
+enum Gate {
+    Go,
+    Fail,
+    FailAfter,
+    Crash,
+    CrashAfter,
+}
+
+/// Counts port calls and injects one fault at call `at`.
+#[derive(Default)]
+struct Faults {
+    calls: AtomicUsize,
+    plan: Mutex<Option<(usize, Fault)>>,
+    fired: AtomicBool,
+    crashed: tokio::sync::Notify,
+}
+
+impl Faults {
+    fn gate(&self) -> Gate {
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        let plan = *self.plan.lock().unwrap();
+        match plan {
+            Some((at, fault)) if at == n => {
+                self.fired.store(true, Ordering::SeqCst);
+                match fault {
+                    Fault::FailBefore => Gate::Fail,
+                    Fault::FailAfter => Gate::FailAfter,
+                    Fault::CrashBefore => Gate::Crash,
+                    Fault::CrashAfter => Gate::CrashAfter,
+                }
+            }
+            _ => Gate::Go,
+        }
+    }
+
+    /// The process dies here: the invocation is abandoned (nothing after runs).
+    async fn crash(&self) -> ! {
+        self.crashed.notify_one();
+        std::future::pending::<()>().await;
+        unreachable!()
+    }
+}
+
+fn injected(operation: &'static str) -> StoreError {
+    StoreError::msg(operation, "injected fault")
+}
+
+/// Runs `$call` through the gate: `Err` before or after its effect, or a crash.
+macro_rules! gated {
+    ($self:ident, $op:literal, $call:expr) => {{
+        match $self.faults.gate() {
+            Gate::Go => $call,
+            Gate::Fail => Err(injected($op).into()),
+            Gate::FailAfter => {
+                let _ = $call;
+                Err(injected($op).into())
+            }
+            Gate::Crash => $self.faults.crash().await,
+            Gate::CrashAfter => {
+                let _ = $call;
+                $self.faults.crash().await
+            }
+        }
+    }};
+}
+
+struct FaultyStatus {
+    inner: Arc<MemoryStatusStore>,
+    faults: Arc<Faults>,
+}
+
+#[async_trait::async_trait]
+impl StatusStore for FaultyStatus {
+    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
+        gated!(self, "claim", self.inner.claim(req).await)
+    }
+    async fn finish(&self, update: &StatusUpdate) -> Result<(), StoreError> {
+        gated!(self, "finish", self.inner.finish(update).await)
+    }
+    async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError> {
+        gated!(self, "record", self.inner.record(update).await)
+    }
+    async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
+        gated!(self, "get", self.inner.get(message_id).await)
+    }
+    async fn find_by_provider_message_id(&self, id: &str) -> Result<Option<String>, StoreError> {
+        self.inner.find_by_provider_message_id(id).await
+    }
+    async fn note(&self, message_id: &str, entry: &HistoryEntry) -> Result<bool, StoreError> {
+        self.inner.note(message_id, entry).await
+    }
+    async fn reopen(&self, id: &str, now: DateTime<Utc>) -> Result<Option<u32>, StoreError> {
+        self.inner.reopen(id, now).await
+    }
+    async fn resend(&self, resend: &Resend) -> Result<bool, StoreError> {
+        self.inner.resend(resend).await
+    }
+    async fn open_before(
+        &self,
+        state: OpenState,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        self.inner.open_before(state, before, limit).await
+    }
+    async fn sweep(
+        &self,
+        found: &JobRecord,
+        mark: SweepMark,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.inner.sweep(found, mark, now).await
+    }
+}
+
+/// SQS as the driver sees it: copies with the time they become visible and their receives.
+#[derive(Debug, Clone)]
+struct Copy {
+    sqs_id: String,
+    body: String,
+    visible_at: DateTime<Utc>,
+    receives: u32,
+}
+
+#[derive(Default)]
+struct Queue {
+    copies: Mutex<Vec<Copy>>,
+    next_id: AtomicUsize,
+    redriven: Mutex<Vec<Copy>>,
+}
+
+impl Queue {
+    fn push(&self, body: String, visible_at: DateTime<Utc>) {
+        let n = self.next_id.fetch_add(1, Ordering::SeqCst);
+        self.copies.lock().unwrap().push(Copy {
+            sqs_id: format!("sqs-{n}"),
+            body,
+            visible_at,
+            receives: 0,
+        });
+    }
+}
+
+/// The retry scheduler onto the simulated queue: a re-enqueue is a copy after its delay; a
+/// started wait (the state machine, durable once started) is a copy after its delay too.
+struct FaultyScheduler {
+    queue: Arc<Queue>,
+    clock: Arc<ManualClock>,
+    faults: Arc<Faults>,
+}
+
+impl FaultyScheduler {
+    fn put(&self, item: &Requeue) {
+        let at = self.clock.now() + chrono::Duration::seconds(item.delay_secs as i64);
+        self.queue.push(item.body.clone(), at);
+    }
+}
+
+#[async_trait::async_trait]
+impl RetryScheduler for FaultyScheduler {
+    async fn enqueue(&self, items: &[Requeue]) -> Vec<Result<(), StoreError>> {
+        let all = |r: fn() -> Result<(), StoreError>| items.iter().map(|_| r()).collect();
+        match self.faults.gate() {
+            Gate::Go => {
+                items.iter().for_each(|i| self.put(i));
+                all(|| Ok(()))
+            }
+            Gate::Fail => all(|| Err(injected("enqueue"))),
+            Gate::FailAfter => {
+                items.iter().for_each(|i| self.put(i));
+                all(|| Err(injected("enqueue")))
+            }
+            Gate::Crash => self.faults.crash().await,
+            Gate::CrashAfter => {
+                items.iter().for_each(|i| self.put(i));
+                self.faults.crash().await
+            }
+        }
+    }
+
+    async fn start_wait(&self, item: &Requeue) -> Result<(), StoreError> {
+        gated!(self, "start_wait", {
+            self.put(item);
+            Ok::<(), StoreError>(())
+        })
+    }
+}
+
+struct FaultyLetters {
+    inner: Arc<MemoryDeadLetters>,
+    faults: Arc<Faults>,
+}
+
+#[async_trait::async_trait]
+impl DeadLetterSink for FaultyLetters {
+    async fn put(&self, letter: &DeadLetter) -> Result<(), StoreError> {
+        gated!(self, "dead letter", self.inner.put(letter).await)
+    }
+}
+
+struct FaultySuppression {
+    inner: Arc<MemorySuppressionList>,
+    faults: Arc<Faults>,
+}
+
+#[async_trait::async_trait]
+impl SuppressionList for FaultySuppression {
+    async fn suppressed(
+        &self,
+        addresses: &[String],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>, StoreError> {
+        gated!(
+            self,
+            "suppressed",
+            self.inner.suppressed(addresses, now).await
+        )
+    }
+    async fn suppress_until(
+        &self,
+        address: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+        until: Option<DateTime<Utc>>,
+    ) -> Result<(), StoreError> {
+        gated!(
+            self,
+            "suppress",
+            self.inner.suppress_until(address, reason, now, until).await
+        )
+    }
+    async fn suppress_soft(
+        &self,
+        address: &str,
+        reason: &str,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.inner.suppress_soft(address, reason, now, until).await
+    }
+    async fn remove(&self, address: &str) -> Result<bool, StoreError> {
+        self.inner.remove(address).await
+    }
+    async fn list(
+        &self,
+        limit: usize,
+        cursor: Option<String>,
+    ) -> Result<(Vec<SuppressionEntry>, Option<String>), StoreError> {
+        self.inner.list(limit, cursor).await
+    }
+}
+
+struct FaultyPoison {
+    inner: Arc<MemoryPoisonList>,
+    faults: Arc<Faults>,
+}
+
+#[async_trait::async_trait]
+impl PoisonList for FaultyPoison {
+    async fn is_blocked(&self, fingerprint: &str) -> Result<bool, StoreError> {
+        gated!(self, "poison", self.inner.is_blocked(fingerprint).await)
+    }
+    async fn block(&self, fp: &str, reason: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
+        self.inner.block(fp, reason, now).await
+    }
+}
+
+/// What the provider answers to each call, in turn (the last repeats).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Answer {
+    /// 250: accepted.
+    Accept,
+    /// Accepted, and the answer lost on the way back (an ambiguous failure).
+    AcceptLost,
+    /// An SMTP reply refusing the message.
+    Refuse(&'static str),
+}
+
+/// The provider, with the acceptance ledger the invariants read.
+struct FaultyMailer {
+    answers: Vec<Answer>,
+    calls: AtomicUsize,
+    faults: Arc<Faults>,
+    status: Arc<MemoryStatusStore>,
+    clock: Arc<ManualClock>,
+    /// Times the provider accepted the message.
+    accepted: Mutex<Vec<DateTime<Utc>>>,
+    violations: Mutex<Vec<String>>,
+}
+
+impl FaultyMailer {
+    fn accept(&self) {
+        self.accepted.lock().unwrap().push(self.clock.now());
+    }
+
+    /// A provider call after an earlier acceptance needs `unknown` recorded since then.
+    fn check_before_call(&self, message_id: &str) {
+        let accepted = self.accepted.lock().unwrap();
+        let Some(last) = accepted.last() else { return };
+        let record = self.status.records.lock().unwrap().get(message_id).cloned();
+        let unknown_since = record.is_some_and(|r| {
+            r.history
+                .iter()
+                .any(|h| h.status == Status::Unknown && h.at >= *last)
+        });
+        if !unknown_since {
+            self.violations.lock().unwrap().push(format!(
+                "provider called again after an acceptance at {last} without unknown recorded"
+            ));
+        }
+    }
+}
+
+fn lost() -> SendFailure {
+    SendFailure {
+        verdict: Verdict::local(
+            ErrorClass::Network,
+            "connection-lost",
+            "the connection dropped after DATA",
+        ),
+        ambiguous: true,
+        source: None,
+    }
+}
+
+fn refused() -> SendFailure {
+    SendFailure {
+        verdict: Verdict::local(
+            ErrorClass::Network,
+            "connection-refused",
+            "connection refused",
+        ),
+        ambiguous: false,
+        source: None,
+    }
+}
+
+#[async_trait::async_trait]
+impl Mailer for FaultyMailer {
+    fn provider(&self) -> Provider {
+        Provider::Smtp
+    }
+
+    async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure> {
+        self.check_before_call(&email.message_id);
+        let n = self.calls.fetch_add(1, Ordering::SeqCst);
+        let answer = self.answers[n.min(self.answers.len() - 1)];
+        let receipt = Receipt {
+            provider_message_id: format!("smtp-{n}"),
+        };
+        let effect = || match answer {
+            Answer::Accept => {
+                self.accept();
+                Ok(receipt.clone())
+            }
+            Answer::AcceptLost => {
+                self.accept();
+                Err(lost())
+            }
+            Answer::Refuse(reply) => Err(SendFailure {
+                verdict: classify_smtp(reply),
+                ambiguous: false,
+                source: None,
+            }),
+        };
+        match self.faults.gate() {
+            Gate::Go => effect(),
+            // Never reached the server.
+            Gate::Fail => Err(refused()),
+            // The server acted; its answer was lost.
+            Gate::FailAfter => match effect() {
+                Ok(_) => Err(lost()),
+                Err(e) => Err(e),
+            },
+            Gate::Crash => self.faults.crash().await,
+            Gate::CrashAfter => {
+                let _ = effect();
+                self.faults.crash().await
+            }
+        }
+    }
+}
+
+/// One job's path.
+#[derive(Debug, Clone, Copy)]
+struct Path {
+    name: &'static str,
+    answers: &'static [Answer],
+    /// Copies on the queue at the start: (generation-0 body, visible after seconds).
+    copies: &'static [i64],
+    suppressed: bool,
+    invalid: bool,
+    /// The final statuses the job may reach (empty: no status record, a dead letter only).
+    end: &'static [Status],
+}
+
+const GREYLISTED: &str = "450 4.2.0 <r@x>: Recipient address rejected: Greylisted";
+const BUSY: &str = "421 4.7.0 Too many connections, slow down";
+const UNKNOWN_USER: &str = "550 5.1.1 <r@x>: Recipient address rejected: User unknown";
+const SPAM: &str = "554 5.7.1 <r@x>: Recipient address rejected: message rejected by policy";
+
+const PATHS: &[Path] = &[
+    Path {
+        name: "first-try success",
+        answers: &[Answer::Accept],
+        copies: &[0],
+        suppressed: false,
+        invalid: false,
+        end: &[Status::SentToProvider],
+    },
+    Path {
+        name: "transient failure, then sent",
+        answers: &[Answer::Refuse(BUSY), Answer::Accept],
+        copies: &[0],
+        suppressed: false,
+        invalid: false,
+        end: &[Status::SentToProvider],
+    },
+    Path {
+        name: "greylisted: a wait through the state machine, then sent",
+        answers: &[Answer::Refuse(GREYLISTED), Answer::Accept],
+        copies: &[0],
+        suppressed: false,
+        invalid: false,
+        end: &[Status::SentToProvider],
+    },
+    Path {
+        name: "permanent bounce",
+        answers: &[Answer::Refuse(UNKNOWN_USER)],
+        copies: &[0],
+        suppressed: false,
+        invalid: false,
+        // A crash between the suppression and the status write: the redelivered copy finds
+        // the recipient suppressed (one send, the recipient protected, the bounce in the
+        // suppression's reason).
+        end: &[Status::BouncedPermanent, Status::Suppressed],
+    },
+    Path {
+        name: "content rejected: dead letter",
+        answers: &[Answer::Refuse(SPAM)],
+        copies: &[0],
+        suppressed: false,
+        invalid: false,
+        end: &[Status::DeadLettered],
+    },
+    Path {
+        name: "invalid job: dead letter",
+        answers: &[Answer::Accept],
+        copies: &[0],
+        suppressed: false,
+        invalid: true,
+        end: &[],
+    },
+    Path {
+        name: "suppressed recipient",
+        answers: &[Answer::Accept],
+        copies: &[0],
+        suppressed: true,
+        invalid: false,
+        end: &[Status::Suppressed],
+    },
+    Path {
+        name: "duplicate copy",
+        answers: &[Answer::Accept],
+        copies: &[0, 0],
+        suppressed: false,
+        invalid: false,
+        end: &[Status::SentToProvider],
+    },
+    Path {
+        name: "stale copy after a retry",
+        answers: &[Answer::Refuse(BUSY), Answer::Accept],
+        copies: &[0, 400],
+        suppressed: false,
+        invalid: false,
+        end: &[Status::SentToProvider],
+    },
+    Path {
+        name: "ambiguous send",
+        answers: &[Answer::AcceptLost, Answer::Accept],
+        copies: &[0],
+        suppressed: false,
+        invalid: false,
+        end: &[Status::SentToProvider],
+    },
+];
+
+const JOB_ID: &str = "fault-job";
+const RECIPIENT: &str = "Reader <r@example.org>";
+/// Visibility timeout of the send queue (the template's default for the send function).
+const VISIBILITY_SECS: i64 = 90;
+/// SQS moves a copy to the redrive DLQ after this many receives.
+const MAX_RECEIVES: u32 = 10;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+fn body(path: &Path) -> String {
+    if path.invalid {
+        return format!(r#"{{"version":1,"message_id":"{JOB_ID}","to":[]}}"#);
+    }
+    serde_json::json!({
+        "version": 1, "message_id": JOB_ID, "campaign_id": "faults", "from": "shop@example.com",
+        "to": [RECIPIENT], "content": {"subject": "Hi", "text": "Hello"}
+    })
+    .to_string()
+}
+
+/// What one run found.
+#[derive(Debug, Default)]
+struct Run {
+    violations: Vec<String>,
+    /// Port calls made (of a clean run: the points to inject at).
+    calls: usize,
+    fired: bool,
+}
+
+async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
+    let clock = Arc::new(ManualClock::new(t0()));
+    let faults = Arc::new(Faults::default());
+    *faults.plan.lock().unwrap() = plan;
+    let suppression = Arc::new(MemorySuppressionList::default());
+    if path.suppressed {
+        suppression
+            .suppress("r@example.org", "complaint", t0())
+            .await
+            .unwrap();
+    }
+    let status = Arc::new(MemoryStatusStore {
+        suppression: Some(suppression.clone()),
+        ..MemoryStatusStore::default()
+    });
+    let letters = Arc::new(MemoryDeadLetters::default());
+    let queue = Arc::new(Queue::default());
+    let mailer = Arc::new(FaultyMailer {
+        answers: path.answers.to_vec(),
+        calls: AtomicUsize::new(0),
+        faults: faults.clone(),
+        status: status.clone(),
+        clock: clock.clone(),
+        accepted: Mutex::new(Vec::new()),
+        violations: Mutex::new(Vec::new()),
+    });
+    let pipeline = Arc::new(Pipeline {
+        status: Arc::new(FaultyStatus {
+            inner: status.clone(),
+            faults: faults.clone(),
+        }),
+        mailers: vec![mailer.clone()],
+        scheduler: Arc::new(FaultyScheduler {
+            queue: queue.clone(),
+            clock: clock.clone(),
+            faults: faults.clone(),
+        }),
+        dead_letters: Arc::new(FaultyLetters {
+            inner: letters.clone(),
+            faults: faults.clone(),
+        }),
+        suppression: Arc::new(FaultySuppression {
+            inner: suppression.clone(),
+            faults: faults.clone(),
+        }),
+        poison: Arc::new(FaultyPoison {
+            inner: Arc::new(MemoryPoisonList::default()),
+            faults: faults.clone(),
+        }),
+        templates: Arc::new(MemoryTemplates::default()),
+        // Breakers that never open: one failure must not change the path.
+        breakers: courier_send::breakers::Breakers::new(
+            Arc::new(MemoryBreakerStore::default()),
+            BreakerConfig {
+                min_calls: 1_000,
+                ..BreakerConfig::default()
+            },
+            std::time::Duration::from_secs(0),
+        ),
+        governor: courier_send::governor::Governor::new(
+            Arc::new(MemorySendSchedule::default()),
+            BTreeMap::new(),
+        ),
+        policy: courier_core::policy::RetryPolicy::default(),
+        clock: clock.clone(),
+        config: SendConfig::default(),
+        rng: Mutex::new(SeededRandom::new(7)),
+        sightings: Arc::new(MemorySightings::default()),
+        new_codes: Mutex::new(Vec::new()),
+    });
+    for &after in path.copies {
+        queue.push(body(path), t0() + chrono::Duration::seconds(after));
+    }
+    let mut out = Run::default();
+    let mut invocations = 0;
+    loop {
+        // The earliest visible copy.
+        let next = {
+            let mut copies = queue.copies.lock().unwrap();
+            copies.sort_by_key(|c| c.visible_at);
+            if copies.is_empty() {
+                break;
+            }
+            copies.remove(0)
+        };
+        invocations += 1;
+        if invocations > 200 {
+            out.violations.push("the job never settled".into());
+            break;
+        }
+        let now = clock.now();
+        if next.visible_at > now {
+            clock.advance((next.visible_at - now).num_seconds().max(0) + 1);
+        }
+        let mut copy = next;
+        copy.receives += 1;
+        if copy.receives > MAX_RECEIVES {
+            out.violations
+                .push(format!("{} moved to the redrive DLQ", copy.sqs_id));
+            queue.redriven.lock().unwrap().push(copy);
+            continue;
+        }
+        let deadline = clock.now() + chrono::Duration::seconds(60);
+        let record = RecordIn {
+            sqs_message_id: copy.sqs_id.clone(),
+            body: copy.body.clone(),
+        };
+        let handled = {
+            let pipeline = pipeline.clone();
+            let request = format!("req-{invocations}");
+            tokio::select! {
+                report = async move { pipeline.handle_records(vec![record], deadline, &request).await } => Some(report),
+                () = faults.crashed.notified() => None,
+            }
+        };
+        let acknowledged = handled.is_some_and(|report| report.failures.is_empty());
+        if acknowledged {
+            // The copy is deleted: the job's next home must be durable now.
+            if !has_home(path, &status, &letters, &queue) {
+                out.violations.push(format!(
+                    "{} acknowledged with no durable next home (status {:?})",
+                    copy.sqs_id,
+                    status_of(&status)
+                ));
+            }
+        } else {
+            copy.visible_at = clock.now() + chrono::Duration::seconds(VISIBILITY_SECS);
+            queue.copies.lock().unwrap().push(copy);
+        }
+    }
+    // The end: exactly one home, as the path expects.
+    let end = status_of(&status);
+    let complete_letters = letters
+        .letters
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.payload.is_some() || l.payload_base64.is_some())
+        .count();
+    let lettered = path.end.is_empty() || path.end.contains(&Status::DeadLettered);
+    if lettered && complete_letters == 0 {
+        out.violations
+            .push("dead-lettered without a complete letter".into());
+    }
+    if !lettered && complete_letters > 0 {
+        out.violations
+            .push(format!("ended {end:?} and also dead-lettered"));
+    }
+    let status_ok = match end {
+        None => path.end.is_empty(),
+        Some(s) => path.end.contains(&s),
+    };
+    if !status_ok {
+        out.violations
+            .push(format!("ended {end:?}, expected one of {:?}", path.end));
+    }
+    out.violations
+        .extend(mailer.violations.lock().unwrap().iter().cloned());
+    out.calls = faults.calls.load(Ordering::SeqCst);
+    out.fired = faults.fired.load(Ordering::SeqCst);
+    out
+}
+
+fn status_of(status: &MemoryStatusStore) -> Option<Status> {
+    status.records.lock().unwrap().get(JOB_ID).map(|r| r.status)
+}
+
+/// A durable next home: a final status, a complete dead letter, or another copy on its way.
+fn has_home(
+    path: &Path,
+    status: &MemoryStatusStore,
+    letters: &MemoryDeadLetters,
+    queue: &Queue,
+) -> bool {
+    let settled = status_of(status).is_some_and(|s| {
+        matches!(
+            s,
+            Status::SentToProvider
+                | Status::BouncedPermanent
+                | Status::Suppressed
+                | Status::DeadLettered
+        )
+    });
+    let lettered = letters.letters.lock().unwrap().iter().any(|l| {
+        l.message_id.as_deref() == Some(JOB_ID)
+            && (l.payload.is_some() || l.payload_base64.is_some())
+    });
+    let copy_coming = !queue.copies.lock().unwrap().is_empty();
+    let _ = path;
+    settled || lettered || copy_coming
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_fault_at_every_port_call_of_every_path_keeps_both_promises() {
+    let mut points = 0;
+    let mut runs = 0;
+    let mut failures: Vec<String> = Vec::new();
+    for path in PATHS {
+        let clean = run(path, None).await;
+        assert!(
+            clean.violations.is_empty(),
+            "{}: the clean run fails: {:?}",
+            path.name,
+            clean.violations
+        );
+        for at in 0..clean.calls {
+            points += 1;
+            for fault in FAULTS {
+                runs += 1;
+                let found = run(path, Some((at, fault))).await;
+                assert!(found.fired, "{}: call {at} never reached", path.name);
+                for v in found.violations {
+                    failures.push(format!("{} / call {at} / {fault:?}: {v}", path.name));
+                }
+            }
+        }
+    }
+    println!(
+        "fault injection: {} paths, {points} injected points, {runs} runs, {} violations",
+        PATHS.len(),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {runs} runs broke a promise:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
