@@ -15,6 +15,8 @@
 //!
 //! It prints the number of injected points and runs; every one must hold.
 
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
+
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
