@@ -10,7 +10,10 @@
 //!   status; a `dead_lettered` status has its letter; every letter carries the payload;
 //! - delivered at most once, unless the status machine recorded an ambiguous outcome
 //!   (`unknown`) for the job, in which case the duplicates are counted, not failed;
-//! - a job recorded as sent arrived; a job that arrived is recorded as sent (or ambiguous).
+//! - a job recorded as sent arrived; a job that arrived is recorded as sent (or ambiguous);
+//! - it ends where its kind must ([`expected_end`]): a deliverable job sent, a dead address
+//!   bounced or suppressed, a soft failure dead-lettered as `retries_exhausted`, a policy
+//!   rejection as `needs_review`, an invalid job as `invalid_job`.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -97,6 +100,20 @@ pub struct Audit {
 
 const SENT: [&str; 3] = ["sent_to_provider", "delivered", "complained"];
 const OTHER_TERMINAL: [&str; 2] = ["failed_internal", "bounced_transient"];
+
+/// Where a job of `kind` must end: `sent`, `bounced` (a permanent bounce or its recipient
+/// suppressed), or a dead letter of a category.
+pub fn expected_end(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::Ok => &["sent"],
+        Kind::UserUnknown => &["bounced"],
+        Kind::MailboxFull | Kind::Insufficient | Kind::Busy | Kind::Greylist => {
+            &["retries_exhausted"]
+        }
+        Kind::Policy => &["needs_review"],
+        Kind::Invalid => &["invalid_job"],
+    }
+}
 
 pub fn audit(jobs: &[Job], ev: &Evidence) -> Audit {
     let mut letters: HashMap<&str, Vec<&LetterSeen>> = HashMap::new();
@@ -190,6 +207,22 @@ pub fn audit(jobs: &[Job], ev: &Evidence) -> Audit {
         }
         if own.iter().any(|l| !l.has_payload) {
             wrong.push("dead letter without the job's payload".into());
+        }
+        // The end its kind must reach (a home of the wrong kind is a failure too: a
+        // deliverable job dead-lettered, a dead address sent to).
+        let expected = expected_end(job.kind);
+        let reached = match (st, own.first()) {
+            (Some(s), _) if SENT.contains(&s) => "sent",
+            (Some("bounced_permanent" | "suppressed"), _) => "bounced",
+            (_, Some(letter)) => letter.category.as_str(),
+            _ => "",
+        };
+        if !reached.is_empty() && !expected.contains(&reached) {
+            wrong.push(format!(
+                "ended {reached}; a job of kind {} must end {}",
+                job.kind,
+                expected.join(" or ")
+            ));
         }
         // Sent once.
         if delivered > 1 {
@@ -314,7 +347,7 @@ mod tests {
         ev.journal_ambiguous.insert(id(2));
         // 3: nothing at all (lost)
         ev.statuses.insert(id(3), seen("processing"));
-        // 4: dead-lettered with its letter (fine)
+        // 4: a deliverable job dead-lettered with its letter (the wrong home)
         ev.statuses.insert(id(4), seen("dead_lettered"));
         ev.letters.push(LetterSeen {
             letter_id: "l4".into(),
@@ -333,9 +366,27 @@ mod tests {
         });
         // WHEN audited
         let a = audit(&jobs, &ev);
-        // THEN exactly 1, 3 and 5 are violations, 2 is a counted duplicate
+        // THEN exactly 1, 3, 4 (a deliverable job dead-lettered) and 5 are violations, 2 is a
+        // counted duplicate
         let bad: Vec<&str> = a.violations.iter().map(|(m, _)| m.as_str()).collect();
-        assert_eq!(bad, vec![id(1), id(3), id(5)]);
+        assert_eq!(bad, vec![id(1), id(3), id(4), id(5)]);
+        assert!(
+            a.violations[2].1.contains("must end sent"),
+            "{:?}",
+            a.violations[2]
+        );
+        // AND a greylisted job dead-lettered as retries_exhausted is where it must be
+        let greylisted = vec![job("t", 5)];
+        let mut ev = Evidence::default();
+        ev.statuses
+            .insert(greylisted[0].message_id.clone(), seen("dead_lettered"));
+        ev.letters.push(LetterSeen {
+            letter_id: "g".into(),
+            fingerprint: greylisted[0].fingerprint.clone(),
+            category: "retries_exhausted".into(),
+            has_payload: true,
+        });
+        assert!(audit(&greylisted, &ev).violations.is_empty());
         assert!(a.violations[1].1.starts_with("lost"));
         assert_eq!(a.total.lost, 1);
         assert_eq!(a.total.duplicates_after_ambiguous, 1);

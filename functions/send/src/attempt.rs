@@ -255,7 +255,7 @@ impl Pipeline {
     }
 
     /// The provider accepted the mail: its `sent_to_provider` write is tried again (with
-    /// backoff, [`SENT_WRITE_TRIES`] times at most, while the lease lasts). When it cannot be
+    /// backoff, `status_write_tries` times at most, while the lease lasts). When it cannot be
     /// made, the acceptance is kept as `unknown` with the provider's id and answer, and the
     /// record is left for redelivery: the redelivered copy finds it (see
     /// [`Pipeline::resolve_accepted`]) and records it sent without sending. When neither write
@@ -291,7 +291,8 @@ impl Pipeline {
     }
 
     /// Writes `update` (the outcome of this lease), trying again with backoff after a failure,
-    /// [`SENT_WRITE_TRIES`] times at most and while `until` allows. A write whose answer was
+    /// `SendConfig::status_write_tries` times at most (the waits between tries double from
+    /// 50 ms to at most 1 s) and while `until` allows. A write whose answer was
     /// lost after it landed counts as made: after a failure the record is read, and if it
     /// already holds this update (status, generation, writer) nothing is written again. On
     /// failure: the tries made and the last error.
@@ -319,12 +320,12 @@ impl Pipeline {
                 return Ok(());
             }
             let next = self.now() + chrono::Duration::from_std(backoff).unwrap_or_default();
-            if tries >= SENT_WRITE_TRIES || next >= until {
+            if tries >= self.config.status_write_tries || next >= until {
                 return Err((tries, error));
             }
             warn!(error = %error, tries, status = %update.status, "status write failed; trying again");
             tokio::time::sleep(backoff).await;
-            backoff *= 2;
+            backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
         }
     }
 
@@ -373,9 +374,6 @@ impl Pipeline {
         })
     }
 }
-
-/// How often a provider's acceptance is written before it is kept as `unknown` instead.
-pub const SENT_WRITE_TRIES: u32 = 4;
 
 /// How an `unknown` that keeps a provider's acceptance begins its detail.
 pub const ACCEPTED_DETAIL: &str = "accepted by";

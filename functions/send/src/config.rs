@@ -21,6 +21,11 @@ pub struct SendConfig {
     pub lease_margin: Duration,
     /// How long an ambiguous outcome waits for provider evidence before a resend.
     pub ambiguity_grace: Duration,
+    /// How often a status write after a durable step (the provider's acceptance above all) is
+    /// tried before the record is kept `unknown` or left to its lease
+    /// (`COURIER_STATUS_WRITE_TRIES`, 1..=60; the waits between tries double from 50 ms to 1 s:
+    /// the default 20 keeps trying for about 16 s, while the lease lasts).
+    pub status_write_tries: u32,
     /// How long breaker state is cached per instance.
     pub breaker_cache: Duration,
     pub breaker: BreakerConfig,
@@ -36,6 +41,7 @@ impl Default for SendConfig {
             max_lease: crate::DEFAULT_MAX_LEASE,
             lease_margin: Duration::from_secs(5),
             ambiguity_grace: Duration::from_secs(900),
+            status_write_tries: 20,
             breaker_cache: Duration::from_secs(2),
             breaker: BreakerConfig::default(),
             rate_limits: BTreeMap::new(),
@@ -237,6 +243,17 @@ impl SendConfig {
                     problem: "must be a whole number in 1..=100".into(),
                 })?;
         }
+        if let Some(v) = lookup("COURIER_STATUS_WRITE_TRIES") {
+            config.status_write_tries = v
+                .parse()
+                .ok()
+                .filter(|n| (1..=60).contains(n))
+                .ok_or_else(|| ConfigError::Invalid {
+                    name: "COURIER_STATUS_WRITE_TRIES",
+                    value: v.clone(),
+                    problem: "must be a whole number in 1..=60".into(),
+                })?;
+        }
         config.max_lease = duration(&lookup, "COURIER_MAX_LEASE", config.max_lease)?;
         config.lease_margin = duration(&lookup, "COURIER_LEASE_MARGIN", config.lease_margin)?;
         config.ambiguity_grace =
@@ -363,6 +380,21 @@ mod tests {
     fn errors_name_the_variable() {
         let cases: Vec<(&'static str, &str, &str)> = vec![
             ("COURIER_CONCURRENCY", "0", "COURIER_CONCURRENCY"),
+            (
+                "COURIER_STATUS_WRITE_TRIES",
+                "0",
+                "COURIER_STATUS_WRITE_TRIES",
+            ),
+            (
+                "COURIER_STATUS_WRITE_TRIES",
+                "61",
+                "COURIER_STATUS_WRITE_TRIES",
+            ),
+            (
+                "COURIER_STATUS_WRITE_TRIES",
+                "often",
+                "COURIER_STATUS_WRITE_TRIES",
+            ),
             ("COURIER_AMBIGUITY_GRACE", "soon", "COURIER_AMBIGUITY_GRACE"),
             ("COURIER_PROVIDERS", "pigeon", "COURIER_PROVIDERS"),
             ("COURIER_PROVIDERS", "ses,ses", "COURIER_PROVIDERS"),

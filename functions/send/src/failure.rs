@@ -419,9 +419,10 @@ impl Pipeline {
         }
     }
 
-    /// How long a status write after a durable step may keep trying: a second.
+    /// Until when a status write after a durable step (a dead letter, a bounce's suppression)
+    /// may keep trying: the longest lease (its tries are bounded by `status_write_tries` too).
     pub(crate) fn write_deadline(&self) -> DateTime<Utc> {
-        self.now() + chrono::Duration::seconds(1)
+        self.now() + chrono::Duration::from_std(self.config.max_lease).unwrap_or_default()
     }
 
     /// Records the first sighting of an error code that classified as `unknown`: a new kind of

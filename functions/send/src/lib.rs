@@ -19,7 +19,7 @@
 //! maxReceiveCount).
 
 mod attempt;
-pub use attempt::{ACCEPTED_DETAIL, SENT_WRITE_TRIES};
+pub use attempt::ACCEPTED_DETAIL;
 pub mod breakers;
 pub mod config;
 mod failure;

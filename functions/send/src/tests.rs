@@ -64,7 +64,11 @@ fn world_with(mailer: MemoryMailer) -> World {
         governor: unlimited(),
         policy: RetryPolicy::default(),
         clock: clock.clone(),
-        config: SendConfig::default(),
+        // Four tries of a status write (about 350 ms) keep the tests short.
+        config: SendConfig {
+            status_write_tries: 4,
+            ..SendConfig::default()
+        },
         rng: std::sync::Mutex::new(SeededRandom::new(1)),
         sightings: Arc::new(courier_devkit::memory::MemorySightings::default()),
         new_codes: std::sync::Mutex::new(Vec::new()),
@@ -645,7 +649,9 @@ async fn an_accepted_send_whose_status_write_fails_once_is_written_again_not_res
 async fn an_acceptance_that_cannot_be_written_as_sent_is_kept_as_unknown_and_never_resent() {
     // GIVEN the provider accepts, and every try of the sent status fails
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
-    w.status.fail_finishes.set(SENT_WRITE_TRIES as usize);
+    w.status
+        .fail_finishes
+        .set(w.pipeline.config.status_write_tries as usize);
     let report = w.run(vec![rec("a", job("acc2", "a@example.org"))]).await;
     // THEN the record is left for redelivery, kept `unknown` with the provider's id
     assert_eq!(report.failures, vec!["a".to_owned()]);
@@ -666,7 +672,9 @@ async fn an_acceptance_that_cannot_be_written_as_sent_is_kept_as_unknown_and_nev
 async fn an_acceptance_with_no_write_possible_keeps_the_lease_and_expires_into_unknown() {
     // GIVEN the provider accepts, and no status write can be made at all
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
-    w.status.fail_finishes.set(SENT_WRITE_TRIES as usize + 1);
+    w.status
+        .fail_finishes
+        .set(w.pipeline.config.status_write_tries as usize + 1);
     let report = w.run(vec![rec("a", job("acc3", "a@example.org"))]).await;
     // THEN the lease is not released as `deferred`
     assert_eq!(report.failures, vec!["a".to_owned()]);
