@@ -108,6 +108,24 @@ impl World {
             .await
     }
 
+    /// Puts the job of `body` on the poison blocklist, as `courierctl dlq discard --blocklist`.
+    fn blocklist(&self, body: &str) {
+        self.poison
+            .fingerprints
+            .lock()
+            .unwrap()
+            .insert(courier_core::envelope::job_fingerprint(body));
+    }
+
+    /// Nothing was sent, and the job's letter is a poison one.
+    fn assert_stopped_as_poison(&self) {
+        assert_eq!(self.mailer.sent_count(), 0);
+        assert_eq!(
+            self.dead.letters.lock().unwrap()[0].category,
+            DeadLetterCategory::Poison
+        );
+    }
+
     fn status_of(&self, id: &str) -> Option<Status> {
         self.status
             .records
@@ -245,17 +263,9 @@ async fn a_failed_dead_letter_write_fails_only_that_record() {
 async fn blocklisted_payloads_go_to_poison() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let body = job("m5", "d@example.org");
-    w.poison
-        .fingerprints
-        .lock()
-        .unwrap()
-        .insert(courier_core::envelope::job_fingerprint(&body));
+    w.blocklist(&body);
     w.run(vec![rec("p", body)]).await;
-    assert_eq!(w.mailer.sent_count(), 0);
-    assert_eq!(
-        w.dead.letters.lock().unwrap()[0].category,
-        DeadLetterCategory::Poison
-    );
+    w.assert_stopped_as_poison();
 }
 
 #[tokio::test]
@@ -268,18 +278,10 @@ async fn a_blocklisted_job_is_stopped_in_every_copy_whichever_copy_was_blocked()
     for (blocked, arriving) in [(raw.to_owned(), retry.clone()), (retry, raw.to_owned())] {
         // WHEN the operator blocklists one copy's payload (as `courierctl dlq discard --poison`)
         let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
-        w.poison
-            .fingerprints
-            .lock()
-            .unwrap()
-            .insert(courier_core::envelope::job_fingerprint(&blocked));
+        w.blocklist(&blocked);
         // THEN the other copy is stopped too
         w.run(vec![rec("p", arriving)]).await;
-        assert_eq!(w.mailer.sent_count(), 0);
-        assert_eq!(
-            w.dead.letters.lock().unwrap()[0].category,
-            DeadLetterCategory::Poison
-        );
+        w.assert_stopped_as_poison();
     }
 }
 
