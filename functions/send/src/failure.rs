@@ -62,9 +62,9 @@ impl Pipeline {
             "{} ({}): the provider may have the message",
             verdict.class, verdict.rule
         ));
-        if let Err(e) = self.status.finish(&unknown).await {
+        if let Err((tries, e)) = self.finish_durably(&unknown, self.write_deadline()).await {
             return Step::FailKeepStatus(format!(
-                "the send's outcome is ambiguous and unknown could not be written ({e}); the lease expires into unknown"
+                "the send's outcome is ambiguous and unknown could not be written ({tries} tries: {e}); the lease expires into unknown"
             ));
         }
         // From here a failed write must not release the lease as `deferred`: keep `unknown`.

@@ -694,9 +694,11 @@ async fn an_acceptance_with_no_write_possible_keeps_the_lease_and_expires_into_u
 
 #[tokio::test]
 async fn nothing_follows_an_ambiguous_send_until_unknown_is_durable() {
-    // GIVEN an ambiguous send, and the `unknown` write after it fails
+    // GIVEN an ambiguous send, and the `unknown` write after it fails every try
     let w = world_with(ambiguous_mailer());
-    w.status.fail_finishes.set(1);
+    w.status
+        .fail_finishes
+        .set(w.pipeline.config.status_write_tries as usize);
     let report = w.run(vec![rec("a", job("amb2", "a@example.org"))]).await;
     // THEN no retry is scheduled and the lease is kept (not released as `deferred`)
     assert_eq!(report.failures, vec!["a".to_owned()]);
