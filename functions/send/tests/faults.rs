@@ -1,6 +1,7 @@
 //! Exhaustive fault injection of the send path. For one job on each path (first-try success,
 //! a transient failure, a long wait, a permanent bounce, a content rejection, an invalid job, a
-//! suppressed recipient, a duplicate copy, a stale copy, an ambiguous send), every port call in
+//! suppressed recipient, a duplicate copy, a stale copy, an ambiguous send, all through SMTP;
+//! success and an ambiguous send through SES, whose payload must be kept), every port call in
 //! turn fails before its effect, fails after it (the write happened, the answer was lost),
 //! crashes the invocation before it, or crashes it after it; then the copies are delivered as
 //! SQS would (redelivery after the visibility timeout, delays, the state machine's waits) until
@@ -333,6 +334,7 @@ enum Answer {
 
 /// The provider, with the acceptance ledger the invariants read.
 struct FaultyMailer {
+    provider: Provider,
     answers: Vec<Answer>,
     calls: AtomicUsize,
     faults: Arc<Faults>,
@@ -393,7 +395,7 @@ fn refused() -> SendFailure {
 #[async_trait::async_trait]
 impl Mailer for FaultyMailer {
     fn provider(&self) -> Provider {
-        Provider::Smtp
+        self.provider
     }
 
     async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure> {
@@ -440,6 +442,7 @@ impl Mailer for FaultyMailer {
 #[derive(Debug, Clone, Copy)]
 struct Path {
     name: &'static str,
+    provider: Provider,
     answers: &'static [Answer],
     /// Copies on the queue at the start: (generation-0 body, visible after seconds).
     copies: &'static [i64],
@@ -456,6 +459,7 @@ const SPAM: &str = "554 5.7.1 <r@x>: Recipient address rejected: message rejecte
 
 const PATHS: &[Path] = &[
     Path {
+        provider: Provider::Smtp,
         name: "first-try success",
         answers: &[Answer::Accept],
         copies: &[0],
@@ -464,6 +468,7 @@ const PATHS: &[Path] = &[
         end: &[Status::SentToProvider],
     },
     Path {
+        provider: Provider::Smtp,
         name: "transient failure, then sent",
         answers: &[Answer::Refuse(BUSY), Answer::Accept],
         copies: &[0],
@@ -472,6 +477,7 @@ const PATHS: &[Path] = &[
         end: &[Status::SentToProvider],
     },
     Path {
+        provider: Provider::Smtp,
         name: "greylisted: a wait through the state machine, then sent",
         answers: &[Answer::Refuse(GREYLISTED), Answer::Accept],
         copies: &[0],
@@ -480,6 +486,7 @@ const PATHS: &[Path] = &[
         end: &[Status::SentToProvider],
     },
     Path {
+        provider: Provider::Smtp,
         name: "permanent bounce",
         answers: &[Answer::Refuse(UNKNOWN_USER)],
         copies: &[0],
@@ -491,6 +498,7 @@ const PATHS: &[Path] = &[
         end: &[Status::BouncedPermanent, Status::Suppressed],
     },
     Path {
+        provider: Provider::Smtp,
         name: "content rejected: dead letter",
         answers: &[Answer::Refuse(SPAM)],
         copies: &[0],
@@ -499,6 +507,7 @@ const PATHS: &[Path] = &[
         end: &[Status::DeadLettered],
     },
     Path {
+        provider: Provider::Smtp,
         name: "invalid job: dead letter",
         answers: &[Answer::Accept],
         copies: &[0],
@@ -507,6 +516,7 @@ const PATHS: &[Path] = &[
         end: &[],
     },
     Path {
+        provider: Provider::Smtp,
         name: "suppressed recipient",
         answers: &[Answer::Accept],
         copies: &[0],
@@ -515,6 +525,7 @@ const PATHS: &[Path] = &[
         end: &[Status::Suppressed],
     },
     Path {
+        provider: Provider::Smtp,
         name: "duplicate copy",
         answers: &[Answer::Accept],
         copies: &[0, 0],
@@ -523,6 +534,7 @@ const PATHS: &[Path] = &[
         end: &[Status::SentToProvider],
     },
     Path {
+        provider: Provider::Smtp,
         name: "stale copy after a retry",
         answers: &[Answer::Refuse(BUSY), Answer::Accept],
         copies: &[0, 400],
@@ -531,7 +543,26 @@ const PATHS: &[Path] = &[
         end: &[Status::SentToProvider],
     },
     Path {
+        provider: Provider::Smtp,
         name: "ambiguous send",
+        answers: &[Answer::AcceptLost, Answer::Accept],
+        copies: &[0],
+        suppressed: false,
+        invalid: false,
+        end: &[Status::SentToProvider],
+    },
+    Path {
+        provider: Provider::Ses,
+        name: "SES: first-try success (the payload kept for a resend)",
+        answers: &[Answer::Accept],
+        copies: &[0],
+        suppressed: false,
+        invalid: false,
+        end: &[Status::SentToProvider],
+    },
+    Path {
+        provider: Provider::Ses,
+        name: "SES: ambiguous send (a 5xx after acceptance)",
         answers: &[Answer::AcceptLost, Answer::Accept],
         copies: &[0],
         suppressed: false,
@@ -589,6 +620,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
     let letters = Arc::new(MemoryDeadLetters::default());
     let queue = Arc::new(Queue::default());
     let mailer = Arc::new(FaultyMailer {
+        provider: path.provider,
         answers: path.answers.to_vec(),
         calls: AtomicUsize::new(0),
         faults: faults.clone(),
@@ -726,6 +758,17 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
     if !status_ok {
         out.violations
             .push(format!("ended {end:?}, expected one of {:?}", path.end));
+    }
+    // An SES send keeps its payload with the record, for a resend after a transient bounce.
+    let kept = status
+        .records
+        .lock()
+        .unwrap()
+        .get(JOB_ID)
+        .is_some_and(|r| r.payload.is_some());
+    if path.provider == Provider::Ses && end == Some(Status::SentToProvider) && !kept {
+        out.violations
+            .push("sent through SES without the payload kept".into());
     }
     out.violations
         .extend(mailer.violations.lock().unwrap().iter().cloned());
