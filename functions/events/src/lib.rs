@@ -35,20 +35,21 @@ pub mod wiring;
 pub use event::{EventKind, ParseError, SesEvent, parse};
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use std::collections::BTreeMap;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use courier_core::breaker::{BreakerConfig, BreakerState, Mode};
-use courier_core::classify::{SesFailureEvent, classify_ses_event};
-use courier_core::delay::{self, DelayMechanism};
-use courier_core::envelope::{attempt_record, dead_letter_of, next_body, parse_body};
+use courier_core::classify::{SesFailureEvent, Verdict, classify_ses_event};
+use courier_core::envelope::{Incoming, parse_body};
 use courier_core::job::fingerprint;
-use courier_core::policy::{DeadLetterCategory, Decision, RetryPolicy};
+use courier_core::plan::{self, Acceptance, Failure, Plan, Wait};
+use courier_core::policy::{DeadLetterCategory, RetryPolicy};
 use courier_core::ports::{
     BreakerStore, Clock, DeadLetterSink, EventLedger, HistoryEntry, JobRecord, ReputationStore,
-    Requeue, Resend, RetryScheduler, StatusStore, StatusUpdate, StoreError, SuppressionList,
+    Resend, RetryScheduler, StatusStore, StatusUpdate, StoreError, SuppressionList,
 };
 use courier_core::random::{RandomSource, SeededRandom};
 use courier_core::reputation::{GuardConfig, ReputationCounts, Trip, assess, bucket_of, pause_key};
@@ -405,18 +406,13 @@ impl Applier {
         let verdict = classify_ses_event(failure);
         if rescheduling {
             // Generation `record.attempt` was decided before: schedule it again.
-            let decision = self.decide(&incoming, &verdict, now);
-            if let Decision::Retry {
-                delay,
-                spends_attempt,
-            } = decision
-            {
-                let requeue =
-                    self.requeue(&incoming, &verdict, delay.as_secs(), spends_attempt, now);
-                self.schedule(requeue, now).await?;
-                return Ok(Some(Applied::Resent));
-            }
-            return Ok(Some(Applied::Absorbed));
+            return Ok(Some(match self.plan(&incoming, &verdict, now) {
+                Plan::Retry { wait, .. } => {
+                    self.schedule(&wait).await?;
+                    Applied::Resent
+                }
+                Plan::DeadLetter { .. } | Plan::Finish { .. } => Applied::Absorbed,
+            }));
         }
         if record.status == Status::SentToProvider {
             let mut update = StatusUpdate::new(
@@ -430,37 +426,27 @@ impl Applier {
             update.detail = Some(describe(&event.kind));
             self.status.record(&update).await?;
         }
-        match self.decide(&incoming, &verdict, now) {
-            Decision::Retry {
-                delay,
-                spends_attempt,
-            } => {
-                let requeue =
-                    self.requeue(&incoming, &verdict, delay.as_secs(), spends_attempt, now);
+        match self.plan(&incoming, &verdict, now) {
+            Plan::Retry { wait, detail, .. } => {
                 let resend = Resend {
                     message_id: record.message_id.clone(),
                     attempt: record.attempt,
                     bounced,
-                    detail: format!(
-                        "{} ({}); resend in {} s",
-                        verdict.class,
-                        verdict.rule,
-                        delay.as_secs()
-                    ),
+                    detail,
                     now,
                 };
                 // The copy first: until it is scheduled the job stays `bounced_transient` (a
                 // known end if scheduling never succeeds), never `deferred` with no copy coming.
-                self.schedule(requeue, now).await?;
+                self.schedule(&wait).await?;
                 if !self.status.resend(&resend).await? {
                     // Another event or resend moved the record first; the copy is then a
                     // duplicate its claim drops, or the one copy of this resend.
                     return Ok(Some(Applied::Absorbed));
                 }
-                info!(message_id = %record.message_id, delay_s = delay.as_secs(), "transient bounce; resend scheduled");
+                info!(message_id = %record.message_id, delay_s = wait.requeue().delay_secs, mechanism = ?wait.mechanism(), "transient bounce; resend scheduled");
                 Ok(Some(Applied::Resent))
             }
-            Decision::DeadLetter { category, reason } => {
+            Plan::DeadLetter { letter, .. } => {
                 // First (idempotent): if a later step fails, the redelivered event does it again.
                 self.suppress_softly(
                     &event.recipients,
@@ -472,14 +458,6 @@ impl Applier {
                     ),
                 )
                 .await?;
-                let letter = dead_letter_of(
-                    &incoming,
-                    &verdict,
-                    category,
-                    reason,
-                    Some("ses".into()),
-                    now,
-                );
                 self.resender.dead_letters.put(&letter).await?;
                 let mut update = StatusUpdate::new(
                     record.message_id.clone(),
@@ -488,75 +466,54 @@ impl Applier {
                     record.attempt,
                     now,
                 );
-                update.detail = Some(format!("{}: {}", category.as_str(), letter.reason));
+                update.detail = Some(format!("{}: {}", letter.category.as_str(), letter.reason));
                 self.status.record(&update).await?;
-                warn!(message_id = %record.message_id, category = category.as_str(), "transient bounce past the give-up horizon; dead-lettered");
-                Ok(Some(Applied::GaveUp(category)))
+                warn!(message_id = %record.message_id, category = letter.category.as_str(), "transient bounce past the give-up horizon; dead-lettered");
+                Ok(Some(Applied::GaveUp(letter.category)))
             }
             // The policy finished it (e.g. a class that is not retried): the bounce stands.
-            Decision::Finish { .. } => Ok(Some(Applied::Changed(Status::BouncedTransient))),
+            Plan::Finish { .. } => Ok(Some(Applied::Changed(Status::BouncedTransient))),
         }
     }
 
-    fn decide(
-        &self,
-        incoming: &courier_core::envelope::Incoming,
-        verdict: &courier_core::classify::Verdict,
-        now: DateTime<Utc>,
-    ) -> Decision {
-        let mut rng = self
-            .resender
-            .rng
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.resender.policy.decide(
-            incoming.job.priority,
-            verdict.class,
-            &incoming.retry,
-            now,
-            incoming.job.not_after,
-            &mut *rng as &mut dyn RandomSource,
-        )
-    }
-
-    fn requeue(
-        &self,
-        incoming: &courier_core::envelope::Incoming,
-        verdict: &courier_core::classify::Verdict,
-        delay_secs: u64,
-        spends_attempt: bool,
-        now: DateTime<Utc>,
-    ) -> Requeue {
-        let mut retry = incoming.retry.clone();
-        retry.record(verdict.class, spends_attempt, delay_secs, now);
-        let mut history = incoming.history.clone();
-        history.push(attempt_record(
-            verdict,
-            Some("ses".into()),
-            now,
-            spends_attempt,
-            Some(delay_secs),
-        ));
-        Requeue {
-            message_id: incoming.job.message_id.clone(),
-            body: next_body(incoming, retry, history),
-            delay_secs,
-        }
-    }
-
-    /// Schedules the resend's copy by the mechanism [`delay::mechanism`] picks (the same
-    /// choice as the send function's).
-    async fn schedule(&self, requeue: Requeue, now: DateTime<Utc>) -> Result<(), StoreError> {
-        let requeue = match delay::mechanism(requeue.delay_secs, &requeue.body) {
-            DelayMechanism::StateMachine => {
-                return self.resender.scheduler.start_wait(&requeue).await;
-            }
-            DelayMechanism::QueueDelay => requeue,
-            DelayMechanism::QueueHops => delay::first_hop(requeue, now),
+    /// The plan for a transient bounce of SES's send: the policy's decision through
+    /// [`courier_core::plan::plan`], the same planning as the send function's (a bounce proves
+    /// the provider did not deliver, so nothing waits for acceptance evidence).
+    fn plan(&self, incoming: &Incoming, verdict: &Verdict, now: DateTime<Utc>) -> Plan {
+        let decision = {
+            let mut rng = self
+                .resender
+                .rng
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            self.resender.policy.decide(
+                incoming.job.priority,
+                verdict.class,
+                &incoming.retry,
+                now,
+                incoming.job.not_after,
+                &mut *rng as &mut dyn RandomSource,
+            )
         };
+        let failure = Failure {
+            incoming,
+            verdict,
+            provider: Some("ses"),
+            acceptance: Acceptance::Refused,
+            now,
+            grace: Duration::ZERO,
+        };
+        plan::plan(&failure, decision)
+    }
+
+    /// Schedules the resend's copy as its [`Wait`] says (the state machine, or the queue).
+    async fn schedule(&self, wait: &Wait) -> Result<(), StoreError> {
+        if !wait.via_queue() {
+            return self.resender.scheduler.start_wait(wait.requeue()).await;
+        }
         self.resender
             .scheduler
-            .enqueue(std::slice::from_ref(&requeue))
+            .enqueue(std::slice::from_ref(wait.requeue()))
             .await
             .into_iter()
             .next()

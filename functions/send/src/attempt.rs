@@ -11,7 +11,7 @@ impl Pipeline {
         now: DateTime<Utc>,
         owner: &str,
         budget: &SendBudget,
-    ) -> Step {
+    ) -> Fate {
         let job = &incoming.job;
         // 6. Render (before choosing a provider: a rendering failure costs no provider call).
         let stored = match &job.template {
@@ -24,10 +24,10 @@ impl Pipeline {
                         format!("template {id:?} does not exist"),
                     );
                     return self
-                        .after_failure(incoming, verdict, None, now, owner, false)
+                        .after_failure(incoming, verdict, None, now, owner, Acceptance::Refused)
                         .await;
                 }
-                Err(TemplateError::Store(e)) => return Step::Fail(e.to_string()),
+                Err(TemplateError::Store(e)) => return Fate::Redeliver(e.into()),
             },
             None => None,
         };
@@ -36,16 +36,16 @@ impl Pipeline {
             Err(e) => {
                 let verdict = Verdict::local(ErrorClass::Rendering, "render", e.to_string());
                 return self
-                    .after_failure(incoming, verdict, None, now, owner, false)
+                    .after_failure(incoming, verdict, None, now, owner, Acceptance::Refused)
                     .await;
             }
         };
         let email = match build_email(incoming, suppressed, content) {
             Ok(email) => email,
             Err(e) => {
-                let verdict = Verdict::local(ErrorClass::InvalidJob, "build", e);
+                let verdict = Verdict::local(ErrorClass::InvalidJob, "build", e.to_string());
                 return self
-                    .after_failure(incoming, verdict, None, now, owner, false)
+                    .after_failure(incoming, verdict, None, now, owner, Acceptance::Refused)
                     .await;
             }
         };
@@ -92,7 +92,7 @@ impl Pipeline {
                         rate_limited = true;
                         continue;
                     }
-                    Err(e) => return Step::Fail(e.to_string()),
+                    Err(e) => return Fate::Redeliver(e.into()),
                 },
             }
             // 7. Send.
@@ -106,9 +106,9 @@ impl Pipeline {
             return match result {
                 Ok(receipt) => {
                     self.breakers.record(name, false, done).await;
-                    let mut update = self.update(
+                    let mut update = StatusUpdate::new(
                         job.message_id.clone(),
-                        owner.to_owned(),
+                        owner,
                         Status::SentToProvider,
                         incoming.attempt,
                         done,
@@ -124,11 +124,11 @@ impl Pipeline {
                             update.payload = Some(body);
                         }
                     }
-                    let step = self.keep_acceptance(update, budget.send_by, latency).await;
-                    if let Step::Done(_) = step {
-                        info!(provider = %name, provider_message_id = %receipt.provider_message_id, latency_ms = latency.as_millis() as u64, "sent");
+                    Fate::Accepted {
+                        update,
+                        send_by: budget.send_by,
+                        latency,
                     }
-                    step
                 }
                 Err(failure) => {
                     let counts = failure.verdict.class.counts_against_provider();
@@ -136,13 +136,18 @@ impl Pipeline {
                     if failure.ambiguous {
                         warn!(provider = %name, class = %failure.verdict.class, "outcome ambiguous; the retry waits for provider evidence");
                     }
+                    let acceptance = if failure.ambiguous {
+                        Acceptance::Unknown
+                    } else {
+                        Acceptance::Refused
+                    };
                     self.after_failure(
                         incoming,
                         failure.verdict,
-                        Some(name.to_owned()),
+                        Some(name),
                         done,
                         owner,
-                        failure.ambiguous,
+                        acceptance,
                     )
                     .await
                 }
@@ -164,7 +169,7 @@ impl Pipeline {
                 format!("every provider's circuit is open until {retry_at}"),
             )
         };
-        self.after_failure(incoming, verdict, None, now, owner, false)
+        self.after_failure(incoming, verdict, None, now, owner, Acceptance::Refused)
             .await
     }
 
@@ -192,7 +197,7 @@ impl Pipeline {
         &self,
         incoming: &Incoming,
         now: DateTime<Utc>,
-    ) -> Option<Step> {
+    ) -> Option<Fate> {
         let job = &incoming.job;
         let mut until: Option<DateTime<Utc>> = None;
         let mut rate_limited = false;
@@ -229,9 +234,6 @@ impl Pipeline {
         else {
             return None;
         };
-        if delay.as_secs() > delay::MAX_QUEUE_DELAY_SECS {
-            return None;
-        }
         let mut retry = incoming.retry.clone();
         retry.record(verdict.class, spends_attempt, delay.as_secs(), now);
         let mut history = incoming.history.clone();
@@ -242,95 +244,23 @@ impl Pipeline {
             spends_attempt,
             Some(delay.as_secs()),
         ));
+        let requeue = Requeue {
+            message_id: job.message_id.clone(),
+            body: same_generation_body(incoming, retry, history),
+            delay_secs: delay.as_secs(),
+        };
+        // Only the queue's own delay: a longer wait is decided after the claim.
+        let wait = plan::unclaimed(requeue, now)?;
         info!(class = %verdict.class, delay_s = delay.as_secs(), "no provider can take it now; waiting unclaimed");
-        Some(Step::Requeue {
-            requeue: Requeue {
-                message_id: job.message_id.clone(),
-                body: same_generation_body(incoming, retry, history),
-                delay_secs: delay.as_secs(),
-            },
+        Some(Fate::Wait {
+            wait,
             then: None,
             outcome: Outcome::Retried(verdict.class),
         })
     }
 
-    /// The provider accepted the mail: its `sent_to_provider` write is tried again (with
-    /// backoff, `status_write_tries` times at most, while the lease lasts). When it cannot be
-    /// made, the acceptance is kept as `unknown` with the provider's id and answer, and the
-    /// record is left for redelivery: the redelivered copy finds it (see
-    /// [`Pipeline::resolve_accepted`]) and records it sent without sending. When neither write
-    /// can be made, the lease is left to expire into `unknown` (never released as `deferred`,
-    /// which would send again).
-    pub(crate) async fn keep_acceptance(
-        &self,
-        update: StatusUpdate,
-        send_by: DateTime<Utc>,
-        latency: std::time::Duration,
-    ) -> Step {
-        let (tries, error) = match self.finish_durably(&update, send_by).await {
-            Ok(()) => return Step::Done(Outcome::Sent { latency }),
-            Err(failed) => failed,
-        };
-        let provider = update.provider.clone().unwrap_or_default();
-        let provider_message_id = update.provider_message_id.clone().unwrap_or_default();
-        let unknown = StatusUpdate {
-            status: Status::Unknown,
-            detail: Some(format!(
-                "{ACCEPTED_DETAIL} {provider} as {provider_message_id}; the sent status could not be written: {error}"
-            )),
-            ..update
-        };
-        match self.status.finish(&unknown).await {
-            Ok(()) => Step::FailKeepStatus(format!(
-                "sent, but the status write failed {tries} times ({error}); kept as unknown with the provider's id"
-            )),
-            Err(second) => Step::FailKeepStatus(format!(
-                "sent, but neither the status ({error}) nor unknown ({second}) could be written; the lease expires into unknown"
-            )),
-        }
-    }
-
-    /// Writes `update` (the outcome of this lease), trying again with backoff after a failure,
-    /// `SendConfig::status_write_tries` times at most (the waits between tries double from
-    /// 50 ms to at most 1 s) and while `until` allows. A write whose answer was
-    /// lost after it landed counts as made: after a failure the record is read, and if it
-    /// already holds this update (status, generation, writer) nothing is written again. On
-    /// failure: the tries made and the last error.
-    pub(crate) async fn finish_durably(
-        &self,
-        update: &StatusUpdate,
-        until: DateTime<Utc>,
-    ) -> Result<(), (u32, courier_core::ports::StoreError)> {
-        let mut backoff = std::time::Duration::from_millis(50);
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            let error = match self.status.finish(update).await {
-                Ok(()) => return Ok(()),
-                Err(e) => e,
-            };
-            if let Ok(Some(record)) = self.status.get(&update.message_id).await
-                && record.status == update.status
-                && record.attempt == update.attempt
-                && record
-                    .history
-                    .last()
-                    .is_some_and(|h| h.status == update.status && h.by == update.owner)
-            {
-                return Ok(());
-            }
-            let next = self.now() + chrono::Duration::from_std(backoff).unwrap_or_default();
-            if tries >= self.config.status_write_tries || next >= until {
-                return Err((tries, error));
-            }
-            warn!(error = %error, tries, status = %update.status, "status write failed; trying again");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
-        }
-    }
-
     /// A copy whose claim found the job `unknown`: when that `unknown` keeps a provider's
-    /// acceptance of this generation ([`Pipeline::keep_acceptance`]), the job is recorded
+    /// acceptance of this generation ([`Fate::Accepted`]), the job is recorded
     /// `sent_to_provider` and the copy acknowledged without sending. `None`: the outcome is
     /// really unknown (go on as for any ambiguous claim).
     pub(crate) async fn resolve_accepted(
@@ -338,11 +268,11 @@ impl Pipeline {
         incoming: &Incoming,
         owner: &str,
         now: DateTime<Utc>,
-    ) -> Option<Step> {
+    ) -> Option<Fate> {
         let record = match self.status.get(&incoming.job.message_id).await {
             Ok(Some(record)) => record,
             Ok(None) => return None,
-            Err(e) => return Some(Step::FailKeepStatus(e.to_string())),
+            Err(e) => return Some(Fate::Redeliver(e.into())),
         };
         let last = record.history.last()?;
         let accepted = record.status == Status::Unknown
@@ -355,9 +285,9 @@ impl Pipeline {
         if !accepted {
             return None;
         }
-        let mut sent = self.update(
+        let mut sent = StatusUpdate::new(
             incoming.job.message_id.clone(),
-            owner.to_owned(),
+            owner,
             Status::SentToProvider,
             incoming.attempt,
             now,
@@ -365,12 +295,10 @@ impl Pipeline {
         sent.provider = record.provider.clone();
         sent.provider_message_id = record.provider_message_id.clone();
         sent.detail = last.detail.clone();
-        Some(match self.status.record(&sent).await {
-            Ok(()) => {
-                info!(provider_message_id = ?record.provider_message_id, "the provider's acceptance was kept as unknown; recorded sent without sending");
-                Step::Done(Outcome::Duplicate)
-            }
-            Err(e) => Step::FailKeepStatus(e.to_string()),
+        info!(provider_message_id = ?record.provider_message_id, "the provider's acceptance was kept as unknown; recording it sent without sending");
+        Some(Fate::Record {
+            update: sent,
+            outcome: Outcome::Duplicate,
         })
     }
 }

@@ -25,229 +25,73 @@ impl Pipeline {
         )
     }
 
-    /// Classifies and acts on a failure (steps 8): retry, dead letter or terminal status.
+    /// The fate of a failure (step 8): the policy's decision, planned by
+    /// [`courier_core::plan::plan`] with what is known of the provider's acceptance.
     ///
     /// An `ambiguous` failure (the provider may have the message) counts as an attempt like any
-    /// other, but the job is marked `unknown` and its retry waits at least the grace window, so
-    /// provider events can resolve it before anything is sent again.
+    /// other, but nothing follows until the job is durably `unknown`, and its retry waits at
+    /// least the grace window, so provider events can resolve it before anything is sent again.
     pub(crate) async fn after_failure(
         &self,
         incoming: &Incoming,
         verdict: Verdict,
-        provider: Option<String>,
+        provider: Option<&str>,
         now: DateTime<Utc>,
         owner: &str,
-        ambiguous: bool,
-    ) -> Step {
+        acceptance: Acceptance,
+    ) -> Fate {
         if verdict.class == ErrorClass::Unknown {
-            self.note_unknown_code(&verdict, provider.as_deref(), now)
-                .await;
+            self.note_unknown_code(&verdict, provider, now).await;
         }
-        if !ambiguous {
-            return self
-                .act_on_failure(incoming, verdict, provider, now, owner, false)
-                .await;
-        }
-        // The provider may have the mail: nothing else happens until `unknown` is durable. If
-        // it cannot be written, the lease is left to expire into `unknown` (the claim's rule).
-        let mut unknown = self.update(
-            incoming.job.message_id.clone(),
-            owner.to_owned(),
-            Status::Unknown,
-            incoming.attempt,
+        let failure = Failure {
+            incoming,
+            verdict: &verdict,
+            provider,
+            acceptance,
             now,
-        );
-        unknown.provider = provider.clone();
-        unknown.detail = Some(format!(
-            "{} ({}): the provider may have the message",
-            verdict.class, verdict.rule
-        ));
-        if let Err((tries, e)) = self.finish_durably(&unknown, self.write_deadline()).await {
-            return Step::FailKeepStatus(format!(
-                "the send's outcome is ambiguous and unknown could not be written ({tries} tries: {e}); the lease expires into unknown"
-            ));
-        }
-        // From here a failed write must not release the lease as `deferred`: keep `unknown`.
-        match self
-            .act_on_failure(incoming, verdict, provider, now, owner, true)
-            .await
-        {
-            Step::Fail(reason) => Step::FailKeepStatus(reason),
-            step => step,
-        }
-    }
-
-    /// [`Pipeline::after_failure`] once an ambiguous outcome is durably `unknown`.
-    async fn act_on_failure(
-        &self,
-        incoming: &Incoming,
-        verdict: Verdict,
-        provider: Option<String>,
-        now: DateTime<Utc>,
-        owner: &str,
-        ambiguous: bool,
-    ) -> Step {
-        let job = &incoming.job;
-        let decision = self.decide(incoming, verdict.class, now);
-        match decision {
-            Decision::Retry {
-                delay,
-                spends_attempt,
-            } => {
-                // An ambiguous outcome waits at least the grace window for provider evidence.
-                let delay = if ambiguous {
-                    delay.max(self.config.ambiguity_grace)
-                } else {
-                    delay
-                };
-                let mut retry = incoming.retry.clone();
-                retry.record(verdict.class, spends_attempt, delay.as_secs(), now);
-                let mut history = incoming.history.clone();
-                history.push(attempt_record(
-                    &verdict,
-                    provider.clone(),
-                    now,
-                    spends_attempt,
-                    Some(delay.as_secs()),
-                ));
-                let requeue = Requeue {
-                    message_id: job.message_id.clone(),
-                    body: next_body(incoming, retry, history),
-                    delay_secs: delay.as_secs(),
-                };
-                let waiting = if ambiguous {
-                    Status::Unknown
-                } else {
-                    Status::Deferred
-                };
-                let mut then = self.update(
-                    job.message_id.clone(),
-                    owner.to_owned(),
-                    waiting,
-                    incoming.attempt + 1,
-                    now,
-                );
-                then.provider = provider;
-                then.detail = Some(format!(
-                    "{} ({}); retry in {} s",
-                    verdict.class,
-                    verdict.rule,
-                    delay.as_secs()
-                ));
-                info!(class = %verdict.class, rule = %verdict.rule, delay_s = delay.as_secs(), "retry scheduled");
-                let outcome = if ambiguous {
-                    Outcome::Ambiguous
-                } else {
-                    Outcome::Retried(verdict.class)
-                };
-                match self.wait(requeue, Some(then), outcome, now).await {
-                    Step::Fail(e) if ambiguous => self.fail_ambiguous(incoming, owner, e).await,
-                    step => step,
-                }
-            }
-            Decision::DeadLetter { category, reason } => {
-                let reason = if ambiguous {
-                    format!(
-                        "{reason}; the last attempt's outcome is unknown (the provider may have sent it)"
-                    )
-                } else {
-                    reason
-                };
-                self.dead_letter(
-                    incoming,
-                    &verdict,
-                    category,
-                    reason,
-                    provider,
-                    now,
-                    Some(owner),
-                )
-                .await
-            }
-            Decision::Finish {
-                status,
-                suppress_recipient,
-            } => {
-                if suppress_recipient && job.recipients().count() == 1 {
-                    for address in job.recipients() {
-                        let reason = format!(
-                            "{}: {}",
-                            verdict.rule,
-                            verdict.raw_code.as_deref().unwrap_or("")
-                        );
-                        if let Err(e) = self.suppression.suppress(address, &reason, now).await {
-                            // The answer may have been lost after the write landed.
-                            let listed = self
-                                .suppression
-                                .suppressed(&[address.to_owned()], now)
-                                .await
-                                .is_ok_and(|hit| !hit.is_empty());
-                            if !listed {
-                                return Step::Fail(e.to_string());
-                            }
-                        }
-                    }
-                }
-                let mut update = self.update(
-                    job.message_id.clone(),
-                    owner.to_owned(),
-                    status,
+            grace: self.config.ambiguity_grace,
+        };
+        let plan = plan::plan(&failure, self.decide(incoming, verdict.class, now));
+        let fate = self.fate_of(plan, incoming, &verdict, provider, owner, now);
+        match acceptance {
+            Acceptance::Refused => fate,
+            Acceptance::Unknown => {
+                let mut unknown = StatusUpdate::new(
+                    incoming.job.message_id.clone(),
+                    owner,
+                    Status::Unknown,
                     incoming.attempt,
                     now,
                 );
-                update.provider = provider;
-                update.detail = Some(format!("{} ({})", verdict.class, verdict.rule));
-                match self.finish_durably(&update, self.write_deadline()).await {
-                    Ok(()) => {
-                        info!(%status, class = %verdict.class, rule = %verdict.rule, "finished");
-                        Step::Done(Outcome::Bounced(verdict.class))
-                    }
-                    Err((_, e)) => Step::Fail(e.to_string()),
+                unknown.provider = provider.map(str::to_owned);
+                unknown.detail = Some(format!(
+                    "{} ({}): the provider may have the message",
+                    verdict.class, verdict.rule
+                ));
+                Fate::Ambiguous {
+                    unknown,
+                    then: Box::new(fate),
                 }
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) async fn dead_letter(
+    /// A job dead-lettered before it was claimed (its record, if any, is left as it is).
+    pub(crate) fn unclaimed_letter(
         &self,
         incoming: &Incoming,
         verdict: &Verdict,
         category: DeadLetterCategory,
         reason: String,
-        provider: Option<String>,
         now: DateTime<Utc>,
-        owner: Option<&str>,
-    ) -> Step {
-        let job = &incoming.job;
-        let letter = dead_letter_of(incoming, verdict, category, reason, provider.clone(), now);
-        if let Err(e) = self.dead_letters.put(&letter).await {
-            return Step::Fail(e.to_string());
+    ) -> Fate {
+        Fate::DeadLetter {
+            letter: Box::new(dead_letter_of(
+                incoming, verdict, category, reason, None, now,
+            )),
+            then: None,
+            outcome: Outcome::DeadLettered(category, verdict.class),
         }
-        if let Some(owner) = owner {
-            let mut update = self.update(
-                job.message_id.clone(),
-                owner.to_owned(),
-                Status::DeadLettered,
-                incoming.attempt,
-                now,
-            );
-            update.provider = provider;
-            update.detail = Some(format!(
-                "{} ({}): {}",
-                category.as_str(),
-                verdict.class,
-                verdict.rule
-            ));
-            if let Err((tries, e)) = self.finish_durably(&update, self.write_deadline()).await {
-                // The letter is durable and is the job's home; its record still says
-                // processing (the sweeper marks it unknown), which `courierctl status` shows
-                // next to the letter.
-                warn!(error = %e, tries, "status write after dead-lettering failed");
-            }
-        }
-        warn!(category = category.as_str(), class = %verdict.class, rule = %verdict.rule, "dead-lettered");
-        Step::Done(Outcome::DeadLettered(category, verdict.class))
     }
 
     /// A record whose task panicked before any provider call: the job crashes the worker, so
@@ -256,52 +100,48 @@ impl Pipeline {
     /// `dead_lettered`; a payload that does not even parse is an invalid job as usual.
     pub(crate) async fn poison_after_panic(&self, body: &str, owner: &str, what: &str) -> Step {
         let now = self.now();
-        let incoming = match parse_body(body.as_bytes()) {
-            Ok(incoming) => incoming,
-            Err(rejected) => {
-                let record = RecordIn {
-                    sqs_message_id: String::new(),
-                    body: body.to_owned(),
+        let fate = match parse_body(body.as_bytes()) {
+            Ok(incoming) => {
+                let verdict = Verdict::local(
+                    ErrorClass::Poison,
+                    "worker-panic",
+                    format!("the worker panicked on this job: {what}"),
+                );
+                warn!(message_id = %incoming.job.message_id, panic = %what, "the job crashed the worker; dead-lettered as poison");
+                let category = DeadLetterCategory::Poison;
+                let reason = format!("crashed the worker: {what}");
+                let plan = Plan::DeadLetter {
+                    detail: format!(
+                        "{} ({}): {}",
+                        category.as_str(),
+                        verdict.class,
+                        verdict.rule
+                    ),
+                    letter: Box::new(dead_letter_of(
+                        &incoming, &verdict, category, reason, None, now,
+                    )),
                 };
-                let print = job_fingerprint(body);
-                return self.reject(&record, &rejected, &print, now).await;
+                self.fate_of(plan, &incoming, &verdict, None, owner, now)
             }
+            Err(rejected) => Self::reject(body, &rejected, now),
         };
-        let verdict = Verdict::local(
-            ErrorClass::Poison,
-            "worker-panic",
-            format!("the worker panicked on this job: {what}"),
-        );
-        warn!(message_id = %incoming.job.message_id, panic = %what, "the job crashed the worker; dead-lettered as poison");
-        self.dead_letter(
-            &incoming,
-            &verdict,
-            DeadLetterCategory::Poison,
-            format!("crashed the worker: {what}"),
-            None,
-            now,
-            Some(owner),
-        )
-        .await
+        // Whatever the panic left is kept: the lease, if taken, expires as usual.
+        self.carry_out(fate, Holding::Nothing).await
     }
 
     /// An unparseable or invalid payload: dead letter with whatever ids could be salvaged.
-    pub(crate) async fn reject(
-        &self,
-        record: &RecordIn,
-        rejected: &Rejected,
-        print: &str,
-        now: DateTime<Utc>,
-    ) -> Step {
+    pub(crate) fn reject(body: &str, rejected: &Rejected, now: DateTime<Utc>) -> Fate {
+        let print = job_fingerprint(body);
         let verdict = Verdict::local(
             ErrorClass::InvalidJob,
             rejected.error.code(),
             rejected.error.to_string(),
         );
+        warn!(code = rejected.error.code(), error = %rejected.error, "invalid job");
         let letter = DeadLetter {
             id: letter_id(
                 rejected.message_id.as_deref(),
-                print,
+                &print,
                 0,
                 DeadLetterCategory::InvalidJob,
             ),
@@ -320,102 +160,35 @@ impl Pipeline {
             history: Vec::new(),
             first_failure_at: now,
             last_failure_at: now,
-            fingerprint: print.to_owned(),
-            payload: Some(record.body.clone()),
+            fingerprint: print,
+            payload: Some(body.to_owned()),
             payload_base64: None,
         };
-        match self.dead_letters.put(&letter).await {
-            Ok(()) => {
-                warn!(code = rejected.error.code(), error = %rejected.error, "invalid job dead-lettered");
-                Step::Done(Outcome::DeadLettered(
-                    DeadLetterCategory::InvalidJob,
-                    ErrorClass::InvalidJob,
-                ))
-            }
-            Err(e) => Step::Fail(e.to_string()),
+        Fate::DeadLetter {
+            letter: Box::new(letter),
+            then: None,
+            outcome: Outcome::DeadLettered(DeadLetterCategory::InvalidJob, ErrorClass::InvalidJob),
         }
     }
 
-    pub(crate) async fn requeue_same(
+    /// The same generation back on the queue after `wait` seconds (an ambiguous claim, back
+    /// after the grace window).
+    pub(crate) fn requeue_same(
         &self,
-        record: &RecordIn,
+        body: &str,
         incoming: &Incoming,
         wait: u64,
-    ) -> Step {
+        now: DateTime<Utc>,
+    ) -> Fate {
         let requeue = Requeue {
             message_id: incoming.job.message_id.clone(),
-            body: record.body.clone(),
+            body: body.to_owned(),
             delay_secs: wait,
         };
-        self.schedule_same(requeue, Outcome::Ambiguous).await
-    }
-
-    /// A failure after an ambiguous send: mark the job `unknown` (so the redelivered copy waits
-    /// for provider evidence) and leave the record for redelivery.
-    pub(crate) async fn fail_ambiguous(
-        &self,
-        incoming: &Incoming,
-        owner: &str,
-        reason: String,
-    ) -> Step {
-        let update = self.update(
-            incoming.job.message_id.clone(),
-            owner.to_owned(),
-            Status::Unknown,
-            incoming.attempt,
-            self.now(),
-        );
-        if let Err(e) = self.status.finish(&update).await {
-            warn!(error = %e, "could not mark the ambiguous job unknown");
-        }
-        Step::FailKeepStatus(reason)
-    }
-
-    pub(crate) async fn schedule_same(&self, requeue: Requeue, outcome: Outcome) -> Step {
-        self.wait(requeue, None, outcome, self.now()).await
-    }
-
-    /// Sends `requeue` on its wait, by the mechanism [`courier_core::delay::mechanism`] picks
-    /// for its delay and size: the queue's delay (acknowledged once the batched re-enqueue is
-    /// written, then `then` is written), the state machine (started here, then `then`), or hops
-    /// through the queue for a copy too large for the state machine's input.
-    pub(crate) async fn wait(
-        &self,
-        requeue: Requeue,
-        then: Option<StatusUpdate>,
-        outcome: Outcome,
-        now: DateTime<Utc>,
-    ) -> Step {
-        let then = then.map(Box::new);
-        match delay::mechanism(requeue.delay_secs, &requeue.body) {
-            DelayMechanism::QueueDelay => Step::Requeue {
-                requeue,
-                then,
-                outcome,
-            },
-            DelayMechanism::QueueHops => {
-                info!(
-                    delay_s = requeue.delay_secs,
-                    bytes = requeue.body.len(),
-                    "too large for the state machine's input; waiting through the queue in hops"
-                );
-                Step::Requeue {
-                    requeue: delay::first_hop(requeue, now),
-                    then,
-                    outcome,
-                }
-            }
-            DelayMechanism::StateMachine => match self.scheduler.start_wait(&requeue).await {
-                Ok(()) => {
-                    if let Some(then) = then
-                        && let Err(e) = self.status.finish(&then).await
-                    {
-                        warn!(error = %e, "status write after starting the wait failed");
-                    }
-                    Step::Done(outcome)
-                }
-                Err(e) => Step::Fail(e.to_string()),
-            },
+        Fate::Wait {
+            wait: plan::wait(requeue, now),
+            then: None,
+            outcome: Outcome::Ambiguous,
         }
     }
 

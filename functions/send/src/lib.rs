@@ -7,7 +7,8 @@
 //!   so a panic fails only its record; re-enqueues are sent with one batched call.
 //! - `attempt`: one send attempt through the providers in failover order (breaker, reputation
 //!   pause, send-rate permit, the call, the status write).
-//! - `failure`: after a failure, the policy's decision and the home it leads to.
+//! - `failure`: after a failure, the policy's decision planned into the record's fate.
+//! - `fate`: the record's fate as one value, carried out by one exhaustive match.
 //! - [`breakers`]: the circuit breakers with shared state and a short local cache.
 //! - [`governor`]: the send-rate governor over the shared schedules.
 //! - [`config`]: the settings, parsed once at INIT.
@@ -23,6 +24,9 @@ pub use attempt::ACCEPTED_DETAIL;
 pub mod breakers;
 pub mod config;
 mod failure;
+mod fate;
+pub use fate::Cause;
+use fate::{Fate, Holding, Step};
 pub mod governor;
 pub mod metrics;
 pub mod wiring;
@@ -34,14 +38,15 @@ use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use courier_core::breaker::Admission;
 use courier_core::classify::{ErrorClass, Verdict};
-use courier_core::delay::{self, DelayMechanism};
+use courier_core::delay;
 use courier_core::envelope::{
-    Incoming, attempt_record, current_body, dead_letter_of, job_fingerprint, next_body, parse_body,
+    Incoming, attempt_record, current_body, dead_letter_of, job_fingerprint, parse_body,
     same_generation_body,
 };
 use courier_core::job::{Rejected, fingerprint, parse_mailbox};
 use courier_core::letters::letter_id;
 use courier_core::mailbox::address_key;
+use courier_core::plan::{self, Acceptance, Failure, Plan};
 use courier_core::policy::{DeadLetterCategory, Decision, RetryPolicy};
 use courier_core::ports::{
     ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, Mailer, OutgoingEmail,
@@ -109,24 +114,6 @@ pub struct RecordIn {
     pub body: String,
 }
 
-/// What became of one record.
-#[derive(Debug)]
-enum Step {
-    /// Its next home is written: acknowledge.
-    Done(Outcome),
-    /// Must be redelivered (a write failed, or another invocation holds it); the lease is
-    /// released so the redelivered copy can claim at once.
-    Fail(String),
-    /// Must be redelivered, and the status written meanwhile (`unknown`) must stay.
-    FailKeepStatus(String),
-    /// Acknowledge once this re-enqueue is written, then write `then` (status `deferred`).
-    Requeue {
-        requeue: Requeue,
-        then: Option<Box<StatusUpdate>>,
-        outcome: Outcome,
-    },
-}
-
 /// The result of one batch, for the caller and for tests.
 #[derive(Debug, Default)]
 pub struct BatchReport {
@@ -138,6 +125,14 @@ pub struct BatchReport {
 }
 
 impl BatchReport {
+    /// Lists `id` for redelivery, for `cause` (with its sources, for the reasons).
+    fn redeliver(&mut self, id: String, cause: &Cause) {
+        warn!(sqs_message_id = %id, error = %cause, "record left for redelivery");
+        self.metrics.count(Outcome::Failed);
+        self.failures.push(id);
+        self.reasons.push(cause.to_string());
+    }
+
     pub fn response(&self) -> SqsBatchResponse {
         let mut response = SqsBatchResponse::default();
         for id in &self.failures {
@@ -215,21 +210,19 @@ impl Pipeline {
                         let what = panic_text(e.into_panic());
                         if called.load(std::sync::atomic::Ordering::SeqCst) {
                             // The email may be out: redelivery resolves it as an ambiguous send.
-                            Step::Fail(format!(
-                                "the record's task panicked after calling the provider: {what}"
-                            ))
+                            Step::Redeliver(Cause::PanickedAfterCall(what))
                         } else {
                             // A job that crashes the worker before any send is poison. Its
                             // own task too: a second panic fails only this record.
                             let poisoned = tokio::spawn(async move {
                                 after.poison_after_panic(&body, &crashed_owner, &what).await
                             });
-                            poisoned.await.unwrap_or_else(|e| {
-                                Step::Fail(format!("the record's task panicked twice: {e}"))
-                            })
+                            poisoned
+                                .await
+                                .unwrap_or_else(|e| Step::Redeliver(Cause::Task(e)))
                         }
                     }
-                    Err(e) => Step::Fail(format!("the record's task failed: {e}")),
+                    Err(e) => Step::Redeliver(Cause::Task(e)),
                 };
                 (id, step)
             }
@@ -244,58 +237,37 @@ impl Pipeline {
         for (id, step) in steps {
             match step {
                 Step::Done(outcome) => report.metrics.count(outcome),
-                Step::Fail(reason) | Step::FailKeepStatus(reason) => {
-                    warn!(sqs_message_id = %id, reason = %reason, "record left for redelivery");
-                    report.metrics.count(Outcome::Failed);
-                    report.failures.push(id);
-                    report.reasons.push(reason);
-                }
-                Step::Requeue {
+                Step::Redeliver(cause) => report.redeliver(id, &cause),
+                Step::Queue {
                     requeue,
                     then,
                     outcome,
-                } => pending.push((id, requeue, then, outcome)),
+                    holding,
+                } => pending.push((id, requeue, then, outcome, holding)),
             }
         }
         // One call: the scheduler splits it into batches within SQS's count and size limits.
-        let items: Vec<Requeue> = pending.iter().map(|(_, r, _, _)| r.clone()).collect();
+        let items: Vec<Requeue> = pending.iter().map(|(_, r, ..)| r.clone()).collect();
         let results = if items.is_empty() {
             Vec::new()
         } else {
             self.scheduler.enqueue(&items).await
         };
-        for ((id, _, then, outcome), result) in pending.iter().zip(results) {
+        for ((id, _, then, outcome, holding), result) in pending.into_iter().zip(results) {
             match result {
                 Ok(()) => {
-                    if let Some(update) = then {
+                    if let Some(update) = then
+                        && let Err(e) = self.status.finish(&update).await
+                    {
                         // The re-enqueued copy is the durable next home; a failed status
                         // write only delays it (its claim takes a newer generation anyway).
-                        if let Err(e) = self.status.finish(update).await {
-                            warn!(sqs_message_id = %id, error = %e, "status write after re-enqueue failed");
-                        }
+                        warn!(sqs_message_id = %id, error = %e, "status write after re-enqueue failed");
                     }
-                    report.metrics.count(*outcome);
+                    report.metrics.count(outcome);
                 }
                 Err(e) => {
-                    warn!(sqs_message_id = %id, error = %e, "re-enqueue failed; record left for redelivery");
-                    if let Some(update) = then {
-                        // Release our lease so the redelivered copy can claim at once, or,
-                        // when the send may have happened, leave it waiting as `unknown`.
-                        let status = if update.status == Status::Unknown {
-                            Status::Unknown
-                        } else {
-                            Status::Deferred
-                        };
-                        let release = StatusUpdate {
-                            status,
-                            attempt: update.attempt.saturating_sub(1),
-                            ..(**update).clone()
-                        };
-                        let _ = self.status.finish(&release).await;
-                    }
-                    report.metrics.count(Outcome::Failed);
-                    report.failures.push(id.clone());
-                    report.reasons.push(e.to_string());
+                    self.release(&holding).await;
+                    report.redeliver(id, &Cause::from(e));
                 }
             }
         }
@@ -335,12 +307,19 @@ impl Pipeline {
             campaign_id = tracing::field::Empty,
             trace_id = tracing::field::Empty,
         );
-        self.process_inner(record, deadline, owner, unfinished, called, span.clone())
-            .instrument(span)
-            .await
+        let inner = span.clone();
+        async move {
+            let (fate, holding) = self
+                .decide_fate(record, deadline, owner, unfinished, called, inner)
+                .await;
+            self.carry_out(fate, holding).await
+        }
+        .instrument(span)
+        .await
     }
 
-    async fn process_inner(
+    /// Decides the record's fate (steps 1-8); what the copy holds when it is carried out.
+    async fn decide_fate(
         &self,
         record: RecordIn,
         deadline: DateTime<Utc>,
@@ -348,15 +327,13 @@ impl Pipeline {
         unfinished: Arc<std::sync::atomic::AtomicUsize>,
         called: Arc<std::sync::atomic::AtomicBool>,
         span: tracing::Span,
-    ) -> Step {
+    ) -> (Fate, Holding) {
         let now = self.now();
+        let unclaimed = |fate| (fate, Holding::Nothing);
         // 1. Parse and validate.
         let incoming = match parse_body(record.body.as_bytes()) {
             Ok(incoming) => incoming,
-            Err(rejected) => {
-                let print = job_fingerprint(&record.body);
-                return self.reject(&record, &rejected, &print, now).await;
-            }
+            Err(rejected) => return unclaimed(Self::reject(&record.body, &rejected, now)),
         };
         let job = &incoming.job;
         span.record("message_id", job.message_id.as_str());
@@ -365,28 +342,23 @@ impl Pipeline {
             span.record("trace_id", trace.as_str());
         }
         // 2. Poison blocklist (keyed on the application's original payload).
-        let original_print = job_fingerprint(&incoming.original);
-        match self.poison.is_blocked(&original_print).await {
+        match self.poison.is_blocked(&incoming.print).await {
             Ok(true) => {
                 let verdict = Verdict::local(
                     ErrorClass::Poison,
                     "blocklisted",
                     "payload fingerprint is on the poison blocklist",
                 );
-                return self
-                    .dead_letter(
-                        &incoming,
-                        &verdict,
-                        DeadLetterCategory::Poison,
-                        "blocklisted payload".into(),
-                        None,
-                        now,
-                        None,
-                    )
-                    .await;
+                return unclaimed(self.unclaimed_letter(
+                    &incoming,
+                    &verdict,
+                    DeadLetterCategory::Poison,
+                    "blocklisted payload".into(),
+                    now,
+                ));
             }
             Ok(false) => {}
-            Err(e) => return Step::Fail(e.to_string()),
+            Err(e) => return unclaimed(Fate::Redeliver(e.into())),
         }
         // 2a. A hop of a long wait that is not due yet: back on the queue, unclaimed.
         if let Some(due) = incoming.not_before
@@ -398,15 +370,15 @@ impl Pipeline {
                 delay_secs: delay::next_hop(now, due),
             };
             info!(%due, delay_s = requeue.delay_secs, "not due yet; waiting another hop");
-            return Step::Requeue {
-                requeue,
+            return unclaimed(Fate::Wait {
+                wait: plan::wait(requeue, now),
                 then: None,
                 outcome: Outcome::Waiting,
-            };
+            });
         }
         // 2b. No provider can take it now (known without a call): wait, unclaimed.
-        if let Some(step) = self.wait_unclaimed(&incoming, now).await {
-            return step;
+        if let Some(fate) = self.wait_unclaimed(&incoming, now).await {
+            return unclaimed(fate);
         }
         // 3 + 4. Suppression check and idempotent claim, in one conditional write.
         let recipients: Vec<String> = job.recipients().map(str::to_owned).collect();
@@ -429,30 +401,27 @@ impl Pipeline {
                 Ok(ClaimOutcome::Suppressed(hit))
                     if claim.check_suppressed.is_empty() || hit.is_empty() =>
                 {
-                    return Step::Fail(format!(
-                        "claim reported suppression it was not asked about: {}",
-                        hit.len()
-                    ));
+                    return unclaimed(Fate::Redeliver(Cause::UnaskedSuppression {
+                        hits: hit.len(),
+                    }));
                 }
                 Ok(ClaimOutcome::Suppressed(hit)) => {
                     suppressed = hit;
                     let all = recipients.iter().all(|r| is_listed(&suppressed, r));
                     let hashes: Vec<String> = suppressed.iter().map(|r| hash_address(r)).collect();
                     if all {
-                        let update = self.update(
+                        info!(recipients = ?hashes, "all recipients suppressed");
+                        let update = StatusUpdate::new(
                             job.message_id.clone(),
                             owner,
                             Status::Suppressed,
                             incoming.attempt,
                             now,
                         );
-                        return match self.status.record(&update).await {
-                            Ok(()) => {
-                                info!(recipients = ?hashes, "all recipients suppressed");
-                                Step::Done(Outcome::Suppressed)
-                            }
-                            Err(e) => Step::Fail(e.to_string()),
-                        };
+                        return unclaimed(Fate::Record {
+                            update,
+                            outcome: Outcome::Suppressed,
+                        });
                     }
                     info!(recipients = ?hashes, "some recipients suppressed; sending to the rest");
                     // The others were checked in the same write: claim without checks.
@@ -460,7 +429,7 @@ impl Pipeline {
                 }
                 Ok(ClaimOutcome::Duplicate(status)) => {
                     info!(%status, "duplicate delivery acknowledged without sending");
-                    return Step::Done(Outcome::Duplicate);
+                    return unclaimed(Fate::Ack(Outcome::Duplicate));
                 }
                 Ok(ClaimOutcome::Stale { current_attempt }) => {
                     info!(
@@ -468,23 +437,28 @@ impl Pipeline {
                         copy_attempt = incoming.attempt,
                         "stale copy dropped"
                     );
-                    return Step::Done(Outcome::Stale);
+                    return unclaimed(Fate::Ack(Outcome::Stale));
                 }
                 Ok(ClaimOutcome::Busy { lease_until }) => {
-                    return Step::Fail(format!("leased by another invocation until {lease_until}"));
+                    return unclaimed(Fate::Redeliver(Cause::Busy { until: lease_until }));
                 }
                 Ok(ClaimOutcome::Ambiguous { resolve_at }) => {
-                    if let Some(step) = self.resolve_accepted(&incoming, &owner, now).await {
-                        return step;
+                    if let Some(fate) = self.resolve_accepted(&incoming, &owner, now).await {
+                        return unclaimed(fate);
                     }
                     // Same generation, back after the grace window: provider events may resolve it.
                     let wait = (resolve_at - now).num_seconds().max(1) as u64;
-                    return self.requeue_same(&record, &incoming, wait).await;
+                    return unclaimed(self.requeue_same(&record.body, &incoming, wait, now));
                 }
-                Err(e) => return Step::Fail(e.to_string()),
+                Err(e) => return unclaimed(Fate::Redeliver(e.into())),
             }
         }
-        // 5-8. Provider, render, send, act.
+        let holding = Holding::Lease {
+            message_id: job.message_id.clone(),
+            owner: owner.clone(),
+            attempt: incoming.attempt,
+        };
+        // 5-8. Provider, render, send, and the fate of its outcome.
         let send_by = claim.lease_until
             - chrono::Duration::from_std(self.config.lease_margin).unwrap_or_default();
         let budget = SendBudget {
@@ -492,62 +466,44 @@ impl Pipeline {
             unfinished,
             called,
         };
-        let step = self
+        let fate = self
             .attempt(&incoming, &suppressed, now, &owner, &budget)
             .await;
-        if let Step::Fail(_) = &step {
-            // Release the lease so the redelivered copy need not wait for it to expire.
-            let release = self.update(
-                job.message_id.clone(),
-                owner,
-                Status::Deferred,
-                incoming.attempt,
-                self.now(),
-            );
-            if let Err(e) = self.status.finish(&release).await {
-                warn!(error = %e, "could not release the lease");
-            }
-        }
-        step
+        (fate, holding)
     }
 }
 
-impl Pipeline {
-    fn update(
-        &self,
-        message_id: String,
-        owner: String,
-        status: Status,
-        attempt: u32,
-        now: DateTime<Utc>,
-    ) -> StatusUpdate {
-        StatusUpdate::new(message_id, owner, status, attempt, now)
-    }
+/// Why a parsed job could not be made into an email.
+#[derive(Debug, thiserror::Error)]
+enum BuildError {
+    #[error(transparent)]
+    Address(#[from] courier_core::job::JobError),
+    #[error("every recipient is suppressed")]
+    AllSuppressed,
 }
 
 fn build_email(
     incoming: &Incoming,
     suppressed: &[String],
     content: courier_core::job::Content,
-) -> Result<OutgoingEmail, String> {
+) -> Result<OutgoingEmail, BuildError> {
     let job = &incoming.job;
-    let keep =
-        |list: &[String], field: &str| -> Result<Vec<courier_core::ports::Mailbox>, String> {
-            list.iter()
-                .filter(|a| !is_listed(suppressed, a))
-                .map(|a| parse_mailbox(field, a).map_err(|e| e.to_string()))
-                .collect()
-        };
+    let keep = |list: &[String], field: &str| -> Result<Vec<courier_core::ports::Mailbox>, _> {
+        list.iter()
+            .filter(|a| !is_listed(suppressed, a))
+            .map(|a| parse_mailbox(field, a))
+            .collect()
+    };
     let to = keep(&job.to, "to")?;
     let cc = keep(&job.cc, "cc")?;
     let bcc = keep(&job.bcc, "bcc")?;
     if to.is_empty() && cc.is_empty() && bcc.is_empty() {
-        return Err("every recipient is suppressed".into());
+        return Err(BuildError::AllSuppressed);
     }
     Ok(OutgoingEmail {
         message_id: job.message_id.clone(),
         campaign_id: job.campaign_id.clone(),
-        from: parse_mailbox("from", &job.from).map_err(|e| e.to_string())?,
+        from: parse_mailbox("from", &job.from)?,
         to,
         cc,
         bcc,

@@ -44,6 +44,8 @@ pub struct Incoming {
     pub history: Vec<AttemptRecord>,
     /// The application's original job payload (for dead letters and fingerprints).
     pub original: String,
+    /// Its [`job_fingerprint`], computed once while parsing (the same for every copy).
+    pub print: String,
     /// Not due before this (a hop of a long wait; see [`Envelope::not_before`]).
     pub not_before: Option<DateTime<Utc>>,
 }
@@ -62,7 +64,9 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
                 trace_id: None,
             })
         })?;
+        // A `Value` prints its keys sorted: this is the canonical form `job_fingerprint` prints.
         let original = envelope.job.to_string();
+        let print = fingerprint(original.as_bytes());
         let job = EmailJob::from_value(envelope.job)?;
         return Ok(Incoming {
             job,
@@ -70,15 +74,18 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
             retry: envelope.retry,
             history: envelope.history,
             original,
+            print,
             not_before: envelope.not_before,
         });
     }
+    let print = fingerprint(value.to_string().as_bytes());
     Ok(Incoming {
         job: EmailJob::from_value(value)?,
         attempt: 0,
         retry: RetryState::default(),
         history: Vec::new(),
         original: text.to_owned(),
+        print,
         not_before: None,
     })
 }
@@ -140,7 +147,7 @@ pub fn dead_letter_of(
     let job = &incoming.job;
     let mut history = incoming.history.clone();
     history.push(attempt_record(verdict, provider.clone(), now, true, None));
-    let print = job_fingerprint(&incoming.original);
+    let print = incoming.print.clone();
     DeadLetter {
         id: letter_id(Some(&job.message_id), &print, incoming.attempt, category),
         category,
@@ -271,6 +278,9 @@ mod tests {
         ] {
             assert_eq!(job_fingerprint(body), print, "{body}");
         }
+        // AND the print each parse keeps is that print (no re-parse on the hot path)
+        assert_eq!(first.print, print);
+        assert_eq!(second.print, print);
         // AND a dead letter of the retry carries it
         let verdict = Verdict::local(ErrorClass::Poison, "p", "p");
         let letter = dead_letter_of(

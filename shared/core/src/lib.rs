@@ -8,7 +8,8 @@
 //! - [`envelope`]: the queue message format (bare jobs and retry envelopes).
 //! - [`classify`]: the error taxonomy and the classifiers for SMTP replies, SES v2 API errors,
 //!   SES events and local failures.
-//! - [`policy`]: the retry policy matrix and the decision after a failure.
+//! - [`policy`]: the retry policy matrix and the decision after a failure; [`plan`]: what
+//!   that decision leads to (the copy and how it waits, the letter, the final status).
 //! - [`status`]: the forward-only job status machine.
 //! - [`breaker`]: the circuit breaker state machine.
 //! - [`rate`]: the shared send-rate schedule (reservations against a provider's quota).
@@ -30,6 +31,7 @@ pub mod job;
 pub mod letters;
 pub mod limits;
 pub mod mailbox;
+pub mod plan;
 pub mod policy;
 pub mod ports;
 pub mod random;

@@ -43,20 +43,23 @@ impl Engine<'_> {
     /// when the policy would not grant a queue delay (then the claim path decides).
     pub(super) fn wait_unclaimed(&mut self, job: u32, class: ErrorClass, now: u64) -> bool {
         let decision = self.decide(job, class, now);
-        let Decision::Retry {
-            delay,
+        // The send function's planning: an unclaimed wait is only ever the queue's own delay.
+        let Route::Retry {
+            delay_secs: secs,
             spends_attempt,
-        } = decision
+            mechanism: DelayMechanism::QueueDelay,
+        } = plan::route(
+            decision,
+            Acceptance::Refused,
+            Duration::ZERO,
+            SIMULATED_BODY,
+        )
         else {
             return false;
         };
-        if delay.as_secs() > MAX_QUEUE_DELAY_SECS {
-            return false;
-        }
         if class == ErrorClass::RateLimited {
             self.rate_refused += 1;
         }
-        let secs = delay.as_secs();
         let j = &mut self.jobs[job as usize];
         j.retry.record(class, spends_attempt, secs, at(now));
         j.receives = 0;
@@ -231,17 +234,19 @@ impl Engine<'_> {
     ) -> bool {
         let sc = self.sc;
         let decision = self.decide(job, class, now);
-        match decision {
-            Decision::Retry {
-                delay,
+        let acceptance = if ambiguous {
+            Acceptance::Unknown
+        } else {
+            Acceptance::Refused
+        };
+        let grace = Duration::from_secs(sc.ambiguity_grace_secs);
+        // The send function's planning, for the simulated job's body.
+        match plan::route(decision, acceptance, grace, SIMULATED_BODY) {
+            Route::Retry {
+                delay_secs: secs,
                 spends_attempt,
+                mechanism,
             } => {
-                let mut secs = delay.as_secs();
-                if ambiguous {
-                    secs = secs.max(sc.ambiguity_grace_secs);
-                }
-                // The send function's choice, for the simulated job's body.
-                let mechanism = courier_core::delay::mechanism(secs, SIMULATED_BODY);
                 let j = &mut self.jobs[job as usize];
                 j.retry.record(class, spends_attempt, secs, at(now));
                 // A re-sent message is a new copy: its receive count starts again.
@@ -270,7 +275,7 @@ impl Engine<'_> {
                     }
                 }
             }
-            Decision::DeadLetter { .. } => {
+            Route::DeadLetter { .. } => {
                 self.calls.ddb_letter_write += 1;
                 self.calls.sqs_send += 1;
                 self.calls.ddb_status_write += 1;
@@ -281,10 +286,8 @@ impl Engine<'_> {
                 self.finish(job, Fate::DeadLettered, now);
                 false
             }
-            Decision::Finish {
-                suppress_recipient, ..
-            } => {
-                if suppress_recipient {
+            Route::Finish { suppress, .. } => {
+                if suppress {
                     self.calls.ddb_suppression_write += 1;
                 }
                 self.calls.ddb_status_write += 1;

@@ -1,0 +1,393 @@
+//! A record's fate: decided once as one [`Fate`] value, carried out by the one exhaustive
+//! match in [`Pipeline::carry_out`]. Errors keep their type ([`Cause`]) until the batch report.
+
+use courier_core::plan::{Plan, Wait};
+use courier_core::ports::StoreError;
+
+use super::*;
+
+/// What becomes of one record.
+#[derive(Debug)]
+pub(crate) enum Fate {
+    /// Nothing (more) to write: acknowledge (a duplicate or a stale copy).
+    Ack(Outcome),
+    /// Leave it for SQS to redeliver.
+    Redeliver(Cause),
+    /// The copy waits: through the queue (in the batch's one re-enqueue call) or the state
+    /// machine (started at once); then the record says `then`.
+    Wait {
+        wait: Wait,
+        then: Option<StatusUpdate>,
+        outcome: Outcome,
+    },
+    /// The job's home is this letter; then the record says `then` (`dead_lettered`).
+    DeadLetter {
+        letter: Box<DeadLetter>,
+        then: Option<StatusUpdate>,
+        outcome: Outcome,
+    },
+    /// Suppress `suppress` (a dead recipient, for `reason`), then write the final status.
+    Finish {
+        suppress: Vec<String>,
+        reason: String,
+        update: StatusUpdate,
+        outcome: Outcome,
+    },
+    /// Move the record forward without a lease (every recipient suppressed, or an acceptance
+    /// kept as `unknown` by an earlier copy).
+    Record {
+        update: StatusUpdate,
+        outcome: Outcome,
+    },
+    /// The provider accepted the mail: write `sent_to_provider` while `send_by` allows; when
+    /// it cannot be written, keep the acceptance as `unknown` (never release the lease).
+    Accepted {
+        update: StatusUpdate,
+        send_by: DateTime<Utc>,
+        latency: Duration,
+    },
+    /// The provider may have the mail: nothing follows until `unknown` is durable; then
+    /// `then`, whose failures keep `unknown`.
+    Ambiguous {
+        unknown: StatusUpdate,
+        then: Box<Fate>,
+    },
+}
+
+/// What this copy holds while its fate is carried out: what a failure does to the record.
+#[derive(Debug, Clone)]
+pub(crate) enum Holding {
+    /// No lease (not claimed yet, or not claimable).
+    Nothing,
+    /// The job's lease: a failure releases it as `deferred`, so the redelivered copy can claim
+    /// at once.
+    Lease {
+        message_id: String,
+        owner: String,
+        attempt: u32,
+    },
+    /// `unknown` is durable, or the lease must expire into it: a failure keeps it.
+    Unknown,
+}
+
+/// Why a record is left for redelivery.
+#[derive(Debug, thiserror::Error)]
+pub enum Cause {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("leased by another invocation until {until}")]
+    Busy { until: DateTime<Utc> },
+    #[error("the claim reported {hits} suppressed addresses it was not asked about")]
+    UnaskedSuppression { hits: usize },
+    #[error("the record's task panicked after calling the provider: {0}")]
+    PanickedAfterCall(String),
+    #[error("the record's task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
+    #[error(
+        "the send's outcome is ambiguous and unknown could not be written ({tries} tries: {source}); the lease expires into unknown"
+    )]
+    UnknownNotWritten {
+        tries: u32,
+        #[source]
+        source: StoreError,
+    },
+    #[error(
+        "sent, but the status write failed {tries} times ({source}); kept as unknown with the provider's id"
+    )]
+    AcceptedKeptUnknown {
+        tries: u32,
+        #[source]
+        source: StoreError,
+    },
+    #[error(
+        "sent, but neither the status ({source}) nor unknown ({unknown}) could be written; the lease expires into unknown"
+    )]
+    AcceptedNotWritten {
+        #[source]
+        source: StoreError,
+        unknown: StoreError,
+    },
+}
+
+/// What carrying out a fate left to do.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Its next home is durable: acknowledge.
+    Done(Outcome),
+    /// Left for redelivery (the lease already released or kept, as [`Holding`] said).
+    Redeliver(Cause),
+    /// Acknowledge once the batch's re-enqueue of `requeue` is written, then write `then`.
+    Queue {
+        requeue: Requeue,
+        then: Option<StatusUpdate>,
+        outcome: Outcome,
+        holding: Holding,
+    },
+}
+
+impl Pipeline {
+    /// Carries out `fate` for a copy holding `holding`: the one place a record's fate is acted on.
+    pub(crate) async fn carry_out(&self, fate: Fate, holding: Holding) -> Step {
+        match fate {
+            Fate::Ack(outcome) => Step::Done(outcome),
+            Fate::Redeliver(cause) => self.redeliver(cause, &holding).await,
+            Fate::Wait {
+                wait,
+                then,
+                outcome,
+            } => {
+                if wait.via_queue() {
+                    return Step::Queue {
+                        requeue: wait.into_requeue(),
+                        then,
+                        outcome,
+                        holding,
+                    };
+                }
+                if let Err(e) = self.scheduler.start_wait(wait.requeue()).await {
+                    return self.redeliver(e.into(), &holding).await;
+                }
+                if let Some(then) = then
+                    && let Err(e) = self.status.finish(&then).await
+                {
+                    // The running wait is the copy's durable home; its claim takes the next
+                    // generation whatever the record says meanwhile.
+                    warn!(error = %e, "status write after starting the wait failed");
+                }
+                Step::Done(outcome)
+            }
+            Fate::DeadLetter {
+                letter,
+                then,
+                outcome,
+            } => {
+                if let Err(e) = self.dead_letters.put(&letter).await {
+                    return self.redeliver(e.into(), &holding).await;
+                }
+                if let Some(then) = then
+                    && let Err((tries, e)) = self.finish_durably(&then, self.write_deadline()).await
+                {
+                    // The letter is durable and is the job's home; its record still says
+                    // processing (the sweeper marks it unknown), which `courierctl status`
+                    // shows next to the letter.
+                    warn!(error = %e, tries, "status write after dead-lettering failed");
+                }
+                warn!(category = letter.category.as_str(), class = %letter.class, rule = %letter.rule, "dead-lettered");
+                Step::Done(outcome)
+            }
+            Fate::Finish {
+                suppress,
+                reason,
+                update,
+                outcome,
+            } => {
+                for address in &suppress {
+                    if let Err(e) = self
+                        .suppression
+                        .suppress(address, &reason, update.now)
+                        .await
+                    {
+                        // The answer may have been lost after the write landed.
+                        let listed = self
+                            .suppression
+                            .suppressed(std::slice::from_ref(address), update.now)
+                            .await
+                            .is_ok_and(|hit| !hit.is_empty());
+                        if !listed {
+                            return self.redeliver(e.into(), &holding).await;
+                        }
+                    }
+                }
+                match self.finish_durably(&update, self.write_deadline()).await {
+                    Ok(()) => {
+                        info!(status = %update.status, detail = update.detail.as_deref().unwrap_or(""), "finished");
+                        Step::Done(outcome)
+                    }
+                    Err((_, e)) => self.redeliver(e.into(), &holding).await,
+                }
+            }
+            Fate::Record { update, outcome } => match self.status.record(&update).await {
+                Ok(()) => Step::Done(outcome),
+                Err(e) => self.redeliver(e.into(), &holding).await,
+            },
+            Fate::Accepted {
+                update,
+                send_by,
+                latency,
+            } => self.keep_acceptance(update, send_by, latency).await,
+            Fate::Ambiguous { unknown, then } => {
+                if let Err((tries, source)) =
+                    self.finish_durably(&unknown, self.write_deadline()).await
+                {
+                    return Step::Redeliver(Cause::UnknownNotWritten { tries, source });
+                }
+                Box::pin(self.carry_out(*then, Holding::Unknown)).await
+            }
+        }
+    }
+
+    /// Leaves a record for redelivery, after [`Pipeline::release`].
+    pub(crate) async fn redeliver(&self, cause: Cause, holding: &Holding) -> Step {
+        self.release(holding).await;
+        Step::Redeliver(cause)
+    }
+
+    /// Before a record is left for redelivery: a held lease is released as `deferred` (the
+    /// failure proves nothing was sent), anything else stays as written.
+    pub(crate) async fn release(&self, holding: &Holding) {
+        match holding {
+            Holding::Lease {
+                message_id,
+                owner,
+                attempt,
+            } => {
+                let release = StatusUpdate::new(
+                    message_id.clone(),
+                    owner.clone(),
+                    Status::Deferred,
+                    *attempt,
+                    self.now(),
+                );
+                if let Err(e) = self.status.finish(&release).await {
+                    warn!(error = %e, "could not release the lease");
+                }
+            }
+            Holding::Nothing | Holding::Unknown => {}
+        }
+    }
+
+    /// The fate a failure's [`Plan`] leads to, for a job leased by `owner`.
+    pub(crate) fn fate_of(
+        &self,
+        plan: Plan,
+        incoming: &Incoming,
+        verdict: &Verdict,
+        provider: Option<&str>,
+        owner: &str,
+        now: DateTime<Utc>,
+    ) -> Fate {
+        let job = &incoming.job;
+        let update = |status: Status, attempt: u32, detail: String| StatusUpdate {
+            provider: provider.map(str::to_owned),
+            detail: Some(detail),
+            ..StatusUpdate::new(job.message_id.clone(), owner, status, attempt, now)
+        };
+        match plan {
+            Plan::Retry {
+                wait,
+                status,
+                detail,
+            } => {
+                info!(class = %verdict.class, rule = %verdict.rule, delay_s = wait.requeue().delay_secs, mechanism = ?wait.mechanism(), "retry scheduled");
+                Fate::Wait {
+                    wait,
+                    then: Some(update(status, incoming.attempt + 1, detail)),
+                    outcome: if status == Status::Unknown {
+                        Outcome::Ambiguous
+                    } else {
+                        Outcome::Retried(verdict.class)
+                    },
+                }
+            }
+            Plan::DeadLetter { letter, detail } => Fate::DeadLetter {
+                outcome: Outcome::DeadLettered(letter.category, verdict.class),
+                then: Some(update(Status::DeadLettered, incoming.attempt, detail)),
+                letter,
+            },
+            Plan::Finish {
+                status,
+                suppress,
+                reason,
+                detail,
+            } => Fate::Finish {
+                suppress,
+                reason,
+                update: update(status, incoming.attempt, detail),
+                outcome: Outcome::Bounced(verdict.class),
+            },
+        }
+    }
+
+    /// The provider accepted the mail: its `sent_to_provider` write is tried again (with
+    /// backoff, `status_write_tries` times at most, while the lease lasts). When it cannot be
+    /// made, the acceptance is kept as `unknown` with the provider's id and answer, and the
+    /// record is left for redelivery: the redelivered copy finds it (see
+    /// [`Pipeline::resolve_accepted`]) and records it sent without sending. When neither write
+    /// can be made, the lease is left to expire into `unknown` (never released as `deferred`,
+    /// which would send again).
+    async fn keep_acceptance(
+        &self,
+        update: StatusUpdate,
+        send_by: DateTime<Utc>,
+        latency: Duration,
+    ) -> Step {
+        let (tries, source) = match self.finish_durably(&update, send_by).await {
+            Ok(()) => {
+                info!(
+                    provider = update.provider.as_deref().unwrap_or(""),
+                    provider_message_id = update.provider_message_id.as_deref().unwrap_or(""),
+                    latency_ms = latency.as_millis() as u64,
+                    "sent"
+                );
+                return Step::Done(Outcome::Sent { latency });
+            }
+            Err(failed) => failed,
+        };
+        let provider = update.provider.clone().unwrap_or_default();
+        let provider_message_id = update.provider_message_id.clone().unwrap_or_default();
+        let unknown = StatusUpdate {
+            status: Status::Unknown,
+            detail: Some(format!(
+                "{ACCEPTED_DETAIL} {provider} as {provider_message_id}; the sent status could not be written: {source}"
+            )),
+            ..update
+        };
+        let cause = match self.status.finish(&unknown).await {
+            Ok(()) => Cause::AcceptedKeptUnknown { tries, source },
+            Err(second) => Cause::AcceptedNotWritten {
+                source,
+                unknown: second,
+            },
+        };
+        self.redeliver(cause, &Holding::Unknown).await
+    }
+
+    /// Writes `update` (the outcome of this lease), trying again with backoff after a failure,
+    /// `SendConfig::status_write_tries` times at most (the waits between tries double from
+    /// 50 ms to at most 1 s) and while `until` allows. A write whose answer was
+    /// lost after it landed counts as made: after a failure the record is read, and if it
+    /// already holds this update (status, generation, writer) nothing is written again. On
+    /// failure: the tries made and the last error.
+    pub(crate) async fn finish_durably(
+        &self,
+        update: &StatusUpdate,
+        until: DateTime<Utc>,
+    ) -> Result<(), (u32, StoreError)> {
+        let mut backoff = Duration::from_millis(50);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let error = match self.status.finish(update).await {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            if let Ok(Some(record)) = self.status.get(&update.message_id).await
+                && record.status == update.status
+                && record.attempt == update.attempt
+                && record
+                    .history
+                    .last()
+                    .is_some_and(|h| h.status == update.status && h.by == update.owner)
+            {
+                return Ok(());
+            }
+            let next = self.now() + chrono::Duration::from_std(backoff).unwrap_or_default();
+            if tries >= self.config.status_write_tries || next >= until {
+                return Err((tries, error));
+            }
+            warn!(error = %error, tries, status = %update.status, "status write failed; trying again");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+}
