@@ -125,6 +125,7 @@ fn handler_overhead() {
         ))],
         scheduler: Arc::new(MemoryScheduler::default()),
         dead_letters: Arc::new(MemoryDeadLetters::default()),
+        payloads: Arc::new(courier_devkit::memory::MemoryPayloads::default()),
         suppression: Arc::new(MemorySuppressionList::default()),
         poison: Arc::new(MemoryPoisonList::default()),
         templates,

@@ -450,6 +450,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         ),
         ("COURIER_CONTROL_TABLE", stack.control_table.as_str()),
         ("COURIER_TEMPLATE_BUCKET", stack.template_bucket.as_str()),
+        ("COURIER_PAYLOAD_BUCKET", stack.payload_bucket.as_str()),
         (
             "COURIER_DELAY_STATE_MACHINE_ARN",
             stack.delay_state_machine_arn.as_str(),

@@ -715,6 +715,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
         redrive_queue_url: stack.redrive_dlq_url.clone(),
         letter_index_table: stack.letter_index_table.clone(),
         archive_bucket: stack.archive_bucket.clone(),
+        payload_bucket: stack.payload_bucket.clone(),
         ages,
     };
     let archiver = courier_archiver::wiring::wire(&clients, &settings);

@@ -31,6 +31,7 @@ pub fn send_resources(
         suppression_table: stack.suppression_table.clone(),
         control_table: stack.control_table.clone(),
         template_bucket: stack.template_bucket.clone(),
+        payload_bucket: stack.payload_bucket.clone(),
         delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
         providers: providers.to_vec(),
         ses_configuration_set,

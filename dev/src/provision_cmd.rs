@@ -61,6 +61,7 @@ fn report(result: Result<Provisioned, StoreError>, out: &mut dyn Write) -> std::
                 ("COURIER_EVENTS_QUEUE_URL", &stack.events_queue_url),
                 ("COURIER_LETTER_INDEX_TABLE", &stack.letter_index_table),
                 ("COURIER_ARCHIVE_BUCKET", &stack.archive_bucket),
+                ("COURIER_PAYLOAD_BUCKET", &stack.payload_bucket),
                 ("COURIER_STATUS_TABLE", &stack.status_table),
                 ("COURIER_SUPPRESSION_TABLE", &stack.suppression_table),
                 ("COURIER_CONTROL_TABLE", &stack.control_table),
@@ -102,6 +103,7 @@ mod tests {
             delay_state_machine_arn: s("arn:sm"),
             letter_index_table: s("p-letter-index-table"),
             archive_bucket: s("p-archive-bucket"),
+            payload_bucket: s("p-payload-bucket"),
         }
     }
 
@@ -120,7 +122,7 @@ mod tests {
         assert!(text.contains("export COURIER_QUEUE_URL='http://e/q'\n"));
         assert!(text.contains("export COURIER_CONTROL_TABLE='p-control-table'\n"));
         assert!(text.contains("export COURIER_EVENTS_QUEUE_URL='http://e/ev'\n"));
-        assert_eq!(text.lines().count(), 12);
+        assert_eq!(text.lines().count(), 13);
     }
 
     #[test]

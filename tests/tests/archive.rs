@@ -90,6 +90,7 @@ async fn dead_letters_are_indexed_archived_and_read_back_equal() {
         redrive_queue_url: stack.redrive_dlq_url.clone(),
         letter_index_table: stack.resources.letter_index_table.clone(),
         archive_bucket: stack.archive_bucket.clone(),
+        payload_bucket: stack.resources.payload_bucket.clone(),
         ages: ArchiveAges::default(),
     };
     for age in settings.ages.0.values_mut() {

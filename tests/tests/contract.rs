@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use courier_adapters::aws::{
     DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbPoisonList, DynamoDbReputationStore,
     DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList,
-    S3TemplateStore, SesMailer, SqsDeadLetterSink, SqsRetryScheduler,
+    S3PayloadStore, S3TemplateStore, SesMailer, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity};
 use courier_core::breaker::{BreakerConfig, BreakerState};
@@ -1549,4 +1549,127 @@ async fn send_schedule_memory_and_dynamodb() {
     );
     // The race is asserted where conditional writes are atomic (see atomic_conditional_writes).
     send_schedule_contract(&control, courier_integration::atomic_conditional_writes()).await;
+}
+
+/// What every payload store does: a missing key is `None`, a body comes back byte for byte,
+/// and storing the same key again is harmless.
+async fn payload_store_contract(store: &dyn PayloadStore) {
+    let key = format!("claim-check/{}", unique("k"));
+    assert_eq!(store.get(&key).await.unwrap(), None);
+    let body = vec![b'x'; 1_100_000];
+    store.put(&key, body.clone()).await.unwrap();
+    store.put(&key, body.clone()).await.unwrap();
+    assert_eq!(store.get(&key).await.unwrap(), Some(body));
+}
+
+#[tokio::test]
+async fn payload_stores_keep_bodies_apart() {
+    payload_store_contract(&MemoryPayloads::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let s3 = S3PayloadStore::new(
+        aws_sdk_s3::Client::new(&stack.sdk),
+        &stack.resources.payload_bucket,
+    );
+    payload_store_contract(&s3).await;
+    // A bucket that does not exist is an error, not a missing body.
+    let broken = S3PayloadStore::new(aws_sdk_s3::Client::new(&stack.sdk), unique("no-bucket"));
+    assert!(broken.get("claim-check/x").await.is_err());
+}
+
+#[tokio::test]
+async fn copies_and_letters_too_large_for_sqs_go_through_the_claim_check() {
+    use courier_core::claim_check::{ClaimCheck, MAX_INLINE_BYTES, redeem};
+    let stack = Stack::create(&["ses"]).await;
+    let payloads: std::sync::Arc<dyn PayloadStore> = std::sync::Arc::new(S3PayloadStore::new(
+        aws_sdk_s3::Client::new(&stack.sdk),
+        &stack.resources.payload_bucket,
+    ));
+    let sfn = aws_sdk_sfn::Client::new(&stack.sdk);
+    let large = format!("{{\"big\":\"{}\"}}", "x".repeat(MAX_INLINE_BYTES));
+    let copy = Requeue {
+        message_id: "big".into(),
+        body: large.clone(),
+        delay_secs: 0,
+    };
+    let small = Requeue {
+        message_id: "small".into(),
+        body: "small".into(),
+        delay_secs: 0,
+    };
+    // GIVEN no payload store: the oversized copy fails alone, saying why
+    let bare = SqsRetryScheduler::new(
+        stack.sqs(),
+        sfn.clone(),
+        &stack.resources.queue_url,
+        &stack.resources.delay_state_machine_arn,
+    );
+    let results = bare.enqueue(&[copy.clone(), small.clone()]).await;
+    let error = results[0].as_ref().unwrap_err().to_string();
+    assert!(error.contains("no payload store"), "{error}");
+    assert!(results[1].is_ok());
+    // WHEN a payload store is set, the copy goes as a pointer to the stored body
+    let scheduler = bare.with_payloads(payloads.clone());
+    let results = scheduler.enqueue(&[copy, small]).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let mut bodies: Vec<String> = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while bodies.len() < 3 && std::time::Instant::now() < deadline {
+        let got = stack.drain(&stack.resources.queue_url).await;
+        bodies.extend(got.into_iter().filter_map(|m| m.body));
+    }
+    let pointer = bodies
+        .iter()
+        .find(|b| ClaimCheck::parse(b).is_some())
+        .expect("a pointer on the queue")
+        .clone();
+    assert!(pointer.len() < 1_024, "{pointer}");
+    assert_eq!(
+        redeem(Some(&*payloads), pointer).await.unwrap(),
+        large,
+        "the stored body comes back whole"
+    );
+
+    // AND a letter too large for the dead-letter queue is stored apart and read back whole
+    let t = now();
+    let letter = DeadLetter {
+        id: "big-letter".into(),
+        category: DeadLetterCategory::RetriesExhausted,
+        reason: "retries exhausted".into(),
+        message_id: Some("big".into()),
+        campaign_id: Some("c".into()),
+        trace_id: None,
+        recipients: vec!["a@example.org".into()],
+        provider: Some("smtp".into()),
+        class: ErrorClass::MailboxTemporary,
+        rule: "r".into(),
+        raw_code: None,
+        raw_text: None,
+        attempts: 3,
+        history: vec![],
+        first_failure_at: t,
+        last_failure_at: t,
+        fingerprint: "f".into(),
+        payload: Some(large),
+        payload_base64: None,
+    };
+    let bare_sink = SqsDeadLetterSink::new(stack.sqs(), &stack.resources.dead_letter_queue_url);
+    assert!(bare_sink.put(&letter).await.is_err());
+    bare_sink
+        .with_payloads(payloads.clone())
+        .put(&letter)
+        .await
+        .unwrap();
+    let queue = courier_adapters::aws::SqsLetterQueue::new(
+        stack.sqs(),
+        &stack.resources.dead_letter_queue_url,
+    )
+    .with_payloads(payloads);
+    let mut got = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while got.is_empty() && std::time::Instant::now() < deadline {
+        got = queue.receive(10, Duration::from_secs(30)).await.unwrap();
+    }
+    assert_eq!(got.len(), 1);
+    let back: DeadLetter = serde_json::from_str(&got[0].body).unwrap();
+    assert_eq!(back, letter);
 }

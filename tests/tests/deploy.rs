@@ -479,6 +479,83 @@ fn disagreements(template: &Template, crates: &[Crate]) -> Vec<String> {
     problems
 }
 
+/// The claim check's bucket (AWS S3 lifecycle: an `Expiration` in days removes an object that
+/// many days after its creation). A stored body must outlive everything that points to it: the
+/// longest wait the default policy grants, then a copy's time on the send queue (at most the
+/// `QueueRetentionSeconds` maximum) and on its redrive DLQ, or a letter's on the dead-letter
+/// queue (14 days each). Only the send and archiver roles reach it, and only its prefix.
+#[test]
+fn the_payload_bucket_outlives_every_pointer_and_only_its_prefix_is_reachable() {
+    let t = Template::load();
+    let rule =
+        &t.doc["Resources"]["PayloadBucket"]["Properties"]["LifecycleConfiguration"]["Rules"][0];
+    assert_eq!(
+        rule["Prefix"].as_str(),
+        Some(courier_core::claim_check::KEY_PREFIX)
+    );
+    let (tag, days) = tag_and_value(&rule["ExpirationInDays"]).expect("a !Ref");
+    assert_eq!(
+        (tag.as_str(), days.as_str()),
+        ("Ref", Some("PayloadRetentionDays"))
+    );
+    let retention_days: u64 = t
+        .parameter_default("PayloadRetentionDays")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let policy = courier_core::policy::RetryPolicy::default();
+    let longest_wait = [&policy.transactional, &policy.bulk]
+        .iter()
+        .flat_map(|tier| tier.classes.values())
+        .map(|rule| rule.horizon)
+        .max()
+        .unwrap();
+    let queue_max: u64 = scalar(&t.doc["Parameters"]["QueueRetentionSeconds"]["MaxValue"])
+        .unwrap()
+        .parse()
+        .unwrap();
+    let dlq = 14 * 86_400;
+    let needed = longest_wait + queue_max + dlq;
+    assert!(
+        retention_days * 86_400 >= needed,
+        "PayloadRetentionDays {retention_days} d is shorter than {} d",
+        needed.div_ceil(86_400)
+    );
+    // Every statement that names the bucket allows object reads or writes under the prefix only.
+    let text = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
+    let mut grants = 0;
+    for (name, function) in t.doc["Resources"].as_mapping().unwrap() {
+        let policies = &function["Properties"]["Policies"];
+        for statement in policies
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| p.get("Statement")?.as_sequence())
+            .flatten()
+        {
+            let resource = format!("{:?}", statement["Resource"]);
+            if !resource.contains("PayloadBucket") {
+                continue;
+            }
+            grants += 1;
+            assert!(
+                resource.contains("${PayloadBucket.Arn}/claim-check/*"),
+                "{name:?}: {resource}"
+            );
+            let actions = format!("{:?}", statement["Action"]);
+            assert!(
+                !actions.contains('*') && !actions.contains("Delete"),
+                "{name:?}: {actions}"
+            );
+        }
+    }
+    assert_eq!(grants, 2, "the send and archiver functions");
+    assert!(
+        !text.contains("BucketName: !Ref PayloadBucket"),
+        "no managed policy on the bucket"
+    );
+}
+
 #[test]
 fn cargo_lambda_metadata_matches_the_template() {
     let template = Template::load();

@@ -219,6 +219,7 @@ async fn main() {
         redrive_queue_url: stack.redrive_dlq_url.clone(),
         letter_index_table: stack.letter_index_table.clone(),
         archive_bucket: stack.archive_bucket.clone(),
+        payload_bucket: stack.payload_bucket.clone(),
         ages: ages.clone(),
     };
     let archiver = courier_archiver::wiring::wire(&clients, &settings);

@@ -3,9 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use courier_adapters::aws::{Clients, DynamoDbLetterIndex, S3ArchiveStore, SqsLetterQueue};
+use courier_adapters::aws::{
+    Clients, DynamoDbLetterIndex, S3ArchiveStore, S3PayloadStore, SqsLetterQueue,
+};
 use courier_adapters::clock::SystemClock;
 use courier_core::letters::ArchiveAges;
+use courier_core::ports::PayloadStore;
 
 use crate::{Archiver, QueueKind};
 
@@ -17,6 +20,8 @@ pub struct Settings {
     pub redrive_queue_url: String,
     pub letter_index_table: String,
     pub archive_bucket: String,
+    /// Where claim-checked letters are redeemed from.
+    pub payload_bucket: String,
     pub ages: ArchiveAges,
 }
 
@@ -41,6 +46,7 @@ impl Settings {
             redrive_queue_url: required("COURIER_REDRIVE_DLQ_URL")?,
             letter_index_table: required("COURIER_LETTER_INDEX_TABLE")?,
             archive_bucket: required("COURIER_ARCHIVE_BUCKET")?,
+            payload_bucket: required("COURIER_PAYLOAD_BUCKET")?,
             ages: ArchiveAges::from_lookup(&lookup).map_err(SettingsError::Invalid)?,
         })
     }
@@ -48,21 +54,25 @@ impl Settings {
 
 /// Wires the archiver from settings and SDK clients.
 pub fn wire(clients: &Clients, settings: &Settings) -> Archiver {
+    let payloads: Arc<dyn PayloadStore> = Arc::new(S3PayloadStore::new(
+        clients.s3.clone(),
+        &settings.payload_bucket,
+    ));
     Archiver {
         queues: vec![
             (
                 QueueKind::Letters,
-                Arc::new(SqsLetterQueue::new(
-                    clients.sqs.clone(),
-                    &settings.dead_letter_queue_url,
-                )),
+                Arc::new(
+                    SqsLetterQueue::new(clients.sqs.clone(), &settings.dead_letter_queue_url)
+                        .with_payloads(Arc::clone(&payloads)),
+                ),
             ),
             (
                 QueueKind::Redrive,
-                Arc::new(SqsLetterQueue::new(
-                    clients.sqs.clone(),
-                    &settings.redrive_queue_url,
-                )),
+                Arc::new(
+                    SqsLetterQueue::new(clients.sqs.clone(), &settings.redrive_queue_url)
+                        .with_payloads(payloads),
+                ),
             ),
         ],
         index: Arc::new(DynamoDbLetterIndex::new(
@@ -97,7 +107,8 @@ mod tests {
             "COURIER_DEAD_LETTER_QUEUE_URL"
             | "COURIER_REDRIVE_DLQ_URL"
             | "COURIER_LETTER_INDEX_TABLE"
-            | "COURIER_ARCHIVE_BUCKET" => Some("x".to_owned()),
+            | "COURIER_ARCHIVE_BUCKET"
+            | "COURIER_PAYLOAD_BUCKET" => Some("x".to_owned()),
             _ => None,
         };
         assert!(Settings::from_lookup(full).is_ok());

@@ -75,6 +75,8 @@ pub struct Resources {
     pub suppression_table: String,
     pub control_table: String,
     pub template_bucket: String,
+    /// Where copies and letters too large for an SQS message are stored (the claim check).
+    pub payload_bucket: String,
     pub delay_state_machine_arn: String,
     /// Providers in failover order.
     pub providers: Vec<Provider>,
@@ -101,6 +103,7 @@ impl Resources {
             ("COURIER_SUPPRESSION_TABLE", self.suppression_table.clone()),
             ("COURIER_CONTROL_TABLE", self.control_table.clone()),
             ("COURIER_TEMPLATE_BUCKET", self.template_bucket.clone()),
+            ("COURIER_PAYLOAD_BUCKET", self.payload_bucket.clone()),
             (
                 "COURIER_DELAY_STATE_MACHINE_ARN",
                 self.delay_state_machine_arn.clone(),
@@ -298,6 +301,7 @@ impl SendConfig {
             suppression_table: required(&lookup, "COURIER_SUPPRESSION_TABLE")?,
             control_table: required(&lookup, "COURIER_CONTROL_TABLE")?,
             template_bucket: required(&lookup, "COURIER_TEMPLATE_BUCKET")?,
+            payload_bucket: required(&lookup, "COURIER_PAYLOAD_BUCKET")?,
             delay_state_machine_arn: required(&lookup, "COURIER_DELAY_STATE_MACHINE_ARN")?,
             providers,
             ses_configuration_set: lookup("COURIER_SES_CONFIGURATION_SET"),
@@ -324,6 +328,7 @@ mod tests {
             ("COURIER_CONTROL_TABLE", "b"),
             ("COURIER_TEMPLATE_BUCKET", "t"),
             ("COURIER_DELAY_STATE_MACHINE_ARN", "arn"),
+            ("COURIER_PAYLOAD_BUCKET", "payloads"),
         ]
         .into_iter()
         .map(|(k, v)| (k, v.to_owned()))

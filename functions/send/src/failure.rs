@@ -131,31 +131,70 @@ impl Pipeline {
 
     /// An unparseable or invalid payload: dead letter with whatever ids could be salvaged.
     pub(crate) fn reject(body: &str, rejected: &Rejected, now: DateTime<Utc>) -> Fate {
-        let print = job_fingerprint(body);
-        let verdict = Verdict::local(
-            ErrorClass::InvalidJob,
+        warn!(code = rejected.error.code(), error = %rejected.error, "invalid job");
+        let mut letter = Self::raw_letter(
+            body,
+            DeadLetterCategory::InvalidJob,
             rejected.error.code(),
             rejected.error.to_string(),
+            now,
         );
-        warn!(code = rejected.error.code(), error = %rejected.error, "invalid job");
-        let letter = DeadLetter {
-            id: letter_id(
-                rejected.message_id.as_deref(),
-                &print,
-                0,
-                DeadLetterCategory::InvalidJob,
-            ),
-            category: DeadLetterCategory::InvalidJob,
-            reason: rejected.error.to_string(),
-            message_id: rejected.message_id.clone(),
-            campaign_id: rejected.campaign_id.clone(),
-            trace_id: rejected.trace_id.clone(),
+        letter.id = letter_id(
+            rejected.message_id.as_deref(),
+            &letter.fingerprint,
+            0,
+            DeadLetterCategory::InvalidJob,
+        );
+        letter.message_id = rejected.message_id.clone();
+        letter.campaign_id = rejected.campaign_id.clone();
+        letter.trace_id = rejected.trace_id.clone();
+        Fate::DeadLetter {
+            outcome: Outcome::DeadLettered(letter.category, letter.class),
+            letter: Box::new(letter),
+            then: None,
+        }
+    }
+
+    /// A claim check whose body is gone or altered: nothing can be sent, so the pointer itself
+    /// is dead-lettered for review (its key and digest say what was lost).
+    pub(crate) fn unredeemable(body: &str, error: &RedeemError, now: DateTime<Utc>) -> Fate {
+        warn!(error = %error, "a claim-checked body cannot be redeemed; dead-lettered for review");
+        let letter = Self::raw_letter(
+            body,
+            DeadLetterCategory::NeedsReview,
+            "claim-check",
+            error.to_string(),
+            now,
+        );
+        Fate::DeadLetter {
+            outcome: Outcome::DeadLettered(letter.category, letter.class),
+            letter: Box::new(letter),
+            then: None,
+        }
+    }
+
+    /// The letter of a queue body that could not be read as a job.
+    fn raw_letter(
+        body: &str,
+        category: DeadLetterCategory,
+        rule: &str,
+        reason: String,
+        now: DateTime<Utc>,
+    ) -> DeadLetter {
+        let print = job_fingerprint(body);
+        DeadLetter {
+            id: letter_id(None, &print, 0, category),
+            category,
+            reason: reason.clone(),
+            message_id: None,
+            campaign_id: None,
+            trace_id: None,
             recipients: Vec::new(),
             provider: None,
             class: ErrorClass::InvalidJob,
-            rule: verdict.rule.clone(),
-            raw_code: Some(rejected.error.code().to_owned()),
-            raw_text: verdict.raw_text.clone(),
+            rule: rule.to_owned(),
+            raw_code: Some(rule.to_owned()),
+            raw_text: Some(reason),
             attempts: 0,
             history: Vec::new(),
             first_failure_at: now,
@@ -163,11 +202,6 @@ impl Pipeline {
             fingerprint: print,
             payload: Some(body.to_owned()),
             payload_base64: None,
-        };
-        Fate::DeadLetter {
-            letter: Box::new(letter),
-            then: None,
-            outcome: Outcome::DeadLettered(DeadLetterCategory::InvalidJob, ErrorClass::InvalidJob),
         }
     }
 

@@ -37,6 +37,7 @@ use std::time::Duration;
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
 use courier_core::breaker::Admission;
+use courier_core::claim_check::{self, RedeemError};
 use courier_core::classify::{ErrorClass, Verdict};
 use courier_core::delay;
 use courier_core::envelope::{
@@ -50,8 +51,8 @@ use courier_core::plan::{self, Acceptance, Failure, Plan};
 use courier_core::policy::{DeadLetterCategory, Decision, RetryPolicy};
 use courier_core::ports::{
     ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, Mailer, OutgoingEmail,
-    PoisonList, Provider, Requeue, RetryScheduler, Sightings, StatusStore, StatusUpdate,
-    SuppressionList, TemplateError, TemplateStore,
+    PayloadStore, PoisonList, Provider, Requeue, RetryScheduler, Sightings, StatusStore,
+    StatusUpdate, SuppressionList, TemplateError, TemplateStore,
 };
 use courier_core::random::{RandomSource, SeededRandom};
 use courier_core::render::content_of;
@@ -70,6 +71,8 @@ pub struct Pipeline {
     pub mailers: Vec<Arc<dyn Mailer>>,
     pub scheduler: Arc<dyn RetryScheduler>,
     pub dead_letters: Arc<dyn DeadLetterSink>,
+    /// Bodies too large for an SQS message (the claim check), redeemed before parsing.
+    pub payloads: Arc<dyn PayloadStore>,
     /// Written to on permanent bounces; read inside the claim (see `ClaimRequest::check_suppressed`).
     pub suppression: Arc<dyn SuppressionList>,
     pub poison: Arc<dyn PoisonList>,
@@ -330,10 +333,15 @@ impl Pipeline {
     ) -> (Fate, Holding) {
         let now = self.now();
         let unclaimed = |fate| (fate, Holding::Nothing);
-        // 1. Parse and validate.
-        let incoming = match parse_body(record.body.as_bytes()) {
+        // 1. Redeem a claim check, parse and validate.
+        let body = match claim_check::redeem(Some(&*self.payloads), record.body.clone()).await {
+            Ok(body) => body,
+            Err(RedeemError::Store(e)) => return unclaimed(Fate::Redeliver(e.into())),
+            Err(e) => return unclaimed(Self::unredeemable(&record.body, &e, now)),
+        };
+        let incoming = match parse_body(body.as_bytes()) {
             Ok(incoming) => incoming,
-            Err(rejected) => return unclaimed(Self::reject(&record.body, &rejected, now)),
+            Err(rejected) => return unclaimed(Self::reject(&body, &rejected, now)),
         };
         let job = &incoming.job;
         span.record("message_id", job.message_id.as_str());

@@ -19,6 +19,7 @@ struct World {
     mailer: Arc<MemoryMailer>,
     scheduler: Arc<MemoryScheduler>,
     dead: Arc<MemoryDeadLetters>,
+    payloads: Arc<courier_devkit::memory::MemoryPayloads>,
     suppression: Arc<MemorySuppressionList>,
     poison: Arc<MemoryPoisonList>,
     clock: Arc<ManualClock>,
@@ -37,6 +38,7 @@ fn world_with(mailer: MemoryMailer) -> World {
     let mailer = Arc::new(mailer);
     let scheduler = Arc::new(MemoryScheduler::default());
     let dead = Arc::new(MemoryDeadLetters::default());
+    let payloads = Arc::new(courier_devkit::memory::MemoryPayloads::default());
     let poison = Arc::new(MemoryPoisonList::default());
     let templates = Arc::new(MemoryTemplates::default());
     templates.templates.lock().unwrap().insert(
@@ -53,6 +55,7 @@ fn world_with(mailer: MemoryMailer) -> World {
         mailers: vec![mailer.clone()],
         scheduler: scheduler.clone(),
         dead_letters: dead.clone(),
+        payloads: payloads.clone(),
         suppression: suppression.clone(),
         poison: poison.clone(),
         templates,
@@ -79,6 +82,7 @@ fn world_with(mailer: MemoryMailer) -> World {
         mailer,
         scheduler,
         dead,
+        payloads,
         suppression,
         poison,
         clock,
@@ -165,6 +169,7 @@ fn rebuilt(
         mailers: w.pipeline.mailers.clone(),
         scheduler: w.pipeline.scheduler.clone(),
         dead_letters: w.pipeline.dead_letters.clone(),
+        payloads: w.pipeline.payloads.clone(),
         suppression: w.pipeline.suppression.clone(),
         poison: w.pipeline.poison.clone(),
         templates: w.pipeline.templates.clone(),
@@ -257,6 +262,82 @@ async fn a_failed_dead_letter_write_fails_only_that_record() {
         .await;
     assert_eq!(report.failures, vec!["bad".to_owned()]);
     assert_eq!(w.status_of("m4"), Some(Status::SentToProvider));
+}
+
+/// A job stored apart, and the pointer the queue carries for it.
+async fn claim_checked(w: &World, body: &str) -> String {
+    use courier_core::ports::PayloadStore;
+    let check = courier_core::claim_check::ClaimCheck::of(body);
+    w.payloads
+        .put(&check.key, body.as_bytes().to_vec())
+        .await
+        .unwrap();
+    check.to_body()
+}
+
+#[tokio::test]
+async fn a_claim_checked_job_is_redeemed_and_sent() {
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    let pointer = claim_checked(&w, &job("cc1", "ann@example.org")).await;
+    let report = w.run(vec![rec("a", pointer)]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("cc1"), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn a_claim_check_whose_body_is_gone_or_altered_is_dead_lettered_for_review() {
+    use courier_core::ports::PayloadStore;
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    // GIVEN one pointer whose object is gone and one whose object was altered
+    let gone = courier_core::claim_check::ClaimCheck::of(&job("cc2", "a@example.org")).to_body();
+    let altered = courier_core::claim_check::ClaimCheck::of(&job("cc3", "b@example.org"));
+    w.payloads
+        .put(&altered.key, job("cc3", "eve@example.org").into_bytes())
+        .await
+        .unwrap();
+    let report = w
+        .run(vec![
+            rec("gone", gone.clone()),
+            rec("altered", altered.to_body()),
+            rec("good", job("cc4", "c@example.org")),
+        ])
+        .await;
+    // THEN both are dead letters for review, keeping the pointer; nothing was sent for them
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    let letters = w.dead.letters.lock().unwrap();
+    assert_eq!(letters.len(), 2);
+    assert!(
+        letters
+            .iter()
+            .all(|l| l.category == DeadLetterCategory::NeedsReview && l.rule == "claim-check")
+    );
+    assert!(
+        letters
+            .iter()
+            .any(|l| l.payload.as_deref() == Some(gone.as_str()))
+    );
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("cc4"), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn an_unreachable_payload_store_leaves_the_record_for_redelivery() {
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    let pointer = claim_checked(&w, &job("cc5", "ann@example.org")).await;
+    w.payloads.fail_gets.set(1);
+    let report = w.run(vec![rec("a", pointer.clone())]).await;
+    assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert!(
+        report.reasons[0].contains("payload get"),
+        "{:?}",
+        report.reasons
+    );
+    assert!(w.dead.letters.lock().unwrap().is_empty());
+    // AND the redelivered copy is sent
+    let report = w.run(vec![rec("a", pointer)]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.status_of("cc5"), Some(Status::SentToProvider));
 }
 
 #[tokio::test]

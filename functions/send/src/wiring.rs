@@ -7,11 +7,11 @@ use std::time::Duration;
 use courier_adapters::aws::{
     Clients, DynamoDbBreakerStore, DynamoDbLetterIndex, DynamoDbPoisonList, DynamoDbSendSchedule,
     DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList, IndexedDeadLetterSink,
-    S3TemplateStore, SesMailer, SqsDeadLetterSink, SqsRetryScheduler,
+    S3PayloadStore, S3TemplateStore, SesMailer, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::clock::SystemClock;
 use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSetupError};
-use courier_core::ports::{Mailer, Provider};
+use courier_core::ports::{Mailer, PayloadStore, Provider};
 
 use crate::Pipeline;
 use crate::breakers::Breakers;
@@ -66,6 +66,10 @@ pub fn wire(
             }
         }
     }
+    let payloads: Arc<dyn PayloadStore> = Arc::new(S3PayloadStore::new(
+        clients.s3.clone(),
+        &resources.payload_bucket,
+    ));
     Ok(Pipeline {
         status: Arc::new(
             DynamoDbStatusStore::new(
@@ -76,16 +80,21 @@ pub fn wire(
             .with_suppression_table(&resources.suppression_table),
         ),
         mailers,
-        scheduler: Arc::new(SqsRetryScheduler::new(
-            sqs.clone(),
-            clients.sfn.clone(),
-            &resources.queue_url,
-            &resources.delay_state_machine_arn,
-        )),
+        scheduler: Arc::new(
+            SqsRetryScheduler::new(
+                sqs.clone(),
+                clients.sfn.clone(),
+                &resources.queue_url,
+                &resources.delay_state_machine_arn,
+            )
+            .with_payloads(Arc::clone(&payloads)),
+        ),
         dead_letters: Arc::new(IndexedDeadLetterSink::new(
             DynamoDbLetterIndex::new(dynamodb.clone(), &resources.letter_index_table),
-            SqsDeadLetterSink::new(sqs, &resources.dead_letter_queue_url),
+            SqsDeadLetterSink::new(sqs, &resources.dead_letter_queue_url)
+                .with_payloads(Arc::clone(&payloads)),
         )),
+        payloads,
         suppression: Arc::new(DynamoDbSuppressionList::new(
             dynamodb.clone(),
             &resources.suppression_table,

@@ -644,6 +644,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             inner: letters.clone(),
             faults: faults.clone(),
         }),
+        payloads: Arc::new(courier_devkit::memory::MemoryPayloads::default()),
         suppression: Arc::new(FaultySuppression {
             inner: suppression.clone(),
             faults: faults.clone(),

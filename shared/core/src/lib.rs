@@ -20,10 +20,12 @@
 //! - [`ports`]: the narrow capabilities the pipeline needs (traits and their domain types);
 //!   [`claim`]: leasing a job for sending and the claim rules every status store applies;
 //!   `courier-adapters` implements them over AWS and SMTP, `courier-devkit` in memory.
+//! - [`claim_check`]: bodies too large for a queue, stored apart and pointed to.
 //! - [`random`]: seedable randomness passed into the core.
 
 pub mod breaker;
 pub mod claim;
+pub mod claim_check;
 pub mod classify;
 pub mod delay;
 pub mod envelope;

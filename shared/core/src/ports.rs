@@ -437,6 +437,15 @@ pub trait ArchiveStore: Send + Sync {
     async fn exists(&self, key: &str) -> Result<bool, StoreError>;
 }
 
+/// Bodies too large for their queue, stored apart (see [`crate::claim_check`]).
+#[async_trait::async_trait]
+pub trait PayloadStore: Send + Sync {
+    /// Writes the object (an existing one with the same key holds the same bytes).
+    async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), StoreError>;
+    /// The object; `None` when there is none (expired or deleted).
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+}
+
 /// One suppressed address.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SuppressionEntry {

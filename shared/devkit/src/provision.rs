@@ -114,6 +114,8 @@ pub struct Provisioned {
     pub letter_index_table: String,
     /// Where the archiver writes archived dead letters.
     pub archive_bucket: String,
+    /// Where copies and letters too large for SQS are stored (the claim check).
+    pub payload_bucket: String,
 }
 
 /// Settings of the send queue (the template's `MaxReceiveCount` and `SendQueueVisibilityTimeout`).
@@ -646,6 +648,7 @@ pub async fn provision(
         letter_index_table: name("LetterIndexTable")?,
         template_bucket: name("TemplateBucket")?,
         archive_bucket: name("ArchiveBucket")?,
+        payload_bucket: name("PayloadBucket")?,
         delay_state_machine_arn: state_machine(
             &aws_sdk_sfn::Client::new(sdk),
             &template,

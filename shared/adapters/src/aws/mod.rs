@@ -14,7 +14,7 @@ pub use dynamodb::{
     DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList,
 };
 pub use letters::{DynamoDbLetterIndex, IndexedDeadLetterSink, S3ArchiveStore, SqsLetterQueue};
-pub use s3::S3TemplateStore;
+pub use s3::{S3PayloadStore, S3TemplateStore};
 pub use ses::SesMailer;
 pub use sqs::{SqsDeadLetterSink, SqsRetryScheduler};
 

@@ -118,3 +118,58 @@ impl TemplateStore for S3TemplateStore {
         Ok(template)
     }
 }
+
+/// The claim check's payload store: bodies too large for a queue, under
+/// [`courier_core::claim_check::KEY_PREFIX`] in a bucket whose lifecycle rule expires them.
+pub struct S3PayloadStore {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+impl S3PayloadStore {
+    pub fn new(client: aws_sdk_s3::Client, bucket: impl Into<String>) -> Self {
+        S3PayloadStore {
+            client,
+            bucket: bucket.into(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl courier_core::ports::PayloadStore for S3PayloadStore {
+    async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
+        self.client
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(bytes.into())
+            .content_type("application/json")
+            .server_side_encryption(aws_sdk_s3::types::ServerSideEncryption::Aes256)
+            .send()
+            .await
+            .map_err(err("payload put"))?;
+        Ok(())
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let out = match self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(out) => out,
+            // Only a missing key is a missing body: a missing bucket (also a 404) is an error.
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => return Ok(None),
+            Err(e) => return Err(err("payload get")(e)),
+        };
+        let bytes = out
+            .body
+            .collect()
+            .await
+            .map_err(|e| StoreError::new("payload get", e))?;
+        Ok(Some(bytes.into_bytes().to_vec()))
+    }
+}

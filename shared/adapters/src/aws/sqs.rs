@@ -1,20 +1,27 @@
 //! SQS and Step Functions adapters: re-enqueued retries and dead letters.
 
+use std::sync::Arc;
+
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
 
 use super::store_error as err;
+use courier_core::claim_check::stow;
 use courier_core::delay::DelayInput;
 use courier_core::job::fingerprint;
 use courier_core::limits::sqs_batches;
-use courier_core::ports::{DeadLetter, DeadLetterSink, Requeue, RetryScheduler, StoreError};
+use courier_core::ports::{
+    DeadLetter, DeadLetterSink, PayloadStore, Requeue, RetryScheduler, StoreError,
+};
 
 /// Retries: `SendMessageBatch` to the send queue for delays up to 900 s, the delay state
-/// machine beyond.
+/// machine beyond. A copy too large for a queue message goes through the payload store
+/// (the claim check), when one is set.
 pub struct SqsRetryScheduler {
     sqs: aws_sdk_sqs::Client,
     sfn: aws_sdk_sfn::Client,
     queue_url: String,
     state_machine_arn: String,
+    payloads: Option<Arc<dyn PayloadStore>>,
 }
 
 impl SqsRetryScheduler {
@@ -29,6 +36,58 @@ impl SqsRetryScheduler {
             sfn,
             queue_url: queue_url.into(),
             state_machine_arn: state_machine_arn.into(),
+            payloads: None,
+        }
+    }
+
+    /// One `SendMessageBatch` of (index, body, delay) entries; one result per entry.
+    async fn send_batch(&self, chunk: &[(usize, String, u64)]) -> Vec<Result<(), StoreError>> {
+        let mut request = self.sqs.send_message_batch().queue_url(&self.queue_url);
+        for (i, (_, body, delay_secs)) in chunk.iter().enumerate() {
+            let entry = SendMessageBatchRequestEntry::builder()
+                .id(i.to_string())
+                .message_body(body)
+                .delay_seconds(i32::try_from((*delay_secs).min(900)).unwrap_or(900))
+                .build();
+            match entry {
+                Ok(entry) => request = request.entries(entry),
+                Err(e) => {
+                    return chunk
+                        .iter()
+                        .map(|_| Err(StoreError::msg("re-enqueue", e.to_string())))
+                        .collect();
+                }
+            }
+        }
+        match request.send().await {
+            Ok(out) => (0..chunk.len())
+                .map(|i| {
+                    let id = i.to_string();
+                    match out.failed.iter().find(|f| f.id == id) {
+                        None => Ok(()),
+                        Some(f) => Err(StoreError::msg(
+                            "re-enqueue",
+                            format!("{}: {}", f.code, f.message.as_deref().unwrap_or("")),
+                        )),
+                    }
+                })
+                .collect(),
+            Err(e) => {
+                let e = err("re-enqueue")(e);
+                chunk
+                    .iter()
+                    .map(|_| Err(StoreError::msg("re-enqueue", e.message.clone())))
+                    .collect()
+            }
+        }
+    }
+
+    /// Stores copies too large for a queue message in `payloads` (see
+    /// [`courier_core::claim_check`]).
+    pub fn with_payloads(self, payloads: Arc<dyn PayloadStore>) -> Self {
+        SqsRetryScheduler {
+            payloads: Some(payloads),
+            ..self
         }
     }
 }
@@ -36,54 +95,30 @@ impl SqsRetryScheduler {
 #[async_trait::async_trait]
 impl RetryScheduler for SqsRetryScheduler {
     async fn enqueue(&self, items: &[Requeue]) -> Vec<Result<(), StoreError>> {
-        let mut results: Vec<Result<(), StoreError>> = Vec::with_capacity(items.len());
-        let sizes: Vec<usize> = items.iter().map(|i| i.body.len()).collect();
-        for batch in sqs_batches(&sizes) {
-            let chunk = &items[batch];
-            let mut request = self.sqs.send_message_batch().queue_url(&self.queue_url);
-            for (i, item) in chunk.iter().enumerate() {
-                let entry = SendMessageBatchRequestEntry::builder()
-                    .id(i.to_string())
-                    .message_body(&item.body)
-                    .delay_seconds(i32::try_from(item.delay_secs.min(900)).unwrap_or(900))
-                    .build();
-                match entry {
-                    Ok(entry) => request = request.entries(entry),
-                    Err(e) => {
-                        results.extend(
-                            chunk
-                                .iter()
-                                .map(|_| Err(StoreError::msg("re-enqueue", e.to_string()))),
-                        );
-                        continue;
-                    }
+        let mut results: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(items.len());
+        // The queue body of each copy: itself, or its claim check (a failed store fails it).
+        let mut ready: Vec<(usize, String, u64)> = Vec::with_capacity(items.len());
+        for (i, item) in items.iter().enumerate() {
+            match stow(self.payloads.as_deref(), item.body.clone()).await {
+                Ok(body) => {
+                    ready.push((i, body, item.delay_secs));
+                    results.push(None);
                 }
+                Err(e) => results.push(Some(Err(e))),
             }
-            match request.send().await {
-                Ok(out) => {
-                    for i in 0..chunk.len() {
-                        let id = i.to_string();
-                        let failed = out.failed.iter().find(|f| f.id == id);
-                        results.push(match failed {
-                            None => Ok(()),
-                            Some(f) => Err(StoreError::msg(
-                                "re-enqueue",
-                                format!("{}: {}", f.code, f.message.as_deref().unwrap_or("")),
-                            )),
-                        });
-                    }
-                }
-                Err(e) => {
-                    let e = err("re-enqueue")(e);
-                    results.extend(
-                        chunk
-                            .iter()
-                            .map(|_| Err(StoreError::msg("re-enqueue", e.message.clone()))),
-                    );
-                }
+        }
+        let sizes: Vec<usize> = ready.iter().map(|(_, body, _)| body.len()).collect();
+        for batch in sqs_batches(&sizes) {
+            let chunk = &ready[batch];
+            let outcome = self.send_batch(chunk).await;
+            for ((i, ..), result) in chunk.iter().zip(outcome) {
+                results[*i] = Some(result);
             }
         }
         results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(StoreError::msg("re-enqueue", "not sent"))))
+            .collect()
     }
 
     /// Starts the delay state machine. The execution name derives from the body, so a retried
@@ -119,9 +154,12 @@ impl RetryScheduler for SqsRetryScheduler {
 
 /// Dead letters: one SQS message per letter on the dead-letter queue, body the full record as
 /// JSON, with message attributes for routing and filtering.
+/// A letter too large for a queue message goes through the payload store (the claim check),
+/// when one is set.
 pub struct SqsDeadLetterSink {
     sqs: aws_sdk_sqs::Client,
     queue_url: String,
+    payloads: Option<Arc<dyn PayloadStore>>,
 }
 
 impl SqsDeadLetterSink {
@@ -129,6 +167,15 @@ impl SqsDeadLetterSink {
         SqsDeadLetterSink {
             sqs,
             queue_url: queue_url.into(),
+            payloads: None,
+        }
+    }
+
+    /// Stores letters too large for a queue message in `payloads`.
+    pub fn with_payloads(self, payloads: Arc<dyn PayloadStore>) -> Self {
+        SqsDeadLetterSink {
+            payloads: Some(payloads),
+            ..self
         }
     }
 }
@@ -145,6 +192,7 @@ fn attr(value: &str) -> Result<MessageAttributeValue, StoreError> {
 impl DeadLetterSink for SqsDeadLetterSink {
     async fn put(&self, letter: &DeadLetter) -> Result<(), StoreError> {
         let body = serde_json::to_string(letter).map_err(|e| StoreError::new("dead letter", e))?;
+        let body = stow(self.payloads.as_deref(), body).await?;
         let mut request = self
             .sqs
             .send_message()

@@ -213,3 +213,25 @@ impl courier_core::ports::ArchiveStore for MemoryArchive {
         Ok(lock(&self.objects).contains_key(key))
     }
 }
+
+/// A payload store (the claim check's bucket) in a map.
+#[derive(Debug, Default)]
+pub struct MemoryPayloads {
+    pub objects: Mutex<BTreeMap<String, Vec<u8>>>,
+    pub fail_puts: FailNext,
+    pub fail_gets: FailNext,
+}
+
+#[async_trait::async_trait]
+impl courier_core::ports::PayloadStore for MemoryPayloads {
+    async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
+        self.fail_puts.take("payload put")?;
+        lock(&self.objects).insert(key.to_owned(), bytes);
+        Ok(())
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.fail_gets.take("payload get")?;
+        Ok(lock(&self.objects).get(key).cloned())
+    }
+}

@@ -39,6 +39,8 @@ fn keeps_the_data_plane_and_nothing_else() {
         "LetterIndexTable",
         "ArchiveBucket",
         "ArchiveBucketPolicy",
+        "PayloadBucket",
+        "PayloadBucketPolicy",
         "TemplateBucket",
         "TemplateBucketPolicy",
         "DelayStateMachine",
