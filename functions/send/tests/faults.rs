@@ -19,155 +19,21 @@
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use chrono::{DateTime, Utc};
 use courier_core::breaker::BreakerConfig;
-use courier_core::claim::{ClaimOutcome, ClaimRequest};
 use courier_core::classify::{ErrorClass, Verdict, classify_smtp};
-use courier_core::letters::DeadLetter;
 use courier_core::ports::{
-    Clock, DeadLetterSink, HistoryEntry, JobRecord, Mailer, OpenState, OutgoingEmail, PoisonList,
-    Provider, Receipt, Requeue, Resend, RetryScheduler, SendFailure, StatusStore, StatusUpdate,
-    StoreError, SuppressionEntry, SuppressionList, SweepMark,
+    Clock, Mailer, OutgoingEmail, Provider, Receipt, Requeue, RetryScheduler, SendFailure,
+    StoreError, SuppressionList,
 };
 use courier_core::random::SeededRandom;
 use courier_core::status::Status;
+use courier_devkit::faults::{FAULTS, Fault, Faults, Faulty, Gate};
 use courier_devkit::memory::*;
 use courier_send::{Pipeline, RecordIn, SendConfig};
-
-/// How an injected point fails.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fault {
-    FailBefore,
-    FailAfter,
-    CrashBefore,
-    CrashAfter,
-}
-
-const FAULTS: [Fault; 4] = [
-    Fault::FailBefore,
-    Fault::FailAfter,
-    Fault::CrashBefore,
-    Fault::CrashAfter,
-];
-
-/// What a gated call does.
-enum Gate {
-    Go,
-    Fail,
-    FailAfter,
-    Crash,
-    CrashAfter,
-}
-
-/// Counts port calls and injects one fault at call `at`.
-#[derive(Default)]
-struct Faults {
-    calls: AtomicUsize,
-    plan: Mutex<Option<(usize, Fault)>>,
-    fired: AtomicBool,
-    crashed: tokio::sync::Notify,
-}
-
-impl Faults {
-    fn gate(&self) -> Gate {
-        let n = self.calls.fetch_add(1, Ordering::SeqCst);
-        let plan = *self.plan.lock().unwrap();
-        match plan {
-            Some((at, fault)) if at == n => {
-                self.fired.store(true, Ordering::SeqCst);
-                match fault {
-                    Fault::FailBefore => Gate::Fail,
-                    Fault::FailAfter => Gate::FailAfter,
-                    Fault::CrashBefore => Gate::Crash,
-                    Fault::CrashAfter => Gate::CrashAfter,
-                }
-            }
-            _ => Gate::Go,
-        }
-    }
-
-    /// The process dies here: the invocation is abandoned (nothing after runs).
-    async fn crash(&self) -> ! {
-        self.crashed.notify_one();
-        std::future::pending::<()>().await;
-        unreachable!()
-    }
-}
-
-fn injected(operation: &'static str) -> StoreError {
-    StoreError::msg(operation, "injected fault")
-}
-
-/// Runs `$call` through the gate: `Err` before or after its effect, or a crash.
-macro_rules! gated {
-    ($self:ident, $op:literal, $call:expr) => {{
-        match $self.faults.gate() {
-            Gate::Go => $call,
-            Gate::Fail => Err(injected($op).into()),
-            Gate::FailAfter => {
-                let _ = $call;
-                Err(injected($op).into())
-            }
-            Gate::Crash => $self.faults.crash().await,
-            Gate::CrashAfter => {
-                let _ = $call;
-                $self.faults.crash().await
-            }
-        }
-    }};
-}
-
-struct FaultyStatus {
-    inner: Arc<MemoryStatusStore>,
-    faults: Arc<Faults>,
-}
-
-#[async_trait::async_trait]
-impl StatusStore for FaultyStatus {
-    async fn claim(&self, req: &ClaimRequest) -> Result<ClaimOutcome, StoreError> {
-        gated!(self, "claim", self.inner.claim(req).await)
-    }
-    async fn finish(&self, update: &StatusUpdate) -> Result<(), StoreError> {
-        gated!(self, "finish", self.inner.finish(update).await)
-    }
-    async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError> {
-        gated!(self, "record", self.inner.record(update).await)
-    }
-    async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
-        gated!(self, "get", self.inner.get(message_id).await)
-    }
-    async fn find_by_provider_message_id(&self, id: &str) -> Result<Option<String>, StoreError> {
-        self.inner.find_by_provider_message_id(id).await
-    }
-    async fn note(&self, message_id: &str, entry: &HistoryEntry) -> Result<bool, StoreError> {
-        self.inner.note(message_id, entry).await
-    }
-    async fn reopen(&self, id: &str, now: DateTime<Utc>) -> Result<Option<u32>, StoreError> {
-        self.inner.reopen(id, now).await
-    }
-    async fn resend(&self, resend: &Resend) -> Result<bool, StoreError> {
-        self.inner.resend(resend).await
-    }
-    async fn open_before(
-        &self,
-        state: OpenState,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> Result<Vec<JobRecord>, StoreError> {
-        self.inner.open_before(state, before, limit).await
-    }
-    async fn sweep(
-        &self,
-        found: &JobRecord,
-        mark: SweepMark,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        self.inner.sweep(found, mark, now).await
-    }
-}
 
 /// SQS as the driver sees it: copies with the time they become visible and their receives.
 #[derive(Debug, Clone)]
@@ -199,13 +65,12 @@ impl Queue {
 
 /// The retry scheduler onto the simulated queue: a re-enqueue is a copy after its delay; a
 /// started wait (the state machine, durable once started) is a copy after its delay too.
-struct FaultyScheduler {
+struct QueueScheduler {
     queue: Arc<Queue>,
     clock: Arc<ManualClock>,
-    faults: Arc<Faults>,
 }
 
-impl FaultyScheduler {
+impl QueueScheduler {
     fn put(&self, item: &Requeue) {
         let at = self.clock.now() + chrono::Duration::seconds(item.delay_secs as i64);
         self.queue.push(item.body.clone(), at);
@@ -213,111 +78,15 @@ impl FaultyScheduler {
 }
 
 #[async_trait::async_trait]
-impl RetryScheduler for FaultyScheduler {
+impl RetryScheduler for QueueScheduler {
     async fn enqueue(&self, items: &[Requeue]) -> Vec<Result<(), StoreError>> {
-        let all = |r: fn() -> Result<(), StoreError>| items.iter().map(|_| r()).collect();
-        match self.faults.gate() {
-            Gate::Go => {
-                items.iter().for_each(|i| self.put(i));
-                all(|| Ok(()))
-            }
-            Gate::Fail => all(|| Err(injected("enqueue"))),
-            Gate::FailAfter => {
-                items.iter().for_each(|i| self.put(i));
-                all(|| Err(injected("enqueue")))
-            }
-            Gate::Crash => self.faults.crash().await,
-            Gate::CrashAfter => {
-                items.iter().for_each(|i| self.put(i));
-                self.faults.crash().await
-            }
-        }
+        items.iter().for_each(|i| self.put(i));
+        items.iter().map(|_| Ok(())).collect()
     }
 
     async fn start_wait(&self, item: &Requeue) -> Result<(), StoreError> {
-        gated!(self, "start_wait", {
-            self.put(item);
-            Ok::<(), StoreError>(())
-        })
-    }
-}
-
-struct FaultyLetters {
-    inner: Arc<MemoryDeadLetters>,
-    faults: Arc<Faults>,
-}
-
-#[async_trait::async_trait]
-impl DeadLetterSink for FaultyLetters {
-    async fn put(&self, letter: &DeadLetter) -> Result<(), StoreError> {
-        gated!(self, "dead letter", self.inner.put(letter).await)
-    }
-}
-
-struct FaultySuppression {
-    inner: Arc<MemorySuppressionList>,
-    faults: Arc<Faults>,
-}
-
-#[async_trait::async_trait]
-impl SuppressionList for FaultySuppression {
-    async fn suppressed(
-        &self,
-        addresses: &[String],
-        now: DateTime<Utc>,
-    ) -> Result<Vec<String>, StoreError> {
-        gated!(
-            self,
-            "suppressed",
-            self.inner.suppressed(addresses, now).await
-        )
-    }
-    async fn suppress_until(
-        &self,
-        address: &str,
-        reason: &str,
-        now: DateTime<Utc>,
-        until: Option<DateTime<Utc>>,
-    ) -> Result<(), StoreError> {
-        gated!(
-            self,
-            "suppress",
-            self.inner.suppress_until(address, reason, now, until).await
-        )
-    }
-    async fn suppress_soft(
-        &self,
-        address: &str,
-        reason: &str,
-        now: DateTime<Utc>,
-        until: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        self.inner.suppress_soft(address, reason, now, until).await
-    }
-    async fn remove(&self, address: &str) -> Result<bool, StoreError> {
-        self.inner.remove(address).await
-    }
-    async fn list(
-        &self,
-        limit: usize,
-        cursor: Option<String>,
-    ) -> Result<(Vec<SuppressionEntry>, Option<String>), StoreError> {
-        self.inner.list(limit, cursor).await
-    }
-}
-
-struct FaultyPoison {
-    inner: Arc<MemoryPoisonList>,
-    faults: Arc<Faults>,
-}
-
-#[async_trait::async_trait]
-impl PoisonList for FaultyPoison {
-    async fn is_blocked(&self, fingerprint: &str) -> Result<bool, StoreError> {
-        gated!(self, "poison", self.inner.is_blocked(fingerprint).await)
-    }
-    async fn block(&self, fp: &str, reason: &str, now: DateTime<Utc>) -> Result<(), StoreError> {
-        self.inner.block(fp, reason, now).await
+        self.put(item);
+        Ok(())
     }
 }
 
@@ -605,7 +374,9 @@ struct Run {
 async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
     let clock = Arc::new(ManualClock::new(t0()));
     let faults = Arc::new(Faults::default());
-    *faults.plan.lock().unwrap() = plan;
+    if let Some((at, fault)) = plan {
+        faults.arm(at, fault);
+    }
     let suppression = Arc::new(MemorySuppressionList::default());
     if path.suppressed {
         suppression
@@ -630,29 +401,22 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         violations: Mutex::new(Vec::new()),
     });
     let pipeline = Arc::new(Pipeline {
-        status: Arc::new(FaultyStatus {
-            inner: status.clone(),
-            faults: faults.clone(),
-        }),
+        status: Arc::new(Faulty::new(status.clone(), faults.clone())),
         mailers: vec![mailer.clone()],
-        scheduler: Arc::new(FaultyScheduler {
-            queue: queue.clone(),
-            clock: clock.clone(),
-            faults: faults.clone(),
-        }),
-        dead_letters: Arc::new(FaultyLetters {
-            inner: letters.clone(),
-            faults: faults.clone(),
-        }),
+        scheduler: Arc::new(Faulty::new(
+            Arc::new(QueueScheduler {
+                queue: queue.clone(),
+                clock: clock.clone(),
+            }),
+            faults.clone(),
+        )),
+        dead_letters: Arc::new(Faulty::new(letters.clone(), faults.clone())),
         payloads: Arc::new(courier_devkit::memory::MemoryPayloads::default()),
-        suppression: Arc::new(FaultySuppression {
-            inner: suppression.clone(),
-            faults: faults.clone(),
-        }),
-        poison: Arc::new(FaultyPoison {
-            inner: Arc::new(MemoryPoisonList::default()),
-            faults: faults.clone(),
-        }),
+        suppression: Arc::new(Faulty::new(suppression.clone(), faults.clone())),
+        poison: Arc::new(Faulty::new(
+            Arc::new(MemoryPoisonList::default()),
+            faults.clone(),
+        )),
         templates: Arc::new(MemoryTemplates::default()),
         // Breakers that never open: one failure must not change the path.
         breakers: courier_send::breakers::Breakers::new(
@@ -773,8 +537,8 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
     }
     out.violations
         .extend(mailer.violations.lock().unwrap().iter().cloned());
-    out.calls = faults.calls.load(Ordering::SeqCst);
-    out.fired = faults.fired.load(Ordering::SeqCst);
+    out.calls = faults.calls();
+    out.fired = faults.fired();
     out
 }
 

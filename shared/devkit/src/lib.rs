@@ -6,5 +6,6 @@
 //!   DynamoDB's).
 //! - [`provision`]: Courier's data plane on moto or LocalStack, from `infra/template.yaml`.
 
+pub mod faults;
 pub mod memory;
 pub mod provision;
