@@ -1,0 +1,339 @@
+//! Exhaustive fault injection of the events function. For one SES event on each path (a
+//! delivery, a permanent bounce, a complaint, a send, a transient bounce resent through the
+//! policy, a transient bounce past the job's `not_after` given up), every port call in turn
+//! fails before its effect, fails after it (the write happened, the answer was lost), crashes
+//! the invocation before it, or crashes it after it; then the event is redelivered as SQS would
+//! until it is acknowledged. After every run:
+//!
+//! - the event is acknowledged within a few deliveries (it never ends in the events DLQ,
+//!   which nothing consumes);
+//! - the job ends as the event says (its status, the suppression of a dead address, a resend
+//!   of the next generation with the record pointing at it, or a complete dead letter);
+//! - a resend schedules only copies of the next generation, and never leaves the job `deferred`
+//!   with no copy on its way;
+//! - the reputation guard counts the event at most once.
+//!
+//! It prints the number of injected points and runs; every one must hold.
+
+#![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
+
+use std::sync::Arc;
+
+use aws_lambda_events::sqs::SqsEvent;
+use chrono::{DateTime, Utc};
+use courier_core::envelope::parse_body;
+use courier_core::policy::{DeadLetterCategory, RetryPolicy, RetryState};
+use courier_core::ports::{JobRecord, Requeue};
+use courier_core::random::SeededRandom;
+use courier_core::reputation::GuardConfig;
+use courier_core::status::Status;
+use courier_devkit::faults::{FAULTS, Fault, Faults, Faulty};
+use courier_devkit::memory::*;
+use courier_events::{Applier, Guard, Resender};
+
+const JOB_ID: &str = "order-4711";
+const RECIPIENT: &str = "ann@example.org";
+/// Deliveries of one event before SQS would move it to the events DLQ.
+const MAX_DELIVERIES: usize = 5;
+
+fn t0() -> DateTime<Utc> {
+    DateTime::from_timestamp(1_800_000_000, 0).unwrap()
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/fixtures/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
+
+/// Where a path must end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum End {
+    /// This status, and the recipient suppressed (for good) or not.
+    Status(Status, bool),
+    /// A resend: the record `deferred` at generation 1 pointing at the bounced send, and copies
+    /// of generation 1 (and only those) scheduled.
+    Resent,
+    /// Given up: a complete dead letter, the record `dead_lettered`, the recipient suppressed
+    /// softly.
+    GaveUp,
+}
+
+struct Path {
+    name: &'static str,
+    fixture: &'static str,
+    /// The record's status when the event arrives.
+    before: Status,
+    /// The kept payload's `not_after`, if the path keeps a payload.
+    payload: Option<Option<&'static str>>,
+    end: End,
+}
+
+const PATHS: [Path; 6] = [
+    Path {
+        name: "delivery",
+        fixture: "delivery",
+        before: Status::SentToProvider,
+        payload: None,
+        end: End::Status(Status::Delivered, false),
+    },
+    Path {
+        name: "permanent bounce",
+        fixture: "bounce-permanent",
+        before: Status::SentToProvider,
+        payload: None,
+        end: End::Status(Status::BouncedPermanent, true),
+    },
+    Path {
+        name: "complaint",
+        fixture: "complaint",
+        before: Status::SentToProvider,
+        payload: None,
+        end: End::Status(Status::Complained, true),
+    },
+    Path {
+        name: "send after an ambiguous outcome",
+        fixture: "send",
+        before: Status::Unknown,
+        payload: None,
+        end: End::Status(Status::SentToProvider, false),
+    },
+    Path {
+        name: "transient bounce resent",
+        fixture: "bounce-transient",
+        before: Status::SentToProvider,
+        payload: Some(None),
+        end: End::Resent,
+    },
+    Path {
+        name: "transient bounce given up",
+        fixture: "bounce-transient",
+        before: Status::SentToProvider,
+        payload: Some(Some("2026-01-01T00:00:00Z")),
+        end: End::GaveUp,
+    },
+];
+
+/// The job as the send function keeps it with a sent record (generation 0, as an envelope).
+fn kept_payload(not_after: Option<&str>) -> String {
+    let mut job = serde_json::json!({
+        "version": 1, "message_id": JOB_ID, "campaign_id": "receipts",
+        "from": "shop@example.com", "to": [RECIPIENT],
+        "content": {"subject": "Your receipt", "text": "Thanks"}
+    });
+    if let Some(t) = not_after {
+        job["not_after"] = t.into();
+    }
+    serde_json::json!({
+        "courier_envelope": 1, "attempt": 0, "retry": RetryState::default(), "history": [],
+        "job": job
+    })
+    .to_string()
+}
+
+fn sqs(body: &str) -> SqsEvent {
+    serde_json::from_value(serde_json::json!({"Records": [{
+        "messageId": "sqs-0", "receiptHandle": "r", "body": body, "attributes": {},
+        "messageAttributes": {}, "md5OfBody": "", "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:123456789012:events", "awsRegion": "us-east-1"
+    }]}))
+    .unwrap()
+}
+
+#[derive(Debug, Default)]
+struct Run {
+    violations: Vec<String>,
+    calls: usize,
+    fired: bool,
+}
+
+async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
+    let faults = Arc::new(Faults::default());
+    let status = Arc::new(MemoryStatusStore::default());
+    status.records.lock().unwrap().insert(
+        JOB_ID.into(),
+        JobRecord {
+            message_id: JOB_ID.into(),
+            status: path.before,
+            attempt: 0,
+            lease_owner: None,
+            lease_until: None,
+            unknown_since: (path.before == Status::Unknown).then(t0),
+            provider: Some("ses".into()),
+            provider_message_id: None,
+            updated_at: t0(),
+            history: Vec::new(),
+            payload: path.payload.map(kept_payload),
+            resend_of: None,
+            swept_at: None,
+        },
+    );
+    let suppression = Arc::new(MemorySuppressionList::default());
+    let scheduler = Arc::new(MemoryScheduler::default());
+    let letters = Arc::new(MemoryDeadLetters::default());
+    let reputation = Arc::new(MemoryReputationStore::default());
+    let faulty = |f: &Arc<Faults>| f.clone();
+    let applier = Applier {
+        status: Arc::new(Faulty::new(status.clone(), faulty(&faults))),
+        suppression: Arc::new(Faulty::new(suppression.clone(), faulty(&faults))),
+        soft_suppression: chrono::Duration::days(14),
+        clock: Arc::new(ManualClock::new(t0())),
+        resender: Resender {
+            policy: RetryPolicy::default(),
+            scheduler: Arc::new(Faulty::new(scheduler.clone(), faulty(&faults))),
+            dead_letters: Arc::new(Faulty::new(letters.clone(), faulty(&faults))),
+            rng: std::sync::Mutex::new(SeededRandom::new(3)),
+        },
+        guard: Guard {
+            store: Arc::new(Faulty::new(reputation.clone(), faulty(&faults))),
+            ledger: Arc::new(Faulty::new(
+                Arc::new(MemoryEventLedger::default()),
+                faulty(&faults),
+            )),
+            breakers: Arc::new(Faulty::new(
+                Arc::new(MemoryBreakerStore::default()),
+                faulty(&faults),
+            )),
+            config: GuardConfig::default(),
+        },
+    };
+    if let Some((at, fault)) = plan {
+        faults.arm(at, fault);
+    }
+    let body = fixture(path.fixture);
+    let mut out = Run::default();
+    let mut acknowledged = false;
+    for _ in 0..MAX_DELIVERIES {
+        let handled = tokio::select! {
+            report = applier.handle(sqs(&body)) => Some(report),
+            () = faults.crashed.notified() => None,
+        };
+        if handled.is_some_and(|report| report.failures.is_empty()) {
+            acknowledged = true;
+            break;
+        }
+    }
+    out.calls = faults.calls();
+    out.fired = faults.fired();
+    if !acknowledged {
+        out.violations.push(format!(
+            "not acknowledged after {MAX_DELIVERIES} deliveries: it would end in the events DLQ"
+        ));
+    }
+    let record = status.records.lock().unwrap()[JOB_ID].clone();
+    let listed = suppression.entries.lock().unwrap().get(RECIPIENT).cloned();
+    let soft = suppression.expiries.lock().unwrap().contains_key(RECIPIENT);
+    let mut scheduled: Vec<Requeue> = scheduler.queued.lock().unwrap().clone();
+    scheduled.extend(scheduler.waits.lock().unwrap().iter().cloned());
+    let letters = letters.letters.lock().unwrap().clone();
+    match path.end {
+        End::Status(want, suppressed) => {
+            if record.status != want {
+                out.violations
+                    .push(format!("ended {}, expected {want}", record.status));
+            }
+            if suppressed != (listed.is_some() && !soft) {
+                out.violations.push(format!(
+                    "suppression {listed:?} (soft: {soft}), expected suppressed: {suppressed}"
+                ));
+            }
+            if !scheduled.is_empty() || !letters.is_empty() {
+                out.violations
+                    .push("scheduled a copy or wrote a letter".into());
+            }
+        }
+        End::Resent => {
+            if record.status != Status::Deferred
+                || record.attempt != 1
+                || record.resend_of.is_none()
+            {
+                out.violations.push(format!(
+                    "ended {} at generation {} (resend_of {:?}), expected deferred at 1",
+                    record.status, record.attempt, record.resend_of
+                ));
+            }
+            if scheduled.is_empty() {
+                out.violations
+                    .push("deferred with no copy on its way".into());
+            }
+            for copy in &scheduled {
+                let generation = parse_body(copy.body.as_bytes()).map(|i| i.attempt);
+                if generation.as_ref().ok() != Some(&1) {
+                    out.violations
+                        .push(format!("a copy of generation {generation:?} scheduled"));
+                }
+            }
+        }
+        End::GaveUp => {
+            if record.status != Status::DeadLettered {
+                out.violations
+                    .push(format!("ended {}, expected dead_lettered", record.status));
+            }
+            let complete = letters
+                .iter()
+                .any(|l| l.category == DeadLetterCategory::RetriesExhausted && l.payload.is_some());
+            if !complete {
+                out.violations.push("no complete dead letter".into());
+            }
+            if !soft {
+                out.violations
+                    .push("the recipient is not suppressed softly".into());
+            }
+            if !scheduled.is_empty() {
+                out.violations
+                    .push("a copy scheduled after giving up".into());
+            }
+        }
+    }
+    // Counted at most once, whatever was redelivered.
+    let counted: u64 = reputation
+        .buckets
+        .lock()
+        .unwrap()
+        .values()
+        .map(|c| c.sent + c.delivered + c.bounced + c.complained)
+        .sum();
+    if counted > 1 {
+        out.violations
+            .push(format!("the event was counted {counted} times"));
+    }
+    out
+}
+
+#[tokio::test]
+async fn every_fault_at_every_point_of_every_events_path_keeps_the_promises() {
+    let (mut points, mut runs) = (0, 0);
+    let mut violations: Vec<String> = Vec::new();
+    for path in &PATHS {
+        let clean = run(path, None).await;
+        assert!(
+            clean.violations.is_empty(),
+            "{}: the clean run fails: {:?}",
+            path.name,
+            clean.violations
+        );
+        assert!(clean.calls > 0, "{}: no port call", path.name);
+        points += clean.calls;
+        for at in 0..clean.calls {
+            for fault in FAULTS {
+                let result = run(path, Some((at, fault))).await;
+                runs += 1;
+                assert!(result.fired, "{}: call {at} was not reached", path.name);
+                violations.extend(
+                    result
+                        .violations
+                        .iter()
+                        .map(|v| format!("{} / call {at} / {fault:?}: {v}", path.name)),
+                );
+            }
+        }
+    }
+    println!(
+        "events fault injection: {} paths, {points} injected points, {runs} runs, {} violations",
+        PATHS.len(),
+        violations.len()
+    );
+    assert!(violations.is_empty(), "{}", violations.join("\n"));
+}
