@@ -11,6 +11,8 @@
 //! - delivered at most once, unless the status machine recorded an ambiguous outcome
 //!   (`unknown`) for the job, in which case the duplicates are counted, not failed;
 //! - a job recorded as sent arrived; a job that arrived is recorded as sent (or ambiguous);
+//! - every dead letter is in the S3 archive once the archiver has run, with a payload that is
+//!   the job's own (read from S3 and fingerprinted again);
 //! - it ends where its kind must ([`expected_end`]): a deliverable job sent, a dead address
 //!   bounced or suppressed, a soft failure dead-lettered as `retries_exhausted`, a policy
 //!   rejection as `needs_review`, an invalid job as `invalid_job`.
@@ -47,6 +49,9 @@ pub struct Evidence {
     pub deliveries: HashMap<String, usize>,
     /// Message ids the drivers' journal saw set to `unknown`.
     pub journal_ambiguous: HashSet<String>,
+    /// The S3 archive after the archiver ran, read from S3 (None: not checked): the
+    /// fingerprint of each archived letter's payload, by letter id (empty without a payload).
+    pub archive: Option<HashMap<String, String>>,
 }
 
 /// Counts for one kind of job (or all).
@@ -207,6 +212,18 @@ pub fn audit(jobs: &[Job], ev: &Evidence) -> Audit {
         }
         if own.iter().any(|l| !l.has_payload) {
             wrong.push("dead letter without the job's payload".into());
+        }
+        if let Some(archive) = &ev.archive {
+            for letter in &own {
+                match archive.get(&letter.letter_id) {
+                    None => wrong.push(format!("dead letter {} not archived", letter.letter_id)),
+                    Some(print) if *print != job.fingerprint => wrong.push(format!(
+                        "dead letter {} archived without the job's payload",
+                        letter.letter_id
+                    )),
+                    Some(_) => {}
+                }
+            }
         }
         // The end its kind must reach (a home of the wrong kind is a failure too: a
         // deliverable job dead-lettered, a dead address sent to).
@@ -386,6 +403,21 @@ mod tests {
             category: "retries_exhausted".into(),
             has_payload: true,
         });
+        assert!(audit(&greylisted, &ev).violations.is_empty());
+        // AND once the archive is read, the letter must be in it with the job's own payload
+        ev.archive = Some(HashMap::new());
+        let missing = audit(&greylisted, &ev);
+        assert!(
+            missing.violations[0].1.contains("not archived"),
+            "{missing:?}"
+        );
+        ev.archive = Some(HashMap::from([("g".to_owned(), "another".to_owned())]));
+        let wrong = audit(&greylisted, &ev);
+        assert!(wrong.violations[0].1.contains("without the job's payload"));
+        ev.archive = Some(HashMap::from([(
+            "g".to_owned(),
+            greylisted[0].fingerprint.clone(),
+        )]));
         assert!(audit(&greylisted, &ev).violations.is_empty());
         assert!(a.violations[1].1.starts_with("lost"));
         assert_eq!(a.total.lost, 1);

@@ -12,11 +12,13 @@
 //! - [`mix`]: the jobs (the scripted-recipient mix) and the compressed retry policy.
 //! - [`postfix`]: a real restart of the harness's Postfix.
 //! - [`dynamodb_local`]: DynamoDB Local on disk, for a real restart of the DynamoDB emulator.
+//! - [`homes`]: after the chaos phase, the sweeper and the archiver, and the archive read back.
 //! - [`audit`]: the per-job rules and the printed table.
 //! - [`run`]: one run from provisioning to the verdict.
 
 pub mod audit;
 pub mod dynamodb_local;
+pub mod homes;
 pub mod mix;
 pub mod postfix;
 pub mod proxy;

@@ -658,7 +658,12 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         tokio::time::sleep(Duration::from_secs(5)).await;
     }
 
-    let ev = collect(&sdk, &stack, &capture_dir, &journal).await?;
+    // The sweeper, then the evidence, then the archiver (the redrive DLQ's raw copies were
+    // read and hidden by `collect`; Courier's letters are archived and read back from S3).
+    let swept = crate::homes::sweep(&sdk, &stack).await?;
+    let mut ev = collect(&sdk, &stack, &capture_dir, &journal).await?;
+    let archived = crate::homes::archive(&sdk, &stack).await?;
+    ev.archive = Some(crate::homes::read_archive(&sdk, &stack).await?);
     let verdict = audit::audit(&jobs, &ev);
     let total = started.elapsed();
     println!(
@@ -709,6 +714,14 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         ev.redriven.len(),
         ev.deliveries.values().sum::<usize>(),
         ev.journal_ambiguous.len()
+    );
+    println!(
+        "sweeper: {} stuck processing jobs marked unknown, {} sends without an outcome; archiver: {} letters archived in {} objects, {} read back from S3",
+        swept.stuck_processing,
+        swept.no_outcome,
+        archived.archived,
+        archived.objects.len(),
+        ev.archive.as_ref().map_or(0, HashMap::len)
     );
     println!("\n{}", audit::table(&verdict));
     let mut failed = !verdict.violations.is_empty() || !settled;

@@ -729,6 +729,30 @@ async fn an_accepted_send_whose_status_write_fails_once_is_written_again_not_res
 }
 
 #[tokio::test]
+async fn a_status_write_whose_answer_was_lost_after_it_landed_counts_as_made() {
+    use courier_devkit::faults::{Fault, Faults, Faulty};
+    // GIVEN the provider accepts, and the sent status lands but its answer is lost (the
+    // status store's calls: 0 the claim, 1 the sent status)
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Smtp));
+    let faults = Arc::new(Faults::default());
+    faults.arm(1, Fault::FailAfter);
+    let mut pipeline = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 3, unlimited());
+    Arc::get_mut(&mut pipeline).unwrap().status =
+        Arc::new(Faulty::new(w.status.clone(), faults.clone()));
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = pipeline
+        .handle_records(vec![rec("a", job("lost1", "a@example.org"))], deadline, "r")
+        .await;
+    // THEN the record is read back, found written, and nothing is written again: acknowledged
+    // as sent (writing it again would fail, the lease being gone, and keep it `unknown`)
+    assert!(faults.fired());
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.status_of("lost1"), Some(Status::SentToProvider));
+    assert_eq!(faults.calls(), 3, "the claim, the write, the read-back");
+    assert_eq!(w.mailer.sent_count(), 1);
+}
+
+#[tokio::test]
 async fn an_acceptance_that_cannot_be_written_as_sent_is_kept_as_unknown_and_never_resent() {
     // GIVEN the provider accepts, and every try of the sent status fails
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
