@@ -369,6 +369,46 @@ async fn a_transient_bounce_sends_the_job_again_on_the_soft_bounce_schedule() {
 }
 
 #[tokio::test]
+async fn a_resend_too_large_for_the_state_machine_hops_through_the_queue() {
+    use courier_core::classify::ErrorClass;
+    use courier_core::policy::{Jitter, Schedule};
+    // GIVEN a soft-bounce wait of an hour, and a kept payload of 270 KiB (past the state
+    // machine's 256 KiB input)
+    let mut w = world(Some(Status::SentToProvider));
+    let rule = w
+        .applier
+        .resender
+        .policy
+        .transactional
+        .classes
+        .get_mut(&ErrorClass::MailboxTemporary)
+        .unwrap();
+    rule.schedule = Schedule::Delays(vec![3_600]);
+    rule.jitter = Jitter::None;
+    let mut payload: Value = serde_json::from_str(&kept_payload(None)).unwrap();
+    payload["job"]["content"]["text"] = "x".repeat(270 * 1024).into();
+    w.keep_payload(payload.to_string());
+    // WHEN the transient bounce arrives
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    // THEN the copy goes on the queue for 900 s, due in an hour, and no wait is started
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert!(w.scheduler.waits.lock().unwrap().is_empty());
+    let queued = w.scheduler.queued.lock().unwrap().clone();
+    assert_eq!(queued.len(), 1);
+    assert_eq!(
+        queued[0].delay_secs,
+        courier_core::delay::MAX_QUEUE_DELAY_SECS
+    );
+    let hop = courier_core::envelope::parse_body(queued[0].body.as_bytes()).unwrap();
+    assert_eq!(hop.attempt, 1);
+    assert_eq!(
+        hop.not_before,
+        Some(t0() + chrono::Duration::seconds(3_600))
+    );
+    assert_eq!(w.record().status, Status::Deferred);
+}
+
+#[tokio::test]
 async fn a_resend_whose_scheduling_failed_is_scheduled_when_the_event_returns() {
     let w = world(Some(Status::SentToProvider));
     w.keep_payload(kept_payload(None));
