@@ -556,6 +556,154 @@ fn the_payload_bucket_outlives_every_pointer_and_only_its_prefix_is_reachable() 
     );
 }
 
+/// The resource a `!Ref`/`!GetAtt` (or its long form) names.
+fn referenced(v: &Yaml) -> Option<String> {
+    let (tag, inner) = tag_and_value(v)?;
+    match tag.as_str() {
+        "Ref" => inner.as_str().map(str::to_owned),
+        "GetAtt" => inner
+            .as_str()
+            .map(|s| s.split('.').next().unwrap_or(s).to_owned())
+            .or_else(|| inner.get(0)?.as_str().map(str::to_owned)),
+        _ => None,
+    }
+}
+
+/// Whether `statement` grants `service` every action of `actions`, with `aws:SourceAccount`
+/// and `aws:SourceArn` conditions (the confused-deputy guard).
+fn grants(statement: &Yaml, service: &str, actions: &[&str]) -> bool {
+    let principal = &statement["Principal"]["Service"];
+    let named = principal.as_str() == Some(service)
+        || principal
+            .as_sequence()
+            .is_some_and(|s| s.iter().any(|p| p.as_str() == Some(service)));
+    let listed: Vec<&str> = match &statement["Action"] {
+        Yaml::String(a) => vec![a.as_str()],
+        Yaml::Sequence(s) => s.iter().filter_map(Yaml::as_str).collect(),
+        _ => Vec::new(),
+    };
+    let condition = format!("{:?}", statement["Condition"]);
+    statement["Effect"].as_str() == Some("Allow")
+        && named
+        && actions.iter().all(|a| listed.contains(a))
+        && condition.contains("aws:SourceAccount")
+        && condition.contains("aws:SourceArn")
+}
+
+/// What keeps an AWS service from publishing to the topics it must publish to (SNS developer
+/// guide, "Enable compatibility between event sources from AWS services and encrypted topics":
+/// a customer-managed key whose policy allows the service `kms:GenerateDataKey*` and
+/// `kms:Decrypt`; the topic policy allowing it `sns:Publish`). Every topic an alarm's action or
+/// an SES event destination names is checked; an AWS-managed key (`alias/aws/...`) is a finding.
+fn publishing_problems(t: &Template) -> Vec<String> {
+    let resources = t.doc["Resources"].as_mapping().unwrap();
+    let resource = |name: &str| -> Option<&Yaml> { t.doc["Resources"].get(name) };
+    let mut publishers: BTreeSet<(String, &str)> = BTreeSet::new();
+    for (_, r) in resources {
+        match r["Type"].as_str() {
+            Some("AWS::CloudWatch::Alarm") => {
+                for key in ["AlarmActions", "OKActions", "InsufficientDataActions"] {
+                    for action in r["Properties"][key].as_sequence().into_iter().flatten() {
+                        if let Some(topic) = referenced(action) {
+                            publishers.insert((topic, "cloudwatch.amazonaws.com"));
+                        }
+                    }
+                }
+            }
+            Some("AWS::SES::ConfigurationSetEventDestination") => {
+                let sns = &r["Properties"]["EventDestination"]["SnsDestination"]["TopicARN"];
+                if let Some(topic) = referenced(sns) {
+                    publishers.insert((topic, "ses.amazonaws.com"));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut problems = Vec::new();
+    for (topic, service) in &publishers {
+        let key_ref = &resource(topic).unwrap()["Properties"]["KmsMasterKeyId"];
+        let key = referenced(key_ref)
+            .filter(|k| resource(k).is_some_and(|r| r["Type"].as_str() == Some("AWS::KMS::Key")));
+        let Some(key) = key else {
+            problems.push(format!(
+                "{topic}: {service} publishes to it, but its key {key_ref:?} is not a customer-managed key of the template (an AWS-managed key's policy cannot grant it)"
+            ));
+            continue;
+        };
+        let key = &resource(&key).unwrap()["Properties"];
+        if key["EnableKeyRotation"].as_bool() != Some(true) {
+            problems.push(format!("{topic}: its key does not rotate"));
+        }
+        let key_grants = key["KeyPolicy"]["Statement"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .any(|s| grants(s, service, &["kms:GenerateDataKey*", "kms:Decrypt"]));
+        if !key_grants {
+            problems.push(format!(
+                "{topic}: its key policy does not allow {service} kms:GenerateDataKey* and kms:Decrypt (scoped to the account and source)"
+            ));
+        }
+        let topic_grants = resources.values().any(|r| {
+            r["Type"].as_str() == Some("AWS::SNS::TopicPolicy")
+                && r["Properties"]["Topics"]
+                    .as_sequence()
+                    .into_iter()
+                    .flatten()
+                    .any(|t| referenced(t).as_deref() == Some(topic.as_str()))
+                && r["Properties"]["PolicyDocument"]["Statement"]
+                    .as_sequence()
+                    .into_iter()
+                    .flatten()
+                    .any(|s| grants(s, service, &["sns:Publish"]))
+        });
+        if !topic_grants {
+            problems.push(format!(
+                "{topic}: no topic policy allows {service} sns:Publish (scoped to the account and source)"
+            ));
+        }
+    }
+    if publishers.is_empty() {
+        problems.push("no topic an alarm or SES publishes to was found".into());
+    }
+    problems
+}
+
+#[test]
+fn topics_that_alarms_and_ses_publish_to_use_a_key_and_policy_that_let_them() {
+    let text = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
+    let problems = publishing_problems(&Template::parse(&text));
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    // Each way of breaking it is found: the AWS-managed key, a key policy without the service,
+    // a topic policy without it.
+    let managed = text.replacen(
+        "KmsMasterKeyId: !Ref NotificationsKey",
+        "KmsMasterKeyId: alias/aws/sns",
+        1,
+    );
+    let found = publishing_problems(&Template::parse(&managed));
+    assert!(
+        found
+            .iter()
+            .any(|p| p.contains("not a customer-managed key")),
+        "{found:?}"
+    );
+    let no_key_grant = text.replacen(
+        "Principal: { Service: cloudwatch.amazonaws.com }\n            Action: [kms:GenerateDataKey*, kms:Decrypt]",
+        "Principal: { Service: cloudwatch.amazonaws.com }\n            Action: [kms:Decrypt]",
+        1,
+    );
+    assert_ne!(no_key_grant, text);
+    let found = publishing_problems(&Template::parse(&no_key_grant));
+    assert!(found.iter().any(|p| p.contains("key policy")), "{found:?}");
+    let no_topic_grant = text.replacen("Action: sns:Publish", "Action: sns:Subscribe", 1);
+    let found = publishing_problems(&Template::parse(&no_topic_grant));
+    assert!(
+        found.iter().any(|p| p.contains("topic policy")),
+        "{found:?}"
+    );
+}
+
 #[test]
 fn cargo_lambda_metadata_matches_the_template() {
     let template = Template::load();
