@@ -704,6 +704,51 @@ fn topics_that_alarms_and_ses_publish_to_use_a_key_and_policy_that_let_them() {
     );
 }
 
+/// Every function writes to a log group of the template that expires (CloudWatch Logs keeps a
+/// group Lambda creates itself for ever): named as Lambda names it (`/aws/lambda/<name>`), its
+/// retention the `LogRetentionDays` parameter, created before the function (`DependsOn`), so no
+/// invocation can create it first.
+#[test]
+fn every_function_logs_to_a_group_that_expires() {
+    let t = Template::load();
+    let resources = t.doc["Resources"].as_mapping().unwrap();
+    let mut functions = 0;
+    for (name, r) in resources {
+        if r["Type"].as_str() != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        functions += 1;
+        let name = name.as_str().unwrap();
+        let function_name = r["Properties"]["FunctionName"].as_str().unwrap();
+        let depends: Vec<&str> = match &r["DependsOn"] {
+            Yaml::String(d) => vec![d.as_str()],
+            Yaml::Sequence(s) => s.iter().filter_map(Yaml::as_str).collect(),
+            _ => Vec::new(),
+        };
+        let group = depends
+            .iter()
+            .filter_map(|d| t.doc["Resources"].get(*d))
+            .find(|g| g["Type"].as_str() == Some("AWS::Logs::LogGroup"))
+            .unwrap_or_else(|| panic!("{name} does not depend on a log group"));
+        assert_eq!(
+            group["Properties"]["LogGroupName"].as_str(),
+            Some(format!("/aws/lambda/{function_name}").as_str()),
+            "{name}"
+        );
+        let (tag, days) = tag_and_value(&group["Properties"]["RetentionInDays"]).unwrap();
+        assert_eq!(
+            (tag.as_str(), days.as_str()),
+            ("Ref", Some("LogRetentionDays")),
+            "{name}"
+        );
+    }
+    assert_eq!(functions, 4);
+    assert_eq!(
+        t.parameter_default("LogRetentionDays").as_deref(),
+        Some("30")
+    );
+}
+
 #[test]
 fn cargo_lambda_metadata_matches_the_template() {
     let template = Template::load();
