@@ -54,6 +54,11 @@ impl Default for SendConfig {
 pub enum ConfigError {
     #[error("{name} is required")]
     Missing { name: &'static str },
+    #[error("{name} is required when {given} is set")]
+    MissingWith {
+        name: &'static str,
+        given: &'static str,
+    },
     #[error("{name}={value:?} is invalid: {problem}")]
     Invalid {
         name: &'static str,
@@ -112,8 +117,8 @@ impl Resources {
     }
 }
 
-/// SMTP relay settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// SMTP relay settings. `Debug` never shows the password.
+#[derive(Clone, PartialEq, Eq)]
 pub struct SmtpSettings {
     pub host: String,
     pub port: u16,
@@ -122,6 +127,24 @@ pub struct SmtpSettings {
     pub username: Option<String>,
     pub password: Option<String>,
     pub timeout: Duration,
+}
+
+/// One SMTP credential without the other.
+fn missing(name: &'static str, given: &'static str) -> ConfigError {
+    ConfigError::MissingWith { name, given }
+}
+
+impl std::fmt::Debug for SmtpSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmtpSettings")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("timeout", &self.timeout)
+            .finish()
+    }
 }
 
 fn duration(
@@ -282,12 +305,30 @@ impl SendConfig {
                     });
                 }
             };
+            let username = lookup("COURIER_SMTP_USERNAME").filter(|v| !v.is_empty());
+            let password = lookup("COURIER_SMTP_PASSWORD").filter(|v| !v.is_empty());
+            match (&username, &password) {
+                (Some(_), None) => {
+                    return Err(missing("COURIER_SMTP_PASSWORD", "COURIER_SMTP_USERNAME"));
+                }
+                (None, Some(_)) => {
+                    return Err(missing("COURIER_SMTP_USERNAME", "COURIER_SMTP_PASSWORD"));
+                }
+                (Some(_), Some(_)) if tls == SmtpSecurity::None => {
+                    return Err(ConfigError::Invalid {
+                        name: "COURIER_SMTP_TLS",
+                        value: "none".into(),
+                        problem: "plaintext SMTP would send COURIER_SMTP_PASSWORD in clear; use starttls or tls with credentials".into(),
+                    });
+                }
+                _ => {}
+            }
             Some(SmtpSettings {
                 host: required(&lookup, "COURIER_SMTP_HOST")?,
                 port,
                 tls,
-                username: lookup("COURIER_SMTP_USERNAME"),
-                password: lookup("COURIER_SMTP_PASSWORD"),
+                username,
+                password,
                 timeout: duration(&lookup, "COURIER_SMTP_TIMEOUT", Duration::from_secs(30))?,
             })
         } else {
@@ -453,5 +494,55 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("COURIER_SMTP_TLS"), "{err}");
+    }
+
+    #[test]
+    fn smtp_credentials_are_never_shown_nor_sent_in_clear() {
+        let smtp_env = |tls: &str, user: Option<&str>, password: Option<&str>| {
+            let mut env = base();
+            env.insert("COURIER_PROVIDERS", "smtp".into());
+            env.insert("COURIER_SMTP_HOST", "relay.example".into());
+            env.insert("COURIER_SMTP_TLS", tls.into());
+            if let Some(u) = user {
+                env.insert("COURIER_SMTP_USERNAME", u.into());
+            }
+            if let Some(p) = password {
+                env.insert("COURIER_SMTP_PASSWORD", p.into());
+            }
+            env
+        };
+        // Debug output of the settings never has the password.
+        let (_, resources, _) = parse(&smtp_env(
+            "starttls",
+            Some("mailer"),
+            Some("hunter2-secret"),
+        ))
+        .unwrap();
+        let shown = format!("{resources:?}");
+        assert!(!shown.contains("hunter2-secret"), "{shown}");
+        assert!(
+            shown.contains("<redacted>") && shown.contains("mailer"),
+            "{shown}"
+        );
+        // Plaintext with credentials is refused, naming the variable.
+        let err = parse(&smtp_env("none", Some("mailer"), Some("pw")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("COURIER_SMTP_TLS") && err.contains("in clear"),
+            "{err}"
+        );
+        assert!(!err.contains("pw\""), "{err}");
+        // Plaintext without credentials stays allowed (local relays and the harness).
+        assert!(parse(&smtp_env("none", None, None)).is_ok());
+        // One credential without the other names the missing one.
+        let err = parse(&smtp_env("tls", Some("mailer"), None))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("COURIER_SMTP_PASSWORD"), "{err}");
+        let err = parse(&smtp_env("tls", None, Some("pw")))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("COURIER_SMTP_USERNAME"), "{err}");
     }
 }

@@ -27,8 +27,8 @@ pub enum SmtpSecurity {
     Tls,
 }
 
-/// Connection settings.
-#[derive(Debug, Clone)]
+/// Connection settings. `Debug` never shows the password.
+#[derive(Clone)]
 pub struct SmtpOptions {
     pub host: String,
     pub port: u16,
@@ -37,6 +37,25 @@ pub struct SmtpOptions {
     /// Bound on one whole send (connect, envelope, data).
     pub timeout: Duration,
     pub pool_size: u32,
+}
+
+impl std::fmt::Debug for SmtpOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SmtpOptions")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("security", &self.security)
+            .field(
+                "credentials",
+                &self
+                    .credentials
+                    .as_ref()
+                    .map(|(user, _)| (user, "<redacted>")),
+            )
+            .field("timeout", &self.timeout)
+            .field("pool_size", &self.pool_size)
+            .finish()
+    }
 }
 
 /// Why the transport could not be built.
