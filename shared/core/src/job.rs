@@ -150,6 +150,14 @@ pub enum JobError {
         "field `{field}` contains a control character (CR, LF, NUL or other) at offset {offset}"
     )]
     ControlCharacter { field: String, offset: usize },
+    #[error(
+        "field `{field}` contains an invisible or direction-changing character U+{code:04X} at offset {offset} (bidi controls, zero-width spaces and line/paragraph separators can disguise what a reader sees)"
+    )]
+    DeceptiveCharacter {
+        field: String,
+        offset: usize,
+        code: u32,
+    },
     #[error("address in `{field}` is invalid: {value:?}: {reason}")]
     InvalidAddress {
         field: String,
@@ -183,6 +191,7 @@ impl JobError {
             JobError::EmptyField { .. } => "empty_field",
             JobError::TooLong { .. } => "too_long",
             JobError::ControlCharacter { .. } => "header_injection",
+            JobError::DeceptiveCharacter { .. } => "deceptive_text",
             JobError::InvalidAddress { .. } => "invalid_address",
             JobError::NoRecipients => "no_recipients",
             JobError::TooManyRecipients { .. } => "too_many_recipients",
@@ -430,13 +439,43 @@ fn check_id(field: &'static str, value: &str) -> Result<(), JobError> {
     Ok(())
 }
 
+/// Whether `c` can disguise text a reader sees in a display name, subject or header: the
+/// Unicode `Bidi_Control` characters (U+061C, U+200E, U+200F, U+202A-U+202E, U+2066-U+2069,
+/// which reorder what follows: `Trojan Source`), the zero-width space, word joiner and byte order
+/// mark (U+200B, U+2060, U+FEFF) and the line and paragraph separators (U+2028, U+2029). The
+/// zero-width joiner and non-joiner (U+200C, U+200D) stay allowed: scripts such as Persian and
+/// emoji sequences need them.
+pub fn is_deceptive(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061C}'
+            | '\u{200B}'
+            | '\u{200E}'
+            | '\u{200F}'
+            | '\u{202A}'..='\u{202E}'
+            | '\u{2028}'
+            | '\u{2029}'
+            | '\u{2060}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{FEFF}'
+    )
+}
+
 /// Header values must be a single line: CR, LF, NUL or any other control character would let a
-/// caller inject headers or smuggle SMTP commands.
+/// caller inject headers or smuggle SMTP commands; and nothing in them may disguise what the
+/// reader sees ([`is_deceptive`]).
 fn check_header_value(field: &str, value: &str) -> Result<(), JobError> {
     if let Some(offset) = value.find(|c: char| c.is_control() && c != '\t') {
         return Err(JobError::ControlCharacter {
             field: field.to_owned(),
             offset,
+        });
+    }
+    if let Some((offset, c)) = value.char_indices().find(|(_, c)| is_deceptive(*c)) {
+        return Err(JobError::DeceptiveCharacter {
+            field: field.to_owned(),
+            offset,
+            code: u32::from(c),
         });
     }
     if value.chars().count() > MAX_HEADER_LEN {
@@ -610,6 +649,26 @@ mod tests {
                 with(valid(), "headers", json!({"reply-to": "nope"})),
                 "invalid_address",
             ),
+            (
+                with(
+                    valid(),
+                    "content",
+                    json!({"subject": "Invoice \u{202E}fdp.exe", "text": "x"}),
+                ),
+                "deceptive_text",
+            ),
+            (
+                with(valid(), "from", json!("Bank\u{200B} <a@b.com>")),
+                "deceptive_text",
+            ),
+            (
+                with(valid(), "to", json!(["Ann\u{2028}Bcc <a@b.com>"])),
+                "deceptive_text",
+            ),
+            (
+                with(valid(), "headers", json!({"X-Entity-Ref-ID": "a\u{2066}b"})),
+                "deceptive_text",
+            ),
             (with(valid(), "surprise", json!(1)), "schema"),
             (with(valid(), "priority", json!("urgent")), "schema"),
             (with(valid(), "not_after", json!("tomorrow")), "schema"),
@@ -618,6 +677,23 @@ mod tests {
             let error = error_of(input.clone());
             assert_eq!(error.code(), code, "input {input} gave {error}");
         }
+    }
+
+    #[test]
+    fn joiners_that_scripts_and_emoji_need_stay_allowed() {
+        // A family emoji (ZWJ sequence) in the subject and a Persian name with a ZWNJ.
+        let job = with(
+            with(
+                valid(),
+                "content",
+                json!({"subject": "Hi \u{1F468}\u{200D}\u{1F469}\u{200D}\u{1F467}", "text": "x"}),
+            ),
+            "to",
+            json!(["\u{0645}\u{06CC}\u{200C}\u{062E}\u{0648}\u{0627}\u{0647}\u{0645} <a@b.com>"]),
+        );
+        assert!(EmailJob::from_value(job).is_ok());
+        assert!(!is_deceptive('\u{200D}') && !is_deceptive('\u{200C}'));
+        assert!(is_deceptive('\u{202E}') && is_deceptive('\u{FEFF}'));
     }
 
     #[test]
