@@ -3,7 +3,7 @@
 
 use minijinja::{Environment, UndefinedBehavior};
 
-use crate::job::{Content, EmailJob, JobError};
+use crate::job::{Content, EmailJob, JobError, MAX_BODY_BYTES};
 use crate::ports::Template;
 
 /// Why rendering failed.
@@ -16,12 +16,53 @@ pub enum RenderError {
         #[source]
         source: minijinja::Error,
     },
+    #[error("template {template:?} part {part}: the rendered part passes {max} bytes")]
+    TooLarge {
+        template: String,
+        part: &'static str,
+        max: usize,
+    },
     #[error("rendered message is invalid: {0}")]
     Invalid(#[from] JobError),
 }
 
+/// The work one template part may do: about this many engine instructions, or `n * 64` bytes
+/// of values (MiniJinja's fuel). A loop over a few hundred items uses a few thousand; a template
+/// that would spin or build huge values stops here instead of exhausting a 128 MB function.
+pub const FUEL: u64 = 100_000;
+
+/// How deep macros and includes may nest (MiniJinja's default is 500).
+pub const RECURSION_LIMIT: usize = 64;
+
+/// The largest rendered part: the body limit (the whole message is checked again after).
+pub const MAX_RENDERED_BYTES: usize = MAX_BODY_BYTES;
+
+/// A writer that refuses output past [`MAX_RENDERED_BYTES`], so a template's output never grows
+/// past it in memory.
+#[derive(Default)]
+struct Bounded {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > MAX_RENDERED_BYTES {
+            self.overflowed = true;
+            return Err(std::io::Error::other("the rendered part is too large"));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Renders a stored template with the job's variables into content, validated like inline
-/// content (no CR/LF in the subject, size limits).
+/// content (no CR/LF in the subject, size limits). Each part runs with [`FUEL`],
+/// [`RECURSION_LIMIT`] and [`MAX_RENDERED_BYTES`]; passing one is a rendering failure.
 pub fn render(
     template_id: &str,
     template: &Template,
@@ -29,6 +70,8 @@ pub fn render(
 ) -> Result<Content, RenderError> {
     let mut env = Environment::new();
     env.set_undefined_behavior(UndefinedBehavior::Strict);
+    env.set_fuel(Some(FUEL));
+    env.set_recursion_limit(RECURSION_LIMIT);
     let ctx = minijinja::Value::from(minijinja::value::Serde(variables));
     let part =
         |name: &'static str, source: &str, auto_escape: bool| -> Result<String, RenderError> {
@@ -40,12 +83,29 @@ pub fn render(
                     minijinja::AutoEscape::None
                 }
             });
-            env.render_str(source, ctx.clone())
-                .map_err(|source| RenderError::Engine {
+            let engine = |source| RenderError::Engine {
+                template: template_id.to_owned(),
+                part: name,
+                source,
+            };
+            let mut out = Bounded::default();
+            let rendered = env
+                .template_from_str(source)
+                .and_then(|t| t.render_captured_to(ctx.clone(), &mut out).map(|_| ()));
+            if out.overflowed {
+                return Err(RenderError::TooLarge {
                     template: template_id.to_owned(),
                     part: name,
-                    source,
-                })
+                    max: MAX_RENDERED_BYTES,
+                });
+            }
+            rendered.map_err(engine)?;
+            String::from_utf8(out.bytes).map_err(|e| {
+                engine(minijinja::Error::new(
+                    minijinja::ErrorKind::BadSerialization,
+                    e.to_string(),
+                ))
+            })
         };
     let content = Content {
         subject: part("subject", &template.subject, false)?.trim().to_owned(),
@@ -102,6 +162,36 @@ mod tests {
         let vars = json!({"items": []});
         let err = render("t", &tpl(), vars.as_object().unwrap()).unwrap_err();
         assert!(err.to_string().contains("subject"), "{err}");
+    }
+
+    fn amplified(text: &str) -> Template {
+        Template {
+            subject: "Hi".into(),
+            text: Some(text.into()),
+            html: None,
+        }
+    }
+
+    #[test]
+    fn a_template_that_would_spin_or_grow_without_bound_fails_its_record_only() {
+        let vars = json!({"word": "x".repeat(1_000)});
+        let vars = vars.as_object().unwrap();
+        // A loop of a billion iterations runs out of fuel.
+        let spin = amplified("{% for i in range(1000000000) %}{{ i }}{% endfor %}");
+        let err = render("spin", &spin, vars).unwrap_err();
+        assert!(matches!(err, RenderError::Engine { .. }), "{err}");
+        // Output past the body limit is refused while it is written.
+        let grow = amplified("{% for i in range(2000) %}{{ word }}{% endfor %}");
+        let err = render("grow", &grow, vars).unwrap_err();
+        assert!(matches!(err, RenderError::TooLarge { .. }), "{err}");
+        // A macro calling itself stops at the recursion limit.
+        let deep = amplified("{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}");
+        assert!(render("deep", &deep, vars).is_err());
+        // An ordinary loop over a few hundred items is well within the limits.
+        let items: Vec<u32> = (0..500).collect();
+        let fine = amplified("{% for i in items %}{{ i }},{% endfor %}");
+        let ok = render("fine", &fine, json!({"items": items}).as_object().unwrap()).unwrap();
+        assert!(ok.text.unwrap().starts_with("0,1,2,"));
     }
 
     #[test]
