@@ -399,7 +399,7 @@ impl Applier {
         let incoming = match parse_body(payload.as_bytes()) {
             Ok(incoming) => incoming,
             Err(rejected) => {
-                warn!(message_id = ?event.message_id, error = %rejected.error, "the kept payload does not parse; transient bounce recorded only");
+                warn!(message_id = ?event.message_id, error = %courier_core::mailbox::redact(&rejected.error.to_string()), "the kept payload does not parse; transient bounce recorded only");
                 return Ok(None);
             }
         };

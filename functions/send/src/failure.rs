@@ -131,7 +131,7 @@ impl Pipeline {
 
     /// An unparseable or invalid payload: dead letter with whatever ids could be salvaged.
     pub(crate) fn reject(body: &str, rejected: &Rejected, now: DateTime<Utc>) -> Fate {
-        warn!(code = rejected.error.code(), error = %rejected.error, "invalid job");
+        warn!(code = rejected.error.code(), error = %redact(&rejected.error.to_string()), "invalid job");
         let mut letter = Self::raw_letter(
             body,
             DeadLetterCategory::InvalidJob,
@@ -247,7 +247,7 @@ impl Pipeline {
         );
         match self.sightings.first_sighting(&key, now).await {
             Ok(true) => {
-                warn!(code = %key, text = verdict.raw_text.as_deref().unwrap_or(""), "a new error code classified as unknown");
+                warn!(code = %key, text = %redact(verdict.raw_text.as_deref().unwrap_or("")), "a new error code classified as unknown");
                 self.new_codes
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)

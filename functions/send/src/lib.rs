@@ -44,9 +44,9 @@ use courier_core::envelope::{
     Incoming, attempt_record, current_body, dead_letter_of, job_fingerprint, parse_body,
     same_generation_body,
 };
-use courier_core::job::{Rejected, fingerprint, parse_mailbox};
+use courier_core::job::{Rejected, parse_mailbox};
 use courier_core::letters::letter_id;
-use courier_core::mailbox::address_key;
+use courier_core::mailbox::{address_hash, address_key, redact};
 use courier_core::plan::{self, Acceptance, Failure, Plan};
 use courier_core::policy::{DeadLetterCategory, Decision, RetryPolicy};
 use courier_core::ports::{
@@ -143,11 +143,6 @@ impl BatchReport {
         }
         response
     }
-}
-
-/// Hash of an address for logs: recipients never appear in clear.
-pub fn hash_address(address: &str) -> String {
-    fingerprint(address_key(address).as_bytes())[..12].to_owned()
 }
 
 /// Whether `recipient` is one of `listed` (the claim's suppression hits), compared by
@@ -416,7 +411,7 @@ impl Pipeline {
                 Ok(ClaimOutcome::Suppressed(hit)) => {
                     suppressed = hit;
                     let all = recipients.iter().all(|r| is_listed(&suppressed, r));
-                    let hashes: Vec<String> = suppressed.iter().map(|r| hash_address(r)).collect();
+                    let hashes: Vec<String> = suppressed.iter().map(|r| address_hash(r)).collect();
                     if all {
                         info!(recipients = ?hashes, "all recipients suppressed");
                         let update = StatusUpdate::new(

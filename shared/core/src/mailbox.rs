@@ -98,6 +98,41 @@ pub fn address_key(raw: &str) -> String {
     }
 }
 
+/// The first 12 hex digits of the SHA-256 of an address's [`address_key`]: how logs name a
+/// recipient (the same address, however written, gives the same hash).
+pub fn address_hash(raw: &str) -> String {
+    crate::job::fingerprint(address_key(raw).as_bytes())[..12].to_owned()
+}
+
+/// `text` with every word that holds an `@` (an address, bare or in a reply such as
+/// `550 5.1.1 <ann@example.org>: user unknown`) replaced by `<addr:HASH>` ([`address_hash`]),
+/// for log lines: no recipient appears in clear.
+pub fn redact(text: &str) -> String {
+    let separator = |c: char| c.is_whitespace() || "<>\"'(),;[]".contains(c);
+    let mut out = String::with_capacity(text.len());
+    let mut word = String::new();
+    let flush = |word: &mut String, out: &mut String| {
+        if word.contains('@') {
+            let bare = word.trim_end_matches([':', '.']);
+            let tail = &word[bare.len()..];
+            out.push_str(&format!("<addr:{}>{tail}", address_hash(bare)));
+        } else {
+            out.push_str(word);
+        }
+        word.clear();
+    };
+    for c in text.chars() {
+        if separator(c) {
+            flush(&mut word, &mut out);
+            out.push(c);
+        } else {
+            word.push(c);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
 /// A mailbox: an optional display name and an address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Mailbox {

@@ -241,3 +241,27 @@ fn address_keys_are_the_bare_lower_cased_ascii_address() {
         assert_eq!(address_key(raw), key, "{raw}");
     }
 }
+
+#[test]
+fn redacted_text_names_no_address_and_keeps_the_rest() {
+    let reply = "550 5.1.1 <Ann@Example.org>: Recipient address rejected: ann@example.org unknown.";
+    let redacted = redact(reply);
+    assert!(!redacted.to_lowercase().contains("ann@"), "{redacted}");
+    let hash = address_hash("ann@example.org");
+    // Both spellings hash alike; the reply's words and punctuation stay.
+    assert_eq!(redacted.matches(&hash).count(), 2, "{redacted}");
+    assert!(redacted.starts_with("550 5.1.1 <<addr:"), "{redacted}");
+    assert!(redacted.ends_with(" unknown."), "{redacted}");
+    assert!(
+        redacted.contains(">: Recipient address rejected: "),
+        "{redacted}"
+    );
+    // Text without an address is unchanged.
+    assert_eq!(
+        redact("421 4.7.0 try again later"),
+        "421 4.7.0 try again later"
+    );
+    // A display-name mailbox error (as a rejection reports it) loses the address too.
+    let error = r#"address in `to` is invalid: "Bob <bob@@example.org>": bad"#;
+    assert!(!redact(error).contains("bob@"), "{}", redact(error));
+}
