@@ -3,7 +3,6 @@
 //! fingerprinted again, independently of the index that wrote it).
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use courier_adapters::aws::Clients;
 use courier_archiver::ArchiveReport;
@@ -37,10 +36,7 @@ pub async fn archive(
     sdk: &aws_config::SdkConfig,
     stack: &Provisioned,
 ) -> Result<ArchiveReport, RunError> {
-    let mut ages = ArchiveAges::default();
-    for age in ages.0.values_mut() {
-        *age = Duration::ZERO;
-    }
+    let ages = ArchiveAges::zero();
     let settings = courier_archiver::wiring::Settings {
         dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
         redrive_queue_url: stack.redrive_dlq_url.clone(),

@@ -706,10 +706,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             .map(|l| l.record)
             .collect();
     // The archiver's scheduled run, with the archive ages of the demo (zero: archive everything).
-    let mut ages = courier_core::letters::ArchiveAges::default();
-    for age in ages.0.values_mut() {
-        *age = Duration::ZERO;
-    }
+    let ages = courier_core::letters::ArchiveAges::zero();
     let settings = courier_archiver::wiring::Settings {
         dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
         redrive_queue_url: stack.redrive_dlq_url.clone(),

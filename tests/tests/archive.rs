@@ -85,17 +85,14 @@ async fn dead_letters_are_indexed_archived_and_read_back_equal() {
     assert_eq!(index.search(&text, 100, None).await.unwrap().0.len(), 2);
 
     // Archive everything now (ages of zero), as a scheduled run would after the real ages.
-    let mut settings = Settings {
+    let settings = Settings {
         dead_letter_queue_url: stack.resources.dead_letter_queue_url.clone(),
         redrive_queue_url: stack.redrive_dlq_url.clone(),
         letter_index_table: stack.resources.letter_index_table.clone(),
         archive_bucket: stack.archive_bucket.clone(),
         payload_bucket: stack.resources.payload_bucket.clone(),
-        ages: ArchiveAges::default(),
+        ages: ArchiveAges::zero(),
     };
-    for age in settings.ages.0.values_mut() {
-        *age = Duration::ZERO;
-    }
     let archiver = courier_archiver::wiring::wire(&clients, &settings);
     let report = archiver
         .run("it-run", chrono::Utc::now() + chrono::Duration::seconds(60))

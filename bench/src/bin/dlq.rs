@@ -210,10 +210,7 @@ async fn main() {
     for t in tasks {
         t.await.expect("sink task");
     }
-    let mut ages = ArchiveAges::default();
-    for a in ages.0.values_mut() {
-        *a = Duration::ZERO;
-    }
+    let ages = ArchiveAges::zero();
     let settings = courier_archiver::wiring::Settings {
         dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
         redrive_queue_url: stack.redrive_dlq_url.clone(),

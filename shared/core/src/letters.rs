@@ -146,6 +146,18 @@ impl Default for ArchiveAges {
     }
 }
 
+impl ArchiveAges {
+    /// Every category archived at once (the demo, benchmarks, the chaos suite's end).
+    pub fn zero() -> ArchiveAges {
+        ArchiveAges(
+            DeadLetterCategory::ALL
+                .into_iter()
+                .map(|c| (c, Duration::ZERO))
+                .collect(),
+        )
+    }
+}
+
 /// How long the dead-letter queues keep a message: 14 days, SQS's maximum (the template's).
 pub const LETTER_QUEUE_RETENTION: Duration = Duration::from_secs(14 * 24 * 3600);
 
