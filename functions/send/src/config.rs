@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use courier_adapters::smtp::SmtpSecurity;
 use courier_core::breaker::BreakerConfig;
+use courier_core::mailbox::AllowedSenders;
 use courier_core::policy::{PolicyError, RetryPolicy, parse_duration};
 use courier_core::ports::Provider;
 use courier_core::rate::RateLimit;
@@ -32,6 +33,9 @@ pub struct SendConfig {
     /// Send-rate limits by provider (`COURIER_SEND_RATE_SES`, `COURIER_SEND_RATE_SMTP`): all
     /// instances together call the provider at most this often (see `courier_core::rate`).
     pub rate_limits: BTreeMap<String, RateLimit>,
+    /// The identities jobs may send as (`COURIER_ALLOWED_SENDERS`); `None`: any (SES still
+    /// sends only from verified identities).
+    pub allowed_senders: Option<AllowedSenders>,
 }
 
 impl Default for SendConfig {
@@ -45,6 +49,7 @@ impl Default for SendConfig {
             breaker_cache: Duration::from_secs(2),
             breaker: BreakerConfig::default(),
             rate_limits: BTreeMap::new(),
+            allowed_senders: None,
         }
     }
 }
@@ -268,6 +273,16 @@ impl SendConfig {
                     value: v.clone(),
                     problem: "must be a whole number in 1..=100".into(),
                 })?;
+        }
+        if let Some(v) = lookup("COURIER_ALLOWED_SENDERS").filter(|v| !v.trim().is_empty()) {
+            config.allowed_senders =
+                Some(
+                    AllowedSenders::parse(&v).map_err(|problem| ConfigError::Invalid {
+                        name: "COURIER_ALLOWED_SENDERS",
+                        value: v.clone(),
+                        problem,
+                    })?,
+                );
         }
         if let Some(v) = lookup("COURIER_STATUS_WRITE_TRIES") {
             config.status_write_tries = v
@@ -494,6 +509,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("COURIER_SMTP_TLS"), "{err}");
+    }
+
+    #[test]
+    fn allowed_senders_are_parsed_once_and_a_bad_entry_is_named() {
+        let mut env = base();
+        let (config, _, _) = parse(&env).unwrap();
+        assert!(config.allowed_senders.is_none(), "unset: any sender");
+        env.insert(
+            "COURIER_ALLOWED_SENDERS",
+            "shop@example.com, example.org".into(),
+        );
+        let (config, _, _) = parse(&env).unwrap();
+        assert!(config.allowed_senders.unwrap().allows("x@example.org"));
+        env.insert("COURIER_ALLOWED_SENDERS", "shop@example.com,,".into());
+        let err = parse(&env).unwrap_err().to_string();
+        assert!(err.contains("COURIER_ALLOWED_SENDERS"), "{err}");
     }
 
     #[test]

@@ -363,7 +363,25 @@ impl Pipeline {
             Ok(false) => {}
             Err(e) => return unclaimed(Fate::Redeliver(e.into())),
         }
-        // 2a. A hop of a long wait that is not due yet: back on the queue, unclaimed.
+        // 2a. A sender the stack does not allow: its own dead letter, before any claim.
+        if let Some(allowed) = &self.config.allowed_senders
+            && !allowed.allows(&job.from)
+        {
+            let verdict = Verdict::local(
+                ErrorClass::InvalidJob,
+                "sender_not_allowed",
+                "`from` is not one of the stack's allowed sender identities (COURIER_ALLOWED_SENDERS)",
+            );
+            warn!(from = %address_hash(&job.from), "sender not allowed");
+            return unclaimed(self.unclaimed_letter(
+                &incoming,
+                &verdict,
+                DeadLetterCategory::InvalidJob,
+                "sender not allowed".into(),
+                now,
+            ));
+        }
+        // 2b. A hop of a long wait that is not due yet: back on the queue, unclaimed.
         if let Some(due) = incoming.not_before
             && due > now
         {
@@ -379,7 +397,7 @@ impl Pipeline {
                 outcome: Outcome::Waiting,
             });
         }
-        // 2b. No provider can take it now (known without a call): wait, unclaimed.
+        // 2c. No provider can take it now (known without a call): wait, unclaimed.
         if let Some(fate) = self.wait_unclaimed(&incoming, now).await {
             return unclaimed(fate);
         }

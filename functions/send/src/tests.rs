@@ -341,6 +341,36 @@ async fn an_unreachable_payload_store_leaves_the_record_for_redelivery() {
 }
 
 #[tokio::test]
+async fn a_sender_the_stack_does_not_allow_is_dead_lettered_unsent() {
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    let mut pipeline = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 3, unlimited());
+    Arc::get_mut(&mut pipeline).unwrap().config.allowed_senders =
+        Some(courier_core::mailbox::AllowedSenders::parse("example.com").unwrap());
+    // `job` sends from shop@example.com (allowed); the same job from another domain is not.
+    let forged = job("as2", "b@example.org").replace("shop@example.com", "ceo@evil.example");
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = pipeline
+        .handle_records(
+            vec![
+                rec("ok", job("as1", "a@example.org")),
+                rec("forged", forged),
+            ],
+            deadline,
+            "r",
+        )
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("as1"), Some(Status::SentToProvider));
+    let letters = w.dead.letters.lock().unwrap();
+    assert_eq!(letters.len(), 1);
+    assert_eq!(letters[0].category, DeadLetterCategory::InvalidJob);
+    assert_eq!(letters[0].rule, "local.sender_not_allowed");
+    assert_eq!(letters[0].message_id.as_deref(), Some("as2"));
+    assert!(letters[0].payload.is_some());
+}
+
+#[tokio::test]
 async fn blocklisted_payloads_go_to_poison() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let body = job("m5", "d@example.org");

@@ -98,6 +98,50 @@ pub fn address_key(raw: &str) -> String {
     }
 }
 
+/// The sender identities a stack may send as (`COURIER_ALLOWED_SENDERS`): whole addresses
+/// (`shop@example.com`) and domains (`example.com`), compared by [`address_key`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AllowedSenders {
+    addresses: std::collections::BTreeSet<String>,
+    domains: std::collections::BTreeSet<String>,
+}
+
+impl AllowedSenders {
+    /// A comma-separated list of addresses and domains; an empty entry, or an address or
+    /// domain that does not parse, is an error naming it.
+    pub fn parse(list: &str) -> Result<AllowedSenders, String> {
+        let mut allowed = AllowedSenders {
+            addresses: Default::default(),
+            domains: Default::default(),
+        };
+        for entry in list.split(',').map(str::trim) {
+            if entry.contains('@') {
+                entry
+                    .parse::<Mailbox>()
+                    .map_err(|e| format!("{entry:?} is not an address: {e}"))?;
+                allowed.addresses.insert(address_key(entry));
+            } else {
+                let domain = idna::domain_to_ascii(entry)
+                    .ok()
+                    .filter(|d| d.contains('.') && !d.starts_with('.') && !d.ends_with('.'))
+                    .ok_or_else(|| format!("{entry:?} is neither an address nor a domain"))?;
+                allowed.domains.insert(domain.to_lowercase());
+            }
+        }
+        Ok(allowed)
+    }
+
+    /// Whether a job's `from` (bare or `Name <addr>`) is one of the identities, or at one of
+    /// the domains.
+    pub fn allows(&self, from: &str) -> bool {
+        let key = address_key(from);
+        self.addresses.contains(&key)
+            || key
+                .rsplit_once('@')
+                .is_some_and(|(_, domain)| self.domains.contains(domain))
+    }
+}
+
 /// The first 12 hex digits of the SHA-256 of an address's [`address_key`]: how logs name a
 /// recipient (the same address, however written, gives the same hash).
 pub fn address_hash(raw: &str) -> String {

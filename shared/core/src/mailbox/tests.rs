@@ -265,3 +265,25 @@ fn redacted_text_names_no_address_and_keeps_the_rest() {
     let error = r#"address in `to` is invalid: "Bob <bob@@example.org>": bad"#;
     assert!(!redact(error).contains("bob@"), "{}", redact(error));
 }
+
+#[test]
+fn allowed_senders_match_addresses_and_domains_however_written() {
+    let allowed =
+        AllowedSenders::parse("Shop@Example.com, news.example.org, bücher.example").unwrap();
+    assert!(allowed.allows("shop@example.com"));
+    assert!(allowed.allows("Shop <SHOP@example.COM>"));
+    assert!(allowed.allows("Anyone <anyone@news.example.org>"));
+    assert!(allowed.allows("info@xn--bcher-kva.example"));
+    assert!(
+        !allowed.allows("other@example.com"),
+        "only that address of example.com"
+    );
+    assert!(!allowed.allows("shop@evil.example"));
+    assert!(
+        !allowed.allows("x@sub.news.example.org"),
+        "a domain is not its subdomains"
+    );
+    for bad in ["", "a@b.com,,c.com", "not-a-domain", "@nope"] {
+        assert!(AllowedSenders::parse(bad).is_err(), "{bad:?}");
+    }
+}
