@@ -100,6 +100,16 @@ impl Pipeline {
     /// `dead_lettered`; a payload that does not even parse is an invalid job as usual.
     pub(crate) async fn poison_after_panic(&self, body: &str, owner: &str, what: &str) -> Step {
         let now = self.now();
+        // A claim-checked copy is judged by the job it stands for.
+        let body = match claim_check::redeem(Some(&*self.payloads), body.to_owned()).await {
+            Ok(body) => body,
+            Err(RedeemError::Store(e)) => return Step::Redeliver(e.into()),
+            Err(e) => {
+                let fate = Self::unredeemable(body, &e, now);
+                return self.carry_out(fate, Holding::Nothing).await;
+            }
+        };
+        let body = body.as_str();
         let fate = match parse_body(body.as_bytes()) {
             Ok(incoming) => {
                 let verdict = Verdict::local(

@@ -628,11 +628,17 @@ async fn a_job_that_crashes_the_worker_before_sending_is_poison() {
         "to": ["r@example.org"], "template": {"id": "welcome", "variables": {}}
     })
     .to_string();
-    // WHEN a batch holds it and a plain job
+    // AND the same kind of job arriving as a claim check
+    let pointer = claim_checked(&w, &templated.replace("\"crash\"", "\"crash2\"")).await;
+    // WHEN a batch holds them and a plain job
     let deadline = w.clock.now() + chrono::Duration::seconds(60);
     let report = pipeline
         .handle_records(
-            vec![rec("a", templated), rec("b", job("plain", "b@example.org"))],
+            vec![
+                rec("a", templated),
+                rec("b", job("plain", "b@example.org")),
+                rec("c", pointer),
+            ],
             deadline,
             "req-1",
         )
@@ -640,8 +646,18 @@ async fn a_job_that_crashes_the_worker_before_sending_is_poison() {
     // THEN it is dead-lettered as poison at once (no redelivery loop), with the panic's text;
     // the other record is sent
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
-    let letters = w.dead.letters.lock().unwrap();
-    assert_eq!(letters.len(), 1);
+    let mut letters = w.dead.letters.lock().unwrap().clone();
+    letters.sort_by(|a, b| a.message_id.cmp(&b.message_id));
+    assert_eq!(letters.len(), 2);
+    // The claim-checked one is judged by its job, whose payload its letter keeps.
+    assert_eq!(letters[1].message_id.as_deref(), Some("crash2"));
+    assert_eq!(letters[1].category, DeadLetterCategory::Poison);
+    let kept = letters[1].payload.as_deref().unwrap();
+    assert!(
+        kept.contains("crash2") && !kept.contains("courier_claim_check"),
+        "{kept}"
+    );
+    assert_eq!(w.status_of("crash2"), Some(Status::DeadLettered));
     assert_eq!(letters[0].category, DeadLetterCategory::Poison);
     assert_eq!(letters[0].class, ErrorClass::Poison);
     assert!(

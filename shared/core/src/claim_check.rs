@@ -62,6 +62,12 @@ impl ClaimCheck {
         serde_json::from_str(body).ok()
     }
 
+    /// Whether the pointer names the key its digest gives (any other key is refused unread:
+    /// a queue body cannot point Courier at an object of its choosing).
+    pub fn well_formed(&self) -> bool {
+        self.key == format!("{KEY_PREFIX}{}", self.sha256)
+    }
+
     /// The body the store returned, once its size and digest match the pointer.
     pub fn verify(&self, bytes: Vec<u8>) -> Result<String, RedeemError> {
         if bytes.len() != self.bytes || fingerprint(&bytes) != self.sha256 {
@@ -121,6 +127,13 @@ pub async fn redeem(store: Option<&dyn PayloadStore>, body: String) -> Result<St
     let Some(check) = ClaimCheck::parse(&body) else {
         return Ok(body);
     };
+    if !check.well_formed() {
+        return Err(RedeemError::Corrupt {
+            key: check.key,
+            expected: check.bytes,
+            got: 0,
+        });
+    }
     let Some(store) = store else {
         return Err(RedeemError::Store(StoreError::msg(
             "claim check",
@@ -168,5 +181,29 @@ mod tests {
             check.verify(b"the body!".to_vec()),
             Err(RedeemError::Corrupt { .. })
         ));
+    }
+
+    #[test]
+    fn a_pointer_to_a_key_of_its_own_choosing_is_refused_unread() {
+        let mut check = ClaimCheck::of("the body");
+        assert!(check.well_formed());
+        check.key = "templates/welcome.json".into();
+        assert!(!check.well_formed());
+        let redeemed = futures_lite_block_on(redeem(None, check.to_body()));
+        assert!(
+            matches!(redeemed, Err(RedeemError::Corrupt { .. })),
+            "{redeemed:?}"
+        );
+    }
+
+    /// Polls a future that never waits (no store is called on this path).
+    fn futures_lite_block_on<F: std::future::Future>(f: F) -> F::Output {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        let mut f = std::pin::pin!(f);
+        match f.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(v) => v,
+            std::task::Poll::Pending => panic!("the future waited"),
+        }
     }
 }

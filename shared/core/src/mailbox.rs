@@ -123,7 +123,13 @@ impl AllowedSenders {
             } else {
                 let domain = idna::domain_to_ascii(entry)
                     .ok()
-                    .filter(|d| d.contains('.') && !d.starts_with('.') && !d.ends_with('.'))
+                    .filter(|d| {
+                        d.contains('.')
+                            && !d.starts_with('.')
+                            && !d.ends_with('.')
+                            && d.chars()
+                                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+                    })
                     .ok_or_else(|| format!("{entry:?} is neither an address nor a domain"))?;
                 allowed.domains.insert(domain.to_lowercase());
             }

@@ -181,8 +181,8 @@ pub fn plan(failure: &Failure<'_>, decision: Decision) -> Plan {
         grace,
     } = *failure;
     let job = &incoming.job;
-    // The copy's mechanism is decided by `wait` on the body it will carry.
-    match route(decision, acceptance, grace, &incoming.original) {
+    // The copy's mechanism is decided by `wait` on the body it will carry, not here.
+    match route(decision, acceptance, grace, "") {
         Route::Retry {
             delay_secs,
             spends_attempt,
