@@ -483,8 +483,10 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             soft_suppression: chrono::Duration::days(
                 courier_events::wiring::DEFAULT_SOFT_SUPPRESSION_DAYS,
             ),
+            // The demo's stand-in for SES signs nothing (no SNS key offline).
+            admission: courier_events::Admission::Any,
         },
-    ));
+    )?);
 
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     for (chunk_no, chunk) in jobs.chunks(10).enumerate() {

@@ -13,6 +13,7 @@ use courier_core::policy::RetryPolicy;
 use courier_core::ports::{BreakerStore, StatusStore, StatusUpdate, SuppressionList};
 use courier_core::reputation::GuardConfig;
 use courier_core::status::Status;
+use courier_events::Admission;
 use courier_events::wiring::{Settings, wire};
 use courier_events::{Applied, Applier};
 use courier_integration::{Stack, unique};
@@ -35,8 +36,11 @@ fn applier(stack: &Stack, policy: RetryPolicy, guard: GuardConfig) -> Applier {
             policy,
             guard,
             soft_suppression: chrono::Duration::days(14),
+            // The fixtures come in every envelope, unsigned; the gate has its own tests.
+            admission: Admission::Any,
         },
     )
+    .expect("wired")
 }
 
 /// Soft bounces retried after 2 s (queue delay), twice at most.

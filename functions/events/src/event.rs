@@ -56,7 +56,11 @@ fn s(v: &Value, path: &[&str]) -> Option<String> {
 /// Parses one SQS body: an SNS notification (`Type` + `Message`), an EventBridge event
 /// (`detail-type` + `detail`), or a raw SES event (`eventType` / `notificationType`).
 pub fn parse(body: &str) -> Result<SesEvent, ParseError> {
-    let outer: Value = serde_json::from_str(body).map_err(|e| ParseError::Json(e.to_string()))?;
+    parse_value(serde_json::from_str(body).map_err(|e| ParseError::Json(e.to_string()))?)
+}
+
+/// [`parse`], of a body already read as JSON.
+pub fn parse_value(outer: Value) -> Result<SesEvent, ParseError> {
     let event: Value = if outer.get("Type").and_then(Value::as_str) == Some("Notification") {
         let message = outer
             .get("Message")

@@ -25,14 +25,18 @@
 //! SES sends (a breaker the send function checks) and raises `ReputationGuardTripped`.
 //!
 //! # Layout
+//! - [`Gate`]: admits only the configured path's envelope; through SNS, only the stack's topic's
+//!   notifications whose signature verifies ([`sns`]). Others are refused (`EventsRefused`).
 //! - [`parse`]: SNS notifications, EventBridge events and raw SES events into [`SesEvent`]s.
 //! - [`Applier::handle`]: one SQS batch, partial batch failures for events not yet applicable.
 //! - [`Resender`]: the soft-bounce resend; [`Guard`]: the reputation guard.
 
 mod event;
+pub mod sns;
 pub mod wiring;
 
-pub use event::{EventKind, ParseError, SesEvent, parse};
+pub use event::{EventKind, ParseError, SesEvent, parse, parse_value};
+pub use sns::{Admission, Forgery, Gate, NoCertificates, Refusal, SnsTrust};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -181,6 +185,8 @@ pub struct Applier {
     pub clock: Arc<dyn Clock>,
     pub resender: Resender,
     pub guard: Guard,
+    /// Which messages are admitted (and the SNS certificates fetched so far).
+    pub gate: Arc<Gate>,
 }
 
 /// The outcome of one batch.
@@ -189,6 +195,9 @@ pub struct EventsReport {
     pub failures: Vec<String>,
     pub applied: Vec<Applied>,
     pub unparseable: usize,
+    /// Messages refused at the gate: another envelope, another topic, a signature that does
+    /// not verify (forged or misrouted).
+    pub refused: Vec<Forgery>,
     /// Per sending domain: the window's bounce and complaint rates after this batch.
     pub rates: BTreeMap<String, (f64, f64)>,
     /// Domains whose SES sends the guard paused in this batch.
@@ -520,15 +529,28 @@ impl Applier {
             .unwrap_or_else(|| Err(StoreError::msg("resend", "no result for the re-enqueue")))
     }
 
-    /// One SQS batch: unparseable messages are logged and acknowledged (they are not ours to
-    /// fix); events not yet applicable and store failures are reported for redelivery.
+    /// One SQS batch: refused and unparseable messages are logged and acknowledged (they are
+    /// not ours to fix); messages whose certificate could not be fetched, events not yet applicable and store failures are reported for redelivery.
     pub async fn handle(&self, event: SqsEvent) -> EventsReport {
         let mut report = EventsReport::default();
         let mut counts: BTreeMap<String, ReputationCounts> = BTreeMap::new();
         for record in event.records {
             let id = record.message_id.unwrap_or_default();
             let body = record.body.unwrap_or_default();
-            let parsed = match parse(&body) {
+            let outer = match self.gate.admit(&body).await {
+                Ok(outer) => outer,
+                Err(Refusal::Forged(forgery)) => {
+                    warn!(sqs_message_id = %id, error = %forgery, "event refused; acknowledged");
+                    report.refused.push(forgery);
+                    continue;
+                }
+                Err(e @ Refusal::Unchecked(_)) => {
+                    warn!(sqs_message_id = %id, error = %e, "event not checked; retried later");
+                    report.failures.push(id);
+                    continue;
+                }
+            };
+            let parsed = match parse_value(outer) {
                 Ok(e) => e,
                 Err(e) => {
                     warn!(sqs_message_id = %id, error = %e, "not an SES event; acknowledged");
@@ -718,6 +740,7 @@ impl EventsReport {
             |f: fn(&(f64, f64)) -> f64| self.rates.values().map(f).fold(0.0_f64, f64::max) * 100.0;
         let mut metrics = vec![
             serde_json::json!({"Name": "EventsApplied", "Unit": "Count"}),
+            serde_json::json!({"Name": "EventsRefused", "Unit": "Count"}),
             serde_json::json!({"Name": "SoftBounceResends", "Unit": "Count"}),
             serde_json::json!({"Name": "SoftBounceGaveUp", "Unit": "Count"}),
             serde_json::json!({"Name": "ReputationGuardTripped", "Unit": "Count"}),
@@ -735,6 +758,7 @@ impl EventsReport {
                 "Metrics": metrics}]},
             "Function": "events",
             "EventsApplied": self.applied.iter().filter(|a| **a != Applied::NotYet).count(),
+            "EventsRefused": self.refused.len(),
             "SoftBounceResends": resent,
             "SoftBounceGaveUp": gave_up,
             "ReputationGuardTripped": self.tripped.len(),

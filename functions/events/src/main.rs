@@ -15,7 +15,7 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let settings = Settings::from_lookup(|k| std::env::var(k).ok())?;
     let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
-    let applier = Arc::new(wire(&clients, &settings));
+    let applier = Arc::new(wire(&clients, &settings)?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let applier = Arc::clone(&applier);
         async move { courier_events::function_handler(&applier, event).await }

@@ -99,6 +99,7 @@ fn world(status_now: Option<Status>) -> World {
                 ..GuardConfig::default()
             },
         },
+        gate: Arc::new(Gate::new(Admission::Any, Arc::new(NoCertificates))),
     };
     World {
         applier,
@@ -309,11 +310,13 @@ async fn foreign_and_broken_messages_are_acknowledged_not_retried_forever() {
         .applier
         .handle(sqs(&[
             "garbage".into(),
+            r#"{"hello": "world"}"#.into(),
             foreign.to_string(),
             fixture("open"),
         ]))
         .await;
     assert!(report.failures.is_empty());
+    assert_eq!(report.refused, vec![Forgery::NotJson]);
     assert_eq!(report.unparseable, 1);
     assert_eq!(
         report.applied,
@@ -560,11 +563,13 @@ fn settings_name_the_variable_that_is_wrong() {
             "COURIER_DELAY_STATE_MACHINE_ARN" => Some("arn:sm".into()),
             "COURIER_DEAD_LETTER_QUEUE_URL" => Some("http://dlq".into()),
             "COURIER_LETTER_INDEX_TABLE" => Some("letters".into()),
+            "COURIER_SES_EVENTS_VIA" => Some("eventbridge".into()),
             _ => None,
         }
     };
     let ok = Settings::from_lookup(base).unwrap();
     assert_eq!(ok.guard, GuardConfig::default());
+    assert_eq!(ok.admission, Admission::EventBridge);
     let with = |key: &'static str, value: &'static str| {
         move |k: &str| {
             if k == key {
@@ -607,6 +612,58 @@ fn settings_name_the_variable_that_is_wrong() {
         Settings::from_lookup(missing),
         Err(SettingsError::Missing("COURIER_QUEUE_URL"))
     ));
+    // The events path: required, one of two; through SNS the topic is required, and the
+    // certificate host is the region's SNS host unless named.
+    let via = |pairs: Vec<(&'static str, &'static str)>| {
+        move |k: &str| match pairs.iter().find(|(key, _)| *key == k) {
+            Some((_, v)) => Some((*v).to_owned()),
+            None if k == "COURIER_SES_EVENTS_VIA" => None,
+            None => base(k),
+        }
+    };
+    assert!(matches!(
+        Settings::from_lookup(via(vec![])),
+        Err(SettingsError::Missing("COURIER_SES_EVENTS_VIA"))
+    ));
+    assert!(matches!(
+        Settings::from_lookup(via(vec![("COURIER_SES_EVENTS_VIA", "kinesis")])),
+        Err(SettingsError::Invalid {
+            name: "COURIER_SES_EVENTS_VIA",
+            ..
+        })
+    ));
+    assert!(matches!(
+        Settings::from_lookup(via(vec![
+            ("COURIER_SES_EVENTS_VIA", "sns"),
+            ("AWS_REGION", "eu-west-1")
+        ])),
+        Err(SettingsError::Missing("COURIER_SES_EVENTS_TOPIC_ARN"))
+    ));
+    let topic = ("COURIER_SES_EVENTS_TOPIC_ARN", "arn:aws:sns:eu-west-1:1:t");
+    assert!(matches!(
+        Settings::from_lookup(via(vec![("COURIER_SES_EVENTS_VIA", "sns"), topic])),
+        Err(SettingsError::Missing("AWS_REGION"))
+    ));
+    let s = Settings::from_lookup(via(vec![
+        ("COURIER_SES_EVENTS_VIA", "sns"),
+        topic,
+        ("AWS_REGION", "eu-west-1"),
+    ]))
+    .unwrap();
+    assert_eq!(
+        s.admission,
+        Admission::Sns(SnsTrust {
+            topic_arn: topic.1.into(),
+            certificate_host: "sns.eu-west-1.amazonaws.com".into()
+        })
+    );
+    let s = Settings::from_lookup(via(vec![
+        ("COURIER_SES_EVENTS_VIA", "sns"),
+        topic,
+        ("COURIER_SNS_CERTIFICATE_HOST", "sns.test.invalid"),
+    ]))
+    .unwrap();
+    assert!(matches!(s.admission, Admission::Sns(t) if t.certificate_host == "sns.test.invalid"));
 }
 
 const SES_ID: &str = "0100018c1a2b3c4d-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9-000000";
@@ -907,3 +964,5 @@ fn count_keys_tell_events_apart_and_not_their_copies() {
         key("delivery")
     );
 }
+
+mod gate;

@@ -8,9 +8,12 @@ use courier_adapters::aws::{
     SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::clock::SystemClock;
+use courier_adapters::https::HttpsSigningCertificates;
 use courier_core::policy::{RetryPolicy, parse_duration};
+use courier_core::ports::{SigningCertificates, StoreError};
 use courier_core::reputation::GuardConfig;
 
+use crate::sns::{Admission, Gate, NoCertificates, SnsTrust};
 use crate::{Applier, Guard, Resender};
 
 /// The events function's settings.
@@ -28,6 +31,10 @@ pub struct Settings {
     pub guard: GuardConfig,
     /// How long automatic soft suppressions last (`COURIER_SOFT_SUPPRESSION_PERIOD`).
     pub soft_suppression: chrono::Duration,
+    /// The path SES events come through (`COURIER_SES_EVENTS_VIA`: `sns` or `eventbridge`;
+    /// for `sns`, `COURIER_SES_EVENTS_TOPIC_ARN` and optionally `COURIER_SNS_CERTIFICATE_HOST`,
+    /// by default `sns.$AWS_REGION.amazonaws.com`).
+    pub admission: Admission,
 }
 
 /// The default of `COURIER_SOFT_SUPPRESSION_PERIOD`: 14 days.
@@ -90,7 +97,27 @@ impl Settings {
             name: "COURIER_RETRY_POLICY_JSON",
             message: e.to_string(),
         })?;
+        let admission = match lookup("COURIER_SES_EVENTS_VIA").filter(|v| !v.is_empty()) {
+            None => return Err(SettingsError::Missing("COURIER_SES_EVENTS_VIA")),
+            Some(via) if via == "sns" => Admission::Sns(SnsTrust {
+                topic_arn: required("COURIER_SES_EVENTS_TOPIC_ARN")?,
+                certificate_host: match lookup("COURIER_SNS_CERTIFICATE_HOST")
+                    .filter(|v| !v.is_empty())
+                {
+                    Some(host) => host,
+                    None => SnsTrust::default_host(&required("AWS_REGION")?),
+                },
+            }),
+            Some(via) if via == "eventbridge" => Admission::EventBridge,
+            Some(via) => {
+                return Err(SettingsError::Invalid {
+                    name: "COURIER_SES_EVENTS_VIA",
+                    message: format!("{via:?} is neither sns nor eventbridge"),
+                });
+            }
+        };
         Ok(Settings {
+            admission,
             status_table: required("COURIER_STATUS_TABLE")?,
             suppression_table: required("COURIER_SUPPRESSION_TABLE")?,
             control_table: required("COURIER_CONTROL_TABLE")?,
@@ -114,11 +141,17 @@ impl Settings {
     }
 }
 
-/// Wires the function from settings and SDK clients.
-pub fn wire(clients: &Clients, settings: &Settings) -> Applier {
+/// Wires the function from settings and SDK clients (through SNS, an HTTPS client for the
+/// signing certificates, trusting the system's roots: it fails when none can be loaded).
+pub fn wire(clients: &Clients, settings: &Settings) -> Result<Applier, StoreError> {
     let dynamodb = clients.dynamodb.clone();
     let control = &settings.control_table;
-    Applier {
+    let certificates: Arc<dyn SigningCertificates> = match settings.admission {
+        Admission::Sns(_) => Arc::new(HttpsSigningCertificates::new()?),
+        Admission::EventBridge | Admission::Any => Arc::new(NoCertificates),
+    };
+    Ok(Applier {
+        gate: Arc::new(Gate::new(settings.admission.clone(), certificates)),
         status: Arc::new(DynamoDbStatusStore::new(
             dynamodb.clone(),
             &settings.status_table,
@@ -150,5 +183,5 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Applier {
             breakers: Arc::new(DynamoDbBreakerStore::new(dynamodb.clone(), control)),
             config: settings.guard.clone(),
         },
-    }
+    })
 }

@@ -29,7 +29,7 @@ use courier_core::reputation::GuardConfig;
 use courier_core::status::Status;
 use courier_devkit::faults::{FAULTS, Fault, Faults, Faulty};
 use courier_devkit::memory::*;
-use courier_events::{Applier, Guard, Resender};
+use courier_events::{Admission, Applier, Gate, Guard, NoCertificates, Resender};
 
 const JOB_ID: &str = "order-4711";
 const RECIPIENT: &str = "ann@example.org";
@@ -198,6 +198,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             )),
             config: GuardConfig::default(),
         },
+        gate: Arc::new(Gate::new(Admission::Any, Arc::new(NoCertificates))),
     };
     if let Some((at, fault)) = plan {
         faults.arm(at, fault);

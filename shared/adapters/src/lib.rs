@@ -6,8 +6,10 @@
 //!   index, letter queue, archive), [`aws::sqs`] (retries through SQS or the delay state machine,
 //!   dead letters), [`aws::s3`] (templates), [`aws::ses`] (the SES v2 mailer).
 //! - [`smtp`]: the SMTP mailer (lettre).
+//! - [`https`]: SNS signing certificates over HTTPS (the events function's signature checks).
 //! - [`clock`]: the system clock and the entropy that seeds jitter.
 
 pub mod aws;
 pub mod clock;
+pub mod https;
 pub mod smtp;

@@ -611,3 +611,10 @@ pub trait SendSchedule: Send + Sync {
 pub trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;
 }
+
+/// The certificates SNS signs its messages with, by their `SigningCertURL` (already checked to
+/// be on a trusted SNS host): the PEM text as served.
+#[async_trait::async_trait]
+pub trait SigningCertificates: Send + Sync {
+    async fn certificate(&self, url: &str) -> Result<Vec<u8>, StoreError>;
+}
