@@ -78,8 +78,9 @@ pub fn breaker_variants() -> Vec<Option<BreakerConfig>> {
     ]
 }
 
-/// Runs `base` once per variant of `what` (`jitter`, `breaker`, or `governor`: off, then paced
-/// at the quota); the default policy's own jitter is the first column of a jitter comparison.
+/// Runs `base` once per variant of `what` (`jitter`, `breaker`, or `governor`: paced at the
+/// quota, Courier's default, then off); the default policy's own jitter is the first column of
+/// a jitter comparison.
 pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
     let scenarios: Vec<Scenario> = match what {
         "jitter" => std::iter::once(base.clone())
@@ -97,8 +98,8 @@ pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
             })
             .collect(),
         "governor" => [
-            None,
             Some(Scenario::send_rate_of(base.provider.quota_per_sec)),
+            None,
         ]
         .into_iter()
         .map(|send_rate| Scenario {

@@ -144,6 +144,10 @@ fn comparisons_run_every_variant() {
     let b = compare(&sc, "breaker").unwrap();
     assert_eq!(b.len(), 4);
     assert_eq!(b[0].breaker, "off");
+    // The governor's first column is Courier's default: paced at the quota.
+    let g = compare(&sc, "governor").unwrap();
+    assert_ne!(g[0].send_rate, "off");
+    assert_eq!(g[1].send_rate, "off");
     assert!(compare(&sc, "colour").is_err());
     assert!(table(&b).contains("breaker opened"));
 }

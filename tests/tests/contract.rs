@@ -9,7 +9,7 @@ use chrono::{DateTime, Utc};
 use courier_adapters::aws::{
     DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbPoisonList, DynamoDbReputationStore,
     DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList,
-    S3PayloadStore, S3TemplateStore, SesMailer, SqsDeadLetterSink, SqsRetryScheduler,
+    S3PayloadStore, S3TemplateStore, SesMailer, SesSendQuota, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity};
 use courier_core::breaker::{BreakerConfig, BreakerState};
@@ -725,6 +725,63 @@ async fn ses_mailer_sends_from_verified_and_classifies_unverified_senders() {
         failure.verdict
     );
     assert!(!failure.ambiguous);
+}
+
+/// `SesSendQuota`: the emulators do not implement SES v2 `GetAccount` (moto 5 has no route
+/// for it; LocalStack sends SES v2 to moto), so on them the adapter must fail with an error,
+/// which keeps the governor at its fallback rate. Its reading of the answer is checked against a
+/// loopback server giving AWS's documented response (SES API reference, GetAccount).
+#[tokio::test]
+async fn ses_send_quota_reads_max_send_rate_and_fails_cleanly_where_get_account_is_missing() {
+    let stack = Stack::create(&["ses"]).await;
+    let on_emulator = SesSendQuota::new(aws_sdk_sesv2::Client::new(&stack.sdk));
+    let error = on_emulator.max_send_rate().await.unwrap_err();
+    assert!(error.operation.contains("GetAccount"), "{error}");
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let answers = std::sync::Arc::new(std::sync::Mutex::new(vec![
+        (
+            200,
+            r#"{"SendQuota":{"Max24HourSend":50000.0,"MaxSendRate":14.0,"SentLast24Hours":12.0},"SendingEnabled":true,"ProductionAccessEnabled":true,"EnforcementStatus":"HEALTHY"}"#,
+        ),
+        (200, r#"{"SendingEnabled":true}"#),
+    ]));
+    let served = answers.clone();
+    tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        while let Ok((mut tcp, _)) = listener.accept().await {
+            let mut head = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match tcp.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&buf[..n]),
+                }
+            }
+            assert!(
+                String::from_utf8_lossy(&head).starts_with("GET /v2/email/account "),
+                "{}",
+                String::from_utf8_lossy(&head)
+            );
+            let (status, body) = served.lock().unwrap().remove(0);
+            let response = format!(
+                "HTTP/1.1 {status} OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = tcp.write_all(response.as_bytes()).await;
+        }
+    });
+    let client = aws_sdk_sesv2::Client::from_conf(
+        aws_sdk_sesv2::config::Builder::from(&stack.sdk)
+            .endpoint_url(format!("http://127.0.0.1:{port}"))
+            .build(),
+    );
+    let quota = SesSendQuota::new(client);
+    assert_eq!(quota.max_send_rate().await.unwrap(), 14.0);
+    let error = quota.max_send_rate().await.unwrap_err();
+    assert!(error.message.contains("no SendQuota"), "{error}");
+    assert!(answers.lock().unwrap().is_empty());
 }
 
 /// A GET over a plain TCP socket (the emulator is on loopback; no HTTP client crate needed).

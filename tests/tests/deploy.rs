@@ -1058,3 +1058,49 @@ async fn cargo_lambda_deploys_every_function_as_the_template_configures_it() {
     );
     assert_eq!(config["MemorySize"], 128, "{config:#}");
 }
+
+/// SES sends are scoped to this account's identities in the stack's region and to the stack's
+/// configuration set (never `*`), and the quota that paces sends (`GetAccount`, which has no
+/// resource-level permissions) is readable: the send function reads it at INIT when
+/// `SesMaxSendRate` is empty, its default.
+#[test]
+fn ses_sends_are_scoped_and_the_quota_that_paces_them_is_readable() {
+    let t = Template::load();
+    let statements: Vec<&Yaml> = t.doc["Resources"]["SendFunction"]["Properties"]["Policies"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.get("Statement")?.as_sequence())
+        .flatten()
+        .collect();
+    let actions = |s: &Yaml| -> Vec<String> {
+        match &s["Action"] {
+            Yaml::String(a) => vec![a.clone()],
+            Yaml::Sequence(v) => v
+                .iter()
+                .filter_map(|a| a.as_str().map(str::to_owned))
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let sends: Vec<&&Yaml> = statements
+        .iter()
+        .filter(|s| actions(s).iter().any(|a| a == "ses:SendEmail"))
+        .collect();
+    assert_eq!(sends.len(), 1);
+    let resources: Vec<String> = sends[0]["Resource"]
+        .as_sequence()
+        .expect("a list of resources, not *")
+        .iter()
+        .map(|r| format!("{r:?}"))
+        .collect();
+    assert_eq!(resources.len(), 2, "{resources:?}");
+    assert!(resources[0].contains(":identity/*") && resources[0].contains("${AWS::AccountId}"));
+    assert!(resources[1].contains(":configuration-set/${SesConfigurationSet}"));
+    assert!(
+        statements
+            .iter()
+            .any(|s| actions(s) == ["ses:GetAccount"] && s["Resource"].as_str() == Some("*"))
+    );
+    assert_eq!(t.parameter_default("SesMaxSendRate").as_deref(), Some(""));
+}

@@ -33,6 +33,9 @@ pub struct SendConfig {
     /// Send-rate limits by provider (`COURIER_SEND_RATE_SES`, `COURIER_SEND_RATE_SMTP`): all
     /// instances together call the provider at most this often (see `courier_core::rate`).
     pub rate_limits: BTreeMap<String, RateLimit>,
+    /// SES without a configured rate (`COURIER_SEND_RATE_SES` unset or empty): paced by the
+    /// account's quota, read from SES, with this horizon and chunk. `off` or `0` turns pacing off.
+    pub ses_quota_pacing: Option<RateLimit>,
     /// The identities jobs may send as (`COURIER_ALLOWED_SENDERS`); `None`: any (SES still
     /// sends only from verified identities).
     pub allowed_senders: Option<AllowedSenders>,
@@ -49,6 +52,7 @@ impl Default for SendConfig {
             breaker_cache: Duration::from_secs(2),
             breaker: BreakerConfig::default(),
             rate_limits: BTreeMap::new(),
+            ses_quota_pacing: None,
             allowed_senders: None,
         }
     }
@@ -202,11 +206,12 @@ fn parse_providers(value: Option<String>) -> Result<Vec<Provider>, ConfigError> 
     Ok(providers)
 }
 
-/// The send-rate limits of the configured providers.
+/// The send-rate limits of the configured providers, and SES's pacing by its quota when no rate
+/// is configured for it.
 fn rate_limits(
     lookup: &impl Fn(&str) -> Option<String>,
     providers: &[Provider],
-) -> Result<BTreeMap<String, RateLimit>, ConfigError> {
+) -> Result<(BTreeMap<String, RateLimit>, Option<RateLimit>), ConfigError> {
     let max_ahead = duration(
         lookup,
         "COURIER_SEND_RATE_MAX_AHEAD",
@@ -221,13 +226,38 @@ fn rate_limits(
         })?,
     };
     let mut limits = BTreeMap::new();
+    let mut quota_pacing = None;
     for (provider, name) in [
         (Provider::Ses, "COURIER_SEND_RATE_SES"),
         (Provider::Smtp, "COURIER_SEND_RATE_SMTP"),
     ] {
-        let Some(v) = lookup(name).filter(|v| !v.trim().is_empty()) else {
+        let configured = lookup(name).filter(|v| !v.trim().is_empty());
+        let Some(v) = configured else {
+            if provider == Provider::Ses && providers.contains(&provider) {
+                let shape = RateLimit {
+                    per_sec: 1.0,
+                    max_ahead,
+                    chunk,
+                }
+                .validated()
+                .map_err(|e| {
+                    let name = match e {
+                        courier_core::rate::RateLimitError::Chunk(_) => "COURIER_SEND_RATE_CHUNK",
+                        _ => "COURIER_SEND_RATE_MAX_AHEAD",
+                    };
+                    ConfigError::Invalid {
+                        name,
+                        value: lookup(name).unwrap_or_default(),
+                        problem: e.to_string(),
+                    }
+                })?;
+                quota_pacing = Some(shape);
+            }
             continue;
         };
+        if matches!(v.trim(), "off" | "0") {
+            continue;
+        }
         let per_sec: f64 = v.trim().parse().map_err(|_| ConfigError::Invalid {
             name,
             value: v.clone(),
@@ -255,7 +285,7 @@ fn rate_limits(
             limits.insert(provider.as_str().to_owned(), limit);
         }
     }
-    Ok(limits)
+    Ok((limits, quota_pacing))
 }
 
 impl SendConfig {
@@ -363,7 +393,7 @@ impl SendConfig {
             ses_configuration_set: lookup("COURIER_SES_CONFIGURATION_SET"),
             smtp,
         };
-        config.rate_limits = rate_limits(&lookup, &resources.providers)?;
+        (config.rate_limits, config.ses_quota_pacing) = rate_limits(&lookup, &resources.providers)?;
         let policy = RetryPolicy::from_lookup(&lookup)?;
         Ok((config, resources, policy))
     }
@@ -431,10 +461,47 @@ mod tests {
         assert_eq!(ses.per_sec, 14.0);
         assert_eq!(ses.max_ahead, Duration::from_secs(3));
         assert_eq!(ses.chunk, 10);
-        // none by default, and none for a provider that is not configured
-        assert!(parse(&base()).unwrap().0.rate_limits.is_empty());
+        assert_eq!(config.ses_quota_pacing, None, "a configured rate wins");
+        // none for a provider that is not configured
         env.insert("COURIER_SEND_RATE_SMTP", "5".into());
         assert!(!parse(&env).unwrap().0.rate_limits.contains_key("smtp"));
+        // By default SES is paced by its quota (read at INIT), with the configured horizon
+        // and chunk; `off` or `0` is the only way to turn pacing off.
+        let mut env = base();
+        env.insert("COURIER_SEND_RATE_MAX_AHEAD", "4s".into());
+        let (config, _, _) = parse(&env).unwrap();
+        assert!(config.rate_limits.is_empty());
+        let shape = config.ses_quota_pacing.unwrap();
+        assert_eq!((shape.max_ahead, shape.chunk), (Duration::from_secs(4), 10));
+        for off in ["off", "0", " off "] {
+            env.insert("COURIER_SEND_RATE_SES", off.into());
+            let (config, _, _) = parse(&env).unwrap();
+            assert!(config.rate_limits.is_empty() && config.ses_quota_pacing.is_none());
+        }
+        env.insert("COURIER_SEND_RATE_SES", "".into());
+        assert!(
+            parse(&env).unwrap().0.ses_quota_pacing.is_some(),
+            "empty is unset"
+        );
+        // SMTP alone: no SES quota to pace by.
+        let mut env = base();
+        env.insert("COURIER_PROVIDERS", "smtp".into());
+        env.insert("COURIER_SMTP_HOST", "relay".into());
+        assert!(parse(&env).unwrap().0.ses_quota_pacing.is_none());
+        env.insert("COURIER_SEND_RATE_CHUNK", "0".into());
+        assert!(
+            parse(&env).is_ok(),
+            "the chunk only matters to a paced provider"
+        );
+        let mut env = base();
+        env.insert("COURIER_SEND_RATE_CHUNK", "0".into());
+        assert!(matches!(
+            parse(&env),
+            Err(ConfigError::Invalid {
+                name: "COURIER_SEND_RATE_CHUNK",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -463,7 +530,7 @@ mod tests {
             ("COURIER_PROVIDERS", "smtp", "COURIER_SMTP_HOST"),
             ("COURIER_RETRY_POLICY_JSON", "{", "retry policy"),
             ("COURIER_SEND_RATE_SES", "fast", "COURIER_SEND_RATE_SES"),
-            ("COURIER_SEND_RATE_SES", "0", "COURIER_SEND_RATE_SES"),
+            ("COURIER_SEND_RATE_SES", "-1", "COURIER_SEND_RATE_SES"),
             ("COURIER_SEND_RATE_CHUNK", "many", "COURIER_SEND_RATE_CHUNK"),
             (
                 "COURIER_SEND_RATE_MAX_AHEAD",

@@ -1,12 +1,14 @@
 //! This instance's side of the shared send-rate governor (`courier_core::rate`): slots reserved from
-//! the provider's shared schedule a chunk at a time, handed out to this instance's sends.
+//! the provider's shared schedule a chunk at a time, handed out to this instance's sends. A
+//! provider without a configured rate may be paced by its own quota ([`QuotaPacing`]), read at
+//! INIT and again every [`QuotaPacing::every`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use courier_core::ports::{SendSchedule, StoreError};
+use courier_core::ports::{SendQuota, SendSchedule, StoreError};
 use courier_core::rate::{Allowance, RateLimit, Reservation};
 
 /// What a send may do now.
@@ -18,10 +20,45 @@ pub enum Permit {
     Refused { until: DateTime<Utc> },
 }
 
+/// A provider paced by the quota it reports (SES `GetAccount`'s `MaxSendRate`).
+pub struct QuotaPacing {
+    pub provider: String,
+    pub quota: Arc<dyn SendQuota>,
+    /// The horizon and chunk of the limit (its rate is the quota).
+    pub shape: RateLimit,
+    /// How often the quota is read again (a raised quota is used within this).
+    pub every: chrono::Duration,
+}
+
+impl QuotaPacing {
+    /// Read again every 10 minutes.
+    pub const EVERY_SECS: i64 = 600;
+    /// After a failed read, tried again after a minute.
+    pub const RETRY_SECS: i64 = 60;
+    /// The rate until the first read succeeds: SES's sandbox quota, the lowest an account has.
+    pub const FALLBACK_PER_SEC: f64 = 1.0;
+}
+
+/// What a quota read did.
+#[derive(Debug)]
+pub enum QuotaRead {
+    /// The provider is now paced at this rate.
+    Paced { provider: String, per_sec: f64 },
+    /// The read failed or made no sense: the previous rate stays (at first, the fallback).
+    Kept {
+        provider: String,
+        per_sec: f64,
+        error: StoreError,
+    },
+}
+
 /// The schedules of the providers that have a rate limit; others are never held back.
 pub struct Governor {
     schedule: Arc<dyn SendSchedule>,
-    limits: BTreeMap<String, RateLimit>,
+    limits: std::sync::RwLock<BTreeMap<String, RateLimit>>,
+    pacing: Option<QuotaPacing>,
+    /// When the quota is due to be read (`None`: now).
+    next_read: tokio::sync::Mutex<Option<DateTime<Utc>>>,
     allowances: tokio::sync::Mutex<BTreeMap<String, Allowance>>,
     /// Per provider, when the last refused booking saw the schedule booked until (µs).
     refused: std::sync::Mutex<BTreeMap<String, i64>>,
@@ -31,9 +68,70 @@ impl Governor {
     pub fn new(schedule: Arc<dyn SendSchedule>, limits: BTreeMap<String, RateLimit>) -> Governor {
         Governor {
             schedule,
-            limits,
+            limits: std::sync::RwLock::new(limits),
+            pacing: None,
+            next_read: tokio::sync::Mutex::new(None),
             allowances: tokio::sync::Mutex::new(BTreeMap::new()),
             refused: std::sync::Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Paces `pacing.provider` by its quota: at [`QuotaPacing::FALLBACK_PER_SEC`] until the
+    /// first read ([`Governor::read_quota`]) succeeds.
+    pub fn with_quota(self, pacing: QuotaPacing) -> Governor {
+        let fallback = RateLimit {
+            per_sec: QuotaPacing::FALLBACK_PER_SEC,
+            ..pacing.shape
+        };
+        self.write_limits()
+            .insert(pacing.provider.clone(), fallback);
+        Governor {
+            pacing: Some(pacing),
+            ..self
+        }
+    }
+
+    fn write_limits(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, RateLimit>> {
+        self.limits
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Reads the quota when it is due (at INIT, then every [`QuotaPacing::every`]; a minute
+    /// after a failure) and paces by it; `None` when nothing was due or nothing is paced so.
+    pub async fn read_quota(&self, now: DateTime<Utc>) -> Option<QuotaRead> {
+        let pacing = self.pacing.as_ref()?;
+        let mut next = self.next_read.lock().await;
+        if next.is_some_and(|at| now < at) {
+            return None;
+        }
+        let provider = pacing.provider.clone();
+        let read = pacing.quota.max_send_rate().await.and_then(|per_sec| {
+            RateLimit {
+                per_sec,
+                ..pacing.shape
+            }
+            .validated()
+            .map_err(|e| StoreError::new("read the send quota", e))
+        });
+        match read {
+            Ok(limit) => {
+                self.write_limits().insert(provider.clone(), limit);
+                *next = Some(now + pacing.every);
+                Some(QuotaRead::Paced {
+                    provider,
+                    per_sec: limit.per_sec,
+                })
+            }
+            Err(error) => {
+                *next = Some(now + chrono::Duration::seconds(QuotaPacing::RETRY_SECS));
+                let per_sec = self.limit(&provider).map_or(0.0, |l| l.per_sec);
+                Some(QuotaRead::Kept {
+                    provider,
+                    per_sec,
+                    error,
+                })
+            }
         }
     }
 
@@ -42,7 +140,7 @@ impl Governor {
     /// booked until `b`, every booking before `b - max_ahead` is refused too, unless this
     /// instance still holds slots of its own.
     pub async fn refused_until(&self, provider: &str, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
-        let limit = self.limits.get(provider)?;
+        let limit = self.limit(provider)?;
         let booked = *self
             .refused
             .lock()
@@ -63,8 +161,12 @@ impl Governor {
     }
 
     /// The limit on `provider`, if any.
-    pub fn limit(&self, provider: &str) -> Option<&RateLimit> {
-        self.limits.get(provider)
+    pub fn limit(&self, provider: &str) -> Option<RateLimit> {
+        self.limits
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(provider)
+            .copied()
     }
 
     /// A slot for one call to `provider` at `now`: from this instance's unused slots, else from
@@ -76,7 +178,7 @@ impl Governor {
         now: DateTime<Utc>,
         wanted: u32,
     ) -> Result<Permit, StoreError> {
-        let Some(limit) = self.limits.get(provider) else {
+        let Some(limit) = self.limit(provider) else {
             return Ok(Permit::Go {
                 wait: Duration::ZERO,
             });
@@ -235,5 +337,117 @@ mod tests {
         let g = governor(schedule, 10.0, 2);
         let e = g.permit("ses", t(0), 10).await.unwrap_err();
         assert_eq!(e.operation, "send schedule");
+    }
+
+    /// Answers the quota reads from a script, counting them.
+    struct ScriptedQuota {
+        answers: std::sync::Mutex<Vec<Result<f64, StoreError>>>,
+        reads: std::sync::atomic::AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl SendQuota for ScriptedQuota {
+        async fn max_send_rate(&self) -> Result<f64, StoreError> {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.answers.lock().unwrap().remove(0)
+        }
+    }
+
+    fn paced(answers: Vec<Result<f64, StoreError>>) -> (Governor, Arc<ScriptedQuota>) {
+        let quota = Arc::new(ScriptedQuota {
+            answers: std::sync::Mutex::new(answers),
+            reads: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let g = Governor::new(Arc::new(MemorySendSchedule::default()), BTreeMap::new()).with_quota(
+            QuotaPacing {
+                provider: "ses".into(),
+                quota: quota.clone(),
+                shape: RateLimit {
+                    per_sec: 1.0,
+                    max_ahead: Duration::from_secs(2),
+                    chunk: 5,
+                },
+                every: chrono::Duration::minutes(10),
+            },
+        );
+        (g, quota)
+    }
+
+    #[tokio::test]
+    async fn without_a_configured_rate_ses_is_paced_by_its_quota_read_now_and_then() {
+        let (g, quota) = paced(vec![Ok(14.0), Ok(50.0)]);
+        // Before the first read: the sandbox's rate, never unpaced.
+        assert_eq!(
+            g.limit("ses").unwrap().per_sec,
+            QuotaPacing::FALLBACK_PER_SEC
+        );
+        assert!(matches!(
+            g.read_quota(t(0)).await,
+            Some(QuotaRead::Paced { per_sec, .. }) if per_sec == 14.0
+        ));
+        let limit = g.limit("ses").unwrap();
+        assert_eq!(
+            (limit.per_sec, limit.max_ahead, limit.chunk),
+            (14.0, Duration::from_secs(2), 5)
+        );
+        // Not read again before it is due; then the raised quota is used.
+        assert!(g.read_quota(t(599_000_000)).await.is_none());
+        assert_eq!(quota.reads.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(g.read_quota(t(600_000_000)).await.is_some());
+        assert_eq!(g.limit("ses").unwrap().per_sec, 50.0);
+        // The slots follow the quota: 50/s is 20 ms apart.
+        assert_eq!(
+            g.permit("ses", t(600_000_000), 5).await.unwrap(),
+            Permit::Go {
+                wait: Duration::ZERO
+            }
+        );
+        assert_eq!(
+            g.permit("ses", t(600_000_000), 5).await.unwrap(),
+            Permit::Go {
+                wait: Duration::from_millis(20)
+            }
+        );
+        // A provider paced by nothing stays unpaced.
+        assert_eq!(g.limit("smtp"), None);
+    }
+
+    #[tokio::test]
+    async fn a_failed_or_senseless_read_keeps_the_rate_and_is_tried_again_in_a_minute() {
+        let (g, quota) = paced(vec![
+            Err(StoreError::msg("GetAccount", "AccessDenied")),
+            Ok(0.0),
+            Ok(f64::NAN),
+            Ok(20.0),
+        ]);
+        assert!(matches!(
+            g.read_quota(t(0)).await,
+            Some(QuotaRead::Kept { per_sec, .. }) if per_sec == QuotaPacing::FALLBACK_PER_SEC
+        ));
+        assert!(
+            g.read_quota(t(59_000_000)).await.is_none(),
+            "not before a minute"
+        );
+        for at in [60, 120] {
+            assert!(matches!(
+                g.read_quota(t(at * 1_000_000)).await,
+                Some(QuotaRead::Kept { .. })
+            ));
+        }
+        assert_eq!(
+            g.limit("ses").unwrap().per_sec,
+            QuotaPacing::FALLBACK_PER_SEC
+        );
+        assert!(matches!(
+            g.read_quota(t(180_000_000)).await,
+            Some(QuotaRead::Paced { per_sec, .. }) if per_sec == 20.0
+        ));
+        assert_eq!(quota.reads.load(std::sync::atomic::Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_governor_without_quota_pacing_never_reads_one() {
+        let g = governor(Arc::new(MemorySendSchedule::default()), 10.0, 2);
+        assert!(g.read_quota(t(0)).await.is_none());
     }
 }

@@ -172,12 +172,31 @@ impl Pipeline {
     }
 
     /// Handles records (the event-free core of [`Pipeline::handle`]).
+    /// Reads the provider quota that paces SES when it is due (INIT, then every 10 minutes),
+    /// and logs what it did.
+    pub async fn read_quota(&self) {
+        match self.governor.read_quota(self.clock.now()).await {
+            None => {}
+            Some(governor::QuotaRead::Paced { provider, per_sec }) => {
+                info!(provider, per_sec, "paced by the provider's quota");
+            }
+            Some(governor::QuotaRead::Kept {
+                provider,
+                per_sec,
+                error,
+            }) => {
+                warn!(provider, per_sec, error = %error, "send quota not read; the rate stays");
+            }
+        }
+    }
+
     pub async fn handle_records(
         self: &Arc<Self>,
         records: Vec<RecordIn>,
         deadline: DateTime<Utc>,
         request_id: &str,
     ) -> BatchReport {
+        self.read_quota().await;
         let mut report = BatchReport::default();
         let total = records.len();
         // Records of the batch not finished yet: how many send-rate slots are worth booking.

@@ -7,7 +7,7 @@ use std::time::Duration;
 use courier_adapters::aws::{
     Clients, DynamoDbBreakerStore, DynamoDbLetterIndex, DynamoDbPoisonList, DynamoDbSendSchedule,
     DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList, IndexedDeadLetterSink,
-    S3PayloadStore, S3TemplateStore, SesMailer, SqsDeadLetterSink, SqsRetryScheduler,
+    S3PayloadStore, S3TemplateStore, SesMailer, SesSendQuota, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::clock::SystemClock;
 use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSetupError};
@@ -16,7 +16,7 @@ use courier_core::ports::{Mailer, PayloadStore, Provider};
 use crate::Pipeline;
 use crate::breakers::Breakers;
 use crate::config::{ConfigError, Resources, SendConfig};
-use crate::governor::Governor;
+use crate::governor::{Governor, QuotaPacing};
 
 /// Why the function could not start.
 #[derive(Debug, thiserror::Error)]
@@ -27,11 +27,14 @@ pub enum WiringError {
     Smtp(#[from] SmtpSetupError),
 }
 
-/// Wires the pipeline from the process environment.
+/// Wires the pipeline from the process environment; reads the SES quota when SES is paced by
+/// it (a failed read leaves the fallback rate and is tried again in a minute).
 pub async fn from_env() -> Result<Pipeline, WiringError> {
     let (config, resources, policy) = SendConfig::from_lookup(|k| std::env::var(k).ok())?;
     let sdk = courier_adapters::aws::sdk_config().await;
-    wire(&Clients::new(&sdk), config, &resources, policy)
+    let pipeline = wire(&Clients::new(&sdk), config, &resources, policy)?;
+    pipeline.read_quota().await;
+    Ok(pipeline)
 }
 
 /// Wires the pipeline from parsed settings and SDK clients (tests pass their own).
@@ -111,10 +114,21 @@ pub fn wire(
         )),
         sightings: Arc::new(DynamoDbSightings::new(dynamodb.clone(), control)),
         new_codes: std::sync::Mutex::new(Vec::new()),
-        governor: Governor::new(
-            Arc::new(DynamoDbSendSchedule::new(dynamodb.clone(), control)),
-            config.rate_limits.clone(),
-        ),
+        governor: {
+            let governor = Governor::new(
+                Arc::new(DynamoDbSendSchedule::new(dynamodb.clone(), control)),
+                config.rate_limits.clone(),
+            );
+            match config.ses_quota_pacing {
+                Some(shape) => governor.with_quota(QuotaPacing {
+                    provider: Provider::Ses.as_str().to_owned(),
+                    quota: Arc::new(SesSendQuota::new(clients.ses.clone())),
+                    shape,
+                    every: chrono::Duration::seconds(QuotaPacing::EVERY_SECS),
+                }),
+                None => governor,
+            }
+        },
         breakers: Breakers::new(
             Arc::new(DynamoDbBreakerStore::new(dynamodb, control)),
             config.breaker,

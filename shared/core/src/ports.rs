@@ -612,6 +612,13 @@ pub trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;
 }
 
+/// The provider's own send quota: the calls per second the account may make (SES `GetAccount`,
+/// `SendQuota.MaxSendRate`), for pacing when no rate is configured.
+#[async_trait::async_trait]
+pub trait SendQuota: Send + Sync {
+    async fn max_send_rate(&self) -> Result<f64, StoreError>;
+}
+
 /// The certificates SNS signs its messages with, by their `SigningCertURL` (already checked to
 /// be on a trusted SNS host): the PEM text as served.
 #[async_trait::async_trait]

@@ -15,7 +15,7 @@ pub use dynamodb::{
 };
 pub use letters::{DynamoDbLetterIndex, IndexedDeadLetterSink, S3ArchiveStore, SqsLetterQueue};
 pub use s3::{S3PayloadStore, S3TemplateStore};
-pub use ses::SesMailer;
+pub use ses::{SesMailer, SesSendQuota};
 pub use sqs::{SqsDeadLetterSink, SqsRetryScheduler};
 
 use aws_smithy_runtime_api::client::result::SdkError;

@@ -114,6 +114,35 @@ where
     }
 }
 
+/// The account's SES send quota (`GetAccount`; the call allows no resource-level scoping, so the
+/// function's policy grants `ses:GetAccount` on `*`).
+pub struct SesSendQuota {
+    client: aws_sdk_sesv2::Client,
+}
+
+impl SesSendQuota {
+    pub fn new(client: aws_sdk_sesv2::Client) -> Self {
+        SesSendQuota { client }
+    }
+}
+
+#[async_trait::async_trait]
+impl courier_core::ports::SendQuota for SesSendQuota {
+    async fn max_send_rate(&self) -> Result<f64, courier_core::ports::StoreError> {
+        const OP: &str = "read the SES send quota (GetAccount)";
+        let account = self.client.get_account().send().await.map_err(|e| {
+            courier_core::ports::StoreError::msg(
+                OP,
+                aws_smithy_types::error::display::DisplayErrorContext(&e).to_string(),
+            )
+        })?;
+        account
+            .send_quota()
+            .map(|q| q.max_send_rate())
+            .ok_or_else(|| courier_core::ports::StoreError::msg(OP, "no SendQuota in the answer"))
+    }
+}
+
 #[async_trait::async_trait]
 impl Mailer for SesMailer {
     fn provider(&self) -> Provider {
