@@ -499,13 +499,23 @@ pub fn parse_mailbox(field: &str, value: &str) -> Result<Mailbox, JobError> {
         });
     }
     check_header_value(field, value)?;
-    value
+    let mailbox = value
         .parse::<Mailbox>()
         .map_err(|e| JobError::InvalidAddress {
             field: field.to_owned(),
             value: value.to_owned(),
             reason: e.to_string(),
-        })
+        })?;
+    if let Some(label) = crate::mailbox::mixed_script_label(mailbox.email.domain()) {
+        return Err(JobError::InvalidAddress {
+            field: field.to_owned(),
+            value: value.to_owned(),
+            reason: format!(
+                "domain label {label:?} mixes scripts (UTS #39): a look-alike of another domain"
+            ),
+        });
+    }
+    Ok(mailbox)
 }
 
 fn check_mailbox(field: &str, value: &str) -> Result<(), JobError> {
@@ -647,6 +657,15 @@ mod tests {
             ),
             (
                 with(valid(), "headers", json!({"reply-to": "nope"})),
+                "invalid_address",
+            ),
+            // A Cyrillic `а` among Latin letters: a look-alike of apple.example.
+            (
+                with(valid(), "to", json!(["ann@\u{430}pple.example"])),
+                "invalid_address",
+            ),
+            (
+                with(valid(), "from", json!("Shop <shop@xn--pple-43d.example>")),
                 "invalid_address",
             ),
             (

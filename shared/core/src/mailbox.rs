@@ -80,6 +80,39 @@ fn check_domain_ascii(domain: &str) -> Result<(), AddressError> {
     }
 }
 
+/// The first label of an internationalised domain that mixes scripts beyond what UTS #39's
+/// "highly restrictive" level allows (e.g. Latin with Cyrillic, `аpple.example` with a Cyrillic
+/// `а`: a spoof of `apple.example`), in its Unicode form. Latin with Han, Hiragana and Katakana
+/// (Japanese), Han and Bopomofo, or Han and Hangul pass, as do labels of one script; ASCII
+/// labels are never flagged, and `xn--` labels are read in their Unicode form. A label of a
+/// single non-Latin script that only looks Latin (a whole-script confusable) is not flagged:
+/// telling it from a real word of that script needs a list of the domains it imitates.
+pub fn mixed_script_label(domain: &str) -> Option<String> {
+    use unicode_security::{RestrictionLevel, RestrictionLevelDetection};
+    domain.split('.').find_map(|label| {
+        let unicode = if label
+            .get(..4)
+            .is_some_and(|p| p.eq_ignore_ascii_case("xn--"))
+        {
+            let (decoded, result) = idna::domain_to_unicode(label);
+            result.ok()?;
+            decoded
+        } else {
+            label.to_owned()
+        };
+        if unicode.is_ascii() {
+            return None;
+        }
+        // Hyphens and digits join labels of any script (UTS #39 counts them as Common).
+        let letters: String = unicode
+            .chars()
+            .filter(|c| *c != '-' && !c.is_ascii_digit())
+            .collect();
+        (letters.as_str().detect_restriction_level() > RestrictionLevel::HighlyRestrictive)
+            .then_some(unicode)
+    })
+}
+
 /// The one form of an address that every suppression read and write uses: the bare address of
 /// a mailbox (`Ann <Ann@Example.COM>` -> `ann@example.com`), its domain in IDNA's ASCII form
 /// (`bücher.example` -> `xn--bcher-kva.example`), all lower-cased. The local part is lower-cased

@@ -293,3 +293,36 @@ fn allowed_senders_match_addresses_and_domains_however_written() {
         assert!(AllowedSenders::parse(bad).is_err(), "{bad:?}");
     }
 }
+
+#[test]
+fn domains_that_mix_scripts_are_flagged_and_real_ones_pass() {
+    // Look-alikes: Latin with Cyrillic or Greek in one label, in Unicode or in xn-- form.
+    for (domain, label) in [
+        ("\u{430}pple.example", "\u{430}pple"),
+        ("xn--pple-43d.example", "\u{430}pple"),
+        ("shop.p\u{430}ypal.example", "p\u{430}ypal"),
+        ("g\u{3bf}\u{3bf}gle.example", "g\u{3bf}\u{3bf}gle"),
+        ("\u{441}\u{430}fe-bank.example", "\u{441}\u{430}fe-bank"),
+    ] {
+        assert_eq!(
+            mixed_script_label(domain).as_deref(),
+            Some(label),
+            "{domain}"
+        );
+    }
+    // Real internationalised domains: one script, or Japanese (Han, Hiragana, Katakana and
+    // Latin), digits and hyphens joining any of them; ASCII is never flagged.
+    for domain in [
+        "example.com",
+        "b\u{fc}cher.example",
+        "xn--bcher-kva.example",
+        "\u{43f}\u{440}\u{438}\u{43c}\u{435}\u{440}.\u{440}\u{444}",
+        "\u{4f8b}\u{3048}.\u{30c6}\u{30b9}\u{30c8}",
+        "\u{65e5}\u{672c}\u{8a9e}-abc2.example",
+        "\u{3b5}\u{3bb}\u{3bb}\u{3ac}\u{3b4}\u{3b1}-24.example",
+        "m\u{fc}nchen-2026.example",
+        "[192.0.2.1]",
+    ] {
+        assert_eq!(mixed_script_label(domain), None, "{domain}");
+    }
+}
