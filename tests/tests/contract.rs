@@ -1086,6 +1086,36 @@ async fn letter_index_memory_and_dynamodb() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("not a cursor"), "{err}");
+    // Entries expire (the table's TTL on `expires_at`, epoch seconds) the archive's retention
+    // plus a margin after the dead-lettering: never before the archived copy they point to.
+    let dynamodb = aws_sdk_dynamodb::Client::new(&stack.sdk);
+    let index = courier_adapters::aws::DynamoDbLetterIndex::new(
+        dynamodb.clone(),
+        &stack.resources.letter_index_table,
+    )
+    .outliving(10);
+    let mut letter = indexed_letter(0, now());
+    letter.letter_id = unique("expiring");
+    assert!(index.put_new(&letter).await.unwrap());
+    let item = dynamodb
+        .get_item()
+        .table_name(&stack.resources.letter_index_table)
+        .key(
+            "letter_id",
+            aws_sdk_dynamodb::types::AttributeValue::S(letter.letter_id.clone()),
+        )
+        .send()
+        .await
+        .unwrap()
+        .item
+        .unwrap();
+    let expires_at: i64 = item["expires_at"].as_n().unwrap().parse().unwrap();
+    assert_eq!(
+        expires_at,
+        (letter.dead_lettered_at
+            + chrono::Duration::days(10 + courier_adapters::aws::letters::INDEX_MARGIN_DAYS))
+        .timestamp()
+    );
 }
 
 async fn archive_store_contract(store: &dyn ArchiveStore) {

@@ -1104,3 +1104,27 @@ fn ses_sends_are_scoped_and_the_quota_that_paces_them_is_readable() {
     );
     assert_eq!(t.parameter_default("SesMaxSendRate").as_deref(), Some(""));
 }
+
+/// The letter index expires: its TTL is on `expires_at`, which the two functions that index
+/// letters (send and events) set from the archive's retention (`ArchiveRetentionDays`) plus a
+/// margin, so an entry never outlives the retention policy nor expires before its archived copy.
+#[test]
+fn letter_index_entries_expire_after_the_archive_they_point_to() {
+    let t = Template::load();
+    let ttl = &t.doc["Resources"]["LetterIndexTable"]["Properties"]["TimeToLiveSpecification"];
+    assert_eq!(ttl["AttributeName"].as_str(), Some("expires_at"));
+    assert_eq!(ttl["Enabled"].as_bool(), Some(true));
+    for function in ["SendFunction", "EventsFunction"] {
+        let value = &t.doc["Resources"][function]["Properties"]["Environment"]["Variables"]["COURIER_ARCHIVE_RETENTION_DAYS"];
+        assert_eq!(
+            referenced(value).as_deref(),
+            Some("ArchiveRetentionDays"),
+            "{function}"
+        );
+    }
+    let bucket_days = &t.doc["Resources"]["ArchiveBucket"]["Properties"]["LifecycleConfiguration"];
+    assert!(
+        format!("{bucket_days:?}").contains("ArchiveRetentionDays"),
+        "the archive expires by the same parameter"
+    );
+}

@@ -38,6 +38,7 @@ fn applier(stack: &Stack, policy: RetryPolicy, guard: GuardConfig) -> Applier {
             soft_suppression: chrono::Duration::days(14),
             // The fixtures come in every envelope, unsigned; the gate has its own tests.
             admission: Admission::Any,
+            archive_retention_days: 365,
         },
     )
     .expect("wired")

@@ -570,6 +570,7 @@ fn settings_name_the_variable_that_is_wrong() {
     let ok = Settings::from_lookup(base).unwrap();
     assert_eq!(ok.guard, GuardConfig::default());
     assert_eq!(ok.admission, Admission::EventBridge);
+    assert_eq!(ok.archive_retention_days, 365);
     let with = |key: &'static str, value: &'static str| {
         move |k: &str| {
             if k == key {
@@ -584,6 +585,8 @@ fn settings_name_the_variable_that_is_wrong() {
     let s = Settings::from_lookup(with("COURIER_REPUTATION_WINDOW", "6h")).unwrap();
     assert_eq!(s.guard.window, chrono::Duration::hours(6));
     assert_eq!(ok.soft_suppression, chrono::Duration::days(14));
+    let s = Settings::from_lookup(with("COURIER_ARCHIVE_RETENTION_DAYS", "731")).unwrap();
+    assert_eq!(s.archive_retention_days, 731);
     let s = Settings::from_lookup(with("COURIER_SOFT_SUPPRESSION_PERIOD", "3d")).unwrap();
     assert_eq!(s.soft_suppression, chrono::Duration::days(3));
     for (key, value) in [
@@ -595,6 +598,8 @@ fn settings_name_the_variable_that_is_wrong() {
         ("COURIER_SOFT_SUPPRESSION_PERIOD", "two weeks"),
         ("COURIER_SOFT_SUPPRESSION_PERIOD", "0"),
         ("COURIER_RETRY_POLICY_JSON", "{"),
+        ("COURIER_ARCHIVE_RETENTION_DAYS", "0"),
+        ("COURIER_ARCHIVE_RETENTION_DAYS", "a year"),
     ] {
         match Settings::from_lookup(with(key, value)) {
             Err(SettingsError::Invalid { name, .. }) => assert_eq!(name, key),

@@ -35,6 +35,9 @@ pub struct Settings {
     /// for `sns`, `COURIER_SES_EVENTS_TOPIC_ARN` and optionally `COURIER_SNS_CERTIFICATE_HOST`,
     /// by default `sns.$AWS_REGION.amazonaws.com`).
     pub admission: Admission,
+    /// How long the S3 archive keeps dead letters (`COURIER_ARCHIVE_RETENTION_DAYS`, default
+    /// 365): the letter index entries this function writes outlive it by a margin.
+    pub archive_retention_days: i64,
 }
 
 /// The default of `COURIER_SOFT_SUPPRESSION_PERIOD`: 14 days.
@@ -116,8 +119,22 @@ impl Settings {
                 });
             }
         };
+        let archive_retention_days =
+            match lookup("COURIER_ARCHIVE_RETENTION_DAYS").filter(|v| !v.is_empty()) {
+                None => courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
+                Some(v) => v
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=3653).contains(n))
+                    .ok_or_else(|| SettingsError::Invalid {
+                        name: "COURIER_ARCHIVE_RETENTION_DAYS",
+                        message: format!("{v:?} is not a whole number of days in 1..=3653"),
+                    })?,
+            };
         Ok(Settings {
             admission,
+            archive_retention_days,
             status_table: required("COURIER_STATUS_TABLE")?,
             suppression_table: required("COURIER_SUPPRESSION_TABLE")?,
             control_table: required("COURIER_CONTROL_TABLE")?,
@@ -172,7 +189,8 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Result<Applier, StoreErro
                 &settings.delay_state_machine_arn,
             )),
             dead_letters: Arc::new(IndexedDeadLetterSink::new(
-                DynamoDbLetterIndex::new(dynamodb.clone(), &settings.letter_index_table),
+                DynamoDbLetterIndex::new(dynamodb.clone(), &settings.letter_index_table)
+                    .outliving(settings.archive_retention_days),
                 SqsDeadLetterSink::new(clients.sqs.clone(), &settings.dead_letter_queue_url),
             )),
             rng: std::sync::Mutex::new(courier_adapters::clock::seeded_from_entropy()),

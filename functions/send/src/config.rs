@@ -39,6 +39,9 @@ pub struct SendConfig {
     /// The identities jobs may send as (`COURIER_ALLOWED_SENDERS`); `None`: any (SES still
     /// sends only from verified identities).
     pub allowed_senders: Option<AllowedSenders>,
+    /// How long the S3 archive keeps dead letters (`COURIER_ARCHIVE_RETENTION_DAYS`, 1..=3653):
+    /// the letter index entries this function writes outlive it by a margin, then expire.
+    pub archive_retention_days: i64,
 }
 
 impl Default for SendConfig {
@@ -54,6 +57,7 @@ impl Default for SendConfig {
             rate_limits: BTreeMap::new(),
             ses_quota_pacing: None,
             allowed_senders: None,
+            archive_retention_days: courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
         }
     }
 }
@@ -314,6 +318,18 @@ impl SendConfig {
                     })?,
                 );
         }
+        if let Some(v) = lookup("COURIER_ARCHIVE_RETENTION_DAYS").filter(|v| !v.is_empty()) {
+            config.archive_retention_days = v
+                .trim()
+                .parse()
+                .ok()
+                .filter(|n| (1..=3653).contains(n))
+                .ok_or_else(|| ConfigError::Invalid {
+                    name: "COURIER_ARCHIVE_RETENTION_DAYS",
+                    value: v.clone(),
+                    problem: "must be a whole number of days in 1..=3653".into(),
+                })?;
+        }
         if let Some(v) = lookup("COURIER_STATUS_WRITE_TRIES") {
             config.status_write_tries = v
                 .parse()
@@ -440,12 +456,15 @@ mod tests {
     fn defaults_and_overrides() {
         let (config, resources, _) = parse(&base()).unwrap();
         assert_eq!(config.concurrency, 10);
+        assert_eq!(config.archive_retention_days, 365);
         assert_eq!(resources.providers, vec![Provider::Ses]);
         let mut env = base();
         env.insert("COURIER_AMBIGUITY_GRACE", "20m".into());
         env.insert("COURIER_PROVIDERS", "smtp, ses".into());
         env.insert("COURIER_SMTP_HOST", "relay".into());
+        env.insert("COURIER_ARCHIVE_RETENTION_DAYS", "731".into());
         let (config, resources, _) = parse(&env).unwrap();
+        assert_eq!(config.archive_retention_days, 731);
         assert_eq!(config.ambiguity_grace, Duration::from_secs(1200));
         assert_eq!(resources.providers, vec![Provider::Smtp, Provider::Ses]);
         assert_eq!(resources.smtp.unwrap().port, 587);
@@ -531,6 +550,16 @@ mod tests {
             ("COURIER_RETRY_POLICY_JSON", "{", "retry policy"),
             ("COURIER_SEND_RATE_SES", "fast", "COURIER_SEND_RATE_SES"),
             ("COURIER_SEND_RATE_SES", "-1", "COURIER_SEND_RATE_SES"),
+            (
+                "COURIER_ARCHIVE_RETENTION_DAYS",
+                "forever",
+                "COURIER_ARCHIVE_RETENTION_DAYS",
+            ),
+            (
+                "COURIER_ARCHIVE_RETENTION_DAYS",
+                "0",
+                "COURIER_ARCHIVE_RETENTION_DAYS",
+            ),
             ("COURIER_SEND_RATE_CHUNK", "many", "COURIER_SEND_RATE_CHUNK"),
             (
                 "COURIER_SEND_RATE_MAX_AHEAD",

@@ -93,7 +93,8 @@ pub fn wire(
             .with_payloads(Arc::clone(&payloads)),
         ),
         dead_letters: Arc::new(IndexedDeadLetterSink::new(
-            DynamoDbLetterIndex::new(dynamodb.clone(), &resources.letter_index_table),
+            DynamoDbLetterIndex::new(dynamodb.clone(), &resources.letter_index_table)
+                .outliving(config.archive_retention_days),
             SqsDeadLetterSink::new(sqs, &resources.dead_letter_queue_url)
                 .with_payloads(Arc::clone(&payloads)),
         )),

@@ -134,12 +134,22 @@ impl LetterQueue for SqsLetterQueue {
 /// copy and the archive only.
 const MAX_RECORD_IN_INDEX: usize = 300 * 1024;
 
+/// How long the S3 archive keeps a letter by default (the template's `ArchiveRetentionDays`).
+pub const DEFAULT_ARCHIVE_RETENTION_DAYS: i64 = 365;
+
+/// How much longer than the archive an index entry lives: a letter reaches the archive up to
+/// 14 days (the DLQ's retention) after it was dead-lettered, so the entry expires after the
+/// archived copy it points to, never before.
+pub const INDEX_MARGIN_DAYS: i64 = 30;
+
 /// The letter index: key `letter_id` (S); `category`, `class`, `campaign_id`, `provider`,
 /// `dead_lettered_at` (epoch ms) as top-level attributes for queries; `record` is the full
-/// dead letter as JSON; `state`, `archive_key`, `audit`.
+/// dead letter as JSON; `state`, `archive_key`, `audit`; `expires_at` (epoch seconds, the
+/// table's TTL) the archive's retention plus [`INDEX_MARGIN_DAYS`] after the dead-lettering.
 pub struct DynamoDbLetterIndex {
     client: aws_sdk_dynamodb::Client,
     table: String,
+    keep: chrono::Duration,
 }
 
 impl DynamoDbLetterIndex {
@@ -147,6 +157,15 @@ impl DynamoDbLetterIndex {
         DynamoDbLetterIndex {
             client,
             table: table.into(),
+            keep: chrono::Duration::days(DEFAULT_ARCHIVE_RETENTION_DAYS + INDEX_MARGIN_DAYS),
+        }
+    }
+
+    /// Entries outlive an archive that keeps letters `days` days.
+    pub fn outliving(self, archive_retention_days: i64) -> Self {
+        DynamoDbLetterIndex {
+            keep: chrono::Duration::days(archive_retention_days + INDEX_MARGIN_DAYS),
+            ..self
         }
     }
 }
@@ -219,11 +238,20 @@ fn from_item(item: &HashMap<String, AttributeValue>) -> Option<IndexedLetter> {
 #[async_trait::async_trait]
 impl LetterIndex for DynamoDbLetterIndex {
     async fn put_new(&self, letter: &IndexedLetter) -> Result<bool, StoreError> {
+        let mut item = item_of(letter)?;
+        item.insert(
+            "expires_at".to_owned(),
+            AttributeValue::N(
+                (letter.dead_lettered_at + self.keep)
+                    .timestamp()
+                    .to_string(),
+            ),
+        );
         let result = self
             .client
             .put_item()
             .table_name(&self.table)
-            .set_item(Some(item_of(letter)?))
+            .set_item(Some(item))
             .condition_expression("attribute_not_exists(letter_id)")
             .send()
             .await;
