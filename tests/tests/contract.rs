@@ -1711,7 +1711,7 @@ async fn copies_and_letters_too_large_for_sqs_go_through_the_claim_check() {
         .clone();
     assert!(pointer.len() < 1_024, "{pointer}");
     assert_eq!(
-        redeem(Some(&*payloads), pointer).await.unwrap(),
+        redeem(Some(&*payloads), &pointer).await.unwrap(),
         large,
         "the stored body comes back whole"
     );

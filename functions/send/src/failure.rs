@@ -101,7 +101,7 @@ impl Pipeline {
     pub(crate) async fn poison_after_panic(&self, body: &str, owner: &str, what: &str) -> Step {
         let now = self.now();
         // A claim-checked copy is judged by the job it stands for.
-        let body = match claim_check::redeem(Some(&*self.payloads), body.to_owned()).await {
+        let body = match claim_check::redeem(Some(&*self.payloads), body).await {
             Ok(body) => body,
             Err(RedeemError::Store(e)) => return Step::Redeliver(e.into()),
             Err(e) => {
@@ -109,7 +109,7 @@ impl Pipeline {
                 return self.carry_out(fate, Holding::Nothing).await;
             }
         };
-        let body = body.as_str();
+        let body = &*body;
         let fate = match parse_body(body.as_bytes()) {
             Ok(incoming) => {
                 let verdict = Verdict::local(

@@ -348,7 +348,7 @@ impl Pipeline {
         let now = self.now();
         let unclaimed = |fate| (fate, Holding::Nothing);
         // 1. Redeem a claim check, parse and validate.
-        let body = match claim_check::redeem(Some(&*self.payloads), record.body.clone()).await {
+        let body = match claim_check::redeem(Some(&*self.payloads), &record.body).await {
             Ok(body) => body,
             Err(RedeemError::Store(e)) => return unclaimed(Fate::Redeliver(e.into())),
             Err(e) => return unclaimed(Self::unredeemable(&record.body, &e, now)),

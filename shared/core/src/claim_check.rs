@@ -3,6 +3,8 @@
 //! Content-addressed (the key is the body's SHA-256), so a retried store is harmless; whoever
 //! reads the queue redeems the pointer for the body and checks its size and digest.
 
+use std::borrow::Cow;
+
 use serde::{Deserialize, Serialize};
 
 use crate::job::fingerprint;
@@ -104,9 +106,12 @@ pub enum RedeemError {
 
 /// The queue body for `body`: itself when it fits, else a pointer to it once it is stored.
 /// Without a store, a body too large fails here, with a message that says so.
-pub async fn stow(store: Option<&dyn PayloadStore>, body: String) -> Result<String, StoreError> {
+pub async fn stow<'a>(
+    store: Option<&dyn PayloadStore>,
+    body: &'a str,
+) -> Result<Cow<'a, str>, StoreError> {
     if body.len() <= MAX_INLINE_BYTES {
-        return Ok(body);
+        return Ok(Cow::Borrowed(body));
     }
     let Some(store) = store else {
         return Err(StoreError::msg(
@@ -117,15 +122,19 @@ pub async fn stow(store: Option<&dyn PayloadStore>, body: String) -> Result<Stri
             ),
         ));
     };
-    let check = ClaimCheck::of(&body);
-    store.put(&check.key, body.into_bytes()).await?;
-    Ok(check.to_body())
+    let check = ClaimCheck::of(body);
+    store.put(&check.key, body.as_bytes().to_vec()).await?;
+    Ok(Cow::Owned(check.to_body()))
 }
 
-/// The body a queue message stands for: itself, or the stored body its pointer names.
-pub async fn redeem(store: Option<&dyn PayloadStore>, body: String) -> Result<String, RedeemError> {
-    let Some(check) = ClaimCheck::parse(&body) else {
-        return Ok(body);
+/// The body a queue message stands for: itself (borrowed, not copied), or the stored body its
+/// pointer names.
+pub async fn redeem<'a>(
+    store: Option<&dyn PayloadStore>,
+    body: &'a str,
+) -> Result<Cow<'a, str>, RedeemError> {
+    let Some(check) = ClaimCheck::parse(body) else {
+        return Ok(Cow::Borrowed(body));
     };
     if !check.well_formed() {
         return Err(RedeemError::Corrupt {
@@ -144,7 +153,7 @@ pub async fn redeem(store: Option<&dyn PayloadStore>, body: String) -> Result<St
         )));
     };
     match store.get(&check.key).await? {
-        Some(bytes) => check.verify(bytes),
+        Some(bytes) => check.verify(bytes).map(Cow::Owned),
         None => Err(RedeemError::Missing { key: check.key }),
     }
 }
@@ -189,7 +198,8 @@ mod tests {
         assert!(check.well_formed());
         check.key = "templates/welcome.json".into();
         assert!(!check.well_formed());
-        let redeemed = futures_lite_block_on(redeem(None, check.to_body()));
+        let body = check.to_body();
+        let redeemed = futures_lite_block_on(redeem(None, &body));
         assert!(
             matches!(redeemed, Err(RedeemError::Corrupt { .. })),
             "{redeemed:?}"

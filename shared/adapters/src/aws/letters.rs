@@ -75,8 +75,8 @@ impl LetterQueue for SqsLetterQueue {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0);
             let raw = m.body.unwrap_or_default();
-            let body = match redeem(self.payloads.as_deref(), raw.clone()).await {
-                Ok(body) => body,
+            let body = match redeem(self.payloads.as_deref(), &raw).await {
+                Ok(body) => body.into_owned(),
                 // Unreadable for now: this batch fails, and the message is received again.
                 Err(RedeemError::Store(e)) => return Err(e),
                 // Gone or altered: the pointer itself is what is left (its key and digest).

@@ -1,5 +1,6 @@
 //! SQS and Step Functions adapters: re-enqueued retries and dead letters.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use aws_sdk_sqs::types::{MessageAttributeValue, SendMessageBatchRequestEntry};
@@ -41,12 +42,15 @@ impl SqsRetryScheduler {
     }
 
     /// One `SendMessageBatch` of (index, body, delay) entries; one result per entry.
-    async fn send_batch(&self, chunk: &[(usize, String, u64)]) -> Vec<Result<(), StoreError>> {
+    async fn send_batch(
+        &self,
+        chunk: &[(usize, Cow<'_, str>, u64)],
+    ) -> Vec<Result<(), StoreError>> {
         let mut request = self.sqs.send_message_batch().queue_url(&self.queue_url);
         for (i, (_, body, delay_secs)) in chunk.iter().enumerate() {
             let entry = SendMessageBatchRequestEntry::builder()
                 .id(i.to_string())
-                .message_body(body)
+                .message_body(body.as_ref())
                 .delay_seconds(i32::try_from((*delay_secs).min(900)).unwrap_or(900))
                 .build();
             match entry {
@@ -97,9 +101,9 @@ impl RetryScheduler for SqsRetryScheduler {
     async fn enqueue(&self, items: &[Requeue]) -> Vec<Result<(), StoreError>> {
         let mut results: Vec<Option<Result<(), StoreError>>> = Vec::with_capacity(items.len());
         // The queue body of each copy: itself, or its claim check (a failed store fails it).
-        let mut ready: Vec<(usize, String, u64)> = Vec::with_capacity(items.len());
+        let mut ready: Vec<(usize, Cow<'_, str>, u64)> = Vec::with_capacity(items.len());
         for (i, item) in items.iter().enumerate() {
-            match stow(self.payloads.as_deref(), item.body.clone()).await {
+            match stow(self.payloads.as_deref(), &item.body).await {
                 Ok(body) => {
                     ready.push((i, body, item.delay_secs));
                     results.push(None);
@@ -192,7 +196,7 @@ fn attr(value: &str) -> Result<MessageAttributeValue, StoreError> {
 impl DeadLetterSink for SqsDeadLetterSink {
     async fn put(&self, letter: &DeadLetter) -> Result<(), StoreError> {
         let body = serde_json::to_string(letter).map_err(|e| StoreError::new("dead letter", e))?;
-        let body = stow(self.payloads.as_deref(), body).await?;
+        let body = stow(self.payloads.as_deref(), &body).await?.into_owned();
         let mut request = self
             .sqs
             .send_message()
