@@ -16,6 +16,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use courier_core::breaker::{Admission, BreakerState};
 use courier_core::classify::ErrorClass;
+use courier_core::delay;
 use courier_core::plan::{self, Acceptance, Route};
 use courier_core::policy::{Decision, DelayMechanism, MAX_QUEUE_DELAY_SECS, RetryState};
 use courier_core::random::{RandomSource, SeededRandom};

@@ -23,14 +23,14 @@ pub enum Acceptance {
     Unknown,
 }
 
-/// Where a failure leads, before any body is built (the simulator's view of [`Plan`]).
+/// Where a failure leads, before any body is built (the simulator's view of [`Plan`]). How a
+/// retry waits depends on the body it will carry: [`wait`] (or [`delay::mechanism`]) decides.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
-    /// Try again after `delay_secs`, waiting by `mechanism`.
+    /// Try again after `delay_secs`.
     Retry {
         delay_secs: u64,
         spends_attempt: bool,
-        mechanism: DelayMechanism,
     },
     DeadLetter {
         category: DeadLetterCategory,
@@ -40,10 +40,10 @@ pub enum Route {
     Finish { status: Status, suppress: bool },
 }
 
-/// The route of a failure whose policy decision is `decision`, for a copy whose queue body is
-/// `body`: an outcome that may have been accepted waits at least `grace` for provider evidence
-/// before anything is sent again, and its dead letter says the last attempt may have gone out.
-pub fn route(decision: Decision, acceptance: Acceptance, grace: Duration, body: &str) -> Route {
+/// The route of a failure whose policy decision is `decision`: an outcome that may have been
+/// accepted waits at least `grace` for provider evidence before anything is sent again, and its
+/// dead letter says the last attempt may have gone out.
+pub fn route(decision: Decision, acceptance: Acceptance, grace: Duration) -> Route {
     let ambiguous = acceptance == Acceptance::Unknown;
     match decision {
         Decision::Retry {
@@ -54,7 +54,6 @@ pub fn route(decision: Decision, acceptance: Acceptance, grace: Duration, body: 
             Route::Retry {
                 delay_secs: delay.as_secs(),
                 spends_attempt,
-                mechanism: delay::mechanism(delay.as_secs(), body),
             }
         }
         Decision::DeadLetter { category, reason } => Route::DeadLetter {
@@ -181,12 +180,10 @@ pub fn plan(failure: &Failure<'_>, decision: Decision) -> Plan {
         grace,
     } = *failure;
     let job = &incoming.job;
-    // The copy's mechanism is decided by `wait` on the body it will carry, not here.
-    match route(decision, acceptance, grace, "") {
+    match route(decision, acceptance, grace) {
         Route::Retry {
             delay_secs,
             spends_attempt,
-            ..
         } => {
             let mut retry = incoming.retry.clone();
             retry.record(verdict.class, spends_attempt, delay_secs, now);

@@ -47,16 +47,13 @@ impl Engine<'_> {
         let Route::Retry {
             delay_secs: secs,
             spends_attempt,
-            mechanism: DelayMechanism::QueueDelay,
-        } = plan::route(
-            decision,
-            Acceptance::Refused,
-            Duration::ZERO,
-            SIMULATED_BODY,
-        )
+        } = plan::route(decision, Acceptance::Refused, Duration::ZERO)
         else {
             return false;
         };
+        if delay::mechanism(secs, SIMULATED_BODY) != DelayMechanism::QueueDelay {
+            return false;
+        }
         if class == ErrorClass::RateLimited {
             self.rate_refused += 1;
         }
@@ -241,12 +238,12 @@ impl Engine<'_> {
         };
         let grace = Duration::from_secs(sc.ambiguity_grace_secs);
         // The send function's planning, for the simulated job's body.
-        match plan::route(decision, acceptance, grace, SIMULATED_BODY) {
+        match plan::route(decision, acceptance, grace) {
             Route::Retry {
                 delay_secs: secs,
                 spends_attempt,
-                mechanism,
             } => {
+                let mechanism = delay::mechanism(secs, SIMULATED_BODY);
                 let j = &mut self.jobs[job as usize];
                 j.retry.record(class, spends_attempt, secs, at(now));
                 // A re-sent message is a new copy: its receive count starts again.
