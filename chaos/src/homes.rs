@@ -37,14 +37,7 @@ pub async fn archive(
     stack: &Provisioned,
 ) -> Result<ArchiveReport, RunError> {
     let ages = ArchiveAges::zero();
-    let settings = courier_archiver::wiring::Settings {
-        dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
-        redrive_queue_url: stack.redrive_dlq_url.clone(),
-        letter_index_table: stack.letter_index_table.clone(),
-        archive_bucket: stack.archive_bucket.clone(),
-        payload_bucket: stack.payload_bucket.clone(),
-        ages,
-    };
+    let settings = courier_dev::archiver_settings(stack, ages);
     let archiver = courier_archiver::wiring::wire(&Clients::new(sdk), &settings);
     let mut total = ArchiveReport::default();
     for run in 0..20 {

@@ -710,14 +710,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             .collect();
     // The archiver's scheduled run, with the archive ages of the demo (zero: archive everything).
     let ages = courier_core::letters::ArchiveAges::zero();
-    let settings = courier_archiver::wiring::Settings {
-        dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
-        redrive_queue_url: stack.redrive_dlq_url.clone(),
-        letter_index_table: stack.letter_index_table.clone(),
-        archive_bucket: stack.archive_bucket.clone(),
-        payload_bucket: stack.payload_bucket.clone(),
-        ages,
-    };
+    let settings = courier_dev::archiver_settings(&stack, ages);
     let archiver = courier_archiver::wiring::wire(&clients, &settings);
     let archived = archiver
         .run("demo", chrono::Utc::now() + chrono::Duration::seconds(120))

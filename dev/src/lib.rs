@@ -5,7 +5,7 @@
 //!
 //! # Layout
 //! - [`driver`]: Lambda's SQS event source mapping as a local loop.
-//! - [`send_resources`]: the send function's resources on a provisioned stack.
+//! - [`send_resources`], [`archiver_settings`]: the functions' resources on a provisioned stack.
 //! - The binary: `demo` (what `make demo` runs), `drive` (the send function as a local process),
 //!   `provision` (a stack on the emulator) and `simulate` (the outage simulator, offline).
 
@@ -36,5 +36,20 @@ pub fn send_resources(
         providers: providers.to_vec(),
         ses_configuration_set,
         smtp,
+    }
+}
+
+/// The archiver's settings on a stack provisioned on an emulator, archiving at `ages`.
+pub fn archiver_settings(
+    stack: &Provisioned,
+    ages: courier_core::letters::ArchiveAges,
+) -> courier_archiver::wiring::Settings {
+    courier_archiver::wiring::Settings {
+        dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
+        redrive_queue_url: stack.redrive_dlq_url.clone(),
+        letter_index_table: stack.letter_index_table.clone(),
+        archive_bucket: stack.archive_bucket.clone(),
+        payload_bucket: stack.payload_bucket.clone(),
+        ages,
     }
 }

@@ -211,14 +211,7 @@ async fn main() {
         t.await.expect("sink task");
     }
     let ages = ArchiveAges::zero();
-    let settings = courier_archiver::wiring::Settings {
-        dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
-        redrive_queue_url: stack.redrive_dlq_url.clone(),
-        letter_index_table: stack.letter_index_table.clone(),
-        archive_bucket: stack.archive_bucket.clone(),
-        payload_bucket: stack.payload_bucket.clone(),
-        ages: ages.clone(),
-    };
+    let settings = courier_dev::archiver_settings(&stack, ages.clone());
     let archiver = courier_archiver::wiring::wire(&clients, &settings);
     let t = Instant::now();
     let report = archiver
