@@ -1128,3 +1128,130 @@ fn letter_index_entries_expire_after_the_archive_they_point_to() {
         "the archive expires by the same parameter"
     );
 }
+
+/// The DynamoDB actions a function's role grants, listed explicitly (no SAM `DynamoDB*Policy`,
+/// whose Crud variant brings DeleteItem and Scan): every action the adapters the functions use
+/// call is granted, and none deletes or scans. Read from the adapters' sources, each SDK call
+/// mapped to its IAM action (a transaction is checked per item: `Update`, `ConditionCheck`);
+/// the calls only `courierctl` makes (removing or listing suppressions, searching letters) are
+/// named, and no function calls those methods.
+#[test]
+fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
+    let t = Template::load();
+    let text = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
+    assert!(
+        !text.contains("DynamoDBCrudPolicy")
+            && !text.contains("DynamoDBWritePolicy")
+            && !text.contains("DynamoDBReadPolicy"),
+        "SAM's DynamoDB policy templates grant more than the functions use"
+    );
+    // What the adapters call, and from which method.
+    let calls = [
+        ("get_item", "dynamodb:GetItem"),
+        ("batch_get_item", "dynamodb:BatchGetItem"),
+        ("query", "dynamodb:Query"),
+        ("put_item", "dynamodb:PutItem"),
+        ("update_item", "dynamodb:UpdateItem"),
+        ("transact_write_items", "dynamodb:ConditionCheckItem"),
+        ("delete_item", "dynamodb:DeleteItem"),
+        ("scan", "dynamodb:Scan"),
+        ("batch_write_item", "dynamodb:BatchWriteItem"),
+    ];
+    let cli_only = [
+        ("delete_item", "remove"),
+        ("scan", "list"),
+        ("scan", "search"),
+    ];
+    let mut used = BTreeSet::new();
+    let sources = std::fs::read_dir(repo().join("shared/adapters/src/aws/dynamodb"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .chain([repo().join("shared/adapters/src/aws/letters.rs")]);
+    for path in sources {
+        let source = std::fs::read_to_string(&path).unwrap();
+        for (call, action) in calls {
+            for (at, _) in source.match_indices(&format!(".{call}()")) {
+                let method = source[..at]
+                    .rfind("fn ")
+                    .map(|f| {
+                        source[f + 3..]
+                            .split(|c: char| !c.is_alphanumeric() && c != '_')
+                            .next()
+                            .unwrap_or_default()
+                    })
+                    .unwrap_or_default();
+                if cli_only.contains(&(call, method)) {
+                    continue;
+                }
+                used.insert(action);
+                if call == "transact_write_items" {
+                    used.insert("dynamodb:UpdateItem");
+                }
+            }
+        }
+    }
+    assert!(used.len() >= 6, "{used:?}");
+    for function in [
+        "SendFunction",
+        "EventsFunction",
+        "ArchiverFunction",
+        "SweeperFunction",
+    ] {
+        let granted: BTreeSet<String> = t.doc["Resources"][function]["Properties"]["Policies"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .filter_map(|p| p.get("Statement")?.as_sequence())
+            .flatten()
+            .flat_map(|s| match &s["Action"] {
+                Yaml::String(a) => vec![a.clone()],
+                Yaml::Sequence(v) => v
+                    .iter()
+                    .filter_map(|a| a.as_str().map(str::to_owned))
+                    .collect(),
+                _ => Vec::new(),
+            })
+            .filter(|a| a.starts_with("dynamodb:"))
+            .collect();
+        for forbidden in [
+            "dynamodb:DeleteItem",
+            "dynamodb:Scan",
+            "dynamodb:BatchWriteItem",
+            "dynamodb:*",
+        ] {
+            assert!(
+                !granted.contains(forbidden),
+                "{function} grants {forbidden}"
+            );
+        }
+        if function == "SweeperFunction" {
+            // Narrower still: it queries one index and updates what it finds.
+            assert_eq!(
+                granted,
+                BTreeSet::from(["dynamodb:Query".into(), "dynamodb:UpdateItem".into()])
+            );
+            continue;
+        }
+        for action in &used {
+            assert!(granted.contains(*action), "{function} lacks {action}");
+        }
+    }
+    // No function calls what only courierctl may.
+    for crate_dir in [
+        "functions/send/src",
+        "functions/events/src",
+        "functions/archiver/src",
+        "functions/sweeper/src",
+    ] {
+        for entry in std::fs::read_dir(repo().join(crate_dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_none_or(|e| e != "rs") || path.ends_with("tests.rs") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).unwrap();
+            for call in ["suppression.remove(", "suppression.list(", ".search("] {
+                assert!(!source.contains(call), "{} calls {call}", path.display());
+            }
+        }
+    }
+}
