@@ -18,10 +18,11 @@ demo:
 	@scripts/install-deps.sh localstack moto smtp
 	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh localstack -- $(CARGO) run -q -p courier-dev -- demo
 
-## make lint-infra: cfn-lint and checkov on infra/ (checkov's skips are justified next to each resource).
+## make lint-infra: cfn-lint, the IAM lint (parliament, infra/iam-lint.py) and checkov on infra/ (checkov's skips are justified next to each resource).
 lint-infra:
 	scripts/install-deps.sh infra
 	$${COURIER_CACHE:-.cache}/venv-infra/bin/cfn-lint infra/template.yaml
+	$${COURIER_CACHE:-.cache}/venv-infra/bin/python infra/iam-lint.py infra/template.yaml
 	$${COURIER_CACHE:-.cache}/venv-checkov/bin/checkov --quiet --compact --skip-download --framework cloudformation -d infra
 
 fmt-check:

@@ -6,7 +6,7 @@
 #   smtp       Debian's postfix (private instances only: the system service is never started)
 #              and swaks (a command-line SMTP client), plus curl.
 #   moto       a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-moto with moto[server]==5.2.5
-#   infra      venvs at ${COURIER_CACHE:-$REPO/.cache}/venv-infra with cfn-lint and venv-checkov with
+#   infra      venvs at ${COURIER_CACHE:-$REPO/.cache}/venv-infra with cfn-lint and parliament, and venv-checkov with
 #              checkov (both for infra/template.yaml)
 #              (Python from $COURIER_PYTHON, default python3; needs 3.9 or later).
 #   localstack delegates to localstack/install.sh.
@@ -123,7 +123,9 @@ install_moto() {
 
 # cfn-lint (with the SAM translator it brings) and checkov for infra/template.yaml, each in a
 # venv of its own (checkov pins many packages of its own). checkov installs in about 75 s.
-CFN_LINT_SPEC='cfn-lint==1.51.0'
+# cfn-lint and, beside it, parliament (the IAM linter infra/iam-lint.py runs on the transformed
+# template with cfn-lint's decoder and SAM translator).
+CFN_LINT_SPEC='cfn-lint==1.51.0 parliament==1.6.4'
 CHECKOV_SPEC='checkov==3.3.30'
 
 # infra_venv NAME SPEC BIN: a venv at $CACHE/NAME with SPEC, unless BIN is there with SPEC's stamp.
@@ -138,7 +140,8 @@ infra_venv() {
     rm -rf "$venv"
     mkdir -p "$CACHE"
     "$py" -m venv "$venv"
-    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$spec" >&2
+    # shellcheck disable=SC2086 # a spec may name several packages
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check $spec >&2
     [ -x "$venv/bin/$bin" ] || die "pip finished but $venv/bin/$bin is missing"
     printf '%s\n' "$spec" >"$stamp"
 }
