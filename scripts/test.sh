@@ -44,7 +44,7 @@ echo "== arm64 release zips: building in the background (log: $zips_log)"
 
 mk "cargo fmt --check" fmt-check
 mk "clippy -D warnings" clippy
-mk "cfn-lint and checkov infra/template.yaml" lint-infra
+mk "cfn-lint, IAM lint and checkov infra/template.yaml" lint-infra
 mk "unit tests" unit
 mk "x86_64 bootstraps (lambda-test profile)" lambda-build-x86
 mk "integration tests on moto" it-moto
