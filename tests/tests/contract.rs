@@ -1267,7 +1267,7 @@ async fn status_lifecycle_contract(store: &dyn StatusStore) {
         message_id: id.clone(),
         attempt: 0,
         bounced: "pmid".into(),
-        detail: "mailbox full; resend in 600 s".into(),
+        detail: "mailbox_temporary (mailbox-full); retry in 600 s".into(),
         now: later,
     };
     assert!(store.resend(&resend).await.unwrap());

@@ -1255,3 +1255,28 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
         }
     }
 }
+
+/// SES checks that it may publish to the topic when the event destination is made: the
+/// destination must come after the topic's policy (`DependsOn`), or the first deploy fails.
+#[test]
+fn the_ses_event_destination_waits_for_the_topic_policy() {
+    let t = Template::load();
+    let destination = &t.doc["Resources"]["SesEventDestination"];
+    let depends: Vec<String> = match &destination["DependsOn"] {
+        Yaml::String(s) => vec![s.clone()],
+        Yaml::Sequence(v) => v
+            .iter()
+            .filter_map(|d| d.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    };
+    assert!(
+        depends.iter().any(|d| d == "SesEventsTopicPolicy"),
+        "{depends:?}"
+    );
+    assert_eq!(
+        referenced(&destination["Properties"]["EventDestination"]["SnsDestination"]["TopicARN"])
+            .as_deref(),
+        Some("SesEventsTopic")
+    );
+}

@@ -348,6 +348,13 @@ async fn a_transient_bounce_sends_the_job_again_on_the_soft_bounce_schedule() {
     assert_eq!(steps, vec![Status::BouncedTransient, Status::Deferred]);
     let scheduled = w.scheduled();
     assert_eq!(scheduled.len(), 1);
+    // The timeline says what happens next in the words of the shared plan (class, rule, wait).
+    let detail = rec.history[1].detail.clone().unwrap_or_default();
+    assert!(
+        detail.contains("mailbox_temporary")
+            && detail.contains(&format!("retry in {} s", scheduled[0].delay_secs)),
+        "{detail}"
+    );
     // The copy is the next generation, carrying the bounce in its retry state and history.
     let incoming = courier_core::envelope::parse_body(scheduled[0].body.as_bytes()).unwrap();
     assert_eq!(incoming.attempt, 1);
@@ -478,6 +485,26 @@ async fn a_transient_bounce_without_a_kept_payload_is_recorded_only() {
         vec![Applied::Changed(Status::BouncedTransient)]
     );
     assert!(w.scheduled().is_empty());
+}
+
+#[tokio::test]
+async fn a_kept_payload_that_does_not_parse_is_logged_without_its_addresses() {
+    let (captured, _guard) = courier_devkit::logs::Captured::start();
+    let w = world(Some(Status::SentToProvider));
+    let mut payload: Value = serde_json::from_str(&kept_payload(None)).unwrap();
+    payload["job"]["to"] = serde_json::json!(["Ann <ann@@example.org>"]);
+    w.keep_payload(payload.to_string());
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert_eq!(
+        report.applied,
+        vec![Applied::Changed(Status::BouncedTransient)]
+    );
+    let logs = captured.text();
+    assert!(logs.contains("the kept payload does not parse"), "{logs}");
+    assert!(
+        logs.contains("<addr:") && !logs.contains("ann@@example.org"),
+        "{logs}"
+    );
 }
 
 /// A bounce wave from one sending domain: 200 sends, then permanent bounces.

@@ -1506,3 +1506,39 @@ async fn after_a_refused_booking_the_next_jobs_wait_unclaimed_without_asking_aga
         assert_eq!(copy.retry.spent, 0);
     }
 }
+
+#[tokio::test]
+async fn no_log_line_names_a_recipient_in_clear() {
+    let (captured, _guard) = courier_devkit::logs::Captured::start();
+    // An invalid job whose error quotes the address, and a reply that names the recipient in a
+    // code never seen before (both logged as warnings).
+    let w = world_with(smtp_failure(
+        "599 9.9.9 <ann@example.org>: the flux capacitor refused ann@example.org",
+    ));
+    let mut invalid: serde_json::Value = serde_json::from_str(&job("m0", "x@example.org")).unwrap();
+    invalid["to"] = serde_json::json!(["Ann <ann@@example.org>"]);
+    w.run(vec![
+        rec("a", invalid.to_string()),
+        rec("b", job("m1", "ann@example.org")),
+    ])
+    .await;
+    let logs = captured.text();
+    assert!(logs.contains("invalid job"), "{logs}");
+    assert!(
+        logs.contains("a new error code classified as unknown"),
+        "{logs}"
+    );
+    assert!(logs.contains("<addr:"), "addresses are hashed: {logs}");
+    assert!(
+        !logs.contains("ann@example.org") && !logs.contains("ann@@example.org"),
+        "{logs}"
+    );
+    // The dead letters keep the raw text, behind IAM.
+    let letters = w.dead.letters.lock().unwrap();
+    assert!(letters.iter().any(|l| {
+        l.reason.contains("ann@@example.org")
+            || l.raw_text
+                .as_deref()
+                .is_some_and(|t| t.contains("ann@example.org"))
+    }));
+}

@@ -5,7 +5,9 @@
 //! - [`memory`]: an in-memory adapter of every port (the claim follows the same rules as
 //!   DynamoDB's).
 //! - [`provision`]: Courier's data plane on moto or LocalStack, from `infra/template.yaml`.
+//! - [`faults`]: faults injected at every port call; [`logs`]: log lines captured in tests.
 
 pub mod faults;
+pub mod logs;
 pub mod memory;
 pub mod provision;
