@@ -49,6 +49,18 @@ fn world_with(mailer: MemoryMailer) -> World {
             html: None,
         },
     );
+    // Template amplification: a billion iterations from a few bytes.
+    templates.templates.lock().unwrap().insert(
+        "bomb".into(),
+        Template {
+            subject: "Hi".into(),
+            text: Some(
+                "{% for a in range(1000) %}{% for b in range(1000) %}{% for c in range(1000) %}x{% endfor %}{% endfor %}{% endfor %}"
+                    .into(),
+            ),
+            html: None,
+        },
+    );
     let clock = Arc::new(ManualClock::new(t0()));
     let pipeline = Arc::new(Pipeline {
         status: status.clone(),
@@ -1174,6 +1186,16 @@ async fn hostile_and_broken_jobs_each_end_in_the_right_category() {
         (with("surprise", json!(1)), "invalid_job", "schema"),
         (r#"{"courier_envelope": 1, "attempt": "x"}"#.into(), "invalid_job", "schema"),
         (json!({"courier_envelope": 1, "attempt": 1, "retry": {"spent": 0}, "job": {"version": 1}}).to_string(), "invalid_job", "schema"),
+        (template("../secrets/key", json!({})), "invalid_job", "invalid_template_id"),
+        (template("bomb", json!({})), "needs_review", "render"),
+        // Unicode tricks: a bidi override in the subject, a zero-width space in a display
+        // name, a look-alike (mixed-script) domain.
+        (content(json!({"subject": "Invoice \u{202E}fdp.exe", "text": "x"})), "invalid_job", "deceptive_text"),
+        (with("to", json!(["Ann\u{200B} <a@example.org>"])), "invalid_job", "deceptive_text"),
+        (with("to", json!(["a@\u{430}pple.example"])), "invalid_job", "invalid_address"),
+        // A forged retry envelope naming another job's generation is still parsed as a job:
+        // an envelope whose job is broken is rejected like a job.
+        (json!({"courier_envelope": 1, "attempt": 7, "retry": {}, "job": {"version": 1, "message_id": "x"}}).to_string(), "invalid_job", "schema"),
         (template("no-such-template", json!({})), "needs_review", "template-not-found"),
         (template("welcome", json!({})), "needs_review", "render"),
         (nested.to_string(), "needs_review", "render"),

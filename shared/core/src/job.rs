@@ -68,6 +68,11 @@ pub enum ProviderHint {
 #[serde(deny_unknown_fields)]
 pub struct TemplateRef {
     /// Template id: the S3 key prefix `templates/{id}/` holds `subject`, `text` and/or `html`.
+    /// Letters, digits, `_`, `-` and `.`, in segments joined by `/`; no segment is `.` or `..`
+    /// nor starts with `.`, so an id never reaches outside `templates/`.
+    #[schemars(regex(
+        pattern = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*(/[A-Za-z0-9_-][A-Za-z0-9._-]*)*$"
+    ))]
     pub id: String,
     /// Variables; a variable the template uses but this map lacks is a rendering failure.
     #[serde(default)]
@@ -164,6 +169,10 @@ pub enum JobError {
         value: String,
         reason: String,
     },
+    #[error(
+        "template id {id:?} is invalid: letters, digits, `_`, `-` and `.` in segments joined by `/`, no segment starting with `.`"
+    )]
+    InvalidTemplateId { id: String },
     #[error("no recipients: `to` must hold at least one address")]
     NoRecipients,
     #[error("too many recipients: {count} (at most {MAX_RECIPIENTS})")]
@@ -193,6 +202,7 @@ impl JobError {
             JobError::ControlCharacter { .. } => "header_injection",
             JobError::DeceptiveCharacter { .. } => "deceptive_text",
             JobError::InvalidAddress { .. } => "invalid_address",
+            JobError::InvalidTemplateId { .. } => "invalid_template_id",
             JobError::NoRecipients => "no_recipients",
             JobError::TooManyRecipients { .. } => "too_many_recipients",
             JobError::BodyTooLarge { .. } => "body_too_large",
@@ -360,6 +370,11 @@ impl EmailJob {
             (None, None) => return Err(JobError::TemplateXorContent { found: "neither" }),
             (Some(template), None) => {
                 check_id("template.id", &template.id)?;
+                if !is_template_id(&template.id) {
+                    return Err(JobError::InvalidTemplateId {
+                        id: template.id.clone(),
+                    });
+                }
                 let bytes = serde_json::to_vec(&template.variables).map_or(0, |v| v.len());
                 check_body_size(bytes)?;
             }
@@ -437,6 +452,19 @@ fn check_id(field: &'static str, value: &str) -> Result<(), JobError> {
         });
     }
     Ok(())
+}
+
+/// Whether `id` is a well-formed template id (see [`TemplateRef::id`]).
+pub fn is_template_id(id: &str) -> bool {
+    id.split('/').all(|segment| {
+        segment
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            && segment
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+    })
 }
 
 /// Whether `c` can disguise text a reader sees in a display name, subject or header: the
@@ -548,6 +576,24 @@ mod tests {
     fn with(mut base: serde_json::Value, key: &str, v: serde_json::Value) -> serde_json::Value {
         base[key] = v;
         base
+    }
+
+    fn without(mut base: serde_json::Value, key: &str) -> serde_json::Value {
+        base.as_object_mut().map(|o| o.remove(key));
+        base
+    }
+
+    #[test]
+    fn template_ids_stay_inside_the_template_prefix() {
+        for id in ["welcome", "receipts/v2", "a.b-c_d", "2026/11/welcome.en"] {
+            assert!(is_template_id(id), "{id}");
+        }
+        for id in [
+            "", "../x", "a/../b", "./a", "a//b", "/a", "a/", ".hidden", "a b", "a\\b", "ä", "a/.b",
+            "%2e%2e",
+        ] {
+            assert!(!is_template_id(id), "{id}");
+        }
     }
 
     #[test]
@@ -667,6 +713,14 @@ mod tests {
             (
                 with(valid(), "from", json!("Shop <shop@xn--pple-43d.example>")),
                 "invalid_address",
+            ),
+            (
+                with(
+                    without(valid(), "content"),
+                    "template",
+                    json!({"id": "../secrets/key"}),
+                ),
+                "invalid_template_id",
             ),
             (
                 with(
