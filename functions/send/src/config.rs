@@ -39,6 +39,8 @@ pub struct SendConfig {
     /// The identities jobs may send as (`COURIER_ALLOWED_SENDERS`); `None`: any (SES still
     /// sends only from verified identities).
     pub allowed_senders: Option<AllowedSenders>,
+    /// Which templates each sender may use (`COURIER_SENDER_TEMPLATES`); `None`: any.
+    pub sender_templates: Option<courier_core::senders::SenderTemplates>,
     /// How long the S3 archive keeps dead letters (`COURIER_ARCHIVE_RETENTION_DAYS`, 1..=3653):
     /// the letter index entries this function writes outlive it by a margin, then expire.
     pub archive_retention_days: i64,
@@ -57,6 +59,7 @@ impl Default for SendConfig {
             rate_limits: BTreeMap::new(),
             ses_quota_pacing: None,
             allowed_senders: None,
+            sender_templates: None,
             archive_retention_days: courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
         }
     }
@@ -318,6 +321,17 @@ impl SendConfig {
                     })?,
                 );
         }
+        if let Some(v) = lookup("COURIER_SENDER_TEMPLATES").filter(|v| !v.trim().is_empty()) {
+            config.sender_templates = Some(
+                courier_core::senders::SenderTemplates::parse(&v).map_err(|problem| {
+                    ConfigError::Invalid {
+                        name: "COURIER_SENDER_TEMPLATES",
+                        value: v.clone(),
+                        problem,
+                    }
+                })?,
+            );
+        }
         if let Some(v) = lookup("COURIER_ARCHIVE_RETENTION_DAYS").filter(|v| !v.is_empty()) {
             config.archive_retention_days = v
                 .trim()
@@ -554,6 +568,11 @@ mod tests {
                 "COURIER_ARCHIVE_RETENTION_DAYS",
                 "forever",
                 "COURIER_ARCHIVE_RETENTION_DAYS",
+            ),
+            (
+                "COURIER_SENDER_TEMPLATES",
+                "example.com",
+                "COURIER_SENDER_TEMPLATES",
             ),
             (
                 "COURIER_ARCHIVE_RETENTION_DAYS",

@@ -400,6 +400,27 @@ impl Pipeline {
                 now,
             ));
         }
+        // 2a. ... and a template this sender may not use (COURIER_SENDER_TEMPLATES): the same.
+        if let (Some(allowed), Some(template)) = (&self.config.sender_templates, &job.template)
+            && !allowed.allows(&job.from, &template.id)
+        {
+            let verdict = Verdict::local(
+                ErrorClass::InvalidJob,
+                "template_not_allowed",
+                format!(
+                    "template {:?} is not one this sender may use (COURIER_SENDER_TEMPLATES)",
+                    template.id
+                ),
+            );
+            warn!(from = %address_hash(&job.from), template = %template.id, "template not allowed for this sender");
+            return unclaimed(self.unclaimed_letter(
+                &incoming,
+                &verdict,
+                DeadLetterCategory::InvalidJob,
+                "template not allowed for this sender".into(),
+                now,
+            ));
+        }
         // 2b. A hop of a long wait that is not due yet: back on the queue, unclaimed.
         if let Some(due) = incoming.not_before
             && due > now

@@ -383,6 +383,56 @@ async fn a_sender_the_stack_does_not_allow_is_dead_lettered_unsent() {
 }
 
 #[tokio::test]
+async fn a_template_the_sender_may_not_use_is_dead_lettered_unsent() {
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    let mut pipeline = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 3, unlimited());
+    Arc::get_mut(&mut pipeline).unwrap().config.sender_templates =
+        Some(courier_core::senders::SenderTemplates::parse("example.com=welcome").unwrap());
+    let templated = |id: &str, template: &str, from: &str| {
+        let mut j: serde_json::Value = serde_json::from_str(&job(id, "a@example.org")).unwrap();
+        j.as_object_mut().unwrap().remove("content");
+        j["template"] = serde_json::json!({"id": template, "variables": {"name": "Ann"}});
+        j["from"] = from.into();
+        j.to_string()
+    };
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = pipeline
+        .handle_records(
+            vec![
+                rec("ok", templated("st1", "welcome", "shop@example.com")),
+                rec(
+                    "other-template",
+                    templated("st2", "bomb", "shop@example.com"),
+                ),
+                rec(
+                    "other-sender",
+                    templated("st3", "welcome", "x@other.example"),
+                ),
+                // Inline content is not a template: not affected.
+                rec("content", job("st4", "b@example.org")),
+            ],
+            deadline,
+            "r",
+        )
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 2);
+    let letters = w.dead.letters.lock().unwrap();
+    let mut refused: Vec<_> = letters
+        .iter()
+        .map(|l| (l.message_id.clone().unwrap_or_default(), l.rule.clone()))
+        .collect();
+    refused.sort();
+    assert_eq!(
+        refused,
+        [
+            ("st2".to_owned(), "local.template_not_allowed".to_owned()),
+            ("st3".to_owned(), "local.template_not_allowed".to_owned())
+        ]
+    );
+}
+
+#[tokio::test]
 async fn blocklisted_payloads_go_to_poison() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let body = job("m5", "d@example.org");

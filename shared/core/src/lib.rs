@@ -4,7 +4,8 @@
 //!
 //! # Layout
 //! - [`job`]: the job contract (`EmailJob`), parsing and validation, payload fingerprints;
-//!   [`mailbox`]: RFC 5322 mailboxes (`addr`, `Name <addr>`).
+//!   [`mailbox`]: RFC 5322 mailboxes (`addr`, `Name <addr>`), sender identities;
+//!   [`senders`]: which templates each sender may use.
 //! - [`envelope`]: the queue message format (bare jobs and retry envelopes).
 //! - [`classify`]: the error taxonomy and the classifiers for SMTP replies, SES v2 API errors,
 //!   SES events and local failures.
@@ -40,4 +41,5 @@ pub mod random;
 pub mod rate;
 pub mod render;
 pub mod reputation;
+pub mod senders;
 pub mod status;

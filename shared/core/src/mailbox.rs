@@ -131,6 +131,37 @@ pub fn address_key(raw: &str) -> String {
     }
 }
 
+/// A sender identity as configured: a whole address (its [`address_key`]) or a domain (IDNA
+/// ASCII, lower-cased).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Identity {
+    Address(String),
+    Domain(String),
+}
+
+impl Identity {
+    /// An address (it holds `@`) or a domain; anything else is an error naming it.
+    pub fn parse(entry: &str) -> Result<Identity, String> {
+        if entry.contains('@') {
+            entry
+                .parse::<Mailbox>()
+                .map_err(|e| format!("{entry:?} is not an address: {e}"))?;
+            return Ok(Identity::Address(address_key(entry)));
+        }
+        idna::domain_to_ascii(entry)
+            .ok()
+            .filter(|d| {
+                d.contains('.')
+                    && !d.starts_with('.')
+                    && !d.ends_with('.')
+                    && d.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
+            })
+            .map(|d| Identity::Domain(d.to_lowercase()))
+            .ok_or_else(|| format!("{entry:?} is neither an address nor a domain"))
+    }
+}
+
 /// The sender identities a stack may send as (`COURIER_ALLOWED_SENDERS`): whole addresses
 /// (`shop@example.com`) and domains (`example.com`), compared by [`address_key`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,24 +179,10 @@ impl AllowedSenders {
             domains: Default::default(),
         };
         for entry in list.split(',').map(str::trim) {
-            if entry.contains('@') {
-                entry
-                    .parse::<Mailbox>()
-                    .map_err(|e| format!("{entry:?} is not an address: {e}"))?;
-                allowed.addresses.insert(address_key(entry));
-            } else {
-                let domain = idna::domain_to_ascii(entry)
-                    .ok()
-                    .filter(|d| {
-                        d.contains('.')
-                            && !d.starts_with('.')
-                            && !d.ends_with('.')
-                            && d.chars()
-                                .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-')
-                    })
-                    .ok_or_else(|| format!("{entry:?} is neither an address nor a domain"))?;
-                allowed.domains.insert(domain.to_lowercase());
-            }
+            match Identity::parse(entry)? {
+                Identity::Address(a) => allowed.addresses.insert(a),
+                Identity::Domain(d) => allowed.domains.insert(d),
+            };
         }
         Ok(allowed)
     }
