@@ -27,6 +27,13 @@ REGION = "eu-west-1"
 PSEUDO = {"AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::Partition": "aws",
           "AWS::StackName": "courier", "AWS::URLSuffix": "amazonaws.com"}
 
+# Parameters whose default is empty, as a deployment that sets them would (so a conditional
+# grant is checked with a value of the right shape).
+EXAMPLES = {
+    "SmtpCredentialsSecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:courier-smtp-AbCdEf",
+    "EventsReplayRoleArn": f"arn:aws:iam::{ACCOUNT}:role/courier-replay",
+}
+
 # Findings that are expected, with why. Keyed by (issue, action-or-empty).
 ALLOWED = {
     # SAM's policy templates carry no Version; IAM then reads them as 2008-10-17, which differs
@@ -79,6 +86,8 @@ def resolve(value, resources, parameters):
                 return PSEUDO[arg]
             if arg in resources:
                 return arn_of(arg, resources[arg], None)
+            if arg in EXAMPLES:
+                return EXAMPLES[arg]
             return str(parameters.get(arg, {}).get("Default", arg)) or arg
         if key == "Fn::GetAtt":
             logical, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
@@ -111,7 +120,11 @@ def identity_policies(template):
         props = resource.get("Properties", {})
         if resource.get("Type") == "AWS::IAM::Role":
             for policy in props.get("Policies", []):
-                yield f"{logical}/{policy.get('PolicyName')}", policy["PolicyDocument"]
+                # A conditional policy (Fn::If): the branch that grants, checked as if it held.
+                while isinstance(policy, dict) and "Fn::If" in policy:
+                    policy = policy["Fn::If"][1]
+                if isinstance(policy, dict) and "PolicyDocument" in policy:
+                    yield f"{logical}/{policy.get('PolicyName')}", policy["PolicyDocument"]
         if resource.get("Type") in ("AWS::IAM::Policy", "AWS::IAM::ManagedPolicy"):
             yield logical, props["PolicyDocument"]
 

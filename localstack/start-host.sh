@@ -54,7 +54,7 @@ export SQS_ENDPOINT_STRATEGY=path      # queue URLs http://127.0.0.1:PORT/queue/
 export DISABLE_EVENTS=1                # no analytics calls home
 export SKIP_SSL_CERT_DOWNLOAD=1        # no download attempt of LocalStack's TLS cert
 export DNS_ADDRESS=0                   # no DNS server on port 53 (would clash between instances)
-export SERVICES=${LOCALSTACK_SERVICES:-sqs,dynamodb,s3,stepfunctions,cloudformation,iam,sts,lambda,events,sns,logs}
+export SERVICES=${LOCALSTACK_SERVICES:-sqs,dynamodb,s3,stepfunctions,cloudformation,iam,sts,lambda,events,sns,logs,secretsmanager}
 export EAGER_SERVICE_LOADING=1
 export PERSISTENCE=0
 

@@ -445,6 +445,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             tls: courier_adapters::smtp::SmtpSecurity::None,
             username: None,
             password: None,
+            credentials_secret: None,
             timeout: Duration::from_secs(10),
         }),
     );

@@ -175,6 +175,7 @@ impl Stack {
                 tls: courier_adapters::smtp::SmtpSecurity::None,
                 username: None,
                 password: None,
+                credentials_secret: None,
                 timeout: Duration::from_secs(5),
             }
         });

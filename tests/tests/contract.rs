@@ -784,6 +784,45 @@ async fn ses_send_quota_reads_max_send_rate_and_fails_cleanly_where_get_account_
     assert!(answers.lock().unwrap().is_empty());
 }
 
+/// `SecretsManagerSecretStore` on the emulator's Secrets Manager: the current text of a secret,
+/// and an error naming the secret (never its value) when it is missing or binary.
+#[tokio::test]
+async fn secrets_manager_secret_store_reads_text_and_names_what_it_cannot() {
+    let stack = Stack::create(&["ses"]).await;
+    let client = aws_sdk_secretsmanager::Client::new(&stack.sdk);
+    let name = unique("courier-smtp");
+    let value = r#"{"username": "courier", "password": "s3cret-value"}"#;
+    client
+        .create_secret()
+        .name(&name)
+        .secret_string(value)
+        .send()
+        .await
+        .unwrap();
+    let store = courier_adapters::aws::SecretsManagerSecretStore::new(client.clone());
+    assert_eq!(store.secret_string(&name).await.unwrap(), value);
+    assert_eq!(
+        courier_adapters::smtp_secret::credentials(&store.secret_string(&name).await.unwrap())
+            .unwrap(),
+        ("courier".to_owned(), "s3cret-value".to_owned())
+    );
+    let missing = store.secret_string("no-such-secret").await.unwrap_err();
+    assert!(missing.message.contains("no-such-secret"), "{missing}");
+    let binary = unique("courier-binary");
+    client
+        .create_secret()
+        .name(&binary)
+        .secret_binary(aws_sdk_secretsmanager::primitives::Blob::new(vec![
+            0u8, 1, 2,
+        ]))
+        .send()
+        .await
+        .unwrap();
+    let error = store.secret_string(&binary).await.unwrap_err();
+    assert!(error.message.contains("binary"), "{error}");
+    assert!(!error.to_string().contains("s3cret"));
+}
+
 /// A GET over a plain TCP socket (the emulator is on loopback; no HTTP client crate needed).
 /// moto's dump of its whole state. It answers 500 while another test's DynamoDB state holds a
 /// value its JSON encoder cannot write (seen in CI: `TypeError: keys must be str, int, float,

@@ -1280,3 +1280,45 @@ fn the_ses_event_destination_waits_for_the_topic_policy() {
         Some("SesEventsTopic")
     );
 }
+
+/// SMTP deploys from the template: the relay's host, port and TLS mode reach the send function
+/// (no plaintext mode is offered), and its credentials come from one Secrets Manager secret the
+/// function alone may read, never from a plain variable.
+#[test]
+fn smtp_is_configured_from_the_template_with_its_credentials_in_a_secret() {
+    let t = Template::load();
+    let send = &t.doc["Resources"]["SendFunction"]["Properties"];
+    let env = &send["Environment"]["Variables"];
+    for (variable, parameter) in [
+        ("COURIER_SMTP_HOST", "SmtpHost"),
+        ("COURIER_SMTP_PORT", "SmtpPort"),
+        ("COURIER_SMTP_TLS", "SmtpTls"),
+        (
+            "COURIER_SMTP_CREDENTIALS_SECRET",
+            "SmtpCredentialsSecretArn",
+        ),
+    ] {
+        assert!(
+            format!("{:?}", env[variable]).contains(parameter),
+            "{variable}: {:?}",
+            env[variable]
+        );
+    }
+    for plain in ["COURIER_SMTP_USERNAME", "COURIER_SMTP_PASSWORD"] {
+        assert!(
+            env.get(plain).is_none(),
+            "{plain} must not be a plain variable"
+        );
+    }
+    let tls: Vec<&str> = t.doc["Parameters"]["SmtpTls"]["AllowedValues"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(Yaml::as_str)
+        .collect();
+    assert_eq!(tls, ["starttls", "tls"]);
+    let grants = format!("{:?}", send["Policies"]);
+    assert!(grants.contains("secretsmanager:GetSecretValue"));
+    assert!(grants.contains("HasSmtpSecret") && grants.contains("SmtpCredentialsSecretArn"));
+    assert!(!grants.contains("secretsmanager:*"));
+}

@@ -78,6 +78,7 @@ async fn main() {
         tls: courier_adapters::smtp::SmtpSecurity::None,
         username: None,
         password: None,
+        credentials_secret: None,
         timeout: Duration::from_secs(10),
     };
     let sdk = courier_adapters::aws::sdk_config().await;

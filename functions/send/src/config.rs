@@ -142,6 +142,10 @@ pub struct SmtpSettings {
     pub tls: SmtpSecurity,
     pub username: Option<String>,
     pub password: Option<String>,
+    /// `COURIER_SMTP_CREDENTIALS_SECRET`: a Secrets Manager secret (ARN or name) holding
+    /// `{"username": ..., "password": ...}`, read at INIT and again when a login is refused
+    /// (instead of `COURIER_SMTP_USERNAME`/`COURIER_SMTP_PASSWORD`).
+    pub credentials_secret: Option<String>,
     pub timeout: Duration,
 }
 
@@ -158,6 +162,7 @@ impl std::fmt::Debug for SmtpSettings {
             .field("tls", &self.tls)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("credentials_secret", &self.credentials_secret)
             .field("timeout", &self.timeout)
             .finish()
     }
@@ -382,6 +387,24 @@ impl SendConfig {
             };
             let username = lookup("COURIER_SMTP_USERNAME").filter(|v| !v.is_empty());
             let password = lookup("COURIER_SMTP_PASSWORD").filter(|v| !v.is_empty());
+            let credentials_secret =
+                lookup("COURIER_SMTP_CREDENTIALS_SECRET").filter(|v| !v.trim().is_empty());
+            if let Some(secret) = &credentials_secret {
+                if username.is_some() || password.is_some() {
+                    return Err(ConfigError::Invalid {
+                        name: "COURIER_SMTP_CREDENTIALS_SECRET",
+                        value: secret.clone(),
+                        problem: "set either the secret or COURIER_SMTP_USERNAME and COURIER_SMTP_PASSWORD, not both".into(),
+                    });
+                }
+                if tls == SmtpSecurity::None {
+                    return Err(ConfigError::Invalid {
+                        name: "COURIER_SMTP_TLS",
+                        value: "none".into(),
+                        problem: "plaintext SMTP would send the credentials of COURIER_SMTP_CREDENTIALS_SECRET in clear; use starttls or tls".into(),
+                    });
+                }
+            }
             match (&username, &password) {
                 (Some(_), None) => {
                     return Err(missing("COURIER_SMTP_PASSWORD", "COURIER_SMTP_USERNAME"));
@@ -404,6 +427,7 @@ impl SendConfig {
                 tls,
                 username,
                 password,
+                credentials_secret,
                 timeout: duration(&lookup, "COURIER_SMTP_TIMEOUT", Duration::from_secs(30))?,
             })
         } else {
@@ -690,5 +714,28 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("COURIER_SMTP_USERNAME"), "{err}");
+        // Credentials in a secret: one source only, never over plaintext.
+        let secret = "arn:aws:secretsmanager:eu-west-1:1:secret:smtp";
+        let mut env = smtp_env("starttls", None, None);
+        env.insert("COURIER_SMTP_CREDENTIALS_SECRET", secret.into());
+        let (_, resources, _) = parse(&env).unwrap();
+        assert_eq!(
+            resources.smtp.unwrap().credentials_secret.as_deref(),
+            Some(secret)
+        );
+        let mut both = smtp_env("starttls", Some("mailer"), Some("pw"));
+        both.insert("COURIER_SMTP_CREDENTIALS_SECRET", secret.into());
+        let err = parse(&both).unwrap_err().to_string();
+        assert!(
+            err.contains("COURIER_SMTP_CREDENTIALS_SECRET") && err.contains("not both"),
+            "{err}"
+        );
+        let mut plain = smtp_env("none", None, None);
+        plain.insert("COURIER_SMTP_CREDENTIALS_SECRET", secret.into());
+        let err = parse(&plain).unwrap_err().to_string();
+        assert!(
+            err.contains("COURIER_SMTP_TLS") && err.contains("in clear"),
+            "{err}"
+        );
     }
 }

@@ -11,6 +11,7 @@ use courier_adapters::aws::{
 };
 use courier_adapters::clock::SystemClock;
 use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSetupError};
+use courier_adapters::smtp_secret::{SecretSmtpError, SecretSmtpMailer};
 use courier_core::ports::{Mailer, PayloadStore, Provider};
 
 use crate::Pipeline;
@@ -25,6 +26,9 @@ pub enum WiringError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Smtp(#[from] SmtpSetupError),
+    /// `COURIER_SMTP_CREDENTIALS_SECRET` could not be read or used.
+    #[error("COURIER_SMTP_CREDENTIALS_SECRET: {0}")]
+    SmtpSecret(#[from] SecretSmtpError),
 }
 
 /// Wires the pipeline from the process environment; reads the SES quota when SES is paced by
@@ -32,17 +36,55 @@ pub enum WiringError {
 pub async fn from_env() -> Result<Pipeline, WiringError> {
     let (config, resources, policy) = SendConfig::from_lookup(|k| std::env::var(k).ok())?;
     let sdk = courier_adapters::aws::sdk_config().await;
-    let pipeline = wire(&Clients::new(&sdk), config, &resources, policy)?;
+    let smtp = match resources.smtp.as_ref() {
+        Some(smtp) => match &smtp.credentials_secret {
+            Some(secret) => {
+                let store = Arc::new(courier_adapters::aws::SecretsManagerSecretStore::new(
+                    aws_sdk_secretsmanager::Client::new(&sdk),
+                ));
+                let mailer =
+                    SecretSmtpMailer::connect(smtp_options(smtp, &config), secret, store).await?;
+                Some(Arc::new(mailer) as Arc<dyn Mailer>)
+            }
+            None => None,
+        },
+        None => None,
+    };
+    let pipeline = wire_with(&Clients::new(&sdk), config, &resources, policy, smtp)?;
     pipeline.read_quota().await;
     Ok(pipeline)
 }
 
-/// Wires the pipeline from parsed settings and SDK clients (tests pass their own).
+/// The SMTP transport's options from the settings.
+fn smtp_options(smtp: &crate::config::SmtpSettings, config: &SendConfig) -> SmtpOptions {
+    SmtpOptions {
+        host: smtp.host.clone(),
+        port: smtp.port,
+        security: smtp.tls,
+        credentials: smtp.username.clone().zip(smtp.password.clone()),
+        timeout: smtp.timeout,
+        pool_size: u32::try_from(config.concurrency).unwrap_or(10),
+    }
+}
+
+/// Wires the pipeline from parsed settings and SDK clients (tests pass their own). SMTP
+/// credentials in a secret need [`from_env`] (the secret is read before wiring).
 pub fn wire(
     clients: &Clients,
     config: SendConfig,
     resources: &Resources,
     policy: courier_core::policy::RetryPolicy,
+) -> Result<Pipeline, WiringError> {
+    wire_with(clients, config, resources, policy, None)
+}
+
+/// [`wire`], with the SMTP mailer already built (`None`: built from the settings).
+fn wire_with(
+    clients: &Clients,
+    config: SendConfig,
+    resources: &Resources,
+    policy: courier_core::policy::RetryPolicy,
+    smtp_mailer: Option<Arc<dyn Mailer>>,
 ) -> Result<Pipeline, WiringError> {
     let dynamodb = clients.dynamodb.clone();
     let sqs = clients.sqs.clone();
@@ -54,19 +96,21 @@ pub fn wire(
                 clients.ses.clone(),
                 resources.ses_configuration_set.clone(),
             ))),
-            Provider::Smtp => {
-                if let Some(smtp) = &resources.smtp {
-                    let credentials = smtp.username.clone().zip(smtp.password.clone());
-                    mailers.push(Arc::new(SmtpMailer::new(&SmtpOptions {
-                        host: smtp.host.clone(),
-                        port: smtp.port,
-                        security: smtp.tls,
-                        credentials,
-                        timeout: smtp.timeout,
-                        pool_size: u32::try_from(config.concurrency).unwrap_or(10),
-                    })?));
+            Provider::Smtp => match (&smtp_mailer, &resources.smtp) {
+                (Some(mailer), _) => mailers.push(Arc::clone(mailer)),
+                (None, Some(smtp)) if smtp.credentials_secret.is_some() => {
+                    return Err(WiringError::Config(ConfigError::Invalid {
+                        name: "COURIER_SMTP_CREDENTIALS_SECRET",
+                        value: smtp.credentials_secret.clone().unwrap_or_default(),
+                        problem: "the secret is read at INIT (wiring::from_env), not by wire"
+                            .into(),
+                    }));
                 }
-            }
+                (None, Some(smtp)) => {
+                    mailers.push(Arc::new(SmtpMailer::new(&smtp_options(smtp, &config))?));
+                }
+                (None, None) => {}
+            },
         }
     }
     let payloads: Arc<dyn PayloadStore> = Arc::new(S3PayloadStore::new(
@@ -140,4 +184,46 @@ pub fn wire(
         config,
         rng: std::sync::Mutex::new(courier_adapters::clock::seeded_from_entropy()),
     })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// SMTP credentials in a secret are read by `from_env` before wiring; `wire` alone (tests,
+    /// local tools) refuses them rather than sending without a login.
+    #[test]
+    fn wire_alone_refuses_credentials_it_has_not_read() {
+        let env = |k: &str| -> Option<String> {
+            let v = match k {
+                "COURIER_QUEUE_URL" => "q",
+                "COURIER_DEAD_LETTER_QUEUE_URL" => "dlq",
+                "COURIER_LETTER_INDEX_TABLE" => "idx",
+                "COURIER_STATUS_TABLE" => "s",
+                "COURIER_SUPPRESSION_TABLE" => "sup",
+                "COURIER_CONTROL_TABLE" => "b",
+                "COURIER_TEMPLATE_BUCKET" => "t",
+                "COURIER_DELAY_STATE_MACHINE_ARN" => "arn",
+                "COURIER_PAYLOAD_BUCKET" => "payloads",
+                "COURIER_PROVIDERS" => "smtp",
+                "COURIER_SMTP_HOST" => "relay.example",
+                "COURIER_SMTP_CREDENTIALS_SECRET" => "courier-smtp",
+                _ => return None,
+            };
+            Some(v.to_owned())
+        };
+        let (config, resources, policy) = SendConfig::from_lookup(env).unwrap();
+        let sdk = aws_config::SdkConfig::builder()
+            .behavior_version(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("eu-west-1"))
+            .build();
+        match wire(&Clients::new(&sdk), config, &resources, policy) {
+            Err(WiringError::Config(ConfigError::Invalid { name, .. })) => {
+                assert_eq!(name, "COURIER_SMTP_CREDENTIALS_SECRET");
+            }
+            Err(other) => panic!("{other}"),
+            Ok(_) => panic!("wired without reading the secret"),
+        }
+    }
 }

@@ -5,7 +5,7 @@
 //!   per port: [`aws::dynamodb`] (status, suppression, control table), [`aws::letters`] (letter
 //!   index, letter queue, archive), [`aws::sqs`] (retries through SQS or the delay state machine,
 //!   dead letters), [`aws::s3`] (templates), [`aws::ses`] (the SES v2 mailer).
-//! - [`smtp`]: the SMTP mailer (lettre).
+//! - [`smtp`]: the SMTP mailer (lettre); [`smtp_secret`]: with its credentials in a secret.
 //! - [`https`]: SNS signing certificates over HTTPS (the events function's signature checks).
 //! - [`clock`]: the system clock and the entropy that seeds jitter.
 
@@ -13,3 +13,4 @@ pub mod aws;
 pub mod clock;
 pub mod https;
 pub mod smtp;
+pub mod smtp_secret;

@@ -619,6 +619,12 @@ pub trait SendQuota: Send + Sync {
     async fn max_send_rate(&self) -> Result<f64, StoreError>;
 }
 
+/// Secrets by id (an ARN or name): the current value as text (SMTP credentials).
+#[async_trait::async_trait]
+pub trait SecretStore: Send + Sync {
+    async fn secret_string(&self, id: &str) -> Result<String, StoreError>;
+}
+
 /// The certificates SNS signs its messages with, by their `SigningCertURL` (already checked to
 /// be on a trusted SNS host): the PEM text as served.
 #[async_trait::async_trait]

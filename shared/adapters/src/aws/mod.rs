@@ -1,11 +1,13 @@
 //! Adapters over the AWS SDK clients, one per port: DynamoDB (status, suppression, breaker,
-//! poison), SQS and Step Functions (retries, dead letters), S3 (templates), SES v2 (mailer).
+//! poison), SQS and Step Functions (retries, dead letters), S3 (templates), SES v2 (mailer,
+//! quota), Secrets Manager (SMTP credentials).
 //! Endpoints come from the environment (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_<SERVICE>`), so
 //! the same code runs against the emulators and AWS.
 
 pub mod dynamodb;
 pub mod letters;
 pub mod s3;
+pub mod secrets;
 pub mod ses;
 pub mod sqs;
 
@@ -15,6 +17,7 @@ pub use dynamodb::{
 };
 pub use letters::{DynamoDbLetterIndex, IndexedDeadLetterSink, S3ArchiveStore, SqsLetterQueue};
 pub use s3::{S3PayloadStore, S3TemplateStore};
+pub use secrets::SecretsManagerSecretStore;
 pub use ses::{SesMailer, SesSendQuota};
 pub use sqs::{SqsDeadLetterSink, SqsRetryScheduler};
 
