@@ -1059,6 +1059,29 @@ async fn cargo_lambda_deploys_every_function_as_the_template_configures_it() {
     assert_eq!(config["MemorySize"], 128, "{config:#}");
 }
 
+/// The statements of a function's inline policies (`Policies: - Statement: ...`).
+fn inline_statements<'a>(t: &'a Template, function: &str) -> Vec<&'a Yaml> {
+    t.doc["Resources"][function]["Properties"]["Policies"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|p| p.get("Statement")?.as_sequence())
+        .flatten()
+        .collect()
+}
+
+/// A statement's actions (one or a list).
+fn actions(statement: &Yaml) -> Vec<String> {
+    match &statement["Action"] {
+        Yaml::String(a) => vec![a.clone()],
+        Yaml::Sequence(v) => v
+            .iter()
+            .filter_map(|a| a.as_str().map(str::to_owned))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// SES sends are scoped to this account's identities in the stack's region and to the stack's
 /// configuration set (never `*`), and the quota that paces sends (`GetAccount`, which has no
 /// resource-level permissions) is readable: the send function reads it at INIT when
@@ -1066,23 +1089,7 @@ async fn cargo_lambda_deploys_every_function_as_the_template_configures_it() {
 #[test]
 fn ses_sends_are_scoped_and_the_quota_that_paces_them_is_readable() {
     let t = Template::load();
-    let statements: Vec<&Yaml> = t.doc["Resources"]["SendFunction"]["Properties"]["Policies"]
-        .as_sequence()
-        .unwrap()
-        .iter()
-        .filter_map(|p| p.get("Statement")?.as_sequence())
-        .flatten()
-        .collect();
-    let actions = |s: &Yaml| -> Vec<String> {
-        match &s["Action"] {
-            Yaml::String(a) => vec![a.clone()],
-            Yaml::Sequence(v) => v
-                .iter()
-                .filter_map(|a| a.as_str().map(str::to_owned))
-                .collect(),
-            _ => Vec::new(),
-        }
-    };
+    let statements = inline_statements(&t, "SendFunction");
     let sends: Vec<&&Yaml> = statements
         .iter()
         .filter(|s| actions(s).iter().any(|a| a == "ses:SendEmail"))
@@ -1197,20 +1204,9 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
         "ArchiverFunction",
         "SweeperFunction",
     ] {
-        let granted: BTreeSet<String> = t.doc["Resources"][function]["Properties"]["Policies"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .filter_map(|p| p.get("Statement")?.as_sequence())
-            .flatten()
-            .flat_map(|s| match &s["Action"] {
-                Yaml::String(a) => vec![a.clone()],
-                Yaml::Sequence(v) => v
-                    .iter()
-                    .filter_map(|a| a.as_str().map(str::to_owned))
-                    .collect(),
-                _ => Vec::new(),
-            })
+        let granted: BTreeSet<String> = inline_statements(&t, function)
+            .into_iter()
+            .flat_map(actions)
             .filter(|a| a.starts_with("dynamodb:"))
             .collect();
         for forbidden in [
