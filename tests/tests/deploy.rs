@@ -1318,3 +1318,35 @@ fn smtp_is_configured_from_the_template_with_its_credentials_in_a_secret() {
     assert!(grants.contains("HasSmtpSecret") && grants.contains("SmtpCredentialsSecretArn"));
     assert!(!grants.contains("secretsmanager:*"));
 }
+
+/// A stack told to send through SMTP without a relay is refused when it is created or updated
+/// (a template Rule), not at the send function's INIT.
+#[test]
+fn smtp_without_a_relay_is_refused_at_deploy_time() {
+    let t = Template::load();
+    let rule = &t.doc["Rules"]["SmtpNeedsAHost"];
+    let condition = format!("{:?}", rule["RuleCondition"]);
+    for providers in ["smtp", "ses,smtp", "smtp,ses"] {
+        assert!(
+            condition.contains(&format!("\"{providers}\"")),
+            "{condition}"
+        );
+    }
+    let allowed: Vec<&str> = t.doc["Parameters"]["Providers"]["AllowedValues"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(Yaml::as_str)
+        .filter(|p| p.contains("smtp"))
+        .collect();
+    assert_eq!(
+        allowed.len(),
+        3,
+        "every value naming smtp is in the rule: {allowed:?}"
+    );
+    let assertion = format!("{:?}", rule["Assertions"]);
+    assert!(
+        assertion.contains("SmtpHost") && assertion.contains("Not"),
+        "{assertion}"
+    );
+}

@@ -178,6 +178,8 @@ const FUNCTIONS: &[&str] = &[
     "And",
     "Base64",
     "Cidr",
+    // Rules' functions (the local template keeps no Rules, but the whole template is read).
+    "Contains",
     "Equals",
     "FindInMap",
     "GetAZs",
