@@ -122,14 +122,10 @@ impl Settings {
         let archive_retention_days =
             match lookup("COURIER_ARCHIVE_RETENTION_DAYS").filter(|v| !v.is_empty()) {
                 None => courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
-                Some(v) => v
-                    .trim()
-                    .parse()
-                    .ok()
-                    .filter(|n| (1..=3653).contains(n))
-                    .ok_or_else(|| SettingsError::Invalid {
+                Some(v) => courier_adapters::aws::letters::parse_archive_retention_days(&v)
+                    .map_err(|message| SettingsError::Invalid {
                         name: "COURIER_ARCHIVE_RETENTION_DAYS",
-                        message: format!("{v:?} is not a whole number of days in 1..=3653"),
+                        message,
                     })?,
             };
         Ok(Settings {

@@ -338,16 +338,14 @@ impl SendConfig {
             );
         }
         if let Some(v) = lookup("COURIER_ARCHIVE_RETENTION_DAYS").filter(|v| !v.is_empty()) {
-            config.archive_retention_days = v
-                .trim()
-                .parse()
-                .ok()
-                .filter(|n| (1..=3653).contains(n))
-                .ok_or_else(|| ConfigError::Invalid {
-                    name: "COURIER_ARCHIVE_RETENTION_DAYS",
-                    value: v.clone(),
-                    problem: "must be a whole number of days in 1..=3653".into(),
-                })?;
+            config.archive_retention_days =
+                courier_adapters::aws::letters::parse_archive_retention_days(&v).map_err(
+                    |problem| ConfigError::Invalid {
+                        name: "COURIER_ARCHIVE_RETENTION_DAYS",
+                        value: v.clone(),
+                        problem,
+                    },
+                )?;
         }
         if let Some(v) = lookup("COURIER_STATUS_WRITE_TRIES") {
             config.status_write_tries = v

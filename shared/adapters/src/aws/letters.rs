@@ -137,6 +137,16 @@ const MAX_RECORD_IN_INDEX: usize = 300 * 1024;
 /// How long the S3 archive keeps a letter by default (the template's `ArchiveRetentionDays`).
 pub const DEFAULT_ARCHIVE_RETENTION_DAYS: i64 = 365;
 
+/// `COURIER_ARCHIVE_RETENTION_DAYS` as written: a whole number of days in 1..=3653 (S3
+/// lifecycle's and the template's range), or why not.
+pub fn parse_archive_retention_days(text: &str) -> Result<i64, String> {
+    text.trim()
+        .parse()
+        .ok()
+        .filter(|n| (1..=3653).contains(n))
+        .ok_or_else(|| format!("{text:?} is not a whole number of days in 1..=3653"))
+}
+
 /// How much longer than the archive an index entry lives: a letter reaches the archive up to
 /// 14 days (the DLQ's retention) after it was dead-lettered, so the entry expires after the
 /// archived copy it points to, never before.
