@@ -123,7 +123,7 @@ fn handler_overhead() {
         mailers: vec![Arc::new(MemoryMailer::accepting(
             courier_core::ports::Provider::Ses,
         ))],
-        scheduler: Arc::new(MemoryScheduler::default()),
+        scheduler: courier_devkit::memory::sealing(Arc::new(MemoryScheduler::default())),
         dead_letters: Arc::new(MemoryDeadLetters::default()),
         payloads: Arc::new(courier_devkit::memory::MemoryPayloads::default()),
         suppression: Arc::new(MemorySuppressionList::default()),
@@ -144,6 +144,7 @@ fn handler_overhead() {
         rng: std::sync::Mutex::new(SeededRandom::new(7)),
         sightings: Arc::new(courier_devkit::memory::MemorySightings::default()),
         new_codes: std::sync::Mutex::new(Vec::new()),
+        sealing: courier_send::Sealing::new(courier_devkit::memory::test_seal_keys()),
     });
     let batches = 300;
     let mut per_message = Vec::with_capacity(RUNS);

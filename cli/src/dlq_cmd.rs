@@ -1,12 +1,15 @@
 //! Argument parsing and wiring for `courierctl dlq`.
 
 use std::io::Write;
+use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use courier_adapters::aws::{
-    Clients, DynamoDbLetterIndex, DynamoDbPoisonList, DynamoDbStatusStore, SqsRetryScheduler,
+    Clients, DynamoDbLetterIndex, DynamoDbPoisonList, DynamoDbStatusStore,
+    SecretsManagerSecretStore, SqsRetryScheduler,
 };
+use courier_adapters::seal_secret::{SealingScheduler, SecretSealKeys};
 use courier_core::classify::ErrorClass;
 use courier_core::letters::{LetterFilter, LetterState};
 use courier_core::policy::{DeadLetterCategory, parse_duration};
@@ -283,11 +286,21 @@ async fn run_async(
                 setting(settings, Setting::StatusTable)?,
                 courier_core::status::RETENTION,
             );
-            let scheduler = SqsRetryScheduler::new(
-                clients.sqs.clone(),
-                clients.sfn.clone(),
-                setting(settings, Setting::QueueUrl)?,
-                "",
+            // Replays are new generations: sealed with the stack's key, or the send function
+            // would take them as first copies of jobs it has seen (and drop them).
+            let keys = Arc::new(SecretSealKeys::from_secret(
+                &setting(settings, Setting::EnvelopeKeySecret)?,
+                Arc::new(SecretsManagerSecretStore::new(clients.secrets.clone())),
+            ));
+            keys.keys().await?;
+            let scheduler = SealingScheduler::new(
+                Arc::new(SqsRetryScheduler::new(
+                    clients.sqs.clone(),
+                    clients.sfn.clone(),
+                    setting(settings, Setting::QueueUrl)?,
+                    "",
+                )),
+                keys,
             );
             let outcome = dlq::replay(
                 &letters,

@@ -6,7 +6,9 @@
 //! - [`workbench`]: the dead-letter workbench.
 //! - [`table`]: tables as courierctl prints them (comfy-table).
 //! - [`progress`]: progress of long operations (indicatif bars on a terminal).
+//! - [`smoke`]: the smoke test of a deployed stack against SES's mailbox simulator.
 
 pub mod progress;
+pub mod smoke;
 pub mod table;
 pub mod workbench;

@@ -23,6 +23,7 @@ mod classify_cmd;
 mod dlq_cmd;
 mod ops_cmd;
 mod settings;
+mod smoke_cmd;
 
 #[derive(Parser)]
 #[command(
@@ -99,6 +100,26 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// After a deploy: one job to each of SES's mailbox simulator addresses (success, bounce,
+    /// out-of-office, complaint, suppression list), each followed to the end SES's answer must
+    /// lead to (delivered, bounced_permanent, delivered, complained, bounced_permanent); prints a
+    /// pass/fail table. Exit 0 when every case passed, 1 otherwise. Reads COURIER_QUEUE_URL and
+    /// COURIER_STATUS_TABLE, or the outputs of --stack.
+    ///
+    /// Example: courierctl --stack courier smoke --from ops@example.com
+    Smoke {
+        /// The sender: a verified SES identity the stack may send as (AllowedSenders).
+        #[arg(long)]
+        from: String,
+        /// Label of this run in the addresses and message ids (default: the time, UTC).
+        #[arg(long)]
+        run: Option<String>,
+        /// How long to wait for every job's end.
+        #[arg(long, default_value = "10m")]
+        timeout: String,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// The settings of a command that reads Courier's tables: the variables, and the stack's outputs
@@ -157,6 +178,21 @@ fn main() -> ExitCode {
             &domain, &window, resume, json, &settings, &mut out,
         )),
         Command::Dlq { command } => Ok(dlq_cmd::run(*command, &settings, &mut out)),
+        Command::Smoke {
+            from,
+            run,
+            timeout,
+            json,
+        } => Ok(smoke_cmd::run(
+            &smoke_cmd::SmokeArgs {
+                from,
+                run,
+                timeout,
+                json,
+            },
+            &settings,
+            &mut out,
+        )),
         Command::Schema => {
             serde_json::to_writer_pretty(&mut out, &courier_core::job::EmailJob::json_schema())
                 .map_err(std::io::Error::other)

@@ -16,6 +16,8 @@ pub(crate) enum Setting {
     ControlTable,
     LetterIndexTable,
     QueueUrl,
+    /// The secret of the retry envelopes' seal key (`dlq replay` seals what it enqueues).
+    EnvelopeKeySecret,
 }
 
 /// Where a setting comes from: the variable that sets it and the output of `infra/template.yaml`
@@ -28,7 +30,7 @@ pub(crate) struct Source {
 }
 
 /// Every setting courierctl reads, in the order of [`Setting`]'s variants.
-pub(crate) const SOURCES: [Source; 5] = [
+pub(crate) const SOURCES: [Source; 6] = [
     Source {
         setting: Setting::StatusTable,
         variable: "COURIER_STATUS_TABLE",
@@ -53,6 +55,11 @@ pub(crate) const SOURCES: [Source; 5] = [
         setting: Setting::QueueUrl,
         variable: "COURIER_QUEUE_URL",
         output: "SendQueueUrl",
+    },
+    Source {
+        setting: Setting::EnvelopeKeySecret,
+        variable: "COURIER_ENVELOPE_KEY_SECRET",
+        output: "EnvelopeKeySecretArn",
     },
 ];
 

@@ -487,6 +487,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             // The demo's stand-in for SES signs nothing (no SNS key offline).
             admission: courier_events::Admission::Any,
             archive_retention_days: courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
+            envelope_key_secret: stack.envelope_key_secret.clone(),
         },
     )?);
 

@@ -36,6 +36,7 @@ pub fn send_resources(
         providers: providers.to_vec(),
         ses_configuration_set,
         smtp,
+        envelope_key_secret: stack.envelope_key_secret.clone(),
     }
 }
 

@@ -70,6 +70,7 @@ fn report(result: Result<Provisioned, StoreError>, out: &mut dyn Write) -> std::
                     "COURIER_DELAY_STATE_MACHINE_ARN",
                     &stack.delay_state_machine_arn,
                 ),
+                ("COURIER_ENVELOPE_KEY_SECRET", &stack.envelope_key_secret),
             ] {
                 writeln!(out, "export {k}='{v}'")?;
             }
@@ -104,6 +105,7 @@ mod tests {
             letter_index_table: s("p-letter-index-table"),
             archive_bucket: s("p-archive-bucket"),
             payload_bucket: s("p-payload-bucket"),
+            envelope_key_secret: s("arn:secret"),
         }
     }
 
@@ -122,7 +124,8 @@ mod tests {
         assert!(text.contains("export COURIER_QUEUE_URL='http://e/q'\n"));
         assert!(text.contains("export COURIER_CONTROL_TABLE='p-control-table'\n"));
         assert!(text.contains("export COURIER_EVENTS_QUEUE_URL='http://e/ev'\n"));
-        assert_eq!(text.lines().count(), 13);
+        assert!(text.contains("export COURIER_ENVELOPE_KEY_SECRET='arn:secret'\n"));
+        assert_eq!(text.lines().count(), 14);
     }
 
     #[test]

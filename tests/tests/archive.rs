@@ -235,11 +235,21 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
         &stack.resources.status_table,
         Duration::from_secs(3600),
     );
-    let scheduler = SqsRetryScheduler::new(
-        sqs.clone(),
-        clients.sfn.clone(),
-        &stack.resources.queue_url,
-        "",
+    // As `courierctl dlq replay` wires it: a replay is a later generation, sealed with the
+    // stack's key (unsealed, the send function would take it as a first copy and drop it).
+    let scheduler = courier_adapters::seal_secret::SealingScheduler::new(
+        std::sync::Arc::new(SqsRetryScheduler::new(
+            sqs.clone(),
+            clients.sfn.clone(),
+            &stack.resources.queue_url,
+            "",
+        )),
+        std::sync::Arc::new(courier_adapters::seal_secret::SecretSealKeys::from_secret(
+            &stack.resources.envelope_key_secret,
+            std::sync::Arc::new(courier_adapters::aws::SecretsManagerSecretStore::new(
+                clients.secrets.clone(),
+            )),
+        )),
     );
     let policy_letter: Vec<IndexedLetter> = letters
         .iter()

@@ -1351,27 +1351,44 @@ fn smtp_without_a_relay_is_refused_at_deploy_time() {
     );
 }
 
-/// A refused SES event (forged, misrouted, or a signature that does not verify) pages someone:
-/// the events function's `EventsRefused` metric has an alarm on the alarm topic, firing on one.
+/// Forgery pages someone: a refused SES event (forged, misrouted, or a signature that does not
+/// verify: the events function's `EventsRefused`) and a retry envelope whose seal does not verify
+/// (the send function's `EnvelopesUnverified`) each have an alarm on the alarm topic, firing on
+/// one.
 #[test]
-fn a_refused_event_raises_an_alarm() {
+fn a_refused_event_or_an_unsealed_envelope_raises_an_alarm() {
     let t = Template::load();
-    let alarm = &t.doc["Resources"]["EventsRefusedAlarm"]["Properties"];
-    assert_eq!(alarm["Namespace"].as_str(), Some("Courier"));
-    assert_eq!(alarm["MetricName"].as_str(), Some("EventsRefused"));
-    assert!(format!("{:?}", alarm["Dimensions"]).contains("events"));
-    assert_eq!(alarm["Threshold"].as_i64(), Some(0));
-    assert_eq!(
-        alarm["ComparisonOperator"].as_str(),
-        Some("GreaterThanThreshold")
-    );
-    let actions = alarm["AlarmActions"].as_sequence().unwrap();
-    assert!(
-        actions
-            .iter()
-            .any(|a| referenced(a).as_deref() == Some("AlarmTopic"))
-    );
-    // The metric is what the function emits (its EMF document names it).
-    let source = std::fs::read_to_string(repo().join("functions/events/src/lib.rs")).unwrap();
-    assert!(source.contains("\"EventsRefused\""));
+    for (alarm, metric, function, emitter) in [
+        (
+            "EventsRefusedAlarm",
+            "EventsRefused",
+            "events",
+            "functions/events/src/lib.rs",
+        ),
+        (
+            "EnvelopesUnverifiedAlarm",
+            "EnvelopesUnverified",
+            "send",
+            "functions/send/src/lib.rs",
+        ),
+    ] {
+        let alarm = &t.doc["Resources"][alarm]["Properties"];
+        assert_eq!(alarm["Namespace"].as_str(), Some("Courier"));
+        assert_eq!(alarm["MetricName"].as_str(), Some(metric));
+        assert!(format!("{:?}", alarm["Dimensions"]).contains(function));
+        assert_eq!(alarm["Threshold"].as_i64(), Some(0));
+        assert_eq!(
+            alarm["ComparisonOperator"].as_str(),
+            Some("GreaterThanThreshold")
+        );
+        let actions = alarm["AlarmActions"].as_sequence().unwrap();
+        assert!(
+            actions
+                .iter()
+                .any(|a| referenced(a).as_deref() == Some("AlarmTopic"))
+        );
+        // The metric is what the function emits (its source names it).
+        let source = std::fs::read_to_string(repo().join(emitter)).unwrap();
+        assert!(source.contains(&format!("\"{metric}\"")), "{metric}");
+    }
 }

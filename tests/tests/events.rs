@@ -39,6 +39,7 @@ fn applier(stack: &Stack, policy: RetryPolicy, guard: GuardConfig) -> Applier {
             // The fixtures come in every envelope, unsigned; the gate has its own tests.
             admission: Admission::Any,
             archive_retention_days: 365,
+            envelope_key_secret: r.envelope_key_secret.clone(),
         },
     )
     .expect("wired")

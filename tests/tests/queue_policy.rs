@@ -283,3 +283,134 @@ fn the_events_function_is_told_its_path_and_topic() {
         "the values the function accepts"
     );
 }
+
+/// A string intrinsic as CloudFormation evaluates it for one stack: `!Sub` (with a variable
+/// map), `!Select`, `!Split` and `!Ref` of the pseudo parameters.
+fn evaluate(v: &Yaml) -> Yaml {
+    const STACK_ID: &str = "arn:aws:cloudformation:eu-west-1:123456789012:stack/courier/0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9";
+    let pseudo = |name: &str| match name {
+        "AWS::StackId" => STACK_ID.to_owned(),
+        "AWS::Partition" => "aws".into(),
+        "AWS::Region" => "eu-west-1".into(),
+        "AWS::AccountId" => "123456789012".into(),
+        other => panic!("reference {other} not modelled"),
+    };
+    let Yaml::Tagged(t) = v else {
+        return v.clone();
+    };
+    let text = |v: &Yaml| evaluate(v).as_str().unwrap().to_owned();
+    match t.tag.to_string().trim_start_matches('!') {
+        "Ref" => Yaml::String(pseudo(t.value.as_str().unwrap())),
+        "Split" => {
+            let args = t.value.as_sequence().unwrap();
+            let sep = args[0].as_str().unwrap();
+            Yaml::Sequence(
+                text(&args[1])
+                    .split(sep)
+                    .map(|p| Yaml::String(p.into()))
+                    .collect(),
+            )
+        }
+        "Select" => {
+            let args = t.value.as_sequence().unwrap();
+            let i = args[0].as_u64().unwrap() as usize;
+            evaluate(&args[1]).as_sequence().unwrap()[i].clone()
+        }
+        "Sub" => {
+            let (template, names) = match &t.value {
+                Yaml::String(s) => (s.clone(), BTreeMap::new()),
+                Yaml::Sequence(args) => (
+                    args[0].as_str().unwrap().to_owned(),
+                    args[1]
+                        .as_mapping()
+                        .unwrap()
+                        .iter()
+                        .map(|(k, v)| (k.as_str().unwrap().to_owned(), text(v)))
+                        .collect(),
+                ),
+                other => panic!("!Sub {other:?}"),
+            };
+            let mut out = template;
+            while let Some(start) = out.find("${") {
+                let end = start + out[start..].find('}').unwrap();
+                let name = &out[start + 2..end];
+                let value = names.get(name).cloned().unwrap_or_else(|| pseudo(name));
+                out.replace_range(start..=end, &value);
+            }
+            Yaml::String(out)
+        }
+        other => panic!("intrinsic {other} not modelled"),
+    }
+}
+
+/// "RedriveAllowPolicy ... byQueue: only the source queues named in sourceQueueArns may use this
+/// queue as their dead-letter queue" (SQS Developer Guide, "Configuring a dead-letter queue
+/// redrive permission"). Each DLQ names exactly the queues whose RedrivePolicy targets it, by the
+/// ARN their QueueName gets on a real stack; every other queue denies all (without the policy,
+/// SQS allows every queue of the account).
+#[test]
+fn each_dead_letter_queue_takes_redrives_only_from_its_own_queue() {
+    let t = template();
+    let resources = t["Resources"].as_mapping().unwrap();
+    let queues: Vec<(&str, &Yaml)> = resources
+        .iter()
+        .filter(|(_, r)| r["Type"].as_str() == Some("AWS::SQS::Queue"))
+        .map(|(k, r)| (k.as_str().unwrap(), &r["Properties"]))
+        .collect();
+    let target = |p: &Yaml| match &p["RedrivePolicy"]["deadLetterTargetArn"] {
+        Yaml::Tagged(t) => t
+            .value
+            .as_str()
+            .map(|s| s.trim_end_matches(".Arn").to_owned()),
+        _ => None,
+    };
+    let mut checked = 0;
+    for (dlq, properties) in &queues {
+        let sources: Vec<&str> = queues
+            .iter()
+            .filter(|(_, p)| target(p).as_deref() == Some(*dlq))
+            .map(|(k, _)| *k)
+            .collect();
+        let allow = &properties["RedriveAllowPolicy"];
+        if sources.is_empty() {
+            // Without a RedriveAllowPolicy, SQS allows every queue of the account.
+            assert_eq!(
+                allow["redrivePermission"].as_str(),
+                Some("denyAll"),
+                "{dlq}"
+            );
+            continue;
+        }
+        assert_eq!(
+            allow["redrivePermission"].as_str(),
+            Some("byQueue"),
+            "{dlq}"
+        );
+        let allowed: Vec<String> = allow["sourceQueueArns"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|v| evaluate(v).as_str().unwrap().to_owned())
+            .collect();
+        let expected: Vec<String> = sources
+            .iter()
+            .map(|source| {
+                let name = evaluate(&resources[*source]["Properties"]["QueueName"]);
+                format!(
+                    "arn:aws:sqs:eu-west-1:123456789012:{}",
+                    name.as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(allowed, expected, "{dlq}");
+        for name in &expected {
+            let name = name.rsplit(':').next().unwrap();
+            assert!(
+                name.len() <= 80,
+                "SQS queue names are at most 80 characters: {name}"
+            );
+        }
+        checked += 1;
+    }
+    assert_eq!(checked, 2, "the redrive DLQ and the events DLQ");
+}

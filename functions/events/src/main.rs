@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::SqsEvent;
-use courier_adapters::aws::Clients;
+use courier_adapters::aws::{Clients, SecretsManagerSecretStore};
+use courier_adapters::seal_secret::SecretSealKeys;
 use courier_events::wiring::{Settings, wire};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
@@ -15,6 +16,13 @@ async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
     let settings = Settings::from_lookup(|k| std::env::var(k).ok())?;
     let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
+    // The seal keys are read at INIT: a missing or malformed secret stops the start.
+    SecretSealKeys::from_secret(
+        &settings.envelope_key_secret,
+        Arc::new(SecretsManagerSecretStore::new(clients.secrets.clone())),
+    )
+    .keys()
+    .await?;
     let applier = Arc::new(wire(&clients, &settings)?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let applier = Arc::clone(&applier);

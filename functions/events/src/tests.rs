@@ -591,10 +591,12 @@ fn settings_name_the_variable_that_is_wrong() {
             "COURIER_DEAD_LETTER_QUEUE_URL" => Some("http://dlq".into()),
             "COURIER_LETTER_INDEX_TABLE" => Some("letters".into()),
             "COURIER_SES_EVENTS_VIA" => Some("eventbridge".into()),
+            "COURIER_ENVELOPE_KEY_SECRET" => Some("arn:seal".into()),
             _ => None,
         }
     };
     let ok = Settings::from_lookup(base).unwrap();
+    assert_eq!(ok.envelope_key_secret, "arn:seal");
     assert_eq!(ok.guard, GuardConfig::default());
     assert_eq!(ok.admission, Admission::EventBridge);
     assert_eq!(ok.archive_retention_days, 365);
@@ -633,17 +635,13 @@ fn settings_name_the_variable_that_is_wrong() {
             other => panic!("{key}={value}: {other:?}"),
         }
     }
-    let missing = |k: &str| {
-        if k == "COURIER_QUEUE_URL" {
-            None
-        } else {
-            base(k)
+    for required in ["COURIER_QUEUE_URL", "COURIER_ENVELOPE_KEY_SECRET"] {
+        let missing = |k: &str| if k == required { None } else { base(k) };
+        match Settings::from_lookup(missing) {
+            Err(SettingsError::Missing(name)) => assert_eq!(name, required),
+            other => panic!("{required}: {other:?}"),
         }
-    };
-    assert!(matches!(
-        Settings::from_lookup(missing),
-        Err(SettingsError::Missing("COURIER_QUEUE_URL"))
-    ));
+    }
     // The events path: required, one of two; through SNS the topic is required, and the
     // certificate host is the region's SNS host unless named.
     let via = |pairs: Vec<(&'static str, &'static str)>| {

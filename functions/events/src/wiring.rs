@@ -5,10 +5,11 @@ use std::sync::Arc;
 use courier_adapters::aws::{
     Clients, DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbLetterIndex,
     DynamoDbReputationStore, DynamoDbStatusStore, DynamoDbSuppressionList, IndexedDeadLetterSink,
-    SqsDeadLetterSink, SqsRetryScheduler,
+    SecretsManagerSecretStore, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::clock::SystemClock;
 use courier_adapters::https::HttpsSigningCertificates;
+use courier_adapters::seal_secret::{SealingScheduler, SecretSealKeys};
 use courier_core::policy::{RetryPolicy, parse_duration};
 use courier_core::ports::{SigningCertificates, StoreError};
 use courier_core::reputation::GuardConfig;
@@ -38,6 +39,9 @@ pub struct Settings {
     /// How long the S3 archive keeps dead letters (`COURIER_ARCHIVE_RETENTION_DAYS`, default
     /// 365): the letter index entries this function writes outlive it by a margin.
     pub archive_retention_days: i64,
+    /// `COURIER_ENVELOPE_KEY_SECRET`: the secret holding the seal keys of the copies this
+    /// function re-enqueues (transient-bounce resends; [`courier_core::seal`]).
+    pub envelope_key_secret: String,
 }
 
 /// The default of `COURIER_SOFT_SUPPRESSION_PERIOD`: 14 days.
@@ -131,6 +135,7 @@ impl Settings {
         Ok(Settings {
             admission,
             archive_retention_days,
+            envelope_key_secret: required("COURIER_ENVELOPE_KEY_SECRET")?,
             status_table: required("COURIER_STATUS_TABLE")?,
             suppression_table: required("COURIER_SUPPRESSION_TABLE")?,
             control_table: required("COURIER_CONTROL_TABLE")?,
@@ -178,11 +183,17 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Result<Applier, StoreErro
         clock: Arc::new(SystemClock),
         resender: Resender {
             policy: settings.policy.clone(),
-            scheduler: Arc::new(SqsRetryScheduler::new(
-                clients.sqs.clone(),
-                clients.sfn.clone(),
-                &settings.queue_url,
-                &settings.delay_state_machine_arn,
+            scheduler: Arc::new(SealingScheduler::new(
+                Arc::new(SqsRetryScheduler::new(
+                    clients.sqs.clone(),
+                    clients.sfn.clone(),
+                    &settings.queue_url,
+                    &settings.delay_state_machine_arn,
+                )),
+                Arc::new(SecretSealKeys::from_secret(
+                    &settings.envelope_key_secret,
+                    Arc::new(SecretsManagerSecretStore::new(clients.secrets.clone())),
+                )),
             )),
             dead_letters: Arc::new(IndexedDeadLetterSink::new(
                 DynamoDbLetterIndex::new(dynamodb.clone(), &settings.letter_index_table)

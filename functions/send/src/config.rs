@@ -103,6 +103,9 @@ pub struct Resources {
     pub providers: Vec<Provider>,
     pub ses_configuration_set: Option<String>,
     pub smtp: Option<SmtpSettings>,
+    /// `COURIER_ENVELOPE_KEY_SECRET`: the secret (ARN or name) holding the retry envelopes'
+    /// seal keys (`{"key": "...", "previous": [...]}`, [`courier_core::seal`]).
+    pub envelope_key_secret: String,
 }
 
 impl Resources {
@@ -128,6 +131,10 @@ impl Resources {
             (
                 "COURIER_DELAY_STATE_MACHINE_ARN",
                 self.delay_state_machine_arn.clone(),
+            ),
+            (
+                "COURIER_ENVELOPE_KEY_SECRET",
+                self.envelope_key_secret.clone(),
             ),
         ]
     }
@@ -444,6 +451,7 @@ impl SendConfig {
             providers,
             ses_configuration_set: lookup("COURIER_SES_CONFIGURATION_SET"),
             smtp,
+            envelope_key_secret: required(&lookup, "COURIER_ENVELOPE_KEY_SECRET")?,
         };
         (config.rate_limits, config.ses_quota_pacing) = rate_limits(&lookup, &resources.providers)?;
         let policy = RetryPolicy::from_lookup(&lookup)?;
@@ -467,6 +475,7 @@ mod tests {
             ("COURIER_TEMPLATE_BUCKET", "t"),
             ("COURIER_DELAY_STATE_MACHINE_ARN", "arn"),
             ("COURIER_PAYLOAD_BUCKET", "payloads"),
+            ("COURIER_ENVELOPE_KEY_SECRET", "seal"),
         ]
         .into_iter()
         .map(|(k, v)| (k, v.to_owned()))
@@ -619,6 +628,13 @@ mod tests {
         assert_eq!(
             parse(&env).unwrap_err().to_string(),
             "COURIER_STATUS_TABLE is required"
+        );
+        // No unsealed mode: without the seal keys' secret the function does not start.
+        let mut env = base();
+        env.remove("COURIER_ENVELOPE_KEY_SECRET");
+        assert_eq!(
+            parse(&env).unwrap_err().to_string(),
+            "COURIER_ENVELOPE_KEY_SECRET is required"
         );
     }
 

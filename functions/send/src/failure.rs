@@ -110,7 +110,14 @@ impl Pipeline {
             }
         };
         let body = &*body;
-        let fate = match parse_body(body.as_bytes()) {
+        let parsed = match parse_body(body.as_bytes()) {
+            Ok(incoming) => match self.sealing.admit(incoming, body.as_bytes()).await {
+                Ok(incoming) => Ok(incoming),
+                Err(e) => return Step::Redeliver(e.into()),
+            },
+            Err(rejected) => Err(rejected),
+        };
+        let fate = match parsed {
             Ok(incoming) => {
                 let verdict = Verdict::local(
                     ErrorClass::Poison,

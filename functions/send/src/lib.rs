@@ -36,6 +36,7 @@ use std::time::Duration;
 
 use aws_lambda_events::sqs::{SqsBatchResponse, SqsEvent};
 use chrono::{DateTime, Utc};
+use courier_adapters::seal_secret::SecretSealKeys;
 use courier_core::breaker::Admission;
 use courier_core::claim_check::{self, RedeemError};
 use courier_core::classify::{ErrorClass, Verdict};
@@ -52,10 +53,11 @@ use courier_core::policy::{DeadLetterCategory, Decision, RetryPolicy};
 use courier_core::ports::{
     ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, Mailer, OutgoingEmail,
     PayloadStore, PoisonList, Provider, Requeue, RetryScheduler, Sightings, StatusStore,
-    StatusUpdate, SuppressionList, TemplateError, TemplateStore,
+    StatusUpdate, StoreError, SuppressionList, TemplateError, TemplateStore,
 };
 use courier_core::random::{RandomSource, SeededRandom};
 use courier_core::render::content_of;
+use courier_core::seal::{self, SealCheck};
 use courier_core::status::Status;
 use futures::StreamExt;
 use tracing::{Instrument, info, warn};
@@ -88,6 +90,55 @@ pub struct Pipeline {
     pub sightings: Arc<dyn Sightings>,
     /// New unknown codes seen during the current batch (drained into its metrics).
     pub new_codes: std::sync::Mutex<Vec<String>>,
+    /// The retry envelopes' seal ([`courier_core::seal`]).
+    pub sealing: Sealing,
+}
+
+/// The seal keys, and how many copies' seals did not verify during the current batch (drained
+/// into its metrics as `EnvelopesUnverified`).
+pub struct Sealing {
+    pub keys: Arc<SecretSealKeys>,
+    unverified: std::sync::atomic::AtomicU64,
+}
+
+impl Sealing {
+    pub fn new(keys: Arc<SecretSealKeys>) -> Sealing {
+        Sealing {
+            keys,
+            unverified: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// A parsed copy as far as its seal lets it be trusted: an envelope whose seal does not
+    /// verify (after reading the keys again once, for a rotation) is the first copy of its job,
+    /// never a later generation ([`courier_core::seal::demote`]). Unreadable keys are an error
+    /// (the copy comes back later).
+    pub async fn admit(&self, incoming: Incoming, body: &[u8]) -> Result<Incoming, StoreError> {
+        if !incoming.enveloped {
+            return Ok(incoming);
+        }
+        if seal::check(body, &*self.keys.keys().await?) == SealCheck::Verified {
+            return Ok(incoming);
+        }
+        if let Some(keys) = self.keys.reread().await?
+            && seal::check(body, &keys) == SealCheck::Verified
+        {
+            return Ok(incoming);
+        }
+        self.unverified
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        warn!(
+            message_id = %incoming.job.message_id,
+            claimed_attempt = incoming.attempt,
+            "a retry envelope's seal does not verify; taken as the first copy of its job"
+        );
+        Ok(seal::demote(incoming))
+    }
+
+    fn drain(&self) -> u64 {
+        self.unverified
+            .swap(0, std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 /// What a record's send may take: the time its slot must come by (its lease, less the
@@ -299,6 +350,10 @@ impl Pipeline {
                 .metrics
                 .add("NewUnknownErrorCode", new_codes.len() as u64);
         }
+        let unverified = self.sealing.drain();
+        if unverified > 0 {
+            report.metrics.add("EnvelopesUnverified", unverified);
+        }
         if total > 0 && report.failures.len() == total {
             warn!(records = total, "every record of the batch failed");
         }
@@ -356,6 +411,10 @@ impl Pipeline {
         let incoming = match parse_body(body.as_bytes()) {
             Ok(incoming) => incoming,
             Err(rejected) => return unclaimed(Self::reject(&body, &rejected, now)),
+        };
+        let incoming = match self.sealing.admit(incoming, body.as_bytes()).await {
+            Ok(incoming) => incoming,
+            Err(e) => return unclaimed(Fate::Redeliver(e.into())),
         };
         let job = &incoming.job;
         span.record("message_id", job.message_id.as_str());

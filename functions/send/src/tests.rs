@@ -13,6 +13,8 @@ use courier_devkit::memory::*;
 
 use super::*;
 
+mod seal;
+
 struct World {
     pipeline: Arc<Pipeline>,
     status: Arc<MemoryStatusStore>,
@@ -65,7 +67,7 @@ fn world_with(mailer: MemoryMailer) -> World {
     let pipeline = Arc::new(Pipeline {
         status: status.clone(),
         mailers: vec![mailer.clone()],
-        scheduler: scheduler.clone(),
+        scheduler: courier_devkit::memory::sealing(scheduler.clone()),
         dead_letters: dead.clone(),
         payloads: payloads.clone(),
         suppression: suppression.clone(),
@@ -87,6 +89,7 @@ fn world_with(mailer: MemoryMailer) -> World {
         rng: std::sync::Mutex::new(SeededRandom::new(1)),
         sightings: Arc::new(courier_devkit::memory::MemorySightings::default()),
         new_codes: std::sync::Mutex::new(Vec::new()),
+        sealing: crate::Sealing::new(courier_devkit::memory::test_seal_keys()),
     });
     World {
         pipeline,
@@ -197,6 +200,7 @@ fn rebuilt(
         rng: std::sync::Mutex::new(SeededRandom::new(seed)),
         sightings: w.pipeline.sightings.clone(),
         new_codes: std::sync::Mutex::new(Vec::new()),
+        sealing: crate::Sealing::new(w.pipeline.sealing.keys.clone()),
     })
 }
 

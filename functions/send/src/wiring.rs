@@ -4,20 +4,22 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use courier_adapters::aws::SecretsManagerSecretStore;
 use courier_adapters::aws::{
     Clients, DynamoDbBreakerStore, DynamoDbLetterIndex, DynamoDbPoisonList, DynamoDbSendSchedule,
     DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList, IndexedDeadLetterSink,
     S3PayloadStore, S3TemplateStore, SesMailer, SesSendQuota, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::clock::SystemClock;
+use courier_adapters::seal_secret::{SealingScheduler, SecretSealKeys};
 use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSetupError};
 use courier_adapters::smtp_secret::{SecretSmtpError, SecretSmtpMailer};
 use courier_core::ports::{Mailer, PayloadStore, Provider};
 
-use crate::Pipeline;
 use crate::breakers::Breakers;
 use crate::config::{ConfigError, Resources, SendConfig};
 use crate::governor::{Governor, QuotaPacing};
+use crate::{Pipeline, Sealing};
 
 /// Why the function could not start.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +31,9 @@ pub enum WiringError {
     /// `COURIER_SMTP_CREDENTIALS_SECRET` could not be read or used.
     #[error("COURIER_SMTP_CREDENTIALS_SECRET: {0}")]
     SmtpSecret(#[from] SecretSmtpError),
+    /// `COURIER_ENVELOPE_KEY_SECRET` could not be read or is not a set of seal keys.
+    #[error("COURIER_ENVELOPE_KEY_SECRET: {0}")]
+    EnvelopeKey(#[source] courier_core::ports::StoreError),
 }
 
 /// Wires the pipeline from the process environment; reads the SES quota when SES is paced by
@@ -51,6 +56,13 @@ pub async fn from_env() -> Result<Pipeline, WiringError> {
         None => None,
     };
     let pipeline = wire_with(&Clients::new(&sdk), config, &resources, policy, smtp)?;
+    // The seal keys are read at INIT: a missing or malformed secret stops the start.
+    pipeline
+        .sealing
+        .keys
+        .keys()
+        .await
+        .map_err(WiringError::EnvelopeKey)?;
     pipeline.read_quota().await;
     Ok(pipeline)
 }
@@ -113,6 +125,10 @@ fn wire_with(
             },
         }
     }
+    let seal_keys = Arc::new(SecretSealKeys::from_secret(
+        &resources.envelope_key_secret,
+        Arc::new(SecretsManagerSecretStore::new(clients.secrets.clone())),
+    ));
     let payloads: Arc<dyn PayloadStore> = Arc::new(S3PayloadStore::new(
         clients.s3.clone(),
         &resources.payload_bucket,
@@ -127,15 +143,18 @@ fn wire_with(
             .with_suppression_table(&resources.suppression_table),
         ),
         mailers,
-        scheduler: Arc::new(
-            SqsRetryScheduler::new(
-                sqs.clone(),
-                clients.sfn.clone(),
-                &resources.queue_url,
-                &resources.delay_state_machine_arn,
-            )
-            .with_payloads(Arc::clone(&payloads)),
-        ),
+        scheduler: Arc::new(SealingScheduler::new(
+            Arc::new(
+                SqsRetryScheduler::new(
+                    sqs.clone(),
+                    clients.sfn.clone(),
+                    &resources.queue_url,
+                    &resources.delay_state_machine_arn,
+                )
+                .with_payloads(Arc::clone(&payloads)),
+            ),
+            Arc::clone(&seal_keys),
+        )),
         dead_letters: Arc::new(IndexedDeadLetterSink::new(
             DynamoDbLetterIndex::new(dynamodb.clone(), &resources.letter_index_table)
                 .outliving(config.archive_retention_days),
@@ -159,6 +178,7 @@ fn wire_with(
         )),
         sightings: Arc::new(DynamoDbSightings::new(dynamodb.clone(), control)),
         new_codes: std::sync::Mutex::new(Vec::new()),
+        sealing: Sealing::new(seal_keys),
         governor: {
             let governor = Governor::new(
                 Arc::new(DynamoDbSendSchedule::new(dynamodb.clone(), control)),
@@ -209,6 +229,7 @@ mod tests {
                 "COURIER_PROVIDERS" => "smtp",
                 "COURIER_SMTP_HOST" => "relay.example",
                 "COURIER_SMTP_CREDENTIALS_SECRET" => "courier-smtp",
+                "COURIER_ENVELOPE_KEY_SECRET" => "courier-seal",
                 _ => return None,
             };
             Some(v.to_owned())

@@ -403,13 +403,14 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
     let pipeline = Arc::new(Pipeline {
         status: Arc::new(Faulty::new(status.clone(), faults.clone())),
         mailers: vec![mailer.clone()],
-        scheduler: Arc::new(Faulty::new(
+        // Sealed as the wiring seals: a copy back from the queue is trusted only if sealed.
+        scheduler: courier_devkit::memory::sealing(Arc::new(Faulty::new(
             Arc::new(QueueScheduler {
                 queue: queue.clone(),
                 clock: clock.clone(),
             }),
             faults.clone(),
-        )),
+        ))),
         dead_letters: Arc::new(Faulty::new(letters.clone(), faults.clone())),
         payloads: Arc::new(courier_devkit::memory::MemoryPayloads::default()),
         suppression: Arc::new(Faulty::new(suppression.clone(), faults.clone())),
@@ -437,6 +438,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         rng: Mutex::new(SeededRandom::new(7)),
         sightings: Arc::new(MemorySightings::default()),
         new_codes: Mutex::new(Vec::new()),
+        sealing: courier_send::Sealing::new(courier_devkit::memory::test_seal_keys()),
     });
     for &after in path.copies {
         queue.push(body(path), t0() + chrono::Duration::seconds(after));

@@ -12,5 +12,6 @@
 pub mod aws;
 pub mod clock;
 pub mod https;
+pub mod seal_secret;
 pub mod smtp;
 pub mod smtp_secret;

@@ -175,17 +175,18 @@ impl Mailer for SecretSmtpMailer {
     }
 }
 
+/// A secret store answering from a script (tests of the adapters that read secrets).
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-    use courier_core::classify::classify_smtp;
-    use courier_core::ports::StoreError;
+pub(crate) mod test_secrets {
+    use std::sync::Arc;
+
+    use courier_core::ports::{SecretStore, StoreError};
 
     /// Answers reads from a script (the last answer repeats), counting them.
-    struct Script {
+    pub(crate) struct Script {
         answers: std::sync::Mutex<Vec<Result<String, String>>>,
-        reads: std::sync::atomic::AtomicUsize,
+        pub(crate) reads: std::sync::atomic::AtomicUsize,
     }
 
     #[async_trait::async_trait]
@@ -202,7 +203,7 @@ mod tests {
         }
     }
 
-    fn script(answers: &[Result<&str, &str>]) -> Arc<Script> {
+    pub(crate) fn script(answers: &[Result<&str, &str>]) -> Arc<Script> {
         Arc::new(Script {
             answers: std::sync::Mutex::new(
                 answers
@@ -213,6 +214,14 @@ mod tests {
             reads: std::sync::atomic::AtomicUsize::new(0),
         })
     }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::test_secrets::script;
+    use super::*;
+    use courier_core::classify::classify_smtp;
 
     fn secret(password: &str) -> String {
         serde_json::json!({"username": "courier", "password": password}).to_string()

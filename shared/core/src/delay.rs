@@ -14,8 +14,9 @@ use crate::ports::Requeue;
 pub const MAX_QUEUE_DELAY_SECS: u64 = 900;
 
 /// What the execution input holds besides the body: its keys, the delay and the queue URL (at
-/// most 1,024 bytes here; SQS queue URLs are far shorter).
-pub const DELAY_INPUT_OVERHEAD: usize = 1_024 + 64;
+/// most 1,024 bytes here; SQS queue URLs are far shorter), and the envelope's seal, added after
+/// the mechanism is chosen ([`crate::seal::SEAL_BYTES`]).
+pub const DELAY_INPUT_OVERHEAD: usize = 1_024 + 64 + crate::seal::SEAL_BYTES;
 
 /// How a retry waits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

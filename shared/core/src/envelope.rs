@@ -33,6 +33,9 @@ pub struct Envelope {
     /// ([`crate::delay::DelayMechanism::QueueHops`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<DateTime<Utc>>,
+    /// The HMAC that shows Courier wrote this envelope ([`crate::seal`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seal: Option<String>,
 }
 
 /// A parsed queue message: the job and where it stands.
@@ -48,6 +51,8 @@ pub struct Incoming {
     pub print: String,
     /// Not due before this (a hop of a long wait; see [`Envelope::not_before`]).
     pub not_before: Option<DateTime<Utc>>,
+    /// Whether the body was an envelope (its seal is checked by [`crate::seal::check`]).
+    pub enveloped: bool,
 }
 
 /// Parses an SQS body: a bare job or an envelope.
@@ -76,6 +81,7 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
             original,
             print,
             not_before: envelope.not_before,
+            enveloped: true,
         });
     }
     let print = fingerprint(value.to_string().as_bytes());
@@ -87,6 +93,7 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
         original: text.to_owned(),
         print,
         not_before: None,
+        enveloped: false,
     })
 }
 
@@ -183,6 +190,7 @@ pub fn current_body(incoming: &Incoming) -> String {
         history: incoming.history.iter().skip(skip).cloned().collect(),
         job,
         not_before: None,
+        seal: None,
     };
     serde_json::to_string(&envelope).unwrap_or_default()
 }
@@ -218,6 +226,7 @@ fn body_of(
         history: history.into_iter().skip(skip).collect(),
         job,
         not_before: None,
+        seal: None,
     };
     serde_json::to_string(&envelope).unwrap_or_default()
 }
@@ -247,6 +256,7 @@ pub fn replay_body(
         history: history.into_iter().skip(skip).collect(),
         job,
         not_before: None,
+        seal: None,
     };
     serde_json::to_string(&envelope).map_err(|e| e.to_string())
 }

@@ -41,5 +41,6 @@ pub mod random;
 pub mod rate;
 pub mod render;
 pub mod reputation;
+pub mod seal;
 pub mod senders;
 pub mod status;

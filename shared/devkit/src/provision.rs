@@ -116,6 +116,9 @@ pub struct Provisioned {
     pub archive_bucket: String,
     /// Where copies and letters too large for SQS are stored (the claim check).
     pub payload_bucket: String,
+    /// The secret holding the retry envelopes' seal keys (ARN): the template's
+    /// `EnvelopeKeySecret`, created through Secrets Manager's API ([`envelope_key_secret`]).
+    pub envelope_key_secret: String,
 }
 
 /// Settings of the send queue (the template's `MaxReceiveCount` and `SendQueueVisibilityTimeout`).
@@ -349,6 +352,7 @@ pub fn local_template(template: &str, prefix: &str) -> Result<Value, TemplateErr
     for (logical_id, resource) in &mut kept {
         localize(logical_id, resource, prefix)?;
     }
+    allow_redrive_from_local_names(&mut kept, prefix);
     parameters.insert(
         ROLE_PARAMETER.into(),
         json!({ "Type": "String", "Description": "Role of the delay state machine (the emulators do not check it)." }),
@@ -368,6 +372,39 @@ pub fn local_template(template: &str, prefix: &str) -> Result<Value, TemplateErr
         Value::Object(kept.into_iter().collect()),
     );
     Ok(Value::Object(out))
+}
+
+/// A dead-letter queue's `RedriveAllowPolicy` names its source queues by ARN, built on AWS from
+/// their template names; locally the queues are renamed, so the allow-list names the local
+/// queues whose `RedrivePolicy` targets it instead.
+fn allow_redrive_from_local_names(kept: &mut BTreeMap<String, Value>, prefix: &str) {
+    let sources = |dlq: &str| -> Vec<Value> {
+        kept.iter()
+            .filter(|(_, r)| {
+                r["Properties"]["RedrivePolicy"]["deadLetterTargetArn"]
+                    == json!({ "Fn::GetAtt": [dlq, "Arn"] })
+            })
+            .map(|(id, _)| {
+                json!({ "Fn::Sub": format!(
+                    "arn:${{AWS::Partition}}:sqs:${{AWS::Region}}:${{AWS::AccountId}}:{prefix}-{}",
+                    kebab(id)
+                ) })
+            })
+            .collect()
+    };
+    let allow_lists: Vec<(String, Vec<Value>)> = kept
+        .iter()
+        .filter(|(_, r)| r["Properties"]["RedriveAllowPolicy"]["redrivePermission"] == "byQueue")
+        .map(|(id, _)| (id.clone(), sources(id)))
+        .collect();
+    for (id, arns) in allow_lists {
+        if let Some(policy) = kept
+            .get_mut(&id)
+            .and_then(|r| r.pointer_mut("/Properties/RedriveAllowPolicy"))
+        {
+            policy["sourceQueueArns"] = Value::Array(arns);
+        }
+    }
 }
 
 /// Names the resource after the prefix and makes it creatable on an emulator.
@@ -637,7 +674,9 @@ pub async fn provision(
         })
         .ok_or_else(|| StoreError::msg("queue attributes", "no queue arn"))?;
     let name = |logical: &str| physical(&resources, logical).map(str::to_owned);
+    let envelope_key_secret = envelope_key_secret(sdk, prefix).await?;
     Ok(Provisioned {
+        envelope_key_secret,
         stack_name: prefix.to_owned(),
         queue_url: send_queue_url,
         queue_arn,
@@ -660,6 +699,48 @@ pub async fn provision(
         )
         .await?,
     })
+}
+
+/// Creates the stack's seal-key secret (`{prefix}-envelope-key`) through Secrets Manager's API,
+/// as the template's `EnvelopeKeySecret` generates it on AWS: `{"key": ...}` with 64 random
+/// alphanumerics (here hex from the time and process; an emulator's stack needs no better). The
+/// emulators' CloudFormation skips `AWS::SecretsManager::Secret` (moto) or its generated
+/// string, so the local template leaves it out. An existing secret of that name is kept.
+pub async fn envelope_key_secret(
+    sdk: &aws_config::SdkConfig,
+    prefix: &str,
+) -> Result<String, StoreError> {
+    let client = aws_sdk_secretsmanager::Client::new(sdk);
+    let name = format!("{prefix}-envelope-key");
+    let seed = format!(
+        "{prefix}/{}/{:?}",
+        std::process::id(),
+        std::time::SystemTime::now()
+    );
+    let key = courier_core::job::fingerprint(seed.as_bytes());
+    let created = client
+        .create_secret()
+        .name(&name)
+        .secret_string(json!({ "key": key }).to_string())
+        .send()
+        .await;
+    match created {
+        Ok(out) => out.arn,
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_resource_exists_exception()) =>
+        {
+            client
+                .describe_secret()
+                .secret_id(&name)
+                .send()
+                .await
+                .map_err(store_error("describe secret"))?
+                .arn
+        }
+        Err(e) => return Err(store_error("create secret")(e)),
+    }
+    .ok_or_else(|| StoreError::msg("create secret", format!("no ARN for {name}")))
 }
 
 /// Name, definition and type (if given) of a state machine of the local template.

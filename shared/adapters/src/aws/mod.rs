@@ -172,6 +172,8 @@ pub struct Clients {
     pub sfn: aws_sdk_sfn::Client,
     pub s3: aws_sdk_s3::Client,
     pub ses: aws_sdk_sesv2::Client,
+    /// Secrets Manager (the retry envelopes' seal keys, SMTP credentials).
+    pub secrets: aws_sdk_secretsmanager::Client,
 }
 
 impl Clients {
@@ -182,6 +184,7 @@ impl Clients {
             sfn: aws_sdk_sfn::Client::new(sdk),
             s3: aws_sdk_s3::Client::new(sdk),
             ses: aws_sdk_sesv2::Client::new(sdk),
+            secrets: aws_sdk_secretsmanager::Client::new(sdk),
         }
     }
 
@@ -210,6 +213,11 @@ impl Clients {
             ),
             ses: aws_sdk_sesv2::Client::from_conf(
                 aws_sdk_sesv2::config::Builder::from(sdk)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            secrets: aws_sdk_secretsmanager::Client::from_conf(
+                aws_sdk_secretsmanager::config::Builder::from(sdk)
                     .interceptor(counter.clone())
                     .build(),
             ),

@@ -85,3 +85,21 @@ impl Clock for ManualClock {
         *lock(&self.0)
     }
 }
+
+/// The seal keys of unit tests and benchmarks: one fixed key (never a deployed stack's).
+pub fn test_seal_keys() -> std::sync::Arc<courier_adapters::seal_secret::SecretSealKeys> {
+    let keys = courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[])
+        .unwrap_or_else(|e| unreachable!("the test key is long enough: {e}"));
+    std::sync::Arc::new(courier_adapters::seal_secret::SecretSealKeys::fixed(keys))
+}
+
+/// `scheduler`, sealing what it is given with [`test_seal_keys`] (as the functions' wiring
+/// seals with the stack's keys).
+pub fn sealing(
+    scheduler: std::sync::Arc<dyn courier_core::ports::RetryScheduler>,
+) -> std::sync::Arc<courier_adapters::seal_secret::SealingScheduler> {
+    std::sync::Arc::new(courier_adapters::seal_secret::SealingScheduler::new(
+        scheduler,
+        test_seal_keys(),
+    ))
+}

@@ -119,6 +119,22 @@ fn settings_come_from_the_template() {
         send["VisibilityTimeout"],
         json!({"Ref": "SendQueueVisibilityTimeout"})
     );
+    // each DLQ takes redrives only from its own queue, named as the emulator's queue is
+    let allowed = |dlq: &str| r[dlq]["Properties"]["RedriveAllowPolicy"].clone();
+    let arn = |name: &str| json!([{ "Fn::Sub": format!("arn:${{AWS::Partition}}:sqs:${{AWS::Region}}:${{AWS::AccountId}}:courier-t1-{name}") }]);
+    assert_eq!(
+        allowed("RedriveDeadLetterQueue")["redrivePermission"],
+        "byQueue"
+    );
+    assert_eq!(
+        allowed("RedriveDeadLetterQueue")["sourceQueueArns"],
+        arn("send-queue")
+    );
+    assert_eq!(
+        allowed("EventsDeadLetterQueue")["sourceQueueArns"],
+        arn("events-queue")
+    );
+    assert_eq!(send["QueueName"], "courier-t1-send-queue");
     // the status table's sparse by_open index
     let status = &r["StatusTable"]["Properties"];
     let gsi = &status["GlobalSecondaryIndexes"][0];
