@@ -5,7 +5,7 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo fmt-check clippy lint-infra unit lambda-build lambda-zips lambda-build-x86 lambda-build-x86-release it-moto it-localstack deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci
+.PHONY: test demo deploy fmt-check clippy lint-infra unit lambda-build lambda-zips lambda-build-x86 lambda-build-x86-release it-moto it-localstack deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci
 
 ## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack, the
 ## chaos suite), phase by phase with timings: scripts/test.sh.
@@ -18,12 +18,22 @@ demo:
 	@scripts/install-deps.sh localstack moto smtp
 	@COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh localstack -- $(CARGO) run -q -p courier-dev -- demo
 
-## make lint-infra: cfn-lint, the IAM lint (parliament, infra/iam-lint.py) and checkov on infra/ (checkov's skips are justified next to each resource).
+## make lint-infra: sam validate --lint, cfn-lint, the IAM lint (parliament, infra/iam-lint.py) and checkov on infra/ (checkov's skips are justified next to each resource).
 lint-infra:
-	scripts/install-deps.sh infra
+	scripts/install-deps.sh infra sam
+	SAM_CLI_TELEMETRY=0 $${COURIER_CACHE:-.cache}/venv-sam/bin/sam validate --lint --template infra/template.yaml --region us-east-1
 	$${COURIER_CACHE:-.cache}/venv-infra/bin/cfn-lint infra/template.yaml
 	$${COURIER_CACHE:-.cache}/venv-infra/bin/python infra/iam-lint.py infra/template.yaml
 	$${COURIER_CACHE:-.cache}/venv-checkov/bin/checkov --quiet --compact --skip-download --framework cloudformation -d infra
+
+## make deploy: sam build and sam deploy of infra/template.yaml to the AWS account of your credentials
+## (guided on the first run, which writes samconfig.toml); then `courierctl --stack NAME smoke --from
+## ADDRESS` (docs/runbook.md, First deploy). Needs cargo-lambda (scripts/install-deps.sh lambda).
+deploy:
+	scripts/install-deps.sh sam lambda
+	PATH="$${COURIER_CACHE:-$(CURDIR)/.cache}/venv-lambda/bin:$$PATH" SAM_CLI_TELEMETRY=0 SAM_CLI_BETA_RUST_CARGO_LAMBDA=1 $${COURIER_CACHE:-.cache}/venv-sam/bin/sam build --template infra/template.yaml
+	if [ -f samconfig.toml ]; then SAM_CLI_TELEMETRY=0 $${COURIER_CACHE:-.cache}/venv-sam/bin/sam deploy; \
+	else SAM_CLI_TELEMETRY=0 $${COURIER_CACHE:-.cache}/venv-sam/bin/sam deploy --guided; fi
 
 fmt-check:
 	$(CARGO) fmt --all --check
@@ -69,7 +79,7 @@ lambda-build-x86-release:
 # background, and only the LocalStack phase waits for them.
 it-moto: lambda-build-x86
 	$(BINS)
-	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(IT) --skip the_demo_drives_ses_events_through_the_events_function --skip cargo_lambda_deploys_every_function_as_the_template_configures_it
+	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(IT) --skip the_demo_drives_ses_events_through_the_events_function --skip the_smoke_test_follows_each_simulator_case_to_its_end --skip cargo_lambda_deploys_every_function_as_the_template_configures_it
 
 it-localstack: lambda-build
 	$(BINS)

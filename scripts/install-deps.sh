@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install-deps.sh [moto|localstack|smtp|infra|lambda|all]...
+# install-deps.sh [moto|localstack|smtp|infra|lambda|sam|all]...
 #
 # Installs what the local test harness (scripts/with-harness.sh) runs, only when it is missing,
 # so a second call takes well under a second:
@@ -12,6 +12,8 @@
 #   localstack delegates to localstack/install.sh.
 #   lambda     a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-lambda with cargo-lambda (PyPI; it brings
 #              zig): `make lambda-build` and tests/tests/deploy.rs run `cargo lambda` from its bin/.
+#   sam        a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-sam with SAM CLI (`make deploy`, and
+#              `sam validate --lint` in `make lint-infra`).
 #   all        all of them (the default).
 set -euo pipefail
 
@@ -127,6 +129,8 @@ install_moto() {
 # template with cfn-lint's decoder and SAM translator).
 CFN_LINT_SPEC='cfn-lint==1.51.0 parliament==1.6.4'
 CHECKOV_SPEC='checkov==3.3.30'
+# SAM CLI for `make deploy` (sam build, sam deploy) and `sam validate --lint`.
+SAM_SPEC='aws-sam-cli==1.170.0'
 
 # infra_venv NAME SPEC BIN: a venv at $CACHE/NAME with SPEC, unless BIN is there with SPEC's stamp.
 infra_venv() {
@@ -150,6 +154,11 @@ install_infra() {
     install_basics
     infra_venv venv-infra "$CFN_LINT_SPEC" cfn-lint
     infra_venv venv-checkov "$CHECKOV_SPEC" checkov
+}
+
+install_sam() {
+    install_basics
+    infra_venv venv-sam "$SAM_SPEC" sam
 }
 
 # cargo-lambda (and the zig it cross-compiles with) from PyPI: seconds, where `cargo install
@@ -188,9 +197,10 @@ main() {
             localstack) install_localstack ;;
             infra) install_infra ;;
             lambda) install_lambda ;;
-            all) install_smtp; install_moto; install_localstack; install_infra; install_lambda ;;
+            sam) install_sam ;;
+            all) install_smtp; install_moto; install_localstack; install_infra; install_sam; install_lambda ;;
             -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
-            *) die "unknown component '$what' (expected moto, localstack, smtp, infra, lambda or all)" ;;
+            *) die "unknown component '$what' (expected moto, localstack, smtp, infra, lambda, sam or all)" ;;
         esac
     done
 }

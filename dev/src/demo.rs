@@ -35,8 +35,10 @@
 //!
 //! With `RUST_LOG` set, the functions' logs (tracing) go to stderr.
 
+pub(crate) mod serve;
 mod ses;
 mod settle;
+mod workers;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -454,42 +456,11 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
         ..SendConfig::default()
     };
     let clients = courier_adapters::aws::Clients::new(&sdk);
-    let mut pipeline = wiring::wire(
-        &clients,
-        config,
-        &resources,
-        RetryPolicy::from_json(DEMO_POLICY)?,
-    )?;
     // SES's view of what it accepted, for the events it publishes.
     let accepted: Arc<Mutex<Vec<ses::Accepted>>> = Arc::default();
-    for mailer in &mut pipeline.mailers {
-        if mailer.provider() == Provider::Ses {
-            *mailer = Arc::new(SesAcceptLog::new(Arc::clone(mailer), Arc::clone(&accepted)));
-        }
-    }
-    let pipeline = Arc::new(pipeline);
+    let (pipeline, applier) =
+        workers::functions(&clients, &stack, &resources, config, DEMO_POLICY, &accepted)?;
     let guard = GuardConfig::default();
-    let applier = Arc::new(courier_events::wiring::wire(
-        &clients,
-        &courier_events::wiring::Settings {
-            status_table: stack.status_table.clone(),
-            suppression_table: stack.suppression_table.clone(),
-            control_table: stack.control_table.clone(),
-            queue_url: stack.queue_url.clone(),
-            delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
-            dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
-            letter_index_table: stack.letter_index_table.clone(),
-            policy: RetryPolicy::from_json(DEMO_POLICY)?,
-            guard: guard.clone(),
-            soft_suppression: chrono::Duration::days(
-                courier_events::wiring::DEFAULT_SOFT_SUPPRESSION_DAYS,
-            ),
-            // The demo's stand-in for SES signs nothing (no SNS key offline).
-            admission: courier_events::Admission::Any,
-            archive_retention_days: courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
-            envelope_key_secret: stack.envelope_key_secret.clone(),
-        },
-    )?);
 
     let sqs = aws_sdk_sqs::Client::new(&sdk);
     for (chunk_no, chunk) in jobs.chunks(10).enumerate() {
@@ -513,108 +484,21 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
     let totals: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();
     let events: Arc<Mutex<EventTotals>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
-    let mut tasks = Vec::new();
-    for instance in 0..INSTANCES {
-        let driver = Driver::new(sqs.clone(), &stack.queue_url, &stack.queue_arn);
-        let pipeline = Arc::clone(&pipeline);
-        let totals = Arc::clone(&totals);
-        let stop = Arc::clone(&stop);
-        tasks.push(tokio::spawn(async move {
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                match driver
-                    .poll_once(&pipeline, &format!("instance-{instance}-{n}"))
-                    .await
-                {
-                    Ok((_, report)) => {
-                        if let Ok(mut t) = totals.lock() {
-                            for (k, v) in report.metrics.counts {
-                                *t.entry(k).or_default() += v;
-                            }
-                        }
-                    }
-                    Err(e) => {
-                        eprintln!("instance {instance}: {e}");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
-            }
-        }));
-    }
-    let events_queue_arn = queue_arn(&sqs, &stack.events_queue_url).await?;
-    for instance in 0..EVENT_INSTANCES {
-        let driver = Driver::new(sqs.clone(), &stack.events_queue_url, &events_queue_arn);
-        let applier = Arc::clone(&applier);
-        let events = Arc::clone(&events);
-        let stop = Arc::clone(&stop);
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let polled = driver
-                    .poll_with(|event, _deadline| async {
-                        let report = applier.handle(event).await;
-                        (report.failures.clone(), report)
-                    })
-                    .await;
-                match polled {
-                    Ok((_, Some(report))) => {
-                        if let Ok(mut t) = events.lock() {
-                            for a in &report.applied {
-                                *t.applied.entry(applied_key(a)).or_default() += 1;
-                            }
-                            t.unparseable += report.unparseable as u64;
-                            t.rates.extend(report.rates);
-                            t.paused.extend(report.tripped);
-                        }
-                    }
-                    Ok((_, None)) => {}
-                    Err(e) => {
-                        eprintln!("events instance {instance}: {e}");
-                        tokio::time::sleep(Duration::from_secs(1)).await;
-                    }
-                }
-            }
-        }));
-    }
+    let mut tasks = workers::spawn_send(INSTANCES, &sqs, &stack, &pipeline, &totals, &stop);
+    tasks.extend(
+        workers::spawn_events(EVENT_INSTANCES, &sqs, &stack, &applier, &events, &stop).await?,
+    );
     let status: Arc<dyn StatusStore> = Arc::new(DynamoDbStatusStore::new(
         dynamodb.clone(),
         &stack.status_table,
         courier_core::status::RETENTION,
     ));
-    let mut publisher = EventPublisher::new(
+    let publisher = EventPublisher::new(
         sqs.clone(),
-        Destination {
-            events_queue_url: stack.events_queue_url.clone(),
-            topic_arn: format!(
-                "arn:aws:sns:{}:{ACCOUNT}:{prefix}-ses-events-topic",
-                region(&sdk)
-            ),
-            configuration_set: configuration_set.clone(),
-            region: region(&sdk),
-            account: ACCOUNT.to_owned(),
-        },
+        workers::destination(&sdk, &stack, &prefix, &configuration_set),
         accepted,
     );
-    {
-        let events = Arc::clone(&events);
-        let stop = Arc::clone(&stop);
-        tasks.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                match publisher.publish_new().await {
-                    Ok(round) => {
-                        if let Ok(mut t) = events.lock() {
-                            for (k, v) in round.events {
-                                *t.published.entry(k).or_default() += v;
-                            }
-                            t.to_suppress.extend(round.to_suppress);
-                        }
-                    }
-                    Err(e) => eprintln!("SES event destination: {e}"),
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        }));
-    }
+    tasks.push(workers::spawn_publisher(publisher, &events, &stop));
 
     let mut ses = SesJobs {
         pending: ses_jobs,

@@ -7,6 +7,7 @@
 //! - `drive`: the send function as a local long-running process (used by the chaos suite).
 //! - `provision`: create the resources on an emulator and print the function's settings.
 //! - `simulate`: the outage simulator (crate `courier-sim`), offline.
+//! - `serve`: a stack on the emulator run as Lambda and SES would (`courierctl smoke` locally).
 
 use std::process::ExitCode;
 
@@ -64,6 +65,19 @@ enum Command {
     /// Lambda INIT, driven from COURIER_QUEUE_URL with Lambda's SQS semantics (the chaos suite
     /// kills and restarts it).
     Drive(drive::DriveArgs),
+    /// Provision a stack on the emulator and run it as Lambda and SES would: the send and events
+    /// functions, and SES's events for what it accepted (the mailbox simulator's addresses get
+    /// theirs). Prints the settings courierctl reads as `export` lines, then `serving`.
+    ///
+    /// Example: courier-dev serve --seconds 600 (then courierctl smoke --from ops@courier.test)
+    Serve {
+        /// Name prefix of the stack (default `courier-serve-<pid>`).
+        #[arg(long)]
+        prefix: Option<String>,
+        /// How long to serve.
+        #[arg(long, default_value_t = 600)]
+        seconds: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -81,6 +95,12 @@ fn main() -> ExitCode {
             Ok(1)
         }),
         Command::Simulate(args) => simulate::run(&args, &mut out),
+        Command::Serve { prefix, seconds } => {
+            demo::serve::run(prefix, seconds, &mut out).or_else(|e| {
+                eprintln!("courier-dev serve: {e}");
+                Ok(1)
+            })
+        }
     };
     match result {
         Ok(code) => ExitCode::from(u8::try_from(code).unwrap_or(1)),

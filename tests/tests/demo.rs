@@ -5,10 +5,12 @@
 //! suppressed the bounced and complaining recipients, and the soft-bounced job was sent again.
 //! Build the binary first (`cargo build -p courier-dev`; `make it-localstack` does).
 //!
-//! Run on LocalStack (`make it-localstack`), as `make demo` is; `make it-moto` skips it by name:
+//! Also `courierctl smoke` against `courier-dev serve` (the same functions and SES stand-in).
+//!
+//! Run on LocalStack (`make it-localstack`), as `make demo` is; `make it-moto` skips both by name:
 //! moto's DynamoDB applies concurrent writes without isolation (a failed transaction restores a
 //! copy of the tables taken before writes other requests made meanwhile), and the demo's six
-//! concurrent instances lose status writes there (docs/local-run.md).
+//! concurrent instances (serve's three) lose status writes there (docs/local-run.md).
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 
@@ -19,7 +21,7 @@ use courier_adapters::aws::{DynamoDbStatusStore, DynamoDbSuppressionList};
 use courier_core::ports::{JobRecord, StatusStore, SuppressionList};
 use courier_core::status::Status;
 use courier_devkit::provision::kebab;
-use courier_integration::{aws_config, courier_dev, require_env, unique};
+use courier_integration::{aws_config, courier_dev, courierctl, require_env, unique};
 
 /// The report line starting with `label`, trimmed.
 fn line<'a>(report: &'a str, label: &str) -> &'a str {
@@ -145,4 +147,71 @@ async fn the_demo_drives_ses_events_through_the_events_function() {
     let smtp = record("demo-00050").await;
     assert_eq!(smtp.status, Status::SentToProvider, "{smtp:?}");
     assert_eq!(smtp.provider.as_deref(), Some("smtp"));
+}
+
+/// `courierctl smoke` against a stack `courier-dev serve` runs as Lambda and SES would (the demo's
+/// SES stand-in answers the mailbox simulator's addresses): every case passes with a sender the
+/// emulator's SES has verified, and every case fails, exit 1, with one it has not.
+#[tokio::test]
+async fn the_smoke_test_follows_each_simulator_case_to_its_end() {
+    use std::io::BufRead;
+    require_env("AWS_ENDPOINT_URL");
+    let prefix = unique("serve");
+    // GIVEN a served stack
+    let mut serve = Command::new(courier_dev())
+        .args(["serve", "--seconds", "300", "--prefix", &prefix])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run courier-dev serve");
+    let mut exports = Vec::new();
+    for line in std::io::BufReader::new(serve.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        if line == "serving" {
+            break;
+        }
+        if let Some((k, v)) = line.strip_prefix("export ").and_then(|l| l.split_once('=')) {
+            exports.push((k.to_owned(), v.trim_matches('\'').to_owned()));
+        }
+    }
+    assert!(
+        exports.iter().any(|(k, _)| k == "COURIER_QUEUE_URL"),
+        "courier-dev serve did not start: {exports:?}"
+    );
+    let smoke = |from: &str, run: &str| {
+        Command::new(courierctl())
+            .args(["smoke", "--from", from, "--run", run, "--timeout", "90s"])
+            .envs(exports.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            .output()
+            .expect("run courierctl smoke")
+    };
+    // WHEN the smoke test runs with the verified sender
+    let good = smoke("ops@courier.test", "ok1");
+    let table = String::from_utf8_lossy(&good.stdout).into_owned();
+    // THEN it passes, one row per simulator address
+    assert!(
+        good.status.success(),
+        "{table}\n{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+    for (case, status) in [
+        ("success", "delivered"),
+        ("bounce", "bounced_permanent"),
+        ("ooto", "delivered"),
+        ("complaint", "complained"),
+        ("suppressionlist", "bounced_permanent"),
+    ] {
+        let row = table
+            .lines()
+            .find(|l| l.starts_with(&format!("{case} ")))
+            .unwrap_or_else(|| panic!("no row {case}: {table}"));
+        assert!(row.contains(status) && row.contains("pass"), "{row}");
+    }
+    // AND with a sender SES has not verified, every case fails and the exit code says so
+    let bad = smoke("ops@unverified.example", "bad1");
+    let table = String::from_utf8_lossy(&bad.stdout).into_owned();
+    assert_eq!(bad.status.code(), Some(1), "{table}");
+    assert_eq!(table.matches("FAIL").count(), 5, "{table}");
+    assert!(table.contains("ended dead_lettered"), "{table}");
+    serve.kill().unwrap();
+    let _ = serve.wait();
 }

@@ -13,7 +13,8 @@
 //! accepted, which is how its events resolve a job left `unknown`.
 //!
 //! The outcome is decided by the recipient's local part before a `+` ([`Script::of`]):
-//! `bounce+…` a permanent bounce, `complaint+…` a delivery then a complaint, `softbounce+…` a
+//! `bounce+…` (and SES's mailbox simulator's `suppressionlist+…`) a permanent bounce,
+//! `complaint+…` a delivery then a complaint, `softbounce+…` a
 //! transient bounce of the first send (later sends are delivered), `delay+…` a delivery delay
 //! then the delivery; any other address is delivered. Events are published with short SQS delays
 //! (the `Send` event after a second, outcomes after it, complaints later still), as SES reports
@@ -46,7 +47,9 @@ impl Script {
         let local = address.rsplit_once('@').map_or(address, |(l, _)| l);
         let tag = local.split_once('+').map_or(local, |(t, _)| t);
         match tag.to_ascii_lowercase().as_str() {
-            "bounce" => Script::Bounce,
+            // SES's mailbox simulator: `suppressionlist@` bounces as a suppressed address;
+            // `success@` and `ooto@` are delivered (the default).
+            "bounce" | "suppressionlist" => Script::Bounce,
             "complaint" => Script::Complaint,
             "softbounce" => Script::SoftBounce,
             "delay" => Script::Delay,
@@ -489,6 +492,17 @@ mod tests {
         assert_eq!(Script::of("delay@courier.test"), Script::Delay);
         assert_eq!(Script::of("reader31@courier.test"), Script::Deliver);
         assert_eq!(Script::of("bouncer@courier.test"), Script::Deliver);
+        // SES's mailbox simulator, as `courierctl smoke` labels its addresses.
+        for (local, script) in [
+            ("success", Script::Deliver),
+            ("bounce", Script::Bounce),
+            ("ooto", Script::Deliver),
+            ("complaint", Script::Complaint),
+            ("suppressionlist", Script::Bounce),
+        ] {
+            let address = format!("{local}+r1@simulator.amazonses.com");
+            assert_eq!(Script::of(&address), script, "{address}");
+        }
     }
 
     fn kinds(to: &str, first: bool) -> Vec<EventKind> {
