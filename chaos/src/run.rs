@@ -455,6 +455,10 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
             "COURIER_DELAY_STATE_MACHINE_ARN",
             stack.delay_state_machine_arn.as_str(),
         ),
+        (
+            "COURIER_ENVELOPE_KEY_SECRET",
+            stack.envelope_key_secret.as_str(),
+        ),
         ("COURIER_PROVIDERS", "smtp"),
         ("COURIER_SMTP_HOST", "127.0.0.1"),
         ("COURIER_SMTP_TLS", "none"),

@@ -495,9 +495,9 @@ impl Applier {
                 .rng
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.resender.policy.decide(
+            self.resender.policy.decide_verdict(
                 incoming.job.priority,
-                verdict.class,
+                verdict,
                 &incoming.retry,
                 now,
                 incoming.job.not_after,

@@ -226,7 +226,7 @@ impl Pipeline {
                 format!("every provider's circuit is open until {until} (not claimed)"),
             )
         };
-        let decision = self.decide(incoming, verdict.class, now);
+        let decision = self.decide(incoming, &verdict, now);
         let Decision::Retry {
             delay,
             spends_attempt,

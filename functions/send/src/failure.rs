@@ -4,20 +4,20 @@
 use super::*;
 
 impl Pipeline {
-    /// The retry policy's decision for a failure of `class` at `now` (with the shared jitter).
+    /// The retry policy's decision for a failure with `verdict` at `now` (with the shared jitter).
     pub(crate) fn decide(
         &self,
         incoming: &Incoming,
-        class: ErrorClass,
+        verdict: &Verdict,
         now: DateTime<Utc>,
     ) -> Decision {
         let mut rng = self
             .rng
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.policy.decide(
+        self.policy.decide_verdict(
             incoming.job.priority,
-            class,
+            verdict,
             &incoming.retry,
             now,
             incoming.job.not_after,
@@ -51,7 +51,7 @@ impl Pipeline {
             now,
             grace: self.config.ambiguity_grace,
         };
-        let plan = plan::plan(&failure, self.decide(incoming, verdict.class, now));
+        let plan = plan::plan(&failure, self.decide(incoming, &verdict, now));
         let fate = self.fate_of(plan, incoming, &verdict, provider, owner, now);
         match acceptance {
             Acceptance::Refused => fate,

@@ -559,6 +559,36 @@ async fn greylisting_is_re_enqueued_with_history_and_a_new_generation() {
 }
 
 #[tokio::test]
+async fn an_unknown_reply_with_a_permanent_code_goes_to_review_at_once_not_retried() {
+    let w = world_with(smtp_failure(
+        "554 5.9.9 the flux capacitor refused the message",
+    ));
+    let report = w.run(vec![rec("u", job("m-u", "u@example.org"))]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1, "one try");
+    assert!(w.scheduler.queued.lock().unwrap().is_empty(), "not retried");
+    assert!(w.scheduler.waits.lock().unwrap().is_empty(), "not retried");
+    assert_eq!(w.status_of("m-u"), Some(Status::DeadLettered));
+    let letters = w.dead.letters.lock().unwrap();
+    let letter = letters.last().unwrap();
+    assert_eq!(letter.category, DeadLetterCategory::NeedsReview);
+    assert_eq!(letter.class, ErrorClass::Unknown);
+    assert_eq!(letter.rule, "smtp.basic.554");
+    assert!(
+        letter
+            .raw_text
+            .as_deref()
+            .unwrap()
+            .contains("flux capacitor")
+    );
+    assert!(
+        letter.reason.contains("permanent signal"),
+        "{}",
+        letter.reason
+    );
+}
+
+#[tokio::test]
 async fn throttling_uses_the_queue_delay_in_one_batched_call() {
     let w = world_with(smtp_failure("421 4.7.0 Too many connections, slow down"));
     let records = (0..10)

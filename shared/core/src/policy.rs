@@ -229,6 +229,31 @@ impl RetryPolicy {
     /// Decides what follows a failure of `class`.
     ///
     /// `state` holds the counters *before* this failure; `not_after` is the job's deadline.
+    /// [`RetryPolicy::decide`] for a classifier's verdict: a verdict that says not to retry a
+    /// class that is otherwise retried (an `unknown` reply with a permanent signal: a `5yz` code
+    /// or a `5.x.x` status) goes to review at once, with its rule and raw text in the letter.
+    pub fn decide_verdict(
+        &self,
+        priority: Priority,
+        verdict: &crate::classify::Verdict,
+        state: &RetryState,
+        now: DateTime<Utc>,
+        not_after: Option<DateTime<Utc>>,
+        rng: &mut dyn RandomSource,
+    ) -> Decision {
+        if verdict.class.is_retryable() && !verdict.retryable {
+            return Decision::DeadLetter {
+                category: DeadLetterCategory::NeedsReview,
+                reason: format!(
+                    "{} with a permanent signal ({}) is not retried; a classifier rule would say what it is",
+                    verdict.class,
+                    verdict.raw_code.as_deref().unwrap_or("no code")
+                ),
+            };
+        }
+        self.decide(priority, verdict.class, state, now, not_after, rng)
+    }
+
     pub fn decide(
         &self,
         priority: Priority,

@@ -252,5 +252,16 @@ pub fn classify_smtp(raw: &str) -> Verdict {
     } else {
         class
     };
-    Verdict::new(class, rule, Source::Smtp).with_raw(reply.code_string(), Some(raw.to_owned()))
+    let mut verdict = Verdict::new(class, rule, Source::Smtp);
+    // RFC 5321 (4.2.1): a 5yz reply is a permanent failure, "the SMTP client SHOULD NOT repeat the
+    // exact request"; without a basic code, the enhanced code's class 5 says the same (RFC 3463).
+    // An `unknown` reply with that signal goes to review at once instead of being retried.
+    let permanent = match digit {
+        Some(d) => d == 5,
+        None => reply.enhanced.is_some_and(|e| e.class == 5),
+    };
+    if class == ErrorClass::Unknown && permanent {
+        verdict.retryable = false;
+    }
+    verdict.with_raw(reply.code_string(), Some(raw.to_owned()))
 }

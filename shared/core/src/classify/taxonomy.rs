@@ -35,7 +35,8 @@ pub enum ErrorClass {
     /// Local: the provider's shared send-rate schedule is booked past its horizon (see
     /// `courier_core::rate`); nothing was sent.
     RateLimited,
-    /// Nothing matched; handled conservatively (limited retries, then review).
+    /// Nothing matched; handled conservatively: limited retries, then review; with a permanent
+    /// signal (a `5yz` reply, a `5.x.x` status) review at once (its verdict is not `retryable`).
     Unknown,
 }
 

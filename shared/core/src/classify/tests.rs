@@ -452,3 +452,31 @@ pub(super) fn class_names_round_trip() {
     }
     assert_eq!(ErrorClass::parse("nope"), None);
 }
+
+/// RFC 5321 (4.2.1): "5yz Permanent Negative Completion reply ... The SMTP client SHOULD NOT
+/// repeat the exact request". An `unknown` reply that carries that signal (the basic code, or
+/// without one the enhanced status's class 5) is not retried; only a transient one is.
+#[test]
+pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
+    for raw in [
+        "554 5.9.9 the flux capacitor refused the message",
+        "550 the flux capacitor said no",
+        "521 5.3.2 Service currently unavailable",
+        // A DSN's Diagnostic-Code without a reply code: the status is the signal.
+        "5.0.0 (permanent failure) mailer program exited with status 127",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(v.class, ErrorClass::Unknown, "{raw} -> {v:?}");
+        assert!(!v.retryable, "{raw} -> {v:?}");
+        assert!(!v.suppress_recipient, "{raw}");
+    }
+    // Transient or no signal: still retried.
+    for raw in [
+        "451 4.9.9 something odd",
+        "the server said something we have never seen",
+        "250 2.0.0 Ok: queued as 12345",
+    ] {
+        let v = classify_smtp(raw);
+        assert!(v.retryable, "{raw} -> {v:?}");
+    }
+}

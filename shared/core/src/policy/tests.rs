@@ -359,3 +359,33 @@ proptest! {
         prop_assert_eq!(a, b);
     }
 }
+
+#[test]
+fn an_unknown_verdict_with_a_permanent_signal_goes_to_review_at_once() {
+    use crate::classify::classify_smtp;
+    let policy = RetryPolicy::default();
+    let mut rng = SeededRandom::new(1);
+    let decide = |raw: &str, rng: &mut SeededRandom| {
+        let verdict = classify_smtp(raw);
+        policy.decide_verdict(
+            Priority::Transactional,
+            &verdict,
+            &RetryState::default(),
+            t0(),
+            None,
+            rng,
+        )
+    };
+    match decide("554 5.9.9 the flux capacitor refused", &mut rng) {
+        Decision::DeadLetter { category, reason } => {
+            assert_eq!(category, DeadLetterCategory::NeedsReview);
+            assert!(reason.contains("554 5.9.9"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same class with a transient signal is retried as the policy says.
+    assert!(matches!(
+        decide("451 4.9.9 the flux capacitor is warming up", &mut rng),
+        Decision::Retry { .. }
+    ));
+}
