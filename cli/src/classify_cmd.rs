@@ -3,8 +3,8 @@
 use std::io::{BufRead, Write};
 
 use courier_core::classify::{
-    ApiFailure, ApiFailureKind, SesFailureEvent, Verdict, classify_ses_api, classify_ses_event,
-    classify_smtp,
+    ApiFailure, ApiFailureKind, SesFailureEvent, Tried, Verdict, classify_ses_api,
+    classify_ses_event, classify_smtp, explain_smtp,
 };
 use serde::Deserialize;
 
@@ -57,12 +57,40 @@ fn code_text(value: &serde_json::Value) -> String {
     }
 }
 
+/// An input, read: an SMTP reply still to classify, or the verdict of another source.
+enum Parsed {
+    Smtp(String),
+    Classified(Verdict),
+}
+
 /// Classifies one input: a raw SMTP reply, or a JSON object as described by [`InputLine`].
 pub(crate) fn classify_input(line_no: usize, raw: &str) -> Result<Verdict, InputError> {
+    Ok(match parse_input(line_no, raw)? {
+        Parsed::Smtp(text) => classify_smtp(&text),
+        Parsed::Classified(v) => v,
+    })
+}
+
+/// [`classify_input`], with the rules tried in order (SES inputs: the one table entry).
+fn explain_input(line_no: usize, raw: &str) -> Result<(Verdict, Vec<Tried>), InputError> {
+    Ok(match parse_input(line_no, raw)? {
+        Parsed::Smtp(text) => explain_smtp(&text),
+        Parsed::Classified(v) => {
+            let tried = vec![Tried {
+                rule: v.rule.clone(),
+                matched: true,
+                note: v.class.as_str().to_owned(),
+            }];
+            (v, tried)
+        }
+    })
+}
+
+fn parse_input(line_no: usize, raw: &str) -> Result<Parsed, InputError> {
     let trimmed = raw.trim();
     if !trimmed.starts_with('{') {
         // Raw replies may carry escaped line breaks (`\n`) to stand for multi-line replies.
-        return Ok(classify_smtp(&trimmed.replace("\\n", "\n")));
+        return Ok(Parsed::Smtp(trimmed.replace("\\n", "\n")));
     }
     let input: InputLine = serde_json::from_str(trimmed).map_err(|source| InputError::Json {
         line: line_no,
@@ -87,18 +115,18 @@ pub(crate) fn classify_input(line_no: usize, raw: &str) -> Result<Verdict, Input
             if text.trim().is_empty() {
                 return Err(invalid("smtp input needs `reply`, `code` or `status`"));
             }
-            Ok(classify_smtp(text.trim()))
+            Ok(Parsed::Smtp(text.trim().to_owned()))
         }
-        "ses_api" => Ok(classify_ses_api(&ApiFailure {
+        "ses_api" => Ok(Parsed::Classified(classify_ses_api(&ApiFailure {
             kind: input.kind.unwrap_or(ApiFailureKind::Service),
             code: input.code.as_ref().map(code_text),
             message: input.message.or(input.reply),
             http_status: input.http_status,
-        })),
+        }))),
         "ses_event" => input
             .event
             .as_ref()
-            .map(classify_ses_event)
+            .map(|e| Parsed::Classified(classify_ses_event(e)))
             .ok_or_else(|| invalid("ses_event input needs `event`")),
         other => Err(invalid(&format!(
             "unknown source {other:?}; use smtp, ses_api or ses_event"
@@ -118,10 +146,41 @@ fn human_row(input: &str, v: &Verdict) -> Vec<String> {
     ]
 }
 
+/// One input with the rules tried: as JSON, the verdict with `tried` added; as text, a table of
+/// the rules (`no` / `MATCH`, the rule, the class or what it says) and the verdict.
+fn write_explained(
+    out: &mut dyn Write,
+    input: &str,
+    v: &Verdict,
+    tried: &[Tried],
+    json: bool,
+) -> std::io::Result<()> {
+    if json {
+        let mut value = serde_json::to_value(v).map_err(std::io::Error::other)?;
+        value["tried"] = serde_json::to_value(tried).map_err(std::io::Error::other)?;
+        serde_json::to_writer(&mut *out, &value).map_err(std::io::Error::other)?;
+        return writeln!(out);
+    }
+    writeln!(out, "<- {}", input.trim())?;
+    let mut table = courierctl::table::new(&[]);
+    for t in tried {
+        table.add_row(vec![
+            (if t.matched { "MATCH" } else { "no" }).to_owned(),
+            t.rule.clone(),
+            t.note.clone(),
+        ]);
+    }
+    courierctl::table::write(out, &mut table, "   ")?;
+    let mut verdict = courierctl::table::new(&[]);
+    verdict.add_row(human_row(input, v).into_iter().take(4).collect::<Vec<_>>());
+    courierctl::table::write(out, &mut verdict, "=> ")
+}
+
 /// Runs the command; returns the process exit code (0 ok, 2 when any input line was invalid).
 pub(crate) fn run(
     replies: &[String],
     json: bool,
+    explain: bool,
     stdin: &mut dyn BufRead,
     out: &mut dyn Write,
     err: &mut dyn Write,
@@ -139,6 +198,16 @@ pub(crate) fn run(
     // The table is printed once every input is classified (its columns fit the widest).
     let mut rows = courierctl::table::new(&[]);
     for (i, input) in inputs.iter().enumerate() {
+        if explain {
+            match explain_input(i + 1, input) {
+                Ok((v, tried)) => write_explained(out, input, &v, &tried, json)?,
+                Err(e) => {
+                    writeln!(err, "courierctl classify: {e}")?;
+                    status = 2;
+                }
+            }
+            continue;
+        }
         match classify_input(i + 1, input) {
             Ok(v) if json => {
                 serde_json::to_writer(&mut *out, &v).map_err(std::io::Error::other)?;
@@ -167,7 +236,15 @@ mod tests {
         let mut out = Vec::new();
         let mut err = Vec::new();
         let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-        let code = run(&args, json, &mut stdin.as_bytes(), &mut out, &mut err).unwrap();
+        let code = run(
+            &args,
+            json,
+            false,
+            &mut stdin.as_bytes(),
+            &mut out,
+            &mut err,
+        )
+        .unwrap();
         (
             code,
             String::from_utf8(out).unwrap(),
@@ -255,5 +332,35 @@ mod tests {
         );
         assert!(err.contains("line 4: smtp input needs"), "{err}");
         assert_eq!(out.lines().count(), 1);
+    }
+
+    #[test]
+    fn explain_lists_the_rules_tried_and_the_match() {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let args = vec!["554 5.9.9 flux capacitor".to_owned()];
+        let code = run(&args, false, true, &mut "".as_bytes(), &mut out, &mut err).unwrap();
+        assert_eq!(code, 0);
+        let text = String::from_utf8(out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "<- 554 5.9.9 flux capacitor");
+        assert!(lines[1].trim_start().starts_with("no "), "{text}");
+        assert!(text.contains("MATCH  smtp.basic.554"), "{text}");
+        assert!(text.contains("smtp.permanent-signal"), "{text}");
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .starts_with("=> unknown  retryable=false"),
+            "{text}"
+        );
+        // With --json: the verdict's fields, and `tried` ending with the matched rule.
+        let mut out = Vec::new();
+        let args = vec![r#"{"source":"ses_event","event":{"type":"bounce","bounce_type":"Permanent","bounce_subtype":"General"}}"#.to_owned()];
+        run(&args, true, true, &mut "".as_bytes(), &mut out, &mut err).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["class"], "recipient_permanent");
+        assert_eq!(v["tried"][0]["rule"], v["rule"]);
+        assert_eq!(v["tried"][0]["matched"], true);
     }
 }

@@ -60,6 +60,10 @@ enum Command {
         /// Print one JSON verdict per line.
         #[arg(long)]
         json: bool,
+        /// Also list the rules tried, in order, and the one that matched (with --json: a `tried`
+        /// list in each verdict).
+        #[arg(long)]
+        explain: bool,
     },
     /// Print the JSON Schema of the job contract (EmailJob v1).
     Schema,
@@ -158,9 +162,14 @@ fn main() -> ExitCode {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = match cli.command {
-        Command::Classify { replies, json } => classify_cmd::run(
+        Command::Classify {
+            replies,
+            json,
+            explain,
+        } => classify_cmd::run(
             &replies,
             json,
+            explain,
             &mut std::io::stdin().lock(),
             &mut out,
             &mut std::io::stderr(),

@@ -28,6 +28,16 @@ fn every_real_world_reply_gets_its_expected_class() {
         let expect = ErrorClass::parse(case["expect"].as_str().unwrap())
             .unwrap_or_else(|| panic!("line {}: unknown class {}", i + 1, case["expect"]));
         let verdict = classify_smtp(reply);
+        // `--explain` tells the same story: the same verdict, and its rule among the matches.
+        let (explained, tried) = courier_core::classify::explain_smtp(reply);
+        assert_eq!(explained, verdict, "line {}", i + 1);
+        assert!(
+            verdict.rule == "smtp.success-code-as-failure"
+                || tried.iter().any(|t| t.matched && t.rule == verdict.rule),
+            "line {}: {} not among the matches of {tried:?}",
+            i + 1,
+            verdict.rule
+        );
         total += 1;
         if verdict.class != expect {
             wrong.push(format!(

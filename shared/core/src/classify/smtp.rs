@@ -158,11 +158,13 @@ pub(super) fn rule_text(enhanced: Option<EnhancedCode>, text: &str) -> String {
 }
 
 pub(super) fn text_rule(lower: &str) -> Option<&'static TextRule> {
-    TEXT_RULES.iter().find(|rule| {
-        rule.any_of
-            .iter()
-            .any(|all| all.iter().all(|phrase| lower.contains(phrase)))
-    })
+    TEXT_RULES.iter().find(|rule| rule_matches(rule, lower))
+}
+
+fn rule_matches(rule: &TextRule, lower: &str) -> bool {
+    rule.any_of
+        .iter()
+        .any(|all| all.iter().all(|phrase| lower.contains(phrase)))
 }
 
 /// Maps an RFC 3463 enhanced status code to a class.
@@ -225,30 +227,104 @@ pub(super) fn basic_class(code: u16) -> Option<ErrorClass> {
     })
 }
 
+/// One rule [`explain_smtp`] tried: its name, whether it decided, and what it says.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Tried {
+    pub rule: String,
+    pub matched: bool,
+    pub note: String,
+}
+
 /// Classifies one SMTP reply (any number of lines, with or without codes).
 pub fn classify_smtp(raw: &str) -> Verdict {
+    classify_traced(raw, None)
+}
+
+/// [`classify_smtp`], with every rule tried in order (`courierctl classify --explain`).
+pub fn explain_smtp(raw: &str) -> (Verdict, Vec<Tried>) {
+    let mut tried = Vec::new();
+    let verdict = classify_traced(raw, Some(&mut tried));
+    (verdict, tried)
+}
+
+fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
+    let tracing = trace.is_some();
+    let mut note = |rule: String, matched: bool, note: String| {
+        if let Some(t) = trace.as_deref_mut() {
+            t.push(Tried {
+                rule,
+                matched,
+                note,
+            });
+        }
+    };
     let reply = SmtpReply::parse(raw);
     let digit = reply.class_digit();
     let lower = rule_text(reply.enhanced, &reply.text);
+    let text_match = if tracing {
+        // Every rule in order, as `text_rule` tries them.
+        let mut found = None;
+        for rule in TEXT_RULES {
+            let matched = rule_matches(rule, &lower);
+            note(
+                format!("smtp.text.{}", rule.name),
+                matched,
+                rule.class.as_str().to_owned(),
+            );
+            if matched {
+                found = Some(rule);
+                break;
+            }
+        }
+        found
+    } else {
+        text_rule(&lower)
+    };
     let (class, rule) = if digit == Some(2) {
         (
             ErrorClass::Unknown,
             "smtp.success-code-as-failure".to_owned(),
         )
-    } else if let Some(rule) = text_rule(&lower) {
+    } else if let Some(rule) = text_match {
         (rule.class, format!("smtp.text.{}", rule.name))
     } else if let Some((e, class)) = reply
         .enhanced
         .and_then(|e| enhanced_class(e).map(|c| (e, c)))
     {
+        note(
+            format!("smtp.enhanced.{e}"),
+            true,
+            class.as_str().to_owned(),
+        );
         (class, format!("smtp.enhanced.{e}"))
     } else if let Some((c, class)) = reply.code.and_then(|c| basic_class(c).map(|k| (c, k))) {
+        if let Some(e) = reply.enhanced {
+            note(
+                format!("smtp.enhanced.{e}"),
+                false,
+                "no class for this status".into(),
+            );
+        }
+        note(format!("smtp.basic.{c}"), true, class.as_str().to_owned());
         (class, format!("smtp.basic.{c}"))
     } else {
+        note(
+            "smtp.unrecognised".into(),
+            true,
+            "no rule, status or code".into(),
+        );
         (ErrorClass::Unknown, "smtp.unrecognised".to_owned())
     };
     let class = if digit == Some(4) {
-        class.transient()
+        let transient = class.transient();
+        if transient != class {
+            note(
+                "smtp.4xx-is-transient".into(),
+                true,
+                format!("a 4xx reply: {class} becomes {transient}"),
+            );
+        }
+        transient
     } else {
         class
     };
@@ -261,6 +337,11 @@ pub fn classify_smtp(raw: &str) -> Verdict {
         None => reply.enhanced.is_some_and(|e| e.class == 5),
     };
     if class == ErrorClass::Unknown && permanent {
+        note(
+            "smtp.permanent-signal".into(),
+            true,
+            "unknown with a 5yz code or 5.x.x status: not retried, review".into(),
+        );
         verdict.retryable = false;
     }
     verdict.with_raw(reply.code_string(), Some(raw.to_owned()))
