@@ -126,7 +126,8 @@ install_moto() {
 # cfn-lint (with the SAM translator it brings) and checkov for infra/template.yaml, each in a
 # venv of its own (checkov pins many packages of its own). checkov installs in about 75 s.
 # cfn-lint and, beside it, parliament (the IAM linter infra/iam-lint.py runs on the transformed
-# template with cfn-lint's decoder and SAM translator).
+# template with cfn-lint's decoder and SAM translator). infra/offline-deploy.py (`make
+# deploy-offline`) runs in the same venv, with the boto3 parliament brings.
 CFN_LINT_SPEC='cfn-lint==1.51.0 parliament==1.6.4'
 CHECKOV_SPEC='checkov==3.3.30'
 # SAM CLI for `make deploy` (sam build, sam deploy) and `sam validate --lint`.

@@ -48,6 +48,7 @@ mk "cfn-lint, IAM lint and checkov infra/template.yaml" lint-infra
 mk "unit tests" unit
 mk "x86_64 bootstraps (lambda-test profile)" lambda-build-x86
 mk "integration tests on moto" it-moto
+mk "offline deploy of the whole template on moto's CloudFormation" deploy-offline
 mk "chaos suite, short (1,000 jobs, 5 kills)" chaos-ci
 
 echo "== arm64 release zips (background)"
