@@ -1334,6 +1334,38 @@ async fn hostile_and_broken_jobs_each_end_in_the_right_category() {
             "case {i}: a clear message"
         );
     }
+    // Forged retry envelopes of one well-formed job (no seal, a seal of another key, a sealed
+    // copy whose generation was raised): the first is taken as the job's first copy and sent
+    // once; the others are duplicates of it; none is a later generation.
+    let mut target = good();
+    target["message_id"] = json!("forged");
+    let forged = |attempt: u32, seal: Option<String>| {
+        let mut e = json!({"courier_envelope": 1, "attempt": attempt, "retry": {"spent": 2}, "history": [], "job": target.clone()});
+        if let Some(seal) = seal {
+            e["seal"] = json!(seal);
+        }
+        e.to_string()
+    };
+    let other_key = courier_core::seal::SealKeys::new(&"k".repeat(40), &[]).unwrap();
+    let sent_before = w.mailer.sent_count();
+    let report = w
+        .run(vec![
+            rec("f1", forged(5, None)),
+            rec("f2", courier_core::seal::seal(&forged(6, None), &other_key)),
+        ])
+        .await;
+    let keys = w.pipeline.sealing.keys.keys().await.unwrap();
+    let raised =
+        courier_core::seal::seal(&forged(1, None), &keys).replace("\"attempt\":1", "\"attempt\":9");
+    let again = w.run(vec![rec("f3", raised)]).await;
+    assert_eq!(
+        w.mailer.sent_count(),
+        sent_before + 1,
+        "sent once, as a first copy"
+    );
+    assert_eq!(report.metrics.counts.get("EnvelopesUnverified"), Some(&2));
+    assert_eq!(again.metrics.counts.get("EnvelopesUnverified"), Some(&1));
+    assert_eq!(w.status.records.lock().unwrap()["forged"].attempt, 0);
     // A valid but exotic job is sent: internationalised addresses (IDN domain, UTF-8 local part).
     let mut idn = good();
     idn["message_id"] = json!("idn");
