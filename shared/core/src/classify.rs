@@ -19,10 +19,12 @@
 //!
 //! # Layout
 //! - `taxonomy`: [`ErrorClass`], [`Source`], [`Verdict`], [`EnhancedCode`].
-//! - `smtp`: [`SmtpReply`] and [`classify_smtp`]; `rules`: its wording rules, as data.
+//! - `smtp`: [`SmtpReply`] and [`classify_smtp`]; `rules`: its wording rules, as data;
+//!   `registry`: IANA's enhanced status codes, each with its classes, as data.
 //! - `ses_api`: [`classify_ses_api`] for SES v2 API errors.
 //! - `ses_events`: [`classify_ses_event`] for SES bounce, complaint, reject and rendering events.
 
+mod registry;
 mod rules;
 mod ses_api;
 mod ses_events;

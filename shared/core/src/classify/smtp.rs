@@ -1,6 +1,7 @@
 //! SMTP replies: parsing the reply and its enhanced code, then the three passes (wording
 //! rules, enhanced code, basic code).
 
+use super::registry::{REGISTRY, SUBJECT_DEFAULTS};
 use super::rules::{TEXT_RULES, TextRule};
 use super::*;
 
@@ -167,46 +168,21 @@ fn rule_matches(rule: &TextRule, lower: &str) -> bool {
         .any(|all| all.iter().all(|phrase| lower.contains(phrase)))
 }
 
-/// Maps an RFC 3463 enhanced status code to a class.
+/// Maps an RFC 3463 enhanced status code to a class, from IANA's registry ([`REGISTRY`]) or,
+/// for a detail it does not list, its subject's default.
 pub(super) fn enhanced_class(e: EnhancedCode) -> Option<ErrorClass> {
-    use ErrorClass::*;
     let transient = e.class == 4;
-    let class = match (e.subject, e.detail) {
-        (1, 7 | 8) => SenderConfig,
-        (1, _) if transient => MailboxTemporary,
-        (1, 0..=4 | 6 | 10) => RecipientPermanent,
-        (2, 2) => MailboxTemporary,
-        (2, 3) if !transient => ContentRejected,
-        (2, _) if transient => MailboxTemporary,
-        (2, 1) => RecipientPermanent,
-        (2, _) => Unknown,
-        (3, 3 | 4) if !transient => ContentRejected,
-        (3, _) if transient => ProviderUnavailable,
-        // A permanent "system not accepting messages" (postscreen's 521 5.3.2) is a drop with its
-        // reason hidden, not an outage.
-        (3, _) => Unknown,
-        (4, 4) if !transient => RecipientPermanent,
-        // 4.4.2 bad connection: the session between us and the peer broke or timed out.
-        (4, 2) if transient => Network,
-        (4, _) if transient => ProviderUnavailable,
-        (4, _) => Unknown,
-        (5, 3) => Throttled,
-        (5, _) if transient => ProviderUnavailable,
-        (5, _) => Unknown,
-        (6, _) if transient => Unknown,
-        (6, _) => ContentRejected,
-        (7, 0) if transient => Throttled,
-        (7, 0 | 8 | 9 | 12 | 13 | 14 | 25 | 27) => SenderConfig,
-        (7, 10 | 11 | 30) => Tls,
-        (7, 28) => Throttled,
-        (7, _) if transient => Throttled,
-        // 5.7.1 alone is used for every kind of refusal (sender, IP, recipient, content): the
-        // wording rules must say which.
-        (7, 1) => Unknown,
-        (7, _) => ContentRejected,
-        _ => return None,
-    };
-    Some(class)
+    let pick = |t: Option<ErrorClass>, p: Option<ErrorClass>| if transient { t } else { p };
+    match REGISTRY
+        .iter()
+        .find(|(subject, detail, _, _)| (*subject, *detail) == (e.subject, e.detail))
+    {
+        Some(&(_, _, t, p)) => pick(t, p),
+        None => SUBJECT_DEFAULTS
+            .iter()
+            .find(|(subject, _, _)| *subject == e.subject)
+            .and_then(|&(_, t, p)| pick(t, p)),
+    }
 }
 
 /// Maps a basic RFC 5321 reply code to a class.

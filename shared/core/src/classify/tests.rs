@@ -480,3 +480,51 @@ pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
         assert!(v.retryable, "{raw} -> {v:?}");
     }
 }
+
+/// IANA's registry as of RFC 8689: subjects 0 to 7 with details 0 up to X.0.0, X.1.10, X.2.4,
+/// X.3.6, X.4.7, X.5.6, X.6.10 and X.7.30, each listed once, in order.
+#[test]
+pub(super) fn every_registered_enhanced_code_has_its_classes() {
+    use super::registry::{REGISTRY, SUBJECT_DEFAULTS};
+    let last = [(0, 0), (1, 10), (2, 4), (3, 6), (4, 7), (5, 6), (6, 10), (7, 30)];
+    let expected: Vec<(u16, u16)> = last
+        .iter()
+        .flat_map(|&(subject, max)| (0..=max).map(move |detail| (subject, detail)))
+        .collect();
+    let listed: Vec<(u16, u16)> = REGISTRY.iter().map(|&(s, d, _, _)| (s, d)).collect();
+    assert_eq!(listed, expected);
+    for &(subject, detail, transient, permanent) in REGISTRY {
+        let code = format!("{subject}.{detail}");
+        // A 4.x.x status never names a permanent class.
+        assert!(
+            !matches!(
+                transient,
+                Some(ErrorClass::RecipientPermanent | ErrorClass::ContentRejected)
+            ),
+            "4.{code}"
+        );
+        // The classifier reads the table: 4.x.x and 5.x.x without a text rule.
+        for (class, expect) in [(4, transient), (5, permanent)] {
+            let e = EnhancedCode {
+                class,
+                subject,
+                detail,
+            };
+            assert_eq!(enhanced_class(e), expect, "{e}");
+        }
+    }
+    // Our own sender's address problems never suppress the recipient.
+    for raw in ["553 5.1.7 bad sender", "553 5.1.8 bad sender domain"] {
+        let v = classify_smtp(raw);
+        assert_eq!(v.class, ErrorClass::SenderConfig, "{raw}");
+        assert!(!v.suppress_recipient, "{raw}");
+    }
+    // A detail the registry does not list takes its subject's default.
+    assert_eq!(SUBJECT_DEFAULTS.len(), 7);
+    let unlisted = EnhancedCode {
+        class: 5,
+        subject: 7,
+        detail: 708,
+    };
+    assert_eq!(enhanced_class(unlisted), Some(ErrorClass::ContentRejected));
+}
