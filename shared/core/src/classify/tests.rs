@@ -486,7 +486,16 @@ pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
 #[test]
 pub(super) fn every_registered_enhanced_code_has_its_classes() {
     use super::registry::{REGISTRY, SUBJECT_DEFAULTS};
-    let last = [(0, 0), (1, 10), (2, 4), (3, 6), (4, 7), (5, 6), (6, 10), (7, 30)];
+    let last = [
+        (0, 0),
+        (1, 10),
+        (2, 4),
+        (3, 6),
+        (4, 7),
+        (5, 6),
+        (6, 10),
+        (7, 30),
+    ];
     let expected: Vec<(u16, u16)> = last
         .iter()
         .flat_map(|&(subject, max)| (0..=max).map(move |detail| (subject, detail)))

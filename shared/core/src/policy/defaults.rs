@@ -128,13 +128,49 @@ fn default_tier(short_horizon: u64, mailbox_horizon: u64) -> TierPolicy {
     }
 }
 
+/// Bulk mail keeps trying a receiver's temporary refusals as RFC 5321 (4.5.4.1) asks of a
+/// sender, "at least 4-5 days": full or greylisted mailboxes (up to 12 hours apart) and an
+/// unavailable receiving system (up to 2 hours apart) until 5 days have passed.
+fn bulk_tier() -> TierPolicy {
+    use ErrorClass::*;
+    let mut tier = default_tier(DAY, 5 * DAY);
+    tier.classes.insert(
+        MailboxTemporary,
+        rule(
+            14,
+            Schedule::Delays(vec![15 * MINUTE, HOUR, 3 * HOUR, 6 * HOUR, 12 * HOUR]),
+            Jitter::Proportional { ratio: 0.1 },
+            true,
+            5 * DAY,
+        ),
+    );
+    tier.classes.insert(
+        ProviderUnavailable,
+        rule(
+            150,
+            Schedule::Exponential {
+                base: 30,
+                factor: 2.0,
+                cap: 2 * HOUR,
+            },
+            Jitter::Equal,
+            false,
+            5 * DAY,
+        ),
+    );
+    // Room for the mailbox retries besides a few of the other classes.
+    tier.max_total_attempts = 20;
+    tier
+}
+
 impl Default for RetryPolicy {
     /// Transactional mail gives up on infrastructure trouble after 2 hours and on full or
-    /// greylisted mailboxes after 1 day; bulk mail after 1 day and 5 days (RFC 5321 s4.5.4.1).
+    /// greylisted mailboxes after 1 day (mail that is useless later: a sign-in code, a receipt);
+    /// bulk mail keeps trying a receiver's temporary refusals for 5 days (RFC 5321 4.5.4.1).
     fn default() -> RetryPolicy {
         RetryPolicy {
             transactional: default_tier(2 * HOUR, DAY),
-            bulk: default_tier(DAY, 5 * DAY),
+            bulk: bulk_tier(),
         }
     }
 }

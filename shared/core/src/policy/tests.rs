@@ -86,7 +86,13 @@ fn soft_bounces_wait_minutes_to_hours_through_the_state_machine() {
             DelayMechanism::StateMachine
         );
     }
-    let (delays, _) = run(&policy, Priority::Bulk, ErrorClass::MailboxTemporary, 3);
+    // Transactional: three tries, the last 6 hours on.
+    let (delays, _) = run(
+        &policy,
+        Priority::Transactional,
+        ErrorClass::MailboxTemporary,
+        3,
+    );
     assert_eq!(delays.len(), 3);
     assert!(delays[2] >= 6 * 3600);
 }
@@ -388,4 +394,31 @@ fn an_unknown_verdict_with_a_permanent_signal_goes_to_review_at_once() {
         decide("451 4.9.9 the flux capacitor is warming up", &mut rng),
         Decision::Retry { .. }
     ));
+}
+
+/// RFC 5321 (4.5.4.1): "the give-up time generally needs to be at least 4-5 days". Bulk mail
+/// keeps trying a full or greylisted mailbox and an unavailable receiver that long; transactional
+/// mail deliberately stops within a day.
+#[test]
+fn bulk_mail_keeps_trying_temporary_refusals_for_four_to_five_days() {
+    let policy = RetryPolicy::default();
+    for class in [
+        ErrorClass::MailboxTemporary,
+        ErrorClass::ProviderUnavailable,
+    ] {
+        let (delays, end) = run(&policy, Priority::Bulk, class, 3);
+        let tried_for: u64 = delays.iter().sum();
+        assert!(
+            (4 * DAY..=5 * DAY).contains(&tried_for),
+            "{class}: {} h over {} retries, then {end:?}",
+            tried_for / 3600,
+            delays.len()
+        );
+        assert!(
+            matches!(&end, Decision::DeadLetter { reason, .. } if reason.contains("horizon")),
+            "{class}: stopped by the horizon, not a count: {end:?}"
+        );
+        let (delays, _) = run(&policy, Priority::Transactional, class, 3);
+        assert!(delays.iter().sum::<u64>() <= DAY, "{class}, transactional");
+    }
 }
