@@ -5,7 +5,7 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo deploy fmt-check clippy lint-infra unit lambda-build lambda-zips lambda-build-x86 lambda-build-x86-release it-moto it-localstack deploy-offline deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci
+.PHONY: test demo deploy fmt-check clippy lint-infra unit lambda-build lambda-zips lambda-build-x86 lambda-build-x86-release it-moto it-localstack deploy-offline deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci classify-eval
 
 ## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack, the
 ## chaos suite), phase by phase with timings: scripts/test.sh.
@@ -113,6 +113,14 @@ chaos:
 
 chaos-ci:
 	@$(CHAOS) --jobs 1000 --kills 5 --duration 60 --settle-deadline 600 $(if $(SEED),--seed $(SEED))
+
+## make classify-eval: score the failure classifier on the independent evaluation corpus
+## (shared/core/tests/fixtures/eval/, issue #16): retry agreement, suppression precision and recall
+## for dev, validation and all, against the naive 4xx/5xx rule, a confusion table and every
+## disagreement (scripts/classify-eval.py). Builds nothing: it runs target/debug/courierctl.
+classify-eval:
+	@[ -x target/debug/courierctl ] || { echo "classify-eval: target/debug/courierctl is missing: run 'cargo build -p courierctl' first" >&2; exit 2; }
+	@python3 scripts/classify-eval.py --bin target/debug/courierctl
 
 ## make schema: regenerate the published JSON Schema of the job contract.
 schema:

@@ -49,6 +49,7 @@ mk "unit tests" unit
 mk "x86_64 bootstraps (lambda-test profile)" lambda-build-x86
 mk "integration tests on moto" it-moto
 mk "offline deploy of the whole template on moto's CloudFormation" deploy-offline
+mk "classifier on the evaluation corpus (prints the measures)" classify-eval
 mk "chaos suite, short (1,000 jobs, 5 kills)" chaos-ci
 
 echo "== arm64 release zips (background)"

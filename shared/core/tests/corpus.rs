@@ -58,3 +58,30 @@ fn every_real_world_reply_gets_its_expected_class() {
         wrong.join("\n")
     );
 }
+
+/// Every wording rule decides at least one real reply of the corpus (a rule nothing exercises is
+/// either dead or untested).
+#[test]
+fn every_wording_rule_classifies_a_real_reply() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/smtp_replies.jsonl"
+    );
+    let text = std::fs::read_to_string(path).unwrap();
+    let used: std::collections::BTreeSet<String> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let case: serde_json::Value = serde_json::from_str(l).unwrap();
+            classify_smtp(case["reply"].as_str().unwrap()).rule
+        })
+        .collect();
+    let unused: Vec<&str> = courier_core::classify::text_rule_names()
+        .into_iter()
+        .filter(|name| !used.contains(&format!("smtp.text.{name}")))
+        .collect();
+    assert!(
+        unused.is_empty(),
+        "rules no corpus reply exercises: {unused:?}"
+    );
+}

@@ -42,6 +42,23 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
         ProviderUnavailable,
         [["queue.expired"], ["message expired"], ["5.4.316"]]
     ),
+    // A blocklist named in a refusal: before the network rule, since some receivers word it
+    // "Connection refused. <ip> is listed on the Spamhaus Block List" in a 554 reply.
+    rule!(
+        "blocklisted",
+        ContentRejected,
+        [
+            ["spamhaus"],
+            ["block list"],
+            ["blocklist"],
+            ["blacklist"],
+            ["black list"],
+            ["dnsbl"],
+            ["spamcop"],
+            ["barracuda"],
+            ["uceprotect"]
+        ]
+    ),
     // Our own socket or resolver failed (local client errors, session timeouts between us and the
     // peer). "Host not found, try again" is a temporary DNS failure; plain "Host not found" is an
     // authoritative NXDOMAIN and stays with the recipient rules.
@@ -104,7 +121,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["resolver.rst.authrequired"],
             ["ofr", "_102"],
             ["ofr", "_517"],
-            ["lpn", "_517"]
+            ["lpn", "_517"],
+            ["lpn", "_102"],
         ]
     ),
     rule!(
@@ -204,7 +222,12 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["not enough space"],
             ["quota limit"],
             ["over its quota"],
-            ["quota exceed"]
+            ["quota exceed"],
+            ["not enough storage"],
+            ["storage space"],
+            ["diskspace quota"],
+            ["folder full"],
+            ["folder is full"],
         ]
     ),
     rule!(
@@ -250,7 +273,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["encryption is required"],
             ["requiretls"],
             ["4.7.29"],
-            ["certificate"]
+            ["certificate"],
+            ["tls conversation"],
         ]
     ),
     // Our sending infrastructure (README decisions 10, 12, 20): PTR/rDNS, HELO name, the DNS of
@@ -273,6 +297,13 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["send email directly"],
             ["unresolvable", "from domain"]
         ]
+    ),
+    // Gmail's "unusual rate of unsolicited mail": a block as 550 5.7.1, a rate limit as 421 4.7.28
+    // (a 4xx reply makes content_rejected throttled).
+    rule!(
+        "unsolicited-rate",
+        ContentRejected,
+        [["unusual rate", "unsolicited"]]
     ),
     rule!(
         "receiver-rate-limit",
@@ -321,6 +352,9 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["try again later", "volume"],
             ["deferred due to", "complaints"],
             ["too much mail"],
+            ["daily limit"],
+            ["messages per session"],
+            ["sending excessive"],
             ["violating our security policies", "chkuser"],
             ["4.7.28"],
             ["4.7.27", "rate"]
@@ -385,7 +419,11 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["sender address has null mx"],
             ["5.7.27"],
             ["authenticated sender"],
-            ["sending account"]
+            ["sending account"],
+            ["sender is not allowed"],
+            ["relay not allowed"],
+            ["mx do not point to us"],
+            ["not accepting email for domain"],
         ]
     ),
     rule!(
@@ -470,7 +508,32 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["the email account that you tried to reach"],
             ["resolver.adr"],
             ["dd not a valid"],
-            ["dd this user"]
+            ["dd this user"],
+            ["user not known"],
+            ["not a valid user"],
+            ["invalid final delivery userid"],
+            ["nonexistent user"],
+            ["non-existent user"],
+            ["no mailbox found"],
+            ["mail-box not found"],
+            ["marked as invalid"],
+            ["invalid-recipient"],
+            ["not in recipient list"],
+            ["bad_recipient"],
+            ["not an active address"],
+            ["bad address syntax"],
+            ["banned recipient"],
+            ["no such domain"],
+            ["unknown host"],
+            ["name or service not known"],
+            ["no matches to nameserver query"],
+            ["point to non-existent hosts"],
+            ["indicated no smtp service"],
+            ["unrouteable mail domain"],
+            // Localised "does not exist" / "was not found" (French, German, Swedish).,
+            ["n'existe pas"],
+            ["wurde nicht", "gefunden"],
+            ["gick inte att hitta e-postadressen"],
         ]
     ),
     rule!(
@@ -543,6 +606,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["size limit"],
             ["line limit exceeded"],
             ["line too long"],
+            ["line is too long"],
+            ["not accepting mail from"],
             ["attachment"],
             ["bulk mail"],
             ["suspicious"],

@@ -158,6 +158,11 @@ pub(super) fn rule_text(enhanced: Option<EnhancedCode>, text: &str) -> String {
     out.to_lowercase()
 }
 
+/// The names of the wording rules, in the order they are tried (`smtp.text.<name>`).
+pub fn text_rule_names() -> Vec<&'static str> {
+    TEXT_RULES.iter().map(|r| r.name).collect()
+}
+
 pub(super) fn text_rule(lower: &str) -> Option<&'static TextRule> {
     TEXT_RULES.iter().find(|rule| rule_matches(rule, lower))
 }
@@ -183,6 +188,12 @@ pub(super) fn enhanced_class(e: EnhancedCode) -> Option<ErrorClass> {
             .find(|(subject, _, _)| *subject == e.subject)
             .and_then(|&(_, t, p)| pick(t, p)),
     }
+}
+
+/// Whether the status is about the sender's address (`X.1.7`, `X.1.8`): then no wording makes
+/// the reply a dead recipient ("550 5.1.7 No such domain" is our sender's domain).
+fn names_sender(e: Option<EnhancedCode>) -> bool {
+    e.is_some_and(|e| e.subject == 1 && matches!(e.detail, 7 | 8))
 }
 
 /// Maps a basic RFC 5321 reply code to a class.
@@ -255,6 +266,19 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
         found
     } else {
         text_rule(&lower)
+    };
+    let text_match = match text_match {
+        Some(rule)
+            if rule.class == ErrorClass::RecipientPermanent && names_sender(reply.enhanced) =>
+        {
+            note(
+                "smtp.sender-status".into(),
+                true,
+                "X.1.7/X.1.8 names the sender's address: not a dead recipient".into(),
+            );
+            None
+        }
+        other => other,
     };
     let (class, rule) = if digit == Some(2) {
         (

@@ -80,7 +80,7 @@ pub(super) fn each_class_by_each_pass() {
         (
             "554 5.7.1 Service unavailable; Client host [192.0.2.1] blocked using zen.spamhaus.org",
             ContentRejected,
-            "smtp.text.content-or-policy",
+            "smtp.text.blocklisted",
         ),
         (
             "530 5.7.0 Must issue a STARTTLS command first",
@@ -90,7 +90,7 @@ pub(super) fn each_class_by_each_pass() {
         (
             "421 4.7.28 unusual rate of unsolicited mail",
             Throttled,
-            "smtp.text.receiver-rate-limit",
+            "smtp.text.unsolicited-rate",
         ),
         (
             "535 5.7.8 Error: authentication failed",
