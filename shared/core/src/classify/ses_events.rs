@@ -55,21 +55,28 @@ pub fn classify_ses_event(event: &SesFailureEvent) -> Verdict {
                 format!("ses.event.bounce.{bounce_type}.{bounce_subtype}"),
                 Source::SesEvent,
             );
-            // A permanent bounce whose diagnostic is plainly a content/policy block must not
-            // suppress the recipient (SES files some blocklist rejections as Permanent/General).
+            // SES's type decides (Permanent: not retried; Transient: retried); the diagnostic
+            // only refines a Permanent/General bounce. When its words name a cause other than a
+            // dead address (a content or policy block, our sender, a full mailbox, a rate limit),
+            // the recipient is not suppressed, and the bounce is still not retried.
             if class == RecipientPermanent
+                && matches!(bounce_subtype.as_str(), "General" | "Undetermined")
                 && let Some(d) = diagnostic
             {
                 let smtp = classify_smtp(d);
-                if smtp.class == ContentRejected && smtp.rule.starts_with("smtp.text") {
+                let refines =
+                    smtp.rule.starts_with("smtp.text") || smtp.rule.starts_with("smtp.enhanced");
+                if refines && !matches!(smtp.class, RecipientPermanent | Unknown) {
                     v = Verdict::new(
-                        ContentRejected,
+                        smtp.class,
                         format!(
                             "ses.event.bounce.{bounce_type}.{bounce_subtype}+{}",
                             smtp.rule
                         ),
                         Source::SesEvent,
                     );
+                    v.retryable = false;
+                    v.suppress_recipient = false;
                 }
             }
             v.with_raw(

@@ -438,6 +438,41 @@ pub(super) fn ses_events() {
             "{event:?}"
         );
     }
+    // SES's type decides retry; the diagnostic refines a Permanent bounce's cause (a full mailbox
+    // is not a dead address) but never makes it retried, and never makes a Transient one final.
+    let full = classify_ses_event(&bounce(
+        "Permanent",
+        "General",
+        Some("smtp; 552 5.2.2 Mailbox full"),
+    ));
+    assert_eq!(
+        (full.class, full.retryable, full.suppress_recipient),
+        (MailboxTemporary, false, false),
+        "{full:?}"
+    );
+    assert!(
+        full.rule.ends_with("+smtp.text.over-quota"),
+        "{}",
+        full.rule
+    );
+    let vague = classify_ses_event(&bounce("Permanent", "General", Some("smtp; 550 rejected")));
+    assert_eq!(
+        (vague.class, vague.suppress_recipient),
+        (RecipientPermanent, true)
+    );
+    let transient = classify_ses_event(&bounce(
+        "Transient",
+        "General",
+        Some("smtp; 550 5.1.1 user unknown"),
+    ));
+    assert_eq!(
+        (
+            transient.class,
+            transient.retryable,
+            transient.suppress_recipient
+        ),
+        (MailboxTemporary, true, false)
+    );
     assert!(classify_ses_event(&delay("SpamDetected")).retryable);
 }
 
