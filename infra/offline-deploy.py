@@ -124,6 +124,14 @@ def missing(error):
     return error
 
 
+def api(call, **kwargs):
+    """A read-back call; an answer that says the resource is not there raises `missing`."""
+    try:
+        return call(**kwargs)
+    except ClientError as e:
+        raise missing(e)
+
+
 def canon(value):
     """A value in a form where the template's and the service's spellings compare equal: numbers
     and numeric strings alike, booleans as "true"/"false", recursively."""
@@ -559,10 +567,7 @@ def check_function(ck, live):
 
 
 def read_esm(aws, physical):
-    try:
-        return aws.awslambda.get_event_source_mapping(UUID=physical)
-    except ClientError as e:
-        raise missing(e)
+    return api(aws.awslambda.get_event_source_mapping, UUID=physical)
 
 
 
@@ -748,10 +753,7 @@ def check_state_machine(ck, live):
 
 
 def read_dashboard(aws, physical):
-    try:
-        return aws.cloudwatch.get_dashboard(DashboardName=physical)
-    except ClientError as e:
-        raise missing(e)
+    return api(aws.cloudwatch.get_dashboard, DashboardName=physical)
 
 
 
@@ -834,10 +836,7 @@ def create_configuration_set(aws, ctx, logical, props):
 
 
 def read_configuration_set(aws, physical):
-    try:
-        return aws.sesv2.get_configuration_set(ConfigurationSetName=physical)
-    except ClientError as e:
-        raise missing(e)
+    return api(aws.sesv2.get_configuration_set, ConfigurationSetName=physical)
 
 
 

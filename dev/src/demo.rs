@@ -390,18 +390,8 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
         .map_err(|_| DemoError::Env("COURIER_SMTP_PORT"))?;
     let started = Instant::now();
     let sdk = courier_adapters::aws::sdk_config().await;
-    let stack = provision(
-        &sdk,
-        &prefix,
-        &format!("arn:aws:iam::{ACCOUNT}:role/courier-demo"),
-        QueueSettings {
-            max_receive_count: 5,
-            visibility_timeout: Duration::from_secs(30),
-        },
-    )
-    .await?;
-    let configuration_set = format!("{prefix}-ses-configuration-set");
-    prepare_ses(&sdk, &configuration_set).await?;
+    let (stack, configuration_set) =
+        workers::provision_with_ses(&sdk, &prefix, "courier-demo").await?;
     println!(
         "provisioned {}: send and events queues, redrive DLQ, dead-letter queue, tables, buckets, delay state machine; SES identity {DOMAIN} verified, configuration set {configuration_set} ({:.1} s)",
         stack.stack_name,

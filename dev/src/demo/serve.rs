@@ -26,18 +26,8 @@ pub(crate) fn run(
 async fn serve(prefix: String, serve_for: Duration, out: &mut dyn Write) -> Result<i32, DemoError> {
     env("AWS_ENDPOINT_URL")?;
     let sdk = courier_adapters::aws::sdk_config().await;
-    let stack = provision(
-        &sdk,
-        &prefix,
-        &format!("arn:aws:iam::{ACCOUNT}:role/courier-serve"),
-        QueueSettings {
-            max_receive_count: 5,
-            visibility_timeout: Duration::from_secs(30),
-        },
-    )
-    .await?;
-    let configuration_set = format!("{prefix}-ses-configuration-set");
-    prepare_ses(&sdk, &configuration_set).await?;
+    let (stack, configuration_set) =
+        workers::provision_with_ses(&sdk, &prefix, "courier-serve").await?;
     let resources = crate::send_resources(
         &stack,
         &[Provider::Ses],

@@ -5,6 +5,29 @@
 
 use super::*;
 
+/// A stack on the emulator named `prefix` for the local runs (the delay state machine as
+/// `role`, maxReceiveCount 5, a 30 s visibility timeout), with SES's identity verified and a
+/// configuration set: the stack and the set's name.
+pub(super) async fn provision_with_ses(
+    sdk: &aws_config::SdkConfig,
+    prefix: &str,
+    role: &str,
+) -> Result<(courier_devkit::provision::Provisioned, String), DemoError> {
+    let stack = provision(
+        sdk,
+        prefix,
+        &format!("arn:aws:iam::{ACCOUNT}:role/{role}"),
+        QueueSettings {
+            max_receive_count: 5,
+            visibility_timeout: Duration::from_secs(30),
+        },
+    )
+    .await?;
+    let configuration_set = format!("{prefix}-ses-configuration-set");
+    prepare_ses(sdk, &configuration_set).await?;
+    Ok((stack, configuration_set))
+}
+
 /// The send function wired to `stack` through SES (and SMTP when given), its SES mailer noting
 /// what SES accepted into `accepted`; and the events function, admitting the stand-in's unsigned
 /// notifications.
