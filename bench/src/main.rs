@@ -145,6 +145,7 @@ fn handler_overhead() {
         sightings: Arc::new(courier_devkit::memory::MemorySightings::default()),
         new_codes: std::sync::Mutex::new(Vec::new()),
         sealing: courier_send::Sealing::new(courier_devkit::memory::test_seal_keys()),
+        acceptances: Default::default(),
     });
     let batches = 300;
     let mut per_message = Vec::with_capacity(RUNS);

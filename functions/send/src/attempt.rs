@@ -274,6 +274,21 @@ impl Pipeline {
             Ok(None) => return None,
             Err(e) => return Some(Fate::Redeliver(e.into())),
         };
+        // This instance saw the provider take this generation and could record nothing then.
+        if record.status == Status::Unknown
+            && record.attempt == incoming.attempt
+            && let Some(mut sent) = self
+                .acceptances
+                .recall(&incoming.job.message_id, incoming.attempt)
+        {
+            sent.owner = owner.to_owned();
+            sent.now = now;
+            info!(provider_message_id = ?sent.provider_message_id, "this instance kept the provider's acceptance; recording it sent without sending");
+            return Some(Fate::Record {
+                update: sent,
+                outcome: Outcome::Duplicate,
+            });
+        }
         let last = record.history.last()?;
         let accepted = record.status == Status::Unknown
             && last.status == Status::Unknown

@@ -344,10 +344,20 @@ impl Pipeline {
         };
         let cause = match self.status.finish(&unknown).await {
             Ok(()) => Cause::AcceptedKeptUnknown { tries, source },
-            Err(second) => Cause::AcceptedNotWritten {
-                source,
-                unknown: second,
-            },
+            Err(second) => {
+                // Nothing durable says the provider took it: keep the answer in this instance.
+                self.acceptances.remember(&StatusUpdate {
+                    status: Status::SentToProvider,
+                    detail: Some(format!(
+                        "{ACCEPTED_DETAIL} {provider} as {provider_message_id} (recorded later: the status table could not be written then)"
+                    )),
+                    ..unknown.clone()
+                });
+                Cause::AcceptedNotWritten {
+                    source,
+                    unknown: second,
+                }
+            }
         };
         self.redeliver(cause, &Holding::Unknown).await
     }

@@ -19,6 +19,7 @@
 //! in `batchItemFailures` and SQS redelivers it (and redrives it to the DLQ after
 //! maxReceiveCount).
 
+pub mod acceptances;
 mod attempt;
 pub use attempt::ACCEPTED_DETAIL;
 pub mod breakers;
@@ -92,6 +93,8 @@ pub struct Pipeline {
     pub new_codes: std::sync::Mutex<Vec<String>>,
     /// The retry envelopes' seal ([`courier_core::seal`]).
     pub sealing: Sealing,
+    /// Acceptances this instance could not record ([`acceptances`]).
+    pub acceptances: acceptances::Acceptances,
 }
 
 /// The seal keys, and how many copies' seals did not verify during the current batch (drained

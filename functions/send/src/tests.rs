@@ -90,6 +90,7 @@ fn world_with(mailer: MemoryMailer) -> World {
         sightings: Arc::new(courier_devkit::memory::MemorySightings::default()),
         new_codes: std::sync::Mutex::new(Vec::new()),
         sealing: crate::Sealing::new(courier_devkit::memory::test_seal_keys()),
+        acceptances: Default::default(),
     });
     World {
         pipeline,
@@ -201,6 +202,8 @@ fn rebuilt(
         sightings: w.pipeline.sightings.clone(),
         new_codes: std::sync::Mutex::new(Vec::new()),
         sealing: crate::Sealing::new(w.pipeline.sealing.keys.clone()),
+        // Another instance: it knows nothing this one kept.
+        acceptances: Default::default(),
     })
 }
 
@@ -928,15 +931,40 @@ async fn an_acceptance_with_no_write_possible_keeps_the_lease_and_expires_into_u
     // THEN the lease is not released as `deferred`
     assert_eq!(report.failures, vec!["a".to_owned()]);
     assert_eq!(w.status_of("acc3"), Some(Status::Processing));
-    // WHEN the copy comes back after the lease
+    // WHEN the copy comes back after the lease to another instance (which knows nothing)
     w.clock.advance(130);
-    let report = w.run(vec![rec("a", job("acc3", "a@example.org"))]).await;
+    let other = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 3, unlimited());
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = other
+        .handle_records(vec![rec("a", job("acc3", "a@example.org"))], deadline, "r2")
+        .await;
     // THEN the job is `unknown` and waits out the grace window: no second send
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
     assert_eq!(w.mailer.sent_count(), 1);
     assert_eq!(w.status_of("acc3"), Some(Status::Unknown));
-    let queued = w.scheduler.queued.lock().unwrap();
+    let queued = w.scheduler.queued.lock().unwrap().clone();
     assert!(queued[0].delay_secs >= 1, "{queued:?}");
+    // AND when that copy comes back to the instance that saw the provider accept it, the kept
+    // answer records it sent, with the provider's id: no second send after the grace window
+    w.clock.advance(60);
+    let report = w.run(vec![rec("b", queued[0].body.clone())]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("acc3"), Some(Status::SentToProvider));
+    let record = w.status.records.lock().unwrap()["acc3"].clone();
+    assert_eq!(record.provider_message_id.as_deref(), Some("mem-acc3"));
+    assert!(
+        record
+            .history
+            .last()
+            .unwrap()
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("recorded later"),
+        "{:?}",
+        record.history.last()
+    );
 }
 
 #[tokio::test]

@@ -179,6 +179,7 @@ fn wire_with(
         sightings: Arc::new(DynamoDbSightings::new(dynamodb.clone(), control)),
         new_codes: std::sync::Mutex::new(Vec::new()),
         sealing: Sealing::new(seal_keys),
+        acceptances: Default::default(),
         governor: {
             let governor = Governor::new(
                 Arc::new(DynamoDbSendSchedule::new(dynamodb.clone(), control)),
