@@ -13,8 +13,9 @@
 //!
 //! The reply code's first digit still bounds the verdict: a `4xx` reply is never turned into a
 //! permanent class (the receiver said "later"), so a permanent-sounding text on a `4xx` is mapped
-//! to its transient counterpart. The one exception is `sender_config`: a `4xx` about our own
-//! sender (domain not found, no PTR) stays `sender_config`, for review, and never suppresses.
+//! to its transient counterpart (a `4xx` about our own sender is retried as `mailbox_temporary`,
+//! without feeding the provider breaker). A `5xx` reply is never our socket error: the network
+//! wording rule applies only to replies without a code or with a `4xx` one.
 
 //!
 //! # Layout

@@ -77,7 +77,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["host not found, try again"],
             ["temporary failure in name resolution"],
             ["4.4.2", "timeout"],
-            ["4.4.2", "timed out"]
+            ["4.4.2", "timed out"],
+            ["all routes to destination"],
         ]
     ),
     // Provider code tables (README decision 15): the code names the cause, whatever the words.
@@ -156,7 +157,13 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
     rule!(
         "provider-code-unavailable",
         ProviderUnavailable,
-        [["ofr", "_505"], ["lpn", "_505"]]
+        [
+            ["ofr", "_505"],
+            ["lpn", "_505"],
+            // A receiver's own content scanner failing (Rspamd "scan timeout"): not a verdict.
+            ["scan timeout"],
+            ["scan error"]
+        ]
     ),
     rule!(
         "greylisted",
@@ -355,6 +362,7 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["daily limit"],
             ["messages per session"],
             ["sending excessive"],
+            ["number of messages exceeded"],
             ["violating our security policies", "chkuser"],
             ["4.7.28"],
             ["4.7.27", "rate"]
@@ -534,6 +542,15 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["n'existe pas"],
             ["wurde nicht", "gefunden"],
             ["gick inte att hitta e-postadressen"],
+            ["domain name not found"],
+            ["unknown local-part"],
+            ["no longer accepts mail"],
+            ["does not accept mail"],
+            ["not a member of domain"],
+            ["no longer exists"],
+            ["rcpt user"],
+            ["invalid email address"],
+            ["receiving disabled"],
         ]
     ),
     rule!(
@@ -608,6 +625,7 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["line too long"],
             ["line is too long"],
             ["not accepting mail from"],
+            ["date header"],
             ["attachment"],
             ["bulk mail"],
             ["suspicious"],

@@ -268,6 +268,16 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
         text_rule(&lower)
     };
     let text_match = match text_match {
+        // A 5xx reply proves the connection worked: its "connection refused" is the receiver's
+        // refusal, not our socket's.
+        Some(rule) if rule.class == ErrorClass::Network && digit == Some(5) => {
+            note(
+                "smtp.5xx-is-not-a-socket-error".into(),
+                true,
+                "a 5xx reply: the network wording does not apply".into(),
+            );
+            None
+        }
         Some(rule)
             if rule.class == ErrorClass::RecipientPermanent && names_sender(reply.enhanced) =>
         {

@@ -117,13 +117,17 @@ impl ErrorClass {
 
     /// The transient counterpart of a class, used when a `4xx` reply carries permanent wording.
     ///
-    /// [`ErrorClass::SenderConfig`] deliberately stays itself: a `4xx` about our own sender
-    /// (`450 4.1.8 Sender address rejected: Domain not found`, a missing PTR) is our mistake, so
-    /// it must neither feed the provider breaker as `provider_unavailable` nor be retried blindly;
-    /// it goes to review like its `5xx` form. It never suppresses the recipient.
+    /// A `4xx` about our own sender (`450 4.1.8 Sender address rejected: Domain not found`, a
+    /// missing PTR, `451 4.7.23 SPF ... temporary error`) is retried on the `mailbox_temporary`
+    /// schedule: the receiver said "later" (RFC 5321 4.2.1), and a lookup that failed may succeed.
+    /// It does not feed the provider breaker (as `provider_unavailable` would) and never
+    /// suppresses the recipient; if it persists, the job ends `retries_exhausted` with the rule
+    /// that names our sender.
     pub(super) fn transient(self) -> ErrorClass {
         match self {
-            ErrorClass::RecipientPermanent => ErrorClass::MailboxTemporary,
+            ErrorClass::RecipientPermanent | ErrorClass::SenderConfig => {
+                ErrorClass::MailboxTemporary
+            }
             ErrorClass::ContentRejected => ErrorClass::Throttled,
             ErrorClass::Unknown => ErrorClass::ProviderUnavailable,
             other => other,

@@ -44,16 +44,18 @@ pub(super) fn four_xx_never_yields_a_permanent_class() {
         assert!(!v.suppress_recipient, "{raw} -> {v:?}");
         assert_ne!(v.class, ErrorClass::RecipientPermanent, "{raw}");
     }
-    // The deliberate exception: a 4xx about our own sender stays sender_config (review, no
-    // retry, no suppression) instead of feeding the provider breaker.
+    // A 4xx about our own sender is retried (the receiver said "later"), without suppression
+    // and without feeding the provider breaker.
     for raw in [
         "451 sender verify failed",
         "450 4.1.8 <b@x>: Sender address rejected: Domain not found",
     ] {
         let v = classify_smtp(raw);
-        assert_eq!(v.class, ErrorClass::SenderConfig, "{raw}");
-        assert!(!v.retryable, "{raw} -> {v:?}");
+        assert_eq!(v.class, ErrorClass::MailboxTemporary, "{raw}");
+        assert!(v.retryable, "{raw} -> {v:?}");
         assert!(!v.suppress_recipient, "{raw} -> {v:?}");
+        assert!(!v.class.counts_against_provider(), "{raw}");
+        assert!(v.rule.contains("sender"), "{raw} -> {v:?}");
     }
 }
 
