@@ -3,8 +3,7 @@
 use std::sync::Arc;
 
 use aws_lambda_events::sqs::SqsEvent;
-use courier_adapters::aws::{Clients, SecretsManagerSecretStore};
-use courier_adapters::seal_secret::SecretSealKeys;
+use courier_adapters::aws::Clients;
 use courier_events::wiring::{Settings, wire};
 use lambda_runtime::{Error, LambdaEvent, service_fn};
 
@@ -17,12 +16,9 @@ async fn main() -> Result<(), Error> {
     let settings = Settings::from_lookup(|k| std::env::var(k).ok())?;
     let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
     // The seal keys are read at INIT: a missing or malformed secret stops the start.
-    SecretSealKeys::from_secret(
-        &settings.envelope_key_secret,
-        Arc::new(SecretsManagerSecretStore::new(clients.secrets.clone())),
-    )
-    .keys()
-    .await?;
+    courier_events::wiring::seal_keys(&clients, &settings)
+        .keys()
+        .await?;
     let applier = Arc::new(wire(&clients, &settings)?);
     lambda_runtime::run(service_fn(move |event: LambdaEvent<SqsEvent>| {
         let applier = Arc::clone(&applier);

@@ -159,6 +159,15 @@ impl Settings {
     }
 }
 
+/// The seal keys of the copies the function re-enqueues, from `COURIER_ENVELOPE_KEY_SECRET`
+/// (read on first use; `main` reads them at INIT).
+pub fn seal_keys(clients: &Clients, settings: &Settings) -> SecretSealKeys {
+    SecretSealKeys::from_secret(
+        &settings.envelope_key_secret,
+        Arc::new(SecretsManagerSecretStore::new(clients.secrets.clone())),
+    )
+}
+
 /// Wires the function from settings and SDK clients (through SNS, an HTTPS client for the
 /// signing certificates, trusting the system's roots: it fails when none can be loaded).
 pub fn wire(clients: &Clients, settings: &Settings) -> Result<Applier, StoreError> {
@@ -190,10 +199,7 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Result<Applier, StoreErro
                     &settings.queue_url,
                     &settings.delay_state_machine_arn,
                 )),
-                Arc::new(SecretSealKeys::from_secret(
-                    &settings.envelope_key_secret,
-                    Arc::new(SecretsManagerSecretStore::new(clients.secrets.clone())),
-                )),
+                Arc::new(seal_keys(clients, settings)),
             )),
             dead_letters: Arc::new(IndexedDeadLetterSink::new(
                 DynamoDbLetterIndex::new(dynamodb.clone(), &settings.letter_index_table)

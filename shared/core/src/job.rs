@@ -224,9 +224,13 @@ pub struct Rejected {
 
 /// Hex SHA-256 of a payload: the poison blocklist and duplicate detection key on it.
 pub fn fingerprint(payload: &[u8]) -> String {
-    let digest = Sha256::digest(payload);
-    let mut out = String::with_capacity(64);
-    for byte in digest {
+    to_hex(&Sha256::digest(payload))
+}
+
+/// Lower-case hex of `bytes`.
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
         out.push(char::from(HEX[usize::from(byte >> 4)]));
         out.push(char::from(HEX[usize::from(byte & 0x0f)]));
     }

@@ -11,6 +11,7 @@ use serde_json::Value;
 use sha2::Sha256;
 
 use crate::envelope::{ENVELOPE_KEY, Incoming};
+use crate::job::to_hex;
 use crate::policy::RetryState;
 
 /// The envelope key that carries the seal.
@@ -111,7 +112,7 @@ pub fn seal(body: &str, keys: &SealKeys) -> String {
                     .into_bytes();
                 map.insert(
                     SEAL_KEY.to_owned(),
-                    Value::String(format!("{VERSION}{}", hex(&tag))),
+                    Value::String(format!("{VERSION}{}", to_hex(&tag))),
                 );
             }
             value.to_string()
@@ -163,14 +164,6 @@ pub fn demote(incoming: Incoming) -> Incoming {
         not_before: None,
         ..incoming
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {

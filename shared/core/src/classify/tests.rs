@@ -574,3 +574,24 @@ pub(super) fn every_registered_enhanced_code_has_its_classes() {
     };
     assert_eq!(enhanced_class(unlisted), Some(ErrorClass::ContentRejected));
 }
+
+/// A 5xx reply proves the connection worked: its socket words are the receiver's refusal, not a
+/// network failure of ours; without a code (a DSN's diagnostic) or with a 4xx they still are.
+#[test]
+pub(super) fn socket_words_in_a_5xx_reply_are_not_a_network_failure() {
+    let refused = classify_smtp("554 Connection refused by the receiving policy");
+    assert_ne!(refused.class, ErrorClass::Network, "{refused:?}");
+    assert!(!refused.retryable, "{refused:?}");
+    let (_, tried) = explain_smtp("554 Connection refused by the receiving policy");
+    assert!(
+        tried
+            .iter()
+            .any(|t| t.rule == "smtp.5xx-is-not-a-socket-error")
+    );
+    for raw in [
+        "connect to mx.example.net[192.0.2.1]:25: Connection refused",
+        "421 4.4.2 Connection refused, try later",
+    ] {
+        assert_eq!(classify_smtp(raw).class, ErrorClass::Network, "{raw}");
+    }
+}
