@@ -20,14 +20,19 @@ pub struct Acceptances {
 }
 
 impl Acceptances {
-    /// Keeps the sent status that could not be written.
+    /// Keeps the sent status that could not be written, without the kept payload (up to 300 KiB
+    /// each: a thousand would not fit a 128 MB function; a later transient bounce of such a job
+    /// is recorded, not resent).
     pub(crate) fn remember(&self, sent: &StatusUpdate) {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         kept.retain(|u| u.message_id != sent.message_id);
         if kept.len() >= KEPT {
             kept.pop_front();
         }
-        kept.push_back(sent.clone());
+        kept.push_back(StatusUpdate {
+            payload: None,
+            ..sent.clone()
+        });
     }
 
     /// The sent status kept for this generation of the job, if any (taken: it is recorded once).
@@ -61,5 +66,10 @@ mod tests {
         }
         assert!(a.recall("j0", 0).is_none(), "the oldest went");
         assert!(a.recall(&format!("j{KEPT}"), 0).is_some());
+        // Payloads are not kept in memory.
+        let mut big = sent("p", 0);
+        big.payload = Some("x".repeat(300 * 1024));
+        a.remember(&big);
+        assert!(a.recall("p", 0).unwrap().payload.is_none());
     }
 }
