@@ -18,6 +18,7 @@
 #   greylist@courier.test      450 4.2.0 ... Greylisted, please try again later
 #   policy@courier.test        554 5.7.1 ... message rejected by policy
 #   slow@courier.test          RCPT reply delayed $COURIER_SMTP_SLOW_SECONDS s, then accepted
+#   *@throttled.courier.test   450 4.7.28 ... rate limited (a receiving domain that throttles)
 #   anything else              accepted; delivered by Postfix virtual(8) into a Maildir, one file
 #                              per accepted recipient in $COURIER_SMTP_CAPTURE_DIR (Maildir new/;
 #                              files appear atomically; Return-Path, X-Original-To, Delivered-To
@@ -117,6 +118,7 @@ mkdir -p "$LOGS"
 SERVER_NAMES=()
 SERVER_PIDS=()
 CMD_PID=
+CMD_RAN=0
 
 now_ms() { local t=${EPOCHREALTIME//[.,]/}; echo $((t / 1000)); }
 secs_since() { local ms=$(($(now_ms) - $1)); printf '%d.%02d' $((ms / 1000)) $((ms % 1000 / 10)); }
@@ -326,10 +328,30 @@ stop_tree() {
     fi
 }
 
+# diagnose: after a failed command, what a CI log needs to tell the harness's part from the code's:
+# which servers still run, the free disk (Postfix refuses mail with a 4xx when its queue's file
+# system is nearly full) and the end of Postfix's log.
+diagnose() {
+    local i state
+    log "---- the command failed; harness state ----"
+    for ((i = 0; i < ${#SERVER_PIDS[@]}; i++)); do
+        state=running
+        kill -0 "${SERVER_PIDS[i]}" 2>/dev/null || state="EXITED"
+        log "${SERVER_NAMES[i]} (pid ${SERVER_PIDS[i]}): $state"
+    done
+    df -h "$STATE" >&2 || true
+    if [ -f "$LOGS/postfix.log" ]; then
+        log "---- last 15 lines of $LOGS/postfix.log ----"
+        tail -n 15 "$LOGS/postfix.log" >&2 || true
+    fi
+    log "---- end of harness state ----"
+}
+
 cleanup() {
     local rc=$? i
     trap '' INT TERM HUP
     set +e
+    if [ "$CMD_RAN" -eq 1 ] && [ "$rc" -ne 0 ]; then diagnose; fi
     if [ -n "$CMD_PID" ]; then stop_tree command "$CMD_PID" 0; fi
     if [ -f "$STATE/adopted" ]; then
         while read -r name pid; do stop_tree "$name" "$pid" 1; done <"$STATE/adopted"
@@ -497,6 +519,7 @@ busy@courier.test           421 4.7.0 try again later
 greylist@courier.test       450 4.2.0 Greylisted, please try again later
 policy@courier.test         554 5.7.1 message rejected by policy
 slow@courier.test           sleep $SLOW_SECONDS, permit
+throttled.courier.test      450 4.7.28 rate limited, try again later
 EOF
     # Postfix re-reads a file modified in the last second until it "settles" (0.3 s naps, about
     # 2.5 s here); back-dating our freshly written files skips that wait.
@@ -610,6 +633,7 @@ log "all servers ready in $(secs_since "$HARNESS_START") s; environment in $STAT
 "$@" <&0 &
 CMD_PID=$!
 printf 'command %s\n' "$CMD_PID" >>"$STATE/pids"
+CMD_RAN=1
 CMD_STATUS=0
 wait "$CMD_PID" || CMD_STATUS=$?
 CMD_PID=

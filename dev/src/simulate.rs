@@ -11,7 +11,8 @@ use courier_sim::{FaultKind, OutageReply, PRESETS, Scenario};
 #[derive(Args, Debug)]
 pub(crate) struct SimulateArgs {
     /// Scenario preset: steady, outage-30m, outage-30m-refused, throttle-wave, latency-spike,
-    /// soft-bounce-storm. Faults start 10 minutes in; jobs arrive evenly over `--arrival`.
+    /// soft-bounce-storm, receiver-throttle (one domain taking 40% of the mail accepts 40/s).
+    /// Faults start 10 minutes in; jobs arrive evenly over `--arrival`.
     #[arg(default_value = "outage-30m")]
     preset: String,
     /// Number of jobs.
@@ -54,9 +55,9 @@ pub(crate) struct SimulateArgs {
     /// A retry policy JSON file (as COURIER_RETRY_POLICY_FILE).
     #[arg(long)]
     policy: Option<String>,
-    /// Run side by side: every jitter strategy, several breaker settings, or the send-rate
-    /// governor off and on.
-    #[arg(long, value_parser = ["jitter", "breaker", "governor"])]
+    /// Run side by side: every jitter strategy, several breaker settings, the send-rate
+    /// governor on and off, or per-destination pacing on and off.
+    #[arg(long, value_parser = ["jitter", "breaker", "governor", "pacing"])]
     compare: Option<String>,
     /// Print the report(s) as JSON.
     #[arg(long)]

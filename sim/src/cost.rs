@@ -15,7 +15,10 @@
 //! - breaker: a `GetItem` per instance per cache period when used, a read and a conditional
 //!   write per batch that saw a failure (and per half-open probe result), a conditional write
 //!   per probe admission;
-//! - poison blocklist: one read per instance per cache period.
+//! - poison blocklist: one read per instance per cache period;
+//! - per-destination pacing: a read of the domains' states per instance per cache period, a
+//!   schedule reservation per send to a paced domain, a read and a conditional write per
+//!   throttle reply that lowers a domain's pace.
 //!
 //! Prices: [`PRICES`], us-east-1 list prices (on-demand, no free tier) as of 2026-11.
 
@@ -41,6 +44,9 @@ pub struct AwsCalls {
     /// Send-rate schedule reservations (granted or refused: a conditional write either way).
     pub ddb_rate_write: u64,
     pub ddb_poison_read: u64,
+    /// Reads of the receiving domains' pacing states (per instance per cache period, and one
+    /// per throttle reply).
+    pub ddb_pace_read: u64,
     pub ddb_letter_write: u64,
     pub ddb_suppression_write: u64,
     pub sfn_start: u64,
@@ -74,7 +80,7 @@ impl AwsCalls {
 
     /// Reads every instance makes by the clock whatever its volume, and empty polls.
     pub fn periodic_calls(&self) -> u64 {
-        self.ddb_breaker_read + self.ddb_poison_read + self.sqs_receive_empty
+        self.ddb_breaker_read + self.ddb_poison_read + self.ddb_pace_read + self.sqs_receive_empty
     }
 }
 
@@ -146,7 +152,7 @@ impl Cost {
             + calls.ddb_rate_write
             + calls.ddb_letter_write * LETTER_WRU
             + calls.ddb_suppression_write;
-        let rru = calls.ddb_breaker_read + calls.ddb_poison_read;
+        let rru = calls.ddb_breaker_read + calls.ddb_poison_read + calls.ddb_pace_read;
         let dynamodb = wru as f64 * p.ddb_wru + rru as f64 * p.ddb_rru;
         let step_functions = calls.sfn_transitions as f64 * p.sfn_transition;
         let ses = calls.provider_accepted as f64 * p.ses_message;

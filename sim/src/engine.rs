@@ -7,6 +7,7 @@
 //! their own simulated times), one when the invocation ends (the breaker flush, the next poll),
 //! and one per delayed message when it becomes visible again.
 
+mod receiver;
 mod report;
 mod send;
 
@@ -65,6 +66,8 @@ enum Fate {
 const F_OUTAGE: u8 = 1;
 const F_CALLED_IN_OUTAGE: u8 = 2;
 const F_MAYBE_DELIVERED: u8 = 4;
+/// The job goes to the scenario's throttling receiver.
+const F_RECEIVER: u8 = 8;
 
 #[derive(Debug, Clone)]
 struct Job {
@@ -96,6 +99,8 @@ struct Instance {
     allowance: Allowance,
     /// After a refused booking: until when bookings are sure to be refused (µs).
     rate_refused_until_us: i64,
+    /// The receiving domain's pacing state as this instance last read it, and when.
+    pace_seen: Option<(u64, Option<courier_core::pacing::DestinationRate>)>,
     /// The invocation in progress.
     batch: BatchState,
 }
@@ -132,6 +137,8 @@ struct Engine<'a> {
     max_busy: u32,
     shared: Option<SharedBreaker>,
     provider: Provider,
+    /// The throttling receiving domain, if the scenario has one.
+    receiver: Option<receiver::ReceiverWorld>,
     rng_policy: SeededRandom,
     rng_world: SeededRandom,
     calls: AwsCalls,
@@ -199,6 +206,14 @@ impl<'a> Engine<'a> {
                 cum
             })
             .collect();
+        let mut provider = Provider::new(sc);
+        let receiver = sc.receiver.as_ref().map(|r| {
+            provider.replies.push(crate::provider::Reply {
+                text: r.reply.clone(),
+                verdict: courier_core::classify::classify_smtp(&r.reply),
+            });
+            receiver::ReceiverWorld::new(provider.replies.len() - 1)
+        });
         Engine {
             sc,
             now: 0,
@@ -220,7 +235,8 @@ impl<'a> Engine<'a> {
                 cache_ms: sc.breaker_cache_ms,
                 opened: 0,
             }),
-            provider: Provider::new(sc),
+            provider,
+            receiver,
             rng_policy: SeededRandom::new(sc.seed),
             rng_world: SeededRandom::new(sc.seed ^ 0x5EED_0FCA_11AB_1E00),
             calls: AwsCalls::default(),
@@ -274,13 +290,14 @@ impl<'a> Engine<'a> {
         };
         while self.arrived < target {
             let id = self.jobs.len() as u32;
+            let flags = if self.to_receiver(id) { F_RECEIVER } else { 0 };
             self.jobs.push(Job {
                 retry: RetryState::default(),
                 arrived: self.now,
                 finished: 0,
                 receives: 0,
                 fate: Fate::Pending,
-                flags: 0,
+                flags,
             });
             self.visible.push_back(id);
             self.arrived += 1;
@@ -326,6 +343,7 @@ impl<'a> Engine<'a> {
                         breaker: InstanceBreaker::default(),
                         allowance: Allowance::default(),
                         rate_refused_until_us: 0,
+                        pace_seen: None,
                         batch: BatchState::default(),
                     });
                     self.instances.len() - 1
@@ -467,6 +485,27 @@ impl<'a> Engine<'a> {
             if in_outage && self.jobs[job as usize].flags & F_OUTAGE == 0 {
                 self.jobs[job as usize].flags |= F_OUTAGE;
                 self.outage_jobs += 1;
+            }
+            // The receiving domain's pace (the function asks it before any provider, for every
+            // job: the domains' states are read once per cache period).
+            if sc.destination_pacing.is_some() {
+                self.seen_state(inst, tc);
+            }
+            if self.jobs[job as usize].flags & F_RECEIVER != 0 {
+                match self.receiver_slot(inst, tc) {
+                    None => {
+                        let sfn = self.after_failure(job, ErrorClass::RateLimited, tc, false);
+                        self.instances[inst as usize].batch.any_sfn |= sfn;
+                        continue;
+                    }
+                    Some(slot) if slot > tc => {
+                        let waiting = &mut self.instances[inst as usize].batch.waiting;
+                        let at = waiting.partition_point(|&(s, _)| s <= slot);
+                        waiting.insert(at, (slot, job));
+                        continue;
+                    }
+                    Some(_) => {}
+                }
             }
             let admission = match self.shared.as_mut() {
                 Some(shared) => {

@@ -42,8 +42,10 @@ pub mod scenario;
 mod wheel;
 
 pub use engine::run;
-pub use report::{Report, table};
-pub use scenario::{Fault, FaultKind, OutageReply, PRESETS, RecipientShare, Scenario};
+pub use report::{ReceiverFigures, Report, table};
+pub use scenario::{
+    Fault, FaultKind, OutageReply, PRESETS, ReceiverModel, RecipientShare, Scenario,
+};
 
 use courier_core::breaker::BreakerConfig;
 use courier_core::policy::Jitter;
@@ -78,9 +80,9 @@ pub fn breaker_variants() -> Vec<Option<BreakerConfig>> {
     ]
 }
 
-/// Runs `base` once per variant of `what` (`jitter`, `breaker`, or `governor`: paced at the
-/// quota, Courier's default, then off); the default policy's own jitter is the first column of
-/// a jitter comparison.
+/// Runs `base` once per variant of `what` (`jitter`, `breaker`, `governor`: paced at the
+/// quota, Courier's default, then off; or `pacing`: per-destination pacing on, then off); the
+/// default policy's own jitter is the first column of a jitter comparison.
 pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
     let scenarios: Vec<Scenario> = match what {
         "jitter" => std::iter::once(base.clone())
@@ -107,9 +109,16 @@ pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
             ..base.clone()
         })
         .collect(),
+        "pacing" => [base.destination_pacing.or(Some(Default::default())), None]
+            .into_iter()
+            .map(|destination_pacing| Scenario {
+                destination_pacing,
+                ..base.clone()
+            })
+            .collect(),
         other => {
             return Err(format!(
-                "cannot compare {other:?}: use jitter, breaker or governor"
+                "cannot compare {other:?}: use jitter, breaker, governor or pacing"
             ));
         }
     };

@@ -21,6 +21,31 @@ pub struct OutageFigures {
     pub calls_per_calling_job: f64,
 }
 
+/// Figures of the throttling receiving domain and of everyone else's mail.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReceiverFigures {
+    /// Per-destination pacing: `off`, or its rule.
+    pub pacing: String,
+    /// Jobs to the throttling domain, and of them sent and dead-lettered.
+    pub jobs: u64,
+    pub sent: u64,
+    pub dead_lettered: u64,
+    /// Messages the domain accepted and throttle replies it gave.
+    pub accepted: u64,
+    pub throttled: u64,
+    /// Sends its pace deferred (no call), and how often its pace was lowered.
+    pub paced: u64,
+    pub lowered: u64,
+    /// Accepted per second, from its first acceptance to its last.
+    pub accepted_per_sec: f64,
+    /// Arrival to accepted, for its sent jobs.
+    pub latency_p50_secs: f64,
+    pub latency_p99_secs: f64,
+    /// The same for every other domain's sent jobs.
+    pub others_p50_secs: f64,
+    pub others_p99_secs: f64,
+}
+
 /// One run's result.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
@@ -46,6 +71,7 @@ pub struct Report {
     pub timed_out: u64,
     pub provider_calls_per_job: f64,
     pub outage: Option<OutageFigures>,
+    pub receiver: Option<ReceiverFigures>,
     pub quota_per_sec: f64,
     pub peak_calls_per_sec: u32,
     /// Highest provider calls in one second after the last fault ended (the whole run if none).
@@ -129,6 +155,35 @@ impl Report {
                 "outage: calls per calling job",
                 format!("{:.2} ({} jobs)", o.calls_per_calling_job, o.calling_jobs),
             ));
+        }
+        if let Some(r) = &self.receiver {
+            rows.extend([
+                ("receiver: destination pacing", r.pacing.clone()),
+                (
+                    "receiver: jobs / sent / dead-lettered",
+                    format!("{} / {} / {}", r.jobs, r.sent, r.dead_lettered),
+                ),
+                (
+                    "receiver: accepted / throttle replies",
+                    format!("{} / {}", r.accepted, r.throttled),
+                ),
+                (
+                    "receiver: paced waits / pace lowered",
+                    format!("{} / {}", r.paced, r.lowered),
+                ),
+                (
+                    "receiver: accepted per second",
+                    format!("{:.1}", r.accepted_per_sec),
+                ),
+                (
+                    "receiver: latency p50 / p99",
+                    format!("{:.1} s / {:.1} s", r.latency_p50_secs, r.latency_p99_secs),
+                ),
+                (
+                    "other domains: latency p50 / p99",
+                    format!("{:.1} s / {:.1} s", r.others_p50_secs, r.others_p99_secs),
+                ),
+            ]);
         }
         rows.extend([
             ("quota (sends/s)", format!("{:.0}", self.quota_per_sec)),

@@ -3,6 +3,7 @@
 
 use courier_core::breaker::BreakerConfig;
 use courier_core::job::Priority;
+use courier_core::pacing::DestinationPacing;
 use courier_core::policy::{Jitter, RetryPolicy};
 use courier_core::rate::RateLimit;
 use serde::Serialize;
@@ -54,6 +55,16 @@ pub enum FaultKind {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RecipientShare {
     pub share: f64,
+    pub reply: String,
+}
+
+/// One large receiving domain that takes `share` of the jobs and accepts at most
+/// `accept_per_sec` of them (a token bucket of one second); beyond that it answers `reply`, a
+/// throttle (Gmail's `421 4.7.28`, say). The other jobs' domains accept everything.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ReceiverModel {
+    pub share: f64,
+    pub accept_per_sec: f64,
     pub reply: String,
 }
 
@@ -133,6 +144,11 @@ pub struct Scenario {
     pub send_rate: Option<RateLimit>,
     /// How long an instance caches the poison blocklist.
     pub poison_cache_ms: u64,
+    /// A receiving domain that throttles (`None`: every domain accepts everything).
+    pub receiver: Option<ReceiverModel>,
+    /// Per-destination pacing (`COURIER_DESTINATION_PACING`); `None`: off.
+    #[serde(skip)]
+    pub destination_pacing: Option<DestinationPacing>,
     #[serde(skip)]
     pub policy: RetryPolicy,
     /// A label for the policy in reports (`default`, a file name, a jitter name).
@@ -146,13 +162,14 @@ pub struct Scenario {
 }
 
 /// The preset names `Scenario::preset` knows.
-pub const PRESETS: [&str; 6] = [
+pub const PRESETS: [&str; 7] = [
     "steady",
     "outage-30m",
     "outage-30m-refused",
     "throttle-wave",
     "latency-spike",
     "soft-bounce-storm",
+    "receiver-throttle",
 ];
 
 const MINUTE: u64 = 60;
@@ -201,6 +218,8 @@ impl Default for Scenario {
             breaker_cache_ms: 2_000,
             send_rate: Some(Scenario::send_rate_of(500.0)),
             poison_cache_ms: 60_000,
+            receiver: None,
+            destination_pacing: Some(DestinationPacing::default()),
             policy: RetryPolicy::default(),
             policy_label: "default".into(),
             ambiguity_grace_secs: 900,
@@ -225,6 +244,24 @@ impl Scenario {
             duration_secs,
             kind,
         };
+        if name == "receiver-throttle" {
+            // 300,000 jobs over 30 minutes (167/s), 40% of them to one domain that accepts
+            // 40/s and throttles the rest; the provider's quota (500/s) is never the limit.
+            return Some(Scenario {
+                jobs: 300_000,
+                arrival_secs: 30 * MINUTE,
+                receiver: Some(ReceiverModel {
+                    share: 0.4,
+                    accept_per_sec: 40.0,
+                    reply: "421 4.7.28 [192.0.2.1] Our system has detected an unusual rate of \
+                            unsolicited mail originating from your IP address. To protect our \
+                            users from spam, mail sent from your IP address has been \
+                            temporarily rate limited."
+                        .into(),
+                }),
+                ..base
+            });
+        }
         let faults = match name {
             "steady" => Vec::new(),
             "outage-30m" => vec![fault(
@@ -319,6 +356,19 @@ impl Scenario {
         }
         if let Some(rate) = self.send_rate {
             rate.validated().map_err(|e| e.to_string())?;
+        }
+        if let Some(r) = &self.receiver
+            && !((0.0..=1.0).contains(&r.share)
+                && r.accept_per_sec > 0.0
+                && r.accept_per_sec.is_finite())
+        {
+            return Err(format!(
+                "the receiver's share must be in 0..=1 and its rate positive, not {} and {}",
+                r.share, r.accept_per_sec
+            ));
+        }
+        if let Some(p) = self.destination_pacing {
+            p.validated().map_err(|e| e.to_string())?;
         }
         let total: f64 = self.mix.iter().map(|m| m.share).sum();
         if !(0.0..=1.0).contains(&total) {

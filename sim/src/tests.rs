@@ -183,3 +183,48 @@ fn the_governor_keeps_every_second_after_recovery_within_the_quota() {
     // AND the jobs the schedule could not take waited in the queue instead
     assert!(paced.rate_refused > 0, "{both}");
 }
+
+/// A small receiver-throttle run: 30,000 jobs over 10 minutes (50/s), 40% of them to one domain
+/// that accepts 10/s.
+fn receiver_throttle(pacing: bool) -> Report {
+    let mut sc = Scenario::preset("receiver-throttle").unwrap();
+    sc.jobs = 30_000;
+    sc.arrival_secs = 10 * 60;
+    if let Some(r) = sc.receiver.as_mut() {
+        r.accept_per_sec = 10.0;
+    }
+    if !pacing {
+        sc.destination_pacing = None;
+    }
+    run(&sc).unwrap()
+}
+
+#[test]
+fn a_throttling_receiver_is_paced_near_its_rate_and_other_domains_are_not_delayed() {
+    let paced = receiver_throttle(true);
+    let unpaced = receiver_throttle(false);
+    let (p, u) = (
+        paced.receiver.clone().unwrap(),
+        unpaced.receiver.clone().unwrap(),
+    );
+    let both = table(&[paced.clone(), unpaced.clone()]);
+    // THEN paced, every job of the domain is delivered, at most at its rate and above half of
+    // it, with few throttle replies (a fraction of a percent of its jobs per decrease burst)
+    assert_eq!(
+        (p.jobs, p.sent, p.dead_lettered),
+        (12_000, 12_000, 0),
+        "{both}"
+    );
+    assert!(
+        p.accepted_per_sec > 5.0 && p.accepted_per_sec <= 10.5,
+        "{both}"
+    );
+    assert!(p.throttled * 20 < p.jobs, "{both}");
+    assert!(p.lowered >= 1);
+    // AND the other domains' mail goes as if nothing happened
+    assert!(p.others_p50_secs < 1.0, "{both}");
+    assert_eq!(paced.dead_lettered, 0, "{both}");
+    // AND unpaced, the domain answers far more throttle replies, and others' mail suffers
+    assert!(u.throttled > 10 * p.throttled.max(1), "{both}");
+    assert!(u.others_p50_secs > p.others_p50_secs, "{both}");
+}

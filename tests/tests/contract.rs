@@ -7,9 +7,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use courier_adapters::aws::{
-    DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbPoisonList, DynamoDbReputationStore,
-    DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList,
-    S3PayloadStore, S3TemplateStore, SesMailer, SesSendQuota, SqsDeadLetterSink, SqsRetryScheduler,
+    DynamoDbBreakerStore, DynamoDbDestinationRates, DynamoDbEventLedger, DynamoDbPoisonList,
+    DynamoDbReputationStore, DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore,
+    DynamoDbSuppressionList, S3PayloadStore, S3TemplateStore, SesMailer, SesSendQuota,
+    SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity};
 use courier_core::breaker::{BreakerConfig, BreakerState};
@@ -1675,6 +1676,52 @@ async fn send_schedule_memory_and_dynamodb() {
     );
     // The race is asserted where conditional writes are atomic (see atomic_conditional_writes).
     send_schedule_contract(&control, courier_integration::atomic_conditional_writes()).await;
+}
+
+/// What every store of receiving domains' pacing states does: a domain's state is set only over
+/// the state the caller saw (none at first), so of two instances lowering on the same sight one
+/// wins; rates keep their fractions; a domain is forgotten only while it is still as seen.
+async fn destination_rates_contract(rates: &dyn DestinationRates) {
+    use courier_core::pacing::DestinationRate;
+    assert!(rates.all().await.unwrap().is_empty());
+    let first = DestinationRate {
+        per_sec: 70.0,
+        since_us: 1_800_000_000_000_000,
+    };
+    let second = DestinationRate {
+        per_sec: 49.000_000_000_000_01,
+        since_us: 1_800_000_005_000_001,
+    };
+    // GIVEN gmail.com lowered on no state
+    assert!(rates.set("gmail.com", None, &first).await.unwrap());
+    // THEN a second lowering on the same sight (none) loses
+    assert!(!rates.set("gmail.com", None, &second).await.unwrap());
+    // AND one on the state it saw wins, its fraction kept
+    assert!(rates.set("gmail.com", Some(&first), &second).await.unwrap());
+    assert!(!rates.set("gmail.com", Some(&first), &first).await.unwrap());
+    // AND other domains are apart (a dotted, non-ASCII domain is one attribute)
+    let odd = "mx-1.bücher.example";
+    assert!(rates.set(odd, None, &first).await.unwrap());
+    let all = rates.all().await.unwrap();
+    assert_eq!(all.len(), 2);
+    assert_eq!(all["gmail.com"], second);
+    assert_eq!(all[odd], first);
+    // AND a domain is forgotten only while it is as seen
+    assert!(!rates.forget("gmail.com", &first).await.unwrap());
+    assert!(rates.forget("gmail.com", &second).await.unwrap());
+    assert!(!rates.forget("gmail.com", &second).await.unwrap());
+    assert_eq!(rates.all().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn destination_rates_memory_and_dynamodb() {
+    destination_rates_contract(&MemoryDestinationRates::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let rates = DynamoDbDestinationRates::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.control_table,
+    );
+    destination_rates_contract(&rates).await;
 }
 
 /// What every payload store does: a missing key is `None`, a body comes back byte for byte,

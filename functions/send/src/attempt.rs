@@ -49,6 +49,28 @@ impl Pipeline {
                     .await;
             }
         };
+        // The receiving domain's pace (a domain that throttled us has a rate of its own).
+        let destination = first_recipient_domain(&email);
+        if let Some(domain) = &destination {
+            match self.governor.destination_permit(domain, now).await {
+                Ok(Permit::Go { wait }) if wait.is_zero() => {}
+                Ok(Permit::Go { wait }) if self.now() + wait < budget.send_by => {
+                    tokio::time::sleep(wait).await;
+                }
+                Ok(Permit::Go { wait }) => {
+                    let until = now + chrono::Duration::from_std(wait).unwrap_or_default();
+                    return self
+                        .destination_paced(incoming, domain, until, now, owner)
+                        .await;
+                }
+                Ok(Permit::Refused { until }) => {
+                    return self
+                        .destination_paced(incoming, domain, until, now, owner)
+                        .await;
+                }
+                Err(e) => return Fate::Redeliver(e.into()),
+            }
+        }
         // 5. Breaker per provider, in failover order (the job's hint first).
         let order = self.provider_order(job);
         let mut earliest_retry: Option<DateTime<Utc>> = None;
@@ -133,6 +155,11 @@ impl Pipeline {
                 Err(failure) => {
                     let counts = failure.verdict.class.counts_against_provider();
                     self.breakers.record(name, counts, done).await;
+                    if failure.verdict.throttles_receiver()
+                        && let Some(domain) = &destination
+                    {
+                        self.receiver_throttled(domain, done).await;
+                    }
                     if failure.ambiguous {
                         warn!(provider = %name, class = %failure.verdict.class, "outcome ambiguous; the retry waits for provider evidence");
                     }
@@ -171,6 +198,39 @@ impl Pipeline {
         };
         self.after_failure(incoming, verdict, None, now, owner, Acceptance::Refused)
             .await
+    }
+
+    /// The job waits for its receiving domain's pace: `rate_limited`, no attempt spent.
+    async fn destination_paced(
+        &self,
+        incoming: &Incoming,
+        domain: &str,
+        until: DateTime<Utc>,
+        now: DateTime<Utc>,
+        owner: &str,
+    ) -> Fate {
+        info!(%domain, %until, "receiving domain's pace booked; deferred");
+        let verdict = Verdict::local(
+            ErrorClass::RateLimited,
+            "destination-rate",
+            format!("{domain} is paced after throttling us; its next free slot is at {until}"),
+        );
+        self.after_failure(incoming, verdict, None, now, owner, Acceptance::Refused)
+            .await
+    }
+
+    /// A throttle reply from `domain`: lowers its shared pace. A failure to record it is logged
+    /// and otherwise ignored: the job's own fate does not depend on it.
+    async fn receiver_throttled(&self, domain: &str, now: DateTime<Utc>) {
+        match self.governor.receiver_throttled(domain, now).await {
+            Ok(Some(governor::Lowered::To { per_sec })) => {
+                info!(%domain, per_sec, "receiving domain throttled us; its pace is lowered");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                warn!(%domain, error = %e, "receiving domain throttled us; could not lower its pace");
+            }
+        }
     }
 
     /// The providers in failover order, the job's hint first.
@@ -320,3 +380,15 @@ impl Pipeline {
 
 /// How an `unknown` that keeps a provider's acceptance begins its detail.
 pub const ACCEPTED_DETAIL: &str = "accepted by";
+
+/// The domain of the message's first recipient (`To`, else `Cc`, else `Bcc`): the receiving
+/// domain whose pace the send waits for, and which a throttle reply is taken to come from.
+fn first_recipient_domain(email: &OutgoingEmail) -> Option<String> {
+    email
+        .to
+        .iter()
+        .chain(&email.cc)
+        .chain(&email.bcc)
+        .next()
+        .map(|m| m.email.domain().to_ascii_lowercase())
+}

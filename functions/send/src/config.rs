@@ -11,6 +11,8 @@ use courier_core::policy::{PolicyError, RetryPolicy, parse_duration};
 use courier_core::ports::Provider;
 use courier_core::rate::RateLimit;
 
+mod destinations;
+
 /// The send function's settings.
 #[derive(Debug, Clone)]
 pub struct SendConfig {
@@ -36,6 +38,9 @@ pub struct SendConfig {
     /// SES without a configured rate (`COURIER_SEND_RATE_SES` unset or empty): paced by the
     /// account's quota, read from SES, with this horizon and chunk. `off` or `0` turns pacing off.
     pub ses_quota_pacing: Option<RateLimit>,
+    /// Per-destination pacing (`COURIER_DESTINATION_PACING`, `COURIER_DESTINATION_RATE_*`);
+    /// `None`: receiving domains are not paced.
+    pub destination_pacing: Option<courier_core::pacing::DestinationPacing>,
     /// The identities jobs may send as (`COURIER_ALLOWED_SENDERS`); `None`: any (SES still
     /// sends only from verified identities).
     pub allowed_senders: Option<AllowedSenders>,
@@ -58,6 +63,7 @@ impl Default for SendConfig {
             breaker: BreakerConfig::default(),
             rate_limits: BTreeMap::new(),
             ses_quota_pacing: None,
+            destination_pacing: Some(courier_core::pacing::DestinationPacing::default()),
             allowed_senders: None,
             sender_templates: None,
             archive_retention_days: courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
@@ -454,6 +460,7 @@ impl SendConfig {
             envelope_key_secret: required(&lookup, "COURIER_ENVELOPE_KEY_SECRET")?,
         };
         (config.rate_limits, config.ses_quota_pacing) = rate_limits(&lookup, &resources.providers)?;
+        config.destination_pacing = destinations::destination_pacing(&lookup)?;
         let policy = RetryPolicy::from_lookup(&lookup)?;
         Ok((config, resources, policy))
     }

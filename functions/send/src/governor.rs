@@ -11,6 +11,9 @@ use chrono::{DateTime, Utc};
 use courier_core::ports::{SendQuota, SendSchedule, StoreError};
 use courier_core::rate::{Allowance, RateLimit, Reservation};
 
+mod destinations;
+pub use destinations::{Destinations, Lowered};
+
 /// What a send may do now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Permit {
@@ -55,6 +58,8 @@ pub enum QuotaRead {
 /// The schedules of the providers that have a rate limit; others are never held back.
 pub struct Governor {
     schedule: Arc<dyn SendSchedule>,
+    /// Per-destination pacing (`None`: receiving domains are not paced).
+    destinations: Option<destinations::Destinations>,
     limits: std::sync::RwLock<BTreeMap<String, RateLimit>>,
     pacing: Option<QuotaPacing>,
     /// When the quota is due to be read (`None`: now).
@@ -68,6 +73,7 @@ impl Governor {
     pub fn new(schedule: Arc<dyn SendSchedule>, limits: BTreeMap<String, RateLimit>) -> Governor {
         Governor {
             schedule,
+            destinations: None,
             limits: std::sync::RwLock::new(limits),
             pacing: None,
             next_read: tokio::sync::Mutex::new(None),
@@ -183,6 +189,19 @@ impl Governor {
                 wait: Duration::ZERO,
             });
         };
+        self.book(provider, limit, now, wanted).await
+    }
+
+    /// A slot on `key`'s schedule at `limit`: from this instance's unused slots, else booked
+    /// on the shared schedule.
+    async fn book(
+        &self,
+        key: &str,
+        limit: RateLimit,
+        now: DateTime<Utc>,
+        wanted: u32,
+    ) -> Result<Permit, StoreError> {
+        let provider = key;
         let now_us = now.timestamp_micros();
         let spacing = limit.spacing_us();
         let go = |slot: i64| Permit::Go {

@@ -13,6 +13,7 @@ use courier_devkit::memory::*;
 
 use super::*;
 
+mod pacing;
 mod seal;
 
 struct World {

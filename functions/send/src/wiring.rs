@@ -6,9 +6,10 @@ use std::time::Duration;
 
 use courier_adapters::aws::SecretsManagerSecretStore;
 use courier_adapters::aws::{
-    Clients, DynamoDbBreakerStore, DynamoDbLetterIndex, DynamoDbPoisonList, DynamoDbSendSchedule,
-    DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList, IndexedDeadLetterSink,
-    S3PayloadStore, S3TemplateStore, SesMailer, SesSendQuota, SqsDeadLetterSink, SqsRetryScheduler,
+    Clients, DynamoDbBreakerStore, DynamoDbDestinationRates, DynamoDbLetterIndex,
+    DynamoDbPoisonList, DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore,
+    DynamoDbSuppressionList, IndexedDeadLetterSink, S3PayloadStore, S3TemplateStore, SesMailer,
+    SesSendQuota, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::clock::SystemClock;
 use courier_adapters::seal_secret::{SealingScheduler, SecretSealKeys};
@@ -18,8 +19,9 @@ use courier_core::ports::{Mailer, PayloadStore, Provider};
 
 use crate::breakers::Breakers;
 use crate::config::{ConfigError, Resources, SendConfig};
-use crate::governor::{Governor, QuotaPacing};
+use crate::governor::{Destinations, Governor, QuotaPacing};
 use crate::{Pipeline, Sealing};
+use courier_core::rate::RateLimit;
 
 /// Why the function could not start.
 #[derive(Debug, thiserror::Error)]
@@ -185,13 +187,27 @@ fn wire_with(
                 Arc::new(DynamoDbSendSchedule::new(dynamodb.clone(), control)),
                 config.rate_limits.clone(),
             );
-            match config.ses_quota_pacing {
+            let governor = match config.ses_quota_pacing {
                 Some(shape) => governor.with_quota(QuotaPacing {
                     provider: Provider::Ses.as_str().to_owned(),
                     quota: Arc::new(SesSendQuota::new(clients.ses.clone())),
                     shape,
                     every: chrono::Duration::seconds(QuotaPacing::EVERY_SECS),
                 }),
+                None => governor,
+            };
+            match config.destination_pacing {
+                Some(rule) => governor.with_destinations(Destinations::new(
+                    rule,
+                    Arc::new(DynamoDbDestinationRates::new(dynamodb.clone(), control)),
+                    RateLimit {
+                        per_sec: rule.floor_per_sec,
+                        max_ahead: rule.hold,
+                        chunk: 1,
+                    },
+                    chrono::Duration::from_std(config.breaker_cache)
+                        .unwrap_or(chrono::Duration::seconds(2)),
+                )),
                 None => governor,
             }
         },

@@ -34,6 +34,7 @@ pub mod job;
 pub mod letters;
 pub mod limits;
 pub mod mailbox;
+pub mod pacing;
 pub mod plan;
 pub mod policy;
 pub mod ports;

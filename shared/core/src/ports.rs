@@ -607,6 +607,30 @@ pub trait SendSchedule: Send + Sync {
     ) -> Result<crate::rate::Reservation, StoreError>;
 }
 
+/// The receiving domains' pacing states (see [`crate::pacing`]), shared by every instance.
+#[async_trait::async_trait]
+pub trait DestinationRates: Send + Sync {
+    /// Every paced domain's state, by domain.
+    async fn all(
+        &self,
+    ) -> Result<std::collections::BTreeMap<String, crate::pacing::DestinationRate>, StoreError>;
+    /// Sets `domain`'s state to `new` if it is still `seen` (`None`: the domain has none).
+    /// `Ok(false)`: another instance changed it first (its decrease stands; this one is
+    /// dropped).
+    async fn set(
+        &self,
+        domain: &str,
+        seen: Option<&crate::pacing::DestinationRate>,
+        new: &crate::pacing::DestinationRate,
+    ) -> Result<bool, StoreError>;
+    /// Forgets `domain`'s state if it is still `seen` (a domain grown back to the ceiling).
+    async fn forget(
+        &self,
+        domain: &str,
+        seen: &crate::pacing::DestinationRate,
+    ) -> Result<bool, StoreError>;
+}
+
 /// The clock, as a port so handlers can be tested on a fixed time.
 pub trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;

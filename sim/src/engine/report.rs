@@ -2,7 +2,69 @@
 
 use super::*;
 
+/// The `p` percentile of sorted milliseconds, in seconds.
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * p).round() as usize;
+    sorted[i] as f64 / 1000.0
+}
+
 impl Engine<'_> {
+    fn receiver_figures(&self) -> Option<crate::report::ReceiverFigures> {
+        let r = self.receiver.as_ref()?;
+        let (mut mine, mut others) = (Vec::new(), Vec::new());
+        let (mut jobs, mut dead) = (0, 0);
+        for j in &self.jobs {
+            let to_receiver = j.flags & F_RECEIVER != 0;
+            if to_receiver {
+                jobs += 1;
+                dead += u64::from(j.fate == Fate::DeadLettered);
+            }
+            if j.fate == Fate::Sent {
+                let latency = j.finished - j.arrived;
+                if to_receiver {
+                    mine.push(latency);
+                } else {
+                    others.push(latency);
+                }
+            }
+        }
+        mine.sort_unstable();
+        others.sort_unstable();
+        let span = r
+            .first_accept_ms
+            .map_or(0.0, |f| r.last_accept_ms.saturating_sub(f) as f64 / 1000.0);
+        Some(crate::report::ReceiverFigures {
+            pacing: self.sc.destination_pacing.map_or_else(
+                || "off".into(),
+                |p| {
+                    format!(
+                        "{}..{}/s, +{}/s per minute, x{}",
+                        p.floor_per_sec, p.ceiling_per_sec, p.increase_per_min, p.decrease
+                    )
+                },
+            ),
+            jobs,
+            sent: mine.len() as u64,
+            dead_lettered: dead,
+            accepted: r.accepted,
+            throttled: r.throttled,
+            paced: r.paced,
+            lowered: r.lowered,
+            accepted_per_sec: if span > 0.0 {
+                r.accepted as f64 / span
+            } else {
+                0.0
+            },
+            latency_p50_secs: percentile(&mine, 0.5),
+            latency_p99_secs: percentile(&mine, 0.99),
+            others_p50_secs: percentile(&others, 0.5),
+            others_p99_secs: percentile(&others, 0.99),
+        })
+    }
+
     pub(super) fn report(mut self, wall_ms: f64) -> Report {
         let sc = self.sc;
         // Idle pollers keep long-polling until the end.
@@ -66,6 +128,7 @@ impl Engine<'_> {
             .iter()
             .any(|f| matches!(f.kind, crate::scenario::FaultKind::Outage { .. }));
         let cost = Cost::of(&self.calls, &PRICES);
+        let receiver = self.receiver_figures();
         Report {
             scenario: sc.name.clone(),
             policy: sc.policy_label.clone(),
@@ -96,6 +159,7 @@ impl Engine<'_> {
             failed_calls: self.failed_calls,
             timed_out: self.timed_out,
             provider_calls_per_job: self.calls.provider_calls as f64 / jobs,
+            receiver,
             outage: outage.then(|| OutageFigures {
                 jobs: self.outage_jobs,
                 calls: self.outage_calls,

@@ -142,9 +142,20 @@ impl Engine<'_> {
         let sc = self.sc;
         let lat = &sc.latency;
         let in_outage = sc.in_outage(tc);
-        let answer = self
-            .provider
-            .call(sc, tc, self.share_of(job), &mut self.rng_world);
+        let refused = if self.jobs[job as usize].flags & F_RECEIVER != 0 {
+            self.receiver_answer(tc)
+        } else {
+            None
+        };
+        let answer = match refused {
+            Some(reply) => Answer::Failed {
+                reply,
+                latency_ms: lat.provider_ms,
+            },
+            None => self
+                .provider
+                .call(sc, tc, self.share_of(job), &mut self.rng_world),
+        };
         self.calls.provider_calls += 1;
         if in_outage {
             self.outage_calls += 1;

@@ -12,8 +12,9 @@ pub mod ses;
 pub mod sqs;
 
 pub use dynamodb::{
-    DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbPoisonList, DynamoDbReputationStore,
-    DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore, DynamoDbSuppressionList,
+    DynamoDbBreakerStore, DynamoDbDestinationRates, DynamoDbEventLedger, DynamoDbPoisonList,
+    DynamoDbReputationStore, DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore,
+    DynamoDbSuppressionList,
 };
 pub use letters::{DynamoDbLetterIndex, IndexedDeadLetterSink, S3ArchiveStore, SqsLetterQueue};
 pub use s3::{S3PayloadStore, S3TemplateStore};

@@ -185,6 +185,16 @@ impl Verdict {
         self
     }
 
+    /// Whether this is a receiving domain asking us to slow down (an SMTP reply or an SES
+    /// event of class `throttled`), which lowers that domain's pacing
+    /// ([`crate::pacing`]), rather than our provider's quota (SES's API throttling, the
+    /// `sending-quota` rule's "Throttling failure: Maximum sending rate exceeded").
+    pub fn throttles_receiver(&self) -> bool {
+        self.class == ErrorClass::Throttled
+            && matches!(self.source, Source::Smtp | Source::SesEvent)
+            && !self.rule.ends_with(".sending-quota")
+    }
+
     /// A verdict for a local failure (no provider involved).
     pub fn local(class: ErrorClass, rule: &str, detail: impl Into<String>) -> Verdict {
         Verdict::new(class, format!("local.{rule}"), Source::Local)

@@ -106,3 +106,49 @@ impl SendSchedule for MemorySendSchedule {
         Ok(answer)
     }
 }
+
+/// Receiving domains' pacing states in a map (compare-and-set under a lock).
+#[derive(Debug, Default)]
+pub struct MemoryDestinationRates {
+    pub rates: Mutex<BTreeMap<String, courier_core::pacing::DestinationRate>>,
+    pub fail: FailNext,
+}
+
+#[async_trait::async_trait]
+impl courier_core::ports::DestinationRates for MemoryDestinationRates {
+    async fn all(
+        &self,
+    ) -> Result<BTreeMap<String, courier_core::pacing::DestinationRate>, StoreError> {
+        self.fail.take("destination rates")?;
+        Ok(lock(&self.rates).clone())
+    }
+
+    async fn set(
+        &self,
+        domain: &str,
+        seen: Option<&courier_core::pacing::DestinationRate>,
+        new: &courier_core::pacing::DestinationRate,
+    ) -> Result<bool, StoreError> {
+        self.fail.take("destination rates")?;
+        let mut rates = lock(&self.rates);
+        if rates.get(domain) != seen {
+            return Ok(false);
+        }
+        rates.insert(domain.to_owned(), *new);
+        Ok(true)
+    }
+
+    async fn forget(
+        &self,
+        domain: &str,
+        seen: &courier_core::pacing::DestinationRate,
+    ) -> Result<bool, StoreError> {
+        self.fail.take("destination rates")?;
+        let mut rates = lock(&self.rates);
+        if rates.get(domain) != Some(seen) {
+            return Ok(false);
+        }
+        rates.remove(domain);
+        Ok(true)
+    }
+}

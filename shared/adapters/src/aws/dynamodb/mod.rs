@@ -9,6 +9,7 @@
 //! - `control`: the control table, one adapter per port: [`DynamoDbBreakerStore`],
 //!   [`DynamoDbPoisonList`], [`DynamoDbSightings`], [`DynamoDbEventLedger`],
 //!   [`DynamoDbSendSchedule`], [`DynamoDbReputationStore`].
+//! - `pacing`: the receiving domains' pacing states, [`DynamoDbDestinationRates`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -33,6 +34,7 @@ use courier_core::reputation::ReputationCounts;
 use courier_core::status::{Status, predecessors};
 
 mod control;
+mod pacing;
 mod status;
 mod suppression;
 
@@ -40,6 +42,7 @@ pub use control::{
     DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbPoisonList, DynamoDbReputationStore,
     DynamoDbSendSchedule, DynamoDbSightings,
 };
+pub use pacing::DynamoDbDestinationRates;
 pub use status::DynamoDbStatusStore;
 pub use suppression::DynamoDbSuppressionList;
 

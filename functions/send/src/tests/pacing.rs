@@ -1,0 +1,173 @@
+//! Per-destination pacing in the send path: a receiving domain's throttle reply lowers its pace
+//! for every instance; its next jobs wait as `rate_limited` (no attempt spent, no call) while
+//! other domains' mail goes at once.
+
+use super::*;
+use courier_core::pacing::DestinationPacing;
+use courier_devkit::memory::MemoryDestinationRates;
+
+const GMAIL_THROTTLE: &str = "421 4.7.28 [192.0.2.1] Our system has detected an unusual rate of \
+     unsolicited mail originating from your IP address. To protect our users from spam, mail \
+     sent from your IP address has been temporarily rate limited.";
+
+/// A mailer that throttles every message to `big.example` and accepts the rest.
+fn big_throttles() -> MemoryMailer {
+    MemoryMailer::with(
+        courier_core::ports::Provider::Ses,
+        Box::new(|e| {
+            if e.to[0].email.domain() == "big.example" {
+                Err(SendFailure {
+                    verdict: classify_smtp(GMAIL_THROTTLE),
+                    ambiguous: false,
+                    source: None,
+                })
+            } else {
+                Ok(Receipt {
+                    provider_message_id: format!("mem-{}", e.message_id),
+                })
+            }
+        }),
+    )
+}
+
+/// A governor pacing receiving domains on `rates`: 1/s after a throttle (ceiling 10/s × 0.1).
+fn pacing_on(rates: Arc<MemoryDestinationRates>) -> crate::governor::Governor {
+    let rule = DestinationPacing {
+        floor_per_sec: 0.5,
+        ceiling_per_sec: 10.0,
+        increase_per_min: 1.0,
+        decrease: 0.1,
+        hold: std::time::Duration::from_secs(5),
+    };
+    unlimited().with_destinations(crate::governor::Destinations::new(
+        rule,
+        rates,
+        courier_core::rate::RateLimit {
+            per_sec: 1.0,
+            max_ahead: std::time::Duration::from_secs(1),
+            chunk: 1,
+        },
+        chrono::Duration::seconds(2),
+    ))
+}
+
+/// The last copy put back for `id`: its retry state.
+fn retry_of(w: &World, id: &str) -> courier_core::policy::RetryState {
+    let queued = w.scheduler.queued.lock().unwrap();
+    let copy = queued
+        .iter()
+        .rev()
+        .find(|r| r.message_id == id)
+        .expect("a copy was put back");
+    courier_core::envelope::parse_body(copy.body.as_bytes())
+        .unwrap()
+        .retry
+}
+
+#[tokio::test]
+async fn a_throttling_domain_is_paced_and_other_domains_are_not_delayed() {
+    let w = world_with(big_throttles());
+    let rates = Arc::new(MemoryDestinationRates::default());
+    let p = with_governor(&w, pacing_on(rates.clone()));
+    // GIVEN big.example throttled a send: its pace is lowered (to 1/s), shared
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    p.handle_records(vec![rec("a", job("b1", "ann@big.example"))], deadline, "i")
+        .await;
+    assert_eq!(w.mailer.sent_count(), 1);
+    let state = rates.rates.lock().unwrap().get("big.example").copied();
+    assert_eq!(state.map(|s| s.per_sec), Some(1.0));
+    assert_eq!(
+        retry_of(&w, "b1").by_class.get(&ErrorClass::Throttled),
+        None
+    );
+    // WHEN more mail for big.example and for others arrives at once
+    let mut records: Vec<RecordIn> = (2..=6)
+        .map(|i| rec(&format!("b{i}"), job(&format!("b{i}"), "bob@big.example")))
+        .collect();
+    records
+        .extend((1..=20).map(|i| rec(&format!("o{i}"), job(&format!("o{i}"), "o@other.example"))));
+    let sent_before = w.mailer.sent_count();
+    let report = p.handle_records(records, deadline, "i").await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    // THEN every other domain's job is sent at once
+    for i in 1..=20 {
+        assert_eq!(
+            w.status_of(&format!("o{i}")),
+            Some(Status::SentToProvider),
+            "o{i}"
+        );
+    }
+    // AND big.example gets only what its pace (1/s, booked at most 1 s ahead) allows: the
+    // rest waits as rate_limited, no call made and no attempt spent
+    let big_calls = w.mailer.sent_count() - sent_before - 20;
+    assert!(
+        (1..=2).contains(&big_calls),
+        "{big_calls} calls to big.example"
+    );
+    let waited: Vec<String> = (2..=6)
+        .map(|i| format!("b{i}"))
+        .filter(|id| {
+            w.scheduler.queued.lock().unwrap().iter().any(|r| {
+                &r.message_id == id
+                    && courier_core::envelope::parse_body(r.body.as_bytes())
+                        .unwrap()
+                        .history
+                        .last()
+                        .is_some_and(|h| h.class == ErrorClass::RateLimited)
+            })
+        })
+        .collect();
+    assert!(waited.len() >= 3, "{waited:?}");
+    for id in &waited {
+        assert_eq!(retry_of(&w, id).spent, 0, "{id} spent an attempt");
+    }
+}
+
+#[tokio::test]
+async fn a_failure_to_lower_the_pace_does_not_change_the_jobs_fate() {
+    let w = world_with(big_throttles());
+    let rates = Arc::new(MemoryDestinationRates::default());
+    let p = with_governor(&w, pacing_on(rates.clone()));
+    // GIVEN the control table fails the pace's read before the send, then the lowering's
+    rates.fail.set_after(1, 1);
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = p
+        .handle_records(vec![rec("a", job("b1", "ann@big.example"))], deadline, "i")
+        .await;
+    // THEN the throttled job is retried as usual, and nothing is paced
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.status_of("b1"), Some(Status::Deferred));
+    assert!(rates.rates.lock().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_failed_read_of_the_pace_leaves_the_record_for_redelivery() {
+    let w = world_with(big_throttles());
+    let rates = Arc::new(MemoryDestinationRates::default());
+    let p = with_governor(&w, pacing_on(rates.clone()));
+    rates.fail.set(1);
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = p
+        .handle_records(
+            vec![rec("a", job("o1", "ann@other.example"))],
+            deadline,
+            "i",
+        )
+        .await;
+    assert_eq!(report.failures.len(), 1);
+    assert_eq!(w.mailer.sent_count(), 0);
+}
+
+#[test]
+fn a_provider_quota_is_not_a_receivers_throttle() {
+    assert!(classify_smtp(GMAIL_THROTTLE).throttles_receiver());
+    assert!(
+        classify_smtp("421 4.7.0 [TSS04] Messages from 192.0.2.1 temporarily deferred")
+            .throttles_receiver()
+    );
+    assert!(
+        !classify_smtp("454 4.7.0 Throttling failure: Maximum sending rate exceeded.")
+            .throttles_receiver()
+    );
+    assert!(!classify_smtp("450 4.2.0 Greylisted").throttles_receiver());
+}
