@@ -101,6 +101,9 @@ struct Instance {
     rate_refused_until_us: i64,
     /// The receiving domain's pacing state as this instance last read it, and when.
     pace_seen: Option<(u64, Option<courier_core::pacing::DestinationRate>)>,
+    /// After a refused booking on the domain's schedule: until when bookings are sure to be
+    /// refused (µs).
+    pace_refused_until_us: i64,
     /// The invocation in progress.
     batch: BatchState,
 }
@@ -344,6 +347,7 @@ impl<'a> Engine<'a> {
                         allowance: Allowance::default(),
                         rate_refused_until_us: 0,
                         pace_seen: None,
+                        pace_refused_until_us: 0,
                         batch: BatchState::default(),
                     });
                     self.instances.len() - 1
@@ -464,9 +468,21 @@ impl<'a> Engine<'a> {
         for (k, &job) in batch.iter().enumerate() {
             // No provider can take it now, as the instance knows without a call: it waits
             // unclaimed (the send function's `wait_unclaimed`).
-            if let Some(class) = self.known_blocked(inst, tc)
+            let known = if self.jobs[job as usize].flags & F_RECEIVER != 0
+                && self.receiver_refused_known(inst, tc)
+            {
+                Some((ErrorClass::RateLimited, true))
+            } else {
+                self.known_blocked(inst, tc).map(|class| (class, false))
+            };
+            if let Some((class, receiver)) = known
                 && self.wait_unclaimed(job, class, tc)
             {
+                if receiver {
+                    self.count_paced();
+                } else if class == ErrorClass::RateLimited {
+                    self.rate_refused += 1;
+                }
                 self.instances[inst as usize].batch.acked += 1;
                 if in_outage && self.jobs[job as usize].flags & F_OUTAGE == 0 {
                     self.jobs[job as usize].flags |= F_OUTAGE;

@@ -259,6 +259,22 @@ impl Pipeline {
         now: DateTime<Utc>,
     ) -> Option<Fate> {
         let job = &incoming.job;
+        if let Some(domain) = job
+            .to
+            .iter()
+            .chain(&job.cc)
+            .chain(&job.bcc)
+            .next()
+            .and_then(|r| courier_core::pacing::domain_of(r))
+            && let Some(until) = self.governor.destination_refused_until(&domain, now)
+        {
+            let verdict = Verdict::local(
+                ErrorClass::RateLimited,
+                "destination-rate",
+                format!("{domain} is paced; no booking before {until} (not claimed)"),
+            );
+            return self.unclaimed(incoming, verdict, now);
+        }
         let mut until: Option<DateTime<Utc>> = None;
         let mut rate_limited = false;
         for mailer in self.provider_order(job) {
@@ -286,6 +302,13 @@ impl Pipeline {
                 format!("every provider's circuit is open until {until} (not claimed)"),
             )
         };
+        self.unclaimed(incoming, verdict, now)
+    }
+
+    /// The job waits in the queue for `verdict` without a claim, when the policy grants it a
+    /// queue delay.
+    fn unclaimed(&self, incoming: &Incoming, verdict: Verdict, now: DateTime<Utc>) -> Option<Fate> {
+        let job = &incoming.job;
         let decision = self.decide(incoming, &verdict, now);
         let Decision::Retry {
             delay,

@@ -105,10 +105,26 @@ impl Engine<'_> {
                 r.tat = next;
                 Some(u64::try_from(start_us).unwrap_or(0).div_ceil(1000))
             }
-            (Reservation::Refused { .. }, _) => {
+            (Reservation::Refused { booked_until_us }, _) => {
                 r.paced += 1;
+                self.instances[inst as usize].pace_refused_until_us =
+                    booked_until_us - limit.max_ahead_us();
                 None
             }
+        }
+    }
+
+    /// Whether `inst` knows, without a call, that the domain's schedule refuses bookings at
+    /// `t_ms` (the send function's `destination_refused_until`): the job waits unclaimed.
+    pub(super) fn receiver_refused_known(&self, inst: u32, t_ms: u64) -> bool {
+        self.sc.destination_pacing.is_some()
+            && us(t_ms) < self.instances[inst as usize].pace_refused_until_us
+    }
+
+    /// A send deferred by the domain's pace.
+    pub(super) fn count_paced(&mut self) {
+        if let Some(r) = self.receiver.as_mut() {
+            r.paced += 1;
         }
     }
 

@@ -54,9 +54,6 @@ impl Engine<'_> {
         if delay::mechanism(secs, SIMULATED_BODY) != DelayMechanism::QueueDelay {
             return false;
         }
-        if class == ErrorClass::RateLimited {
-            self.rate_refused += 1;
-        }
         let j = &mut self.jobs[job as usize];
         j.retry.record(class, spends_attempt, secs, at(now));
         j.receives = 0;

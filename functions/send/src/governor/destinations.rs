@@ -96,6 +96,25 @@ impl Governor {
         Ok(d.rule.rate_at(states.get(domain), now.timestamp_micros()))
     }
 
+    /// Until when a booking on `domain`'s schedule is sure to be refused, as this instance last
+    /// saw it (no call; see [`Governor::refused_until`]).
+    pub fn destination_refused_until(
+        &self,
+        domain: &str,
+        now: DateTime<Utc>,
+    ) -> Option<DateTime<Utc>> {
+        let d = self.destinations.as_ref()?;
+        let booked = *self
+            .refused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(&schedule_key(domain))?;
+        let grantable = booked - d.shape.max_ahead_us();
+        (now.timestamp_micros() < grantable)
+            .then(|| DateTime::from_timestamp_micros(grantable))
+            .flatten()
+    }
+
     /// A slot for one send to `domain` at `now`: at once when the domain is not paced, else on
     /// its own schedule at its rate of the moment.
     pub async fn destination_permit(
@@ -225,6 +244,29 @@ mod tests {
             other.destination_rate("big.example", t(0)).await.unwrap(),
             Some(10.0)
         );
+    }
+
+    #[tokio::test]
+    async fn a_refused_booking_is_known_without_a_call_until_the_schedule_frees() {
+        let rates = Arc::new(MemoryDestinationRates::default());
+        let g = governor(rates.clone());
+        g.receiver_throttled("big.example", t(0)).await.unwrap();
+        // 10/s, horizon 2 s: 21 slots book the schedule 2.1 s ahead, the 22nd is refused
+        for _ in 0..21 {
+            assert!(matches!(
+                g.destination_permit("big.example", t(0)).await.unwrap(),
+                Permit::Go { .. }
+            ));
+        }
+        assert!(matches!(
+            g.destination_permit("big.example", t(0)).await.unwrap(),
+            Permit::Refused { .. }
+        ));
+        // THEN the instance knows, without a call, that nothing is granted before 0.1 s
+        let until = g.destination_refused_until("big.example", t(0)).unwrap();
+        assert_eq!(until, t(0) + chrono::Duration::milliseconds(100));
+        assert_eq!(g.destination_refused_until("big.example", until), None);
+        assert_eq!(g.destination_refused_until("small.example", t(0)), None);
     }
 
     #[tokio::test]

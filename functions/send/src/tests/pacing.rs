@@ -121,6 +121,25 @@ async fn a_throttling_domain_is_paced_and_other_domains_are_not_delayed() {
     for id in &waited {
         assert_eq!(retry_of(&w, id).spent, 0, "{id} spent an attempt");
     }
+    // AND once the instance has seen the domain's schedule booked, later mail for it waits
+    // without a claim (no status write, no call) until the schedule frees
+    let calls = w.mailer.sent_count();
+    let later: Vec<RecordIn> = (7..=9)
+        .map(|i| {
+            rec(
+                &format!("b{i}"),
+                job(&format!("b{i}"), "Bob <bob@Big.Example>"),
+            )
+        })
+        .collect();
+    let report = p.handle_records(later, deadline, "i").await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), calls);
+    for i in 7..=9 {
+        let id = format!("b{i}");
+        assert_eq!(w.status_of(&id), None, "{id} was claimed");
+        assert_eq!(retry_of(&w, &id).spent, 0);
+    }
 }
 
 #[tokio::test]
