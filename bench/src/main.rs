@@ -146,6 +146,7 @@ fn handler_overhead() {
         new_codes: std::sync::Mutex::new(Vec::new()),
         sealing: courier_send::Sealing::new(courier_devkit::memory::test_seal_keys()),
         acceptances: Default::default(),
+        live: None,
     });
     let batches = 300;
     let mut per_message = Vec::with_capacity(RUNS);

@@ -7,7 +7,9 @@
 //! - [`table`]: tables as courierctl prints them (comfy-table).
 //! - [`progress`]: progress of long operations (indicatif bars on a terminal).
 //! - [`smoke`]: the smoke test of a deployed stack against SES's mailbox simulator.
+//! - [`policy`]: the live settings (`courierctl policy show|validate|set`).
 
+pub mod policy;
 pub mod progress;
 pub mod smoke;
 pub mod table;

@@ -22,6 +22,7 @@ use courierctl::workbench;
 mod classify_cmd;
 mod dlq_cmd;
 mod ops_cmd;
+mod policy_cmd;
 mod settings;
 mod smoke_cmd;
 
@@ -103,6 +104,14 @@ enum Command {
         resume: bool,
         #[arg(long)]
         json: bool,
+    },
+    /// The live settings: breaker thresholds, send rates, per-destination pacing and the retry
+    /// policy, changed without a redeploy (docs/live-settings.md). Reads COURIER_CONTROL_TABLE.
+    ///
+    /// Example: courierctl policy set settings.json
+    Policy {
+        #[command(subcommand)]
+        command: policy_cmd::PolicyCommand,
     },
     /// After a deploy: one job to each of SES's mailbox simulator addresses (success, bounce,
     /// out-of-office, complaint, suppression list), each followed to the end SES's answer must
@@ -187,6 +196,7 @@ fn main() -> ExitCode {
             &domain, &window, resume, json, &settings, &mut out,
         )),
         Command::Dlq { command } => Ok(dlq_cmd::run(*command, &settings, &mut out)),
+        Command::Policy { command } => Ok(policy_cmd::run(command, &settings, &mut out)),
         Command::Smoke {
             from,
             run,

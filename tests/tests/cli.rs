@@ -1089,3 +1089,53 @@ fn an_unknown_stack_is_exit_2_and_an_unreachable_cloudformation_exit_1() {
         run.stderr
     );
 }
+
+/// `courierctl policy`: validate without storing, set a valid document as the next version
+/// (recorded with its operator), refuse an invalid one (exit 1, nothing stored), show what is
+/// stored; without the control table it is a usage error (exit 2).
+#[tokio::test]
+async fn policy_commands_validate_set_and_show_the_live_settings() {
+    use courier_core::ports::LiveSettingsStore;
+    let stack = Stack::create(&["ses"]).await;
+    let env = settings(&stack);
+    let ctl = |args: &[&str]| courierctl_with(&env, args);
+    let dir = std::env::temp_dir().join(unique("policy"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.json");
+    std::fs::write(
+        &good,
+        r#"{"breaker": {"min_calls": 20}, "send_rates": {"ses": 14}}"#,
+    )
+    .unwrap();
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, r#"{"breaker": {"failure_ratio": 3}}"#).unwrap();
+    let (good, bad) = (good.to_str().unwrap(), bad.to_str().unwrap());
+    let store = courier_adapters::aws::DynamoDbLiveSettings::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.control_table,
+    );
+    // validate: what it puts in force, nothing stored
+    let v = ctl(&["policy", "validate", good]).expect(0, "policy validate (good)");
+    assert!(v.stdout.contains("ses 14/s"), "{}", v.stdout);
+    let v = ctl(&["policy", "validate", bad]).expect(1, "policy validate (bad)");
+    assert!(v.stderr.contains("breaker.failure_ratio"), "{}", v.stderr);
+    assert!(store.get().await.unwrap().is_none());
+    ctl(&["policy", "show"]).expect(0, "policy show (none)");
+    // set: version 1, then an invalid one is refused and version 1 stays
+    ctl(&["policy", "set", good]).expect(0, "policy set (good)");
+    ctl(&["policy", "set", bad]).expect(1, "policy set (bad)");
+    let stored = store.get().await.unwrap().unwrap();
+    assert_eq!(stored.version, 1);
+    assert_eq!(stored.updated_by, "courier-it");
+    assert!(stored.document.contains("\"min_calls\": 20"));
+    let shown = ctl(&["policy", "show"]).expect(0, "policy show");
+    assert!(
+        shown.stdout.starts_with("version 1 stored"),
+        "{}",
+        shown.stdout
+    );
+    // a file that cannot be read, and no control table: usage errors
+    ctl(&["policy", "set", "/nonexistent/policy.json"]).expect(2, "policy set (no file)");
+    courierctl_with(&without(&env, "COURIER_CONTROL_TABLE"), &["policy", "show"])
+        .expect(2, "policy show (no table)");
+}

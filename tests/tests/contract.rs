@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use courier_adapters::aws::{
-    DynamoDbBreakerStore, DynamoDbDestinationRates, DynamoDbEventLedger, DynamoDbPoisonList,
-    DynamoDbReputationStore, DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore,
-    DynamoDbSuppressionList, S3PayloadStore, S3TemplateStore, SesMailer, SesSendQuota,
-    SqsDeadLetterSink, SqsRetryScheduler,
+    DynamoDbBreakerStore, DynamoDbDestinationRates, DynamoDbEventLedger, DynamoDbLiveSettings,
+    DynamoDbPoisonList, DynamoDbReputationStore, DynamoDbSendSchedule, DynamoDbSightings,
+    DynamoDbStatusStore, DynamoDbSuppressionList, S3PayloadStore, S3TemplateStore, SesMailer,
+    SesSendQuota, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSecurity};
 use courier_core::breaker::{BreakerConfig, BreakerState};
@@ -1722,6 +1722,42 @@ async fn destination_rates_memory_and_dynamodb() {
         &stack.resources.control_table,
     );
     destination_rates_contract(&rates).await;
+}
+
+/// What every live settings store does: nothing at first; the first document is version 1, each
+/// change one more, written only over the version the writer read; the document comes back as
+/// written, with when and by whom.
+async fn live_settings_contract(store: &dyn LiveSettingsStore) {
+    let t = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+    assert_eq!(store.get().await.unwrap(), None);
+    let doc = "{\"breaker\": {\"min_calls\": 20}}";
+    assert!(!store.put(doc, Some(1), t, "ann").await.unwrap());
+    assert!(store.put(doc, None, t, "ann").await.unwrap());
+    assert!(!store.put("{}", None, t, "bob").await.unwrap());
+    let first = store.get().await.unwrap().unwrap();
+    assert_eq!(
+        (
+            first.document.as_str(),
+            first.version,
+            first.updated_at,
+            first.updated_by.as_str()
+        ),
+        (doc, 1, t, "ann")
+    );
+    assert!(store.put("{}", Some(1), t, "bob").await.unwrap());
+    assert!(!store.put(doc, Some(1), t, "ann").await.unwrap());
+    assert_eq!(store.get().await.unwrap().unwrap().version, 2);
+}
+
+#[tokio::test]
+async fn live_settings_memory_and_dynamodb() {
+    live_settings_contract(&MemoryLiveSettings::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    live_settings_contract(&DynamoDbLiveSettings::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.control_table,
+    ))
+    .await;
 }
 
 /// What every payload store does: a missing key is `None`, a body comes back byte for byte,

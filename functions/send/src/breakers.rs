@@ -24,7 +24,8 @@ struct Cached {
 /// The breakers of all providers.
 pub struct Breakers {
     store: Arc<dyn BreakerStore>,
-    config: BreakerConfig,
+    /// The thresholds in force (the live settings may change them).
+    config: std::sync::RwLock<BreakerConfig>,
     cache_ttl: Duration,
     cache: Mutex<HashMap<String, Cached>>,
     /// Held while loading or writing, so concurrent records of one instance make one call.
@@ -41,12 +42,28 @@ impl Breakers {
     ) -> Breakers {
         Breakers {
             store,
-            config,
+            config: std::sync::RwLock::new(config),
             cache_ttl,
             cache: Mutex::new(HashMap::new()),
             io: tokio::sync::Mutex::new(()),
             changes: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The thresholds in force.
+    pub fn config(&self) -> BreakerConfig {
+        *self
+            .config
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Changes the thresholds (live settings); the shared states keep their counts.
+    pub fn set_config(&self, config: BreakerConfig) {
+        *self
+            .config
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = config;
     }
 
     fn with_cache<T>(&self, f: impl FnOnce(&mut HashMap<String, Cached>) -> T) -> T {
@@ -86,7 +103,7 @@ impl Breakers {
 
     async fn read(&self, provider: &str, now: DateTime<Utc>) -> Option<BreakerState> {
         match self.store.load(provider).await {
-            Ok(state) => Some(state.unwrap_or_else(|| BreakerState::new(now, &self.config))),
+            Ok(state) => Some(state.unwrap_or_else(|| BreakerState::new(now, &self.config()))),
             Err(e) => {
                 warn!(provider, error = %e, "breaker state unavailable; treating the circuit as closed");
                 None
@@ -108,7 +125,7 @@ impl Breakers {
                 state
             }
             // Fail open: a breaker store outage must not stop sending.
-            None => BreakerState::new(now, &self.config),
+            None => BreakerState::new(now, &self.config()),
         }
     }
 
@@ -135,7 +152,7 @@ impl Breakers {
     /// Whether a send to `provider` may go ahead now.
     pub async fn admit(&self, provider: &str, now: DateTime<Utc>) -> Admission {
         let state = self.state(provider, now).await;
-        let (admission, next, change) = breaker::admit(&state, now, &self.config);
+        let (admission, next, change) = breaker::admit(&state, now, &self.config());
         if next == state {
             return admission;
         }
@@ -155,7 +172,7 @@ impl Breakers {
                     }
                 });
                 Admission::Reject {
-                    retry_at: now + chrono::Duration::seconds(self.config.open_secs.max(1)),
+                    retry_at: now + chrono::Duration::seconds(self.config().open_secs.max(1)),
                 }
             }
         }
@@ -215,7 +232,7 @@ impl Breakers {
             let results = std::iter::repeat_n(false, successes.min(5_000) as usize)
                 .chain(std::iter::repeat_n(true, failures as usize));
             for failed in results {
-                let (next, change) = breaker::record(&state, failed, now, &self.config);
+                let (next, change) = breaker::record(&state, failed, now, &self.config());
                 state = next;
                 changes.extend(change);
             }

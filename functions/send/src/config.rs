@@ -41,6 +41,12 @@ pub struct SendConfig {
     /// Per-destination pacing (`COURIER_DESTINATION_PACING`, `COURIER_DESTINATION_RATE_*`);
     /// `None`: receiving domains are not paced.
     pub destination_pacing: Option<courier_core::pacing::DestinationPacing>,
+    /// The horizon and chunk every send rate gets (`COURIER_SEND_RATE_MAX_AHEAD`,
+    /// `COURIER_SEND_RATE_CHUNK`; the rate itself is 1/s here), live settings' rates included.
+    pub rate_shape: RateLimit,
+    /// How long the live settings are used before they are read again
+    /// (`COURIER_LIVE_SETTINGS_CACHE`, 1 s..=1 h).
+    pub live_settings_cache: Duration,
     /// The identities jobs may send as (`COURIER_ALLOWED_SENDERS`); `None`: any (SES still
     /// sends only from verified identities).
     pub allowed_senders: Option<AllowedSenders>,
@@ -64,6 +70,12 @@ impl Default for SendConfig {
             rate_limits: BTreeMap::new(),
             ses_quota_pacing: None,
             destination_pacing: Some(courier_core::pacing::DestinationPacing::default()),
+            rate_shape: RateLimit {
+                per_sec: 1.0,
+                max_ahead: RateLimit::DEFAULT_MAX_AHEAD,
+                chunk: RateLimit::DEFAULT_CHUNK,
+            },
+            live_settings_cache: Duration::from_secs(30),
             allowed_senders: None,
             sender_templates: None,
             archive_retention_days: courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
@@ -233,10 +245,11 @@ fn parse_providers(value: Option<String>) -> Result<Vec<Provider>, ConfigError> 
 
 /// The send-rate limits of the configured providers, and SES's pacing by its quota when no rate
 /// is configured for it.
+#[allow(clippy::type_complexity)]
 fn rate_limits(
     lookup: &impl Fn(&str) -> Option<String>,
     providers: &[Provider],
-) -> Result<(BTreeMap<String, RateLimit>, Option<RateLimit>), ConfigError> {
+) -> Result<(BTreeMap<String, RateLimit>, Option<RateLimit>, RateLimit), ConfigError> {
     let max_ahead = duration(
         lookup,
         "COURIER_SEND_RATE_MAX_AHEAD",
@@ -310,7 +323,12 @@ fn rate_limits(
             limits.insert(provider.as_str().to_owned(), limit);
         }
     }
-    Ok((limits, quota_pacing))
+    let shape = RateLimit {
+        per_sec: 1.0,
+        max_ahead,
+        chunk,
+    };
+    Ok((limits, quota_pacing, shape))
 }
 
 impl SendConfig {
@@ -459,7 +477,25 @@ impl SendConfig {
             smtp,
             envelope_key_secret: required(&lookup, "COURIER_ENVELOPE_KEY_SECRET")?,
         };
-        (config.rate_limits, config.ses_quota_pacing) = rate_limits(&lookup, &resources.providers)?;
+        (
+            config.rate_limits,
+            config.ses_quota_pacing,
+            config.rate_shape,
+        ) = rate_limits(&lookup, &resources.providers)?;
+        config.live_settings_cache = duration(
+            &lookup,
+            "COURIER_LIVE_SETTINGS_CACHE",
+            config.live_settings_cache,
+        )?;
+        if !(Duration::from_secs(1)..=Duration::from_secs(3600))
+            .contains(&config.live_settings_cache)
+        {
+            return Err(ConfigError::Invalid {
+                name: "COURIER_LIVE_SETTINGS_CACHE",
+                value: lookup("COURIER_LIVE_SETTINGS_CACHE").unwrap_or_default(),
+                problem: "must be between 1s and 1h".into(),
+            });
+        }
         config.destination_pacing = destinations::destination_pacing(&lookup)?;
         let policy = RetryPolicy::from_lookup(&lookup)?;
         Ok((config, resources, policy))

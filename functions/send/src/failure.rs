@@ -15,7 +15,8 @@ impl Pipeline {
             .rng
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.policy.decide_verdict(
+        let live = self.live.as_ref().and_then(live::Live::policy);
+        live.as_deref().unwrap_or(&self.policy).decide_verdict(
             incoming.job.priority,
             verdict,
             &incoming.retry,

@@ -61,6 +61,8 @@ pub struct Governor {
     /// Per-destination pacing (`None`: receiving domains are not paced).
     destinations: Option<destinations::Destinations>,
     limits: std::sync::RwLock<BTreeMap<String, RateLimit>>,
+    /// Rates the live settings set (`None`: unpaced), over `limits` and quota pacing.
+    live_limits: std::sync::RwLock<BTreeMap<String, Option<RateLimit>>>,
     pacing: Option<QuotaPacing>,
     /// When the quota is due to be read (`None`: now).
     next_read: tokio::sync::Mutex<Option<DateTime<Utc>>>,
@@ -75,6 +77,7 @@ impl Governor {
             schedule,
             destinations: None,
             limits: std::sync::RwLock::new(limits),
+            live_limits: std::sync::RwLock::new(BTreeMap::new()),
             pacing: None,
             next_read: tokio::sync::Mutex::new(None),
             allowances: tokio::sync::Mutex::new(BTreeMap::new()),
@@ -166,8 +169,25 @@ impl Governor {
         DateTime::from_timestamp_micros(grantable)
     }
 
-    /// The limit on `provider`, if any.
+    /// Sets the rates the live settings name (replacing those they named before); the other
+    /// providers keep the deployment's pacing.
+    pub fn set_live_rates(&self, rates: BTreeMap<String, Option<RateLimit>>) {
+        *self
+            .live_limits
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = rates;
+    }
+
+    /// The limit on `provider`, if any: the live settings' rate, else the deployment's.
     pub fn limit(&self, provider: &str) -> Option<RateLimit> {
+        if let Some(live) = self
+            .live_limits
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(provider)
+        {
+            return *live;
+        }
         self.limits
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -29,6 +29,7 @@ mod fate;
 pub use fate::Cause;
 use fate::{Fate, Holding, Step};
 pub mod governor;
+pub mod live;
 pub mod metrics;
 pub mod wiring;
 
@@ -95,6 +96,8 @@ pub struct Pipeline {
     pub sealing: Sealing,
     /// Acceptances this instance could not record ([`acceptances`]).
     pub acceptances: acceptances::Acceptances,
+    /// The live settings ([`live`]); `None`: the deployment's settings only.
+    pub live: Option<live::Live>,
 }
 
 /// The seal keys, and how many copies' seals did not verify during the current batch (drained
@@ -244,6 +247,32 @@ impl Pipeline {
         }
     }
 
+    /// Reads the live settings when they are due and puts a new valid version in force;
+    /// `true` when a stored version was refused (counted as `LiveSettingsRefused`).
+    pub async fn refresh_live(&self) -> bool {
+        let Some(live) = &self.live else {
+            return false;
+        };
+        match live
+            .refresh(self.clock.now(), &self.breakers, &self.governor)
+            .await
+        {
+            None => false,
+            Some(live::LiveRead::Applied { version }) => {
+                info!(version, "live settings in force");
+                false
+            }
+            Some(live::LiveRead::Refused { version, error }) => {
+                warn!(version, error = %error, "live settings refused; the last good settings stay");
+                true
+            }
+            Some(live::LiveRead::Failed(error)) => {
+                warn!(error = %error, "live settings not read; the settings in force stay");
+                false
+            }
+        }
+    }
+
     pub async fn handle_records(
         self: &Arc<Self>,
         records: Vec<RecordIn>,
@@ -251,7 +280,11 @@ impl Pipeline {
         request_id: &str,
     ) -> BatchReport {
         self.read_quota().await;
+        let refused = self.refresh_live().await;
         let mut report = BatchReport::default();
+        if refused {
+            report.metrics.add("LiveSettingsRefused", 1);
+        }
         let total = records.len();
         // Records of the batch not finished yet: how many send-rate slots are worth booking.
         let unfinished = Arc::new(std::sync::atomic::AtomicUsize::new(total));

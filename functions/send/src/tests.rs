@@ -13,6 +13,7 @@ use courier_devkit::memory::*;
 
 use super::*;
 
+mod live;
 mod pacing;
 mod seal;
 
@@ -92,6 +93,7 @@ fn world_with(mailer: MemoryMailer) -> World {
         new_codes: std::sync::Mutex::new(Vec::new()),
         sealing: crate::Sealing::new(courier_devkit::memory::test_seal_keys()),
         acceptances: Default::default(),
+        live: None,
     });
     World {
         pipeline,
@@ -167,12 +169,29 @@ fn unlimited() -> crate::governor::Governor {
 
 /// The world's pipeline with its breakers on `store` (shared state, no cache).
 fn with_breaker_store(w: &World, store: Arc<MemoryBreakerStore>, seed: u64) -> Arc<Pipeline> {
-    rebuilt(w, store, seed, unlimited())
+    rebuilt(w, store, seed, unlimited(), None)
 }
 
 /// The world's pipeline with the send-rate `governor`.
 fn with_governor(w: &World, governor: crate::governor::Governor) -> Arc<Pipeline> {
-    rebuilt(w, Arc::new(MemoryBreakerStore::default()), 3, governor)
+    rebuilt(
+        w,
+        Arc::new(MemoryBreakerStore::default()),
+        3,
+        governor,
+        None,
+    )
+}
+
+/// The world's pipeline with live settings.
+fn with_live(w: &World, live: crate::live::Live) -> Arc<Pipeline> {
+    rebuilt(
+        w,
+        Arc::new(MemoryBreakerStore::default()),
+        3,
+        unlimited(),
+        Some(live),
+    )
 }
 
 fn rebuilt(
@@ -180,6 +199,7 @@ fn rebuilt(
     store: Arc<MemoryBreakerStore>,
     seed: u64,
     governor: crate::governor::Governor,
+    live: Option<crate::live::Live>,
 ) -> Arc<Pipeline> {
     Arc::new(Pipeline {
         status: w.pipeline.status.clone(),
@@ -205,6 +225,7 @@ fn rebuilt(
         sealing: crate::Sealing::new(w.pipeline.sealing.keys.clone()),
         // Another instance: it knows nothing this one kept.
         acceptances: Default::default(),
+        live,
     })
 }
 
@@ -363,7 +384,13 @@ async fn an_unreachable_payload_store_leaves_the_record_for_redelivery() {
 #[tokio::test]
 async fn a_sender_the_stack_does_not_allow_is_dead_lettered_unsent() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
-    let mut pipeline = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 3, unlimited());
+    let mut pipeline = rebuilt(
+        &w,
+        Arc::new(MemoryBreakerStore::default()),
+        3,
+        unlimited(),
+        None,
+    );
     Arc::get_mut(&mut pipeline).unwrap().config.allowed_senders =
         Some(courier_core::mailbox::AllowedSenders::parse("example.com").unwrap());
     // `job` sends from shop@example.com (allowed); the same job from another domain is not.
@@ -393,7 +420,13 @@ async fn a_sender_the_stack_does_not_allow_is_dead_lettered_unsent() {
 #[tokio::test]
 async fn a_template_the_sender_may_not_use_is_dead_lettered_unsent() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
-    let mut pipeline = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 3, unlimited());
+    let mut pipeline = rebuilt(
+        &w,
+        Arc::new(MemoryBreakerStore::default()),
+        3,
+        unlimited(),
+        None,
+    );
     Arc::get_mut(&mut pipeline).unwrap().config.sender_templates =
         Some(courier_core::senders::SenderTemplates::parse("example.com=welcome").unwrap());
     let templated = |id: &str, template: &str, from: &str| {
@@ -721,7 +754,13 @@ impl courier_core::ports::TemplateStore for PanickingTemplates {
 async fn a_job_that_crashes_the_worker_before_sending_is_poison() {
     // GIVEN a worker that panics while rendering templated jobs
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
-    let mut pipeline = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 1, unlimited());
+    let mut pipeline = rebuilt(
+        &w,
+        Arc::new(MemoryBreakerStore::default()),
+        1,
+        unlimited(),
+        None,
+    );
     Arc::get_mut(&mut pipeline).unwrap().templates = Arc::new(PanickingTemplates);
     let templated = serde_json::json!({
         "version": 1, "message_id": "crash", "campaign_id": "c", "from": "shop@example.com",
@@ -882,7 +921,13 @@ async fn a_status_write_whose_answer_was_lost_after_it_landed_counts_as_made() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Smtp));
     let faults = Arc::new(Faults::default());
     faults.arm(1, Fault::FailAfter);
-    let mut pipeline = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 3, unlimited());
+    let mut pipeline = rebuilt(
+        &w,
+        Arc::new(MemoryBreakerStore::default()),
+        3,
+        unlimited(),
+        None,
+    );
     Arc::get_mut(&mut pipeline).unwrap().status =
         Arc::new(Faulty::new(w.status.clone(), faults.clone()));
     let deadline = w.clock.now() + chrono::Duration::seconds(60);
@@ -934,7 +979,13 @@ async fn an_acceptance_with_no_write_possible_keeps_the_lease_and_expires_into_u
     assert_eq!(w.status_of("acc3"), Some(Status::Processing));
     // WHEN the copy comes back after the lease to another instance (which knows nothing)
     w.clock.advance(130);
-    let other = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 3, unlimited());
+    let other = rebuilt(
+        &w,
+        Arc::new(MemoryBreakerStore::default()),
+        3,
+        unlimited(),
+        None,
+    );
     let deadline = w.clock.now() + chrono::Duration::seconds(60);
     let report = other
         .handle_records(vec![rec("a", job("acc3", "a@example.org"))], deadline, "r2")

@@ -7,9 +7,9 @@ use std::time::Duration;
 use courier_adapters::aws::SecretsManagerSecretStore;
 use courier_adapters::aws::{
     Clients, DynamoDbBreakerStore, DynamoDbDestinationRates, DynamoDbLetterIndex,
-    DynamoDbPoisonList, DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore,
-    DynamoDbSuppressionList, IndexedDeadLetterSink, S3PayloadStore, S3TemplateStore, SesMailer,
-    SesSendQuota, SqsDeadLetterSink, SqsRetryScheduler,
+    DynamoDbLiveSettings, DynamoDbPoisonList, DynamoDbSendSchedule, DynamoDbSightings,
+    DynamoDbStatusStore, DynamoDbSuppressionList, IndexedDeadLetterSink, S3PayloadStore,
+    S3TemplateStore, SesMailer, SesSendQuota, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::clock::SystemClock;
 use courier_adapters::seal_secret::{SealingScheduler, SecretSealKeys};
@@ -182,6 +182,17 @@ fn wire_with(
         new_codes: std::sync::Mutex::new(Vec::new()),
         sealing: Sealing::new(seal_keys),
         acceptances: Default::default(),
+        live: Some(crate::live::Live::new(
+            Arc::new(DynamoDbLiveSettings::new(dynamodb.clone(), control)),
+            chrono::Duration::from_std(config.live_settings_cache)
+                .unwrap_or(chrono::Duration::seconds(30)),
+            courier_core::live::Baseline {
+                breaker: config.breaker,
+                destination_pacing: config.destination_pacing,
+                policy: policy.clone(),
+                rate_shape: config.rate_shape,
+            },
+        )),
         governor: {
             let governor = Governor::new(
                 Arc::new(DynamoDbSendSchedule::new(dynamodb.clone(), control)),
@@ -196,20 +207,18 @@ fn wire_with(
                 }),
                 None => governor,
             };
-            match config.destination_pacing {
-                Some(rule) => governor.with_destinations(Destinations::new(
-                    rule,
-                    Arc::new(DynamoDbDestinationRates::new(dynamodb.clone(), control)),
-                    RateLimit {
-                        per_sec: rule.floor_per_sec,
-                        max_ahead: rule.hold,
-                        chunk: 1,
-                    },
-                    chrono::Duration::from_std(config.breaker_cache)
-                        .unwrap_or(chrono::Duration::seconds(2)),
-                )),
-                None => governor,
-            }
+            // Always wired: the live settings may turn pacing on when INIT had it off.
+            governor.with_destinations(Destinations::new(
+                config.destination_pacing,
+                Arc::new(DynamoDbDestinationRates::new(dynamodb.clone(), control)),
+                RateLimit {
+                    per_sec: 1.0,
+                    max_ahead: courier_core::pacing::DestinationPacing::default().hold,
+                    chunk: 1,
+                },
+                chrono::Duration::from_std(config.breaker_cache)
+                    .unwrap_or(chrono::Duration::seconds(2)),
+            ))
         },
         breakers: Breakers::new(
             Arc::new(DynamoDbBreakerStore::new(dynamodb, control)),

@@ -440,6 +440,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         new_codes: Mutex::new(Vec::new()),
         sealing: courier_send::Sealing::new(courier_devkit::memory::test_seal_keys()),
         acceptances: Default::default(),
+        live: None,
     });
     for &after in path.copies {
         queue.push(body(path), t0() + chrono::Duration::seconds(after));

@@ -33,6 +33,7 @@ pub mod envelope;
 pub mod job;
 pub mod letters;
 pub mod limits;
+pub mod live;
 pub mod mailbox;
 pub mod pacing;
 pub mod plan;

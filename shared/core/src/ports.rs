@@ -631,6 +631,34 @@ pub trait DestinationRates: Send + Sync {
     ) -> Result<bool, StoreError>;
 }
 
+/// The live settings document as stored ([`crate::live`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveRecord {
+    /// The JSON document as written.
+    pub document: String,
+    /// 1 for the first document, one more for each change.
+    pub version: u64,
+    pub updated_at: DateTime<Utc>,
+    /// Who wrote it (the caller's AWS identity or user name, as `courierctl` knows it).
+    pub updated_by: String,
+}
+
+/// Where the live settings are kept (one document for the whole deployment).
+#[async_trait::async_trait]
+pub trait LiveSettingsStore: Send + Sync {
+    /// The document, if one was ever written.
+    async fn get(&self) -> Result<Option<LiveRecord>, StoreError>;
+    /// Writes `document` as version `expected + 1` (`expected` `None`: none is stored yet), only
+    /// if the stored version is still `expected`. `Ok(false)`: someone changed it first.
+    async fn put(
+        &self,
+        document: &str,
+        expected: Option<u64>,
+        now: DateTime<Utc>,
+        by: &str,
+    ) -> Result<bool, StoreError>;
+}
+
 /// The clock, as a port so handlers can be tested on a fixed time.
 pub trait Clock: Send + Sync {
     fn now(&self) -> DateTime<Utc>;

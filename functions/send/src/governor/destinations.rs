@@ -13,7 +13,8 @@ use super::*;
 
 /// The receiving domains' pacing: the rule, the shared states and this instance's copy.
 pub struct Destinations {
-    rule: DestinationPacing,
+    /// The rule in force (`None`: off; the live settings may change it).
+    rule: std::sync::RwLock<Option<DestinationPacing>>,
     rates: Arc<dyn DestinationRates>,
     /// The horizon and chunk of a domain's schedule (its rate is the domain's own).
     shape: RateLimit,
@@ -38,18 +39,25 @@ pub enum Lowered {
 
 impl Destinations {
     pub fn new(
-        rule: DestinationPacing,
+        rule: Option<DestinationPacing>,
         rates: Arc<dyn DestinationRates>,
         shape: RateLimit,
         cache_for: chrono::Duration,
     ) -> Destinations {
         Destinations {
-            rule,
+            rule: std::sync::RwLock::new(rule),
             rates,
             shape,
             cache_for,
             cache: tokio::sync::Mutex::new(None),
         }
+    }
+
+    fn rule(&self) -> Option<DestinationPacing> {
+        *self
+            .rule
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The states, from this instance's copy while it is fresh.
@@ -83,17 +91,31 @@ impl Governor {
         }
     }
 
+    /// Sets the pacing rule (live settings; `None`: off). Without a store of the domains'
+    /// states (none was wired) nothing changes.
+    pub fn set_destination_pacing(&self, rule: Option<DestinationPacing>) {
+        if let Some(d) = &self.destinations {
+            *d.rule
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = rule;
+        }
+    }
+
     /// The rate `domain` is paced at now (`None`: not paced).
     pub async fn destination_rate(
         &self,
         domain: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<f64>, StoreError> {
-        let Some(d) = &self.destinations else {
+        let Some((d, rule)) = self
+            .destinations
+            .as_ref()
+            .and_then(|d| Some((d, d.rule()?)))
+        else {
             return Ok(None);
         };
         let states = d.states(now).await?;
-        Ok(d.rule.rate_at(states.get(domain), now.timestamp_micros()))
+        Ok(rule.rate_at(states.get(domain), now.timestamp_micros()))
     }
 
     /// Until when a booking on `domain`'s schedule is sure to be refused, as this instance last
@@ -104,6 +126,7 @@ impl Governor {
         now: DateTime<Utc>,
     ) -> Option<DateTime<Utc>> {
         let d = self.destinations.as_ref()?;
+        d.rule()?;
         let booked = *self
             .refused
             .lock()
@@ -142,13 +165,17 @@ impl Governor {
         domain: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<Lowered>, StoreError> {
-        let Some(d) = &self.destinations else {
+        let Some((d, rule)) = self
+            .destinations
+            .as_ref()
+            .and_then(|d| Some((d, d.rule()?)))
+        else {
             return Ok(None);
         };
         let now_us = now.timestamp_micros();
         let mut states = d.rates.all().await?;
         let seen = states.get(domain).copied();
-        let lowered = match d.rule.after_throttle(seen.as_ref(), now_us) {
+        let lowered = match rule.after_throttle(seen.as_ref(), now_us) {
             None => Lowered::Held,
             Some(new) if d.rates.set(domain, seen.as_ref(), &new).await? => {
                 states.insert(domain.to_owned(), new);
@@ -160,7 +187,7 @@ impl Governor {
         };
         let grown: Vec<(String, DestinationRate)> = states
             .iter()
-            .filter(|(_, s)| d.rule.rate_at(Some(s), now_us).is_none())
+            .filter(|(_, s)| rule.rate_at(Some(s), now_us).is_none())
             .map(|(k, s)| (k.clone(), *s))
             .collect();
         for (other, state) in grown {
@@ -207,7 +234,7 @@ mod tests {
             chunk: 1,
         };
         Governor::new(Arc::new(MemorySendSchedule::default()), BTreeMap::new()).with_destinations(
-            Destinations::new(rule(), rates, shape, chrono::Duration::seconds(2)),
+            Destinations::new(Some(rule()), rates, shape, chrono::Duration::seconds(2)),
         )
     }
 

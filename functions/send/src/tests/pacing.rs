@@ -40,7 +40,7 @@ fn pacing_on(rates: Arc<MemoryDestinationRates>) -> crate::governor::Governor {
         hold: std::time::Duration::from_secs(5),
     };
     unlimited().with_destinations(crate::governor::Destinations::new(
-        rule,
+        Some(rule),
         rates,
         courier_core::rate::RateLimit {
             per_sec: 1.0,

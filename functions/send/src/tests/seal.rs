@@ -97,7 +97,13 @@ async fn unreadable_seal_keys_leave_an_envelope_for_redelivery_and_bare_jobs_una
         }
     }
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
-    let mut pipeline = rebuilt(&w, Arc::new(MemoryBreakerStore::default()), 3, unlimited());
+    let mut pipeline = rebuilt(
+        &w,
+        Arc::new(MemoryBreakerStore::default()),
+        3,
+        unlimited(),
+        None,
+    );
     Arc::get_mut(&mut pipeline).unwrap().sealing = Sealing::new(Arc::new(
         courier_adapters::seal_secret::SecretSealKeys::from_secret("seal", Arc::new(Down)),
     ));

@@ -12,9 +12,9 @@ pub mod ses;
 pub mod sqs;
 
 pub use dynamodb::{
-    DynamoDbBreakerStore, DynamoDbDestinationRates, DynamoDbEventLedger, DynamoDbPoisonList,
-    DynamoDbReputationStore, DynamoDbSendSchedule, DynamoDbSightings, DynamoDbStatusStore,
-    DynamoDbSuppressionList,
+    DynamoDbBreakerStore, DynamoDbDestinationRates, DynamoDbEventLedger, DynamoDbLiveSettings,
+    DynamoDbPoisonList, DynamoDbReputationStore, DynamoDbSendSchedule, DynamoDbSightings,
+    DynamoDbStatusStore, DynamoDbSuppressionList,
 };
 pub use letters::{DynamoDbLetterIndex, IndexedDeadLetterSink, S3ArchiveStore, SqsLetterQueue};
 pub use s3::{S3PayloadStore, S3TemplateStore};

@@ -152,3 +152,39 @@ impl courier_core::ports::DestinationRates for MemoryDestinationRates {
         Ok(true)
     }
 }
+
+/// The live settings document in memory (compare-and-set on the version under a lock).
+#[derive(Debug, Default)]
+pub struct MemoryLiveSettings {
+    pub record: Mutex<Option<courier_core::ports::LiveRecord>>,
+    pub fail: FailNext,
+}
+
+#[async_trait::async_trait]
+impl courier_core::ports::LiveSettingsStore for MemoryLiveSettings {
+    async fn get(&self) -> Result<Option<courier_core::ports::LiveRecord>, StoreError> {
+        self.fail.take("live settings")?;
+        Ok(lock(&self.record).clone())
+    }
+
+    async fn put(
+        &self,
+        document: &str,
+        expected: Option<u64>,
+        now: DateTime<Utc>,
+        by: &str,
+    ) -> Result<bool, StoreError> {
+        self.fail.take("live settings")?;
+        let mut record = lock(&self.record);
+        if record.as_ref().map(|r| r.version) != expected {
+            return Ok(false);
+        }
+        *record = Some(courier_core::ports::LiveRecord {
+            document: document.to_owned(),
+            version: expected.unwrap_or(0) + 1,
+            updated_at: now,
+            updated_by: by.to_owned(),
+        });
+        Ok(true)
+    }
+}

@@ -10,6 +10,7 @@
 //!   [`DynamoDbPoisonList`], [`DynamoDbSightings`], [`DynamoDbEventLedger`],
 //!   [`DynamoDbSendSchedule`], [`DynamoDbReputationStore`].
 //! - `pacing`: the receiving domains' pacing states, [`DynamoDbDestinationRates`].
+//! - `live`: the live settings document, [`DynamoDbLiveSettings`].
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -34,6 +35,7 @@ use courier_core::reputation::ReputationCounts;
 use courier_core::status::{Status, predecessors};
 
 mod control;
+mod live;
 mod pacing;
 mod status;
 mod suppression;
@@ -42,6 +44,7 @@ pub use control::{
     DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbPoisonList, DynamoDbReputationStore,
     DynamoDbSendSchedule, DynamoDbSightings,
 };
+pub use live::DynamoDbLiveSettings;
 pub use pacing::DynamoDbDestinationRates;
 pub use status::DynamoDbStatusStore;
 pub use suppression::DynamoDbSuppressionList;

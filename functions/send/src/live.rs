@@ -1,0 +1,266 @@
+//! This instance's side of the live settings (`courier_core::live`): the document read at most
+//! once per cache period (`COURIER_LIVE_SETTINGS_CACHE`), validated against the deployment's own
+//! settings, and put in force (breaker thresholds, send rates, per-destination pacing, the retry
+//! policy). A document that does not validate is refused and the last good settings stay; a
+//! failed read keeps them too, and is tried again after the next period.
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use courier_core::live::{Baseline, Effective, LiveError};
+use courier_core::policy::RetryPolicy;
+use courier_core::ports::{LiveSettingsStore, StoreError};
+
+use crate::breakers::Breakers;
+use crate::governor::Governor;
+
+/// The live settings as this instance has them.
+pub struct Live {
+    store: Arc<dyn LiveSettingsStore>,
+    every: chrono::Duration,
+    baseline: Baseline,
+    /// When the document is due to be read (`None`: now), and the version in force (`None`:
+    /// the deployment's own settings) or refused last.
+    state: tokio::sync::Mutex<State>,
+    policy: std::sync::RwLock<Option<Arc<RetryPolicy>>>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_read: Option<DateTime<Utc>>,
+    applied: Option<u64>,
+    refused: Option<u64>,
+}
+
+/// What a read did.
+#[derive(Debug)]
+pub enum LiveRead {
+    /// Version `version` is in force.
+    Applied { version: u64 },
+    /// Version `version` does not validate: the settings in force stay (reported once per
+    /// version).
+    Refused { version: u64, error: LiveError },
+    /// The read failed: the settings in force stay.
+    Failed(StoreError),
+}
+
+impl Live {
+    pub fn new(
+        store: Arc<dyn LiveSettingsStore>,
+        every: chrono::Duration,
+        baseline: Baseline,
+    ) -> Live {
+        Live {
+            store,
+            every,
+            baseline,
+            state: tokio::sync::Mutex::new(State::default()),
+            policy: std::sync::RwLock::new(None),
+        }
+    }
+
+    /// The retry policy in force when the live settings name one.
+    pub fn policy(&self) -> Option<Arc<RetryPolicy>> {
+        self.policy
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Reads the document when it is due and puts a new valid version in force on `breakers`
+    /// and `governor`; `None` when nothing was due or nothing changed.
+    pub async fn refresh(
+        &self,
+        now: DateTime<Utc>,
+        breakers: &Breakers,
+        governor: &Governor,
+    ) -> Option<LiveRead> {
+        let mut state = self.state.lock().await;
+        if state.next_read.is_some_and(|at| now < at) {
+            return None;
+        }
+        state.next_read = Some(now + self.every);
+        let record = match self.store.get().await {
+            Ok(record) => record,
+            Err(e) => return Some(LiveRead::Failed(e)),
+        };
+        let version = record.as_ref().map(|r| r.version);
+        if version == state.applied || (version.is_some() && version == state.refused) {
+            return None;
+        }
+        let document = record.as_ref().map_or("{}", |r| r.document.as_str());
+        match courier_core::live::effective(document, &self.baseline) {
+            Ok(effective) => {
+                self.put_in_force(effective, breakers, governor);
+                state.applied = version;
+                state.refused = None;
+                Some(LiveRead::Applied {
+                    version: version.unwrap_or(0),
+                })
+            }
+            Err(error) => {
+                state.refused = version;
+                Some(LiveRead::Refused {
+                    version: version.unwrap_or(0),
+                    error,
+                })
+            }
+        }
+    }
+
+    fn put_in_force(&self, e: Effective, breakers: &Breakers, governor: &Governor) {
+        breakers.set_config(e.breaker);
+        governor.set_live_rates(e.send_rates);
+        governor.set_destination_pacing(e.destination_pacing);
+        *self
+            .policy
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(e.policy));
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use courier_core::breaker::BreakerConfig;
+    use courier_core::pacing::DestinationPacing;
+    use courier_core::ports::LiveSettingsStore;
+    use courier_core::rate::RateLimit;
+    use courier_devkit::memory::{MemoryBreakerStore, MemoryLiveSettings, MemorySendSchedule};
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    fn t(s: i64) -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000 + s, 0).unwrap()
+    }
+
+    fn baseline() -> Baseline {
+        Baseline {
+            breaker: BreakerConfig::default(),
+            destination_pacing: Some(DestinationPacing::default()),
+            policy: RetryPolicy::default(),
+            rate_shape: RateLimit::per_second(1.0).unwrap(),
+        }
+    }
+
+    struct World {
+        store: Arc<MemoryLiveSettings>,
+        live: Live,
+        breakers: Breakers,
+        governor: Governor,
+    }
+
+    fn world() -> World {
+        let store = Arc::new(MemoryLiveSettings::default());
+        let ses = RateLimit::per_second(10.0).unwrap();
+        World {
+            live: Live::new(store.clone(), chrono::Duration::seconds(30), baseline()),
+            store,
+            breakers: Breakers::new(
+                Arc::new(MemoryBreakerStore::default()),
+                BreakerConfig::default(),
+                Duration::from_secs(2),
+            ),
+            governor: Governor::new(
+                Arc::new(MemorySendSchedule::default()),
+                BTreeMap::from([("ses".to_owned(), ses)]),
+            ),
+        }
+    }
+
+    impl World {
+        async fn refresh(&self, at: i64) -> Option<LiveRead> {
+            self.live
+                .refresh(t(at), &self.breakers, &self.governor)
+                .await
+        }
+
+        async fn write(&self, document: &str) {
+            let current = self.store.get().await.unwrap().map(|r| r.version);
+            assert!(
+                self.store
+                    .put(document, current, t(0), "test")
+                    .await
+                    .unwrap()
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_change_is_in_force_after_the_cache_period_and_removing_it_restores_the_deployments()
+    {
+        let w = world();
+        // GIVEN nothing stored: the deployment's settings stay, nothing to apply
+        assert!(w.refresh(0).await.is_none());
+        assert!(w.live.policy().is_none());
+        // WHEN an operator changes the breaker and SES's rate
+        w.write(r#"{"breaker": {"min_calls": 25}, "send_rates": {"ses": 2}}"#)
+            .await;
+        // THEN nothing changes within the cache period
+        assert!(w.refresh(10).await.is_none());
+        assert_eq!(w.breakers.config().min_calls, 10);
+        // AND after it the change is in force
+        assert!(matches!(
+            w.refresh(30).await,
+            Some(LiveRead::Applied { version: 1 })
+        ));
+        assert_eq!(w.breakers.config().min_calls, 25);
+        assert_eq!(w.governor.limit("ses").unwrap().per_sec, 2.0);
+        // AND an unchanged document is not applied again
+        assert!(w.refresh(60).await.is_none());
+        // AND an empty document brings the deployment's settings back
+        w.write("{}").await;
+        assert!(matches!(
+            w.refresh(90).await,
+            Some(LiveRead::Applied { version: 2 })
+        ));
+        assert_eq!(w.breakers.config().min_calls, 10);
+        assert_eq!(w.governor.limit("ses").unwrap().per_sec, 10.0);
+    }
+
+    #[tokio::test]
+    async fn a_bad_change_is_refused_once_and_the_last_good_settings_stay() {
+        let w = world();
+        w.write(r#"{"breaker": {"min_calls": 25}}"#).await;
+        w.refresh(0).await;
+        w.write(r#"{"breaker": {"failure_ratio": 7}}"#).await;
+        match w.refresh(30).await {
+            Some(LiveRead::Refused { version: 2, error }) => {
+                assert!(
+                    error.to_string().contains("breaker.failure_ratio"),
+                    "{error}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(w.breakers.config().min_calls, 25);
+        // reported once per version
+        assert!(w.refresh(60).await.is_none());
+        // a fixed version is taken
+        w.write(r#"{"breaker": {"failure_ratio": 0.7}}"#).await;
+        assert!(matches!(
+            w.refresh(90).await,
+            Some(LiveRead::Applied { version: 3 })
+        ));
+        assert_eq!(w.breakers.config().failure_ratio, 0.7);
+    }
+
+    #[tokio::test]
+    async fn a_failed_read_keeps_the_settings_and_is_tried_again_next_period() {
+        let w = world();
+        w.write(r#"{"send_rates": {"ses": "off"}}"#).await;
+        w.refresh(0).await;
+        assert_eq!(w.governor.limit("ses"), None);
+        w.store.fail.set(1);
+        assert!(matches!(w.refresh(30).await, Some(LiveRead::Failed(_))));
+        assert_eq!(w.governor.limit("ses"), None);
+        assert!(w.refresh(45).await.is_none());
+        w.write(r#"{"send_rates": {"ses": 3}}"#).await;
+        assert!(matches!(
+            w.refresh(60).await,
+            Some(LiveRead::Applied { .. })
+        ));
+        assert_eq!(w.governor.limit("ses").unwrap().per_sec, 3.0);
+    }
+}

@@ -1,0 +1,80 @@
+//! The live settings document ([`LiveSettingsStore`]) at (`live`, `settings`) in the control
+//! table: `document` (the JSON as written), `version`, `updated_at` (epoch ms), `updated_by`.
+//! A write is conditional on the version the writer read, so two operators' changes never
+//! silently overwrite each other.
+
+use courier_core::ports::{LiveRecord, LiveSettingsStore};
+
+use super::*;
+
+/// The live settings document ([`LiveSettingsStore`]).
+#[derive(Debug, Clone)]
+pub struct DynamoDbLiveSettings {
+    client: Client,
+    table: String,
+}
+
+impl DynamoDbLiveSettings {
+    pub fn new(client: Client, table: impl Into<String>) -> Self {
+        DynamoDbLiveSettings {
+            client,
+            table: table.into(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl LiveSettingsStore for DynamoDbLiveSettings {
+    async fn get(&self) -> Result<Option<LiveRecord>, StoreError> {
+        let out = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s("live"))
+            .key("sk", s("settings"))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(err("live settings"))?;
+        let Some(item) = out.item else {
+            return Ok(None);
+        };
+        let malformed = || StoreError::msg("live settings", "the stored item lacks a field");
+        Ok(Some(LiveRecord {
+            document: get_s(&item, "document").ok_or_else(malformed)?,
+            version: get_n(&item, "version")
+                .and_then(|v| u64::try_from(v).ok())
+                .ok_or_else(malformed)?,
+            updated_at: get_n(&item, "updated_at")
+                .and_then(DateTime::from_timestamp_millis)
+                .ok_or_else(malformed)?,
+            updated_by: get_s(&item, "updated_by").unwrap_or_default(),
+        }))
+    }
+
+    async fn put(
+        &self,
+        document: &str,
+        expected: Option<u64>,
+        now: DateTime<Utc>,
+        by: &str,
+    ) -> Result<bool, StoreError> {
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s("live"))
+            .item("sk", s("settings"))
+            .item("document", s(document))
+            .item("version", n(expected.unwrap_or(0) + 1))
+            .item("updated_at", n(ms(now)))
+            .item("updated_by", s(by));
+        put = match expected {
+            None => put.condition_expression("attribute_not_exists(version)"),
+            Some(v) => put
+                .condition_expression("version = :v")
+                .expression_attribute_values(":v", n(v)),
+        };
+        Ok(crate::aws::conditional(put.send().await, "live settings")?.is_some())
+    }
+}
