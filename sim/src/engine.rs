@@ -211,11 +211,13 @@ impl<'a> Engine<'a> {
             .collect();
         let mut provider = Provider::new(sc);
         let receiver = sc.receiver.as_ref().map(|r| {
+            let verdict = courier_core::classify::classify_smtp(&r.reply);
+            let lowers = verdict.throttles_receiver();
             provider.replies.push(crate::provider::Reply {
                 text: r.reply.clone(),
-                verdict: courier_core::classify::classify_smtp(&r.reply),
+                verdict,
             });
-            receiver::ReceiverWorld::new(provider.replies.len() - 1)
+            receiver::ReceiverWorld::new(provider.replies.len() - 1, lowers)
         });
         Engine {
             sc,

@@ -19,8 +19,11 @@ pub(super) struct ReceiverWorld {
     /// The domain's shared pacing state and its schedule's next free slot (µs).
     state: Option<DestinationRate>,
     tat: Option<i64>,
-    /// The throttle reply (an index into the provider's replies).
+    /// The throttle reply (an index into the provider's replies), and whether the classifier
+    /// takes it for the domain's throttle (`Verdict::throttles_receiver`: only then is the
+    /// domain's pace lowered, as in the function).
     pub(super) reply: usize,
+    lowers: bool,
     pub(super) accepted: u64,
     pub(super) throttled: u64,
     /// Sends the domain's pace deferred (`rate_limited`, no call).
@@ -32,9 +35,10 @@ pub(super) struct ReceiverWorld {
 
 impl ReceiverWorld {
     /// A receiver whose throttle reply is the provider's `replies[reply]`.
-    pub(super) fn new(reply: usize) -> ReceiverWorld {
+    pub(super) fn new(reply: usize, lowers: bool) -> ReceiverWorld {
         ReceiverWorld {
             reply,
+            lowers,
             ..ReceiverWorld::default()
         }
     }
@@ -142,7 +146,7 @@ impl Engine<'_> {
             return None;
         }
         r.throttled += 1;
-        if let Some(rule) = rule {
+        if let Some(rule) = rule.filter(|_| r.lowers) {
             self.calls.ddb_pace_read += 1;
             if let Some(next) = rule.after_throttle(r.state.as_ref(), us(t_ms)) {
                 self.calls.ddb_rate_write += 1;

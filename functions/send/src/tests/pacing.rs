@@ -189,4 +189,14 @@ fn a_provider_quota_is_not_a_receivers_throttle() {
             .throttles_receiver()
     );
     assert!(!classify_smtp("450 4.2.0 Greylisted").throttles_receiver());
+    // a bare "try again later" names no rate: not the domain's throttle
+    let generic = classify_smtp("421 4.7.0 <busy@x>: Recipient address rejected: try again later");
+    assert_eq!(generic.class, ErrorClass::Throttled);
+    assert!(!generic.throttles_receiver());
+    assert!(
+        classify_smtp(
+            "450 4.7.28 <a@x>: Recipient address rejected: rate limited, try again later"
+        )
+        .throttles_receiver()
+    );
 }

@@ -151,6 +151,14 @@ pub enum Source {
     Local,
 }
 
+/// The reply-text rules that name a receiving domain's rate limit (see
+/// [`Verdict::throttles_receiver`]).
+pub const RECEIVER_THROTTLE_RULES: [&str; 3] = [
+    "receiver-rate-limit",
+    "provider-code-throttled",
+    "unsolicited-rate",
+];
+
 /// The outcome of classification: a class, what to do about it, and why.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Verdict {
@@ -185,14 +193,18 @@ impl Verdict {
         self
     }
 
-    /// Whether this is a receiving domain asking us to slow down (an SMTP reply or an SES
-    /// event of class `throttled`), which lowers that domain's pacing
-    /// ([`crate::pacing`]), rather than our provider's quota (SES's API throttling, the
-    /// `sending-quota` rule's "Throttling failure: Maximum sending rate exceeded").
+    /// Whether this is a receiving domain asking us to slow down, which lowers that domain's
+    /// pacing ([`crate::pacing`]): an SMTP reply or an SES event of class `throttled` whose rule
+    /// names a receiver's rate limit ([`RECEIVER_THROTTLE_RULES`]: Gmail's `4.7.28`, Outlook's
+    /// `4.7.650`, Yahoo's `[TSS04]`, "rate limited", ...). Not our provider's quota (SES's API
+    /// throttling, "Throttling failure: Maximum sending rate exceeded"), and not a bare
+    /// `421 4.7.0 try again later`, which says nothing of a rate.
     pub fn throttles_receiver(&self) -> bool {
         self.class == ErrorClass::Throttled
             && matches!(self.source, Source::Smtp | Source::SesEvent)
-            && !self.rule.ends_with(".sending-quota")
+            && RECEIVER_THROTTLE_RULES
+                .iter()
+                .any(|r| self.rule.rsplit('.').next() == Some(*r))
     }
 
     /// A verdict for a local failure (no provider involved).
