@@ -56,8 +56,8 @@ pub(crate) struct SimulateArgs {
     #[arg(long)]
     policy: Option<String>,
     /// Run side by side: every jitter strategy, several breaker settings, the send-rate
-    /// governor on and off, or per-destination pacing on and off.
-    #[arg(long, value_parser = ["jitter", "breaker", "governor", "pacing"])]
+    /// governor on and off, per-destination pacing on and off, or the retry bulkhead on and off.
+    #[arg(long, value_parser = ["jitter", "breaker", "governor", "pacing", "bulkhead"])]
     compare: Option<String>,
     /// Print the report(s) as JSON.
     #[arg(long)]

@@ -7,6 +7,7 @@
 //! their own simulated times), one when the invocation ends (the breaker flush, the next poll),
 //! and one per delayed message when it becomes visible again.
 
+mod bulkhead;
 mod receiver;
 mod report;
 mod send;
@@ -99,6 +100,9 @@ struct Instance {
     allowance: Allowance,
     /// After a refused booking: until when bookings are sure to be refused (µs).
     rate_refused_until_us: i64,
+    /// After a refused booking: until when the schedule was booked (µs; the retry lane's
+    /// known refusal is this less the retry horizon).
+    rate_booked_until_us: i64,
     /// The receiving domain's pacing state as this instance last read it, and when.
     pace_seen: Option<(u64, Option<courier_core::pacing::DestinationRate>)>,
     /// After a refused booking on the domain's schedule: until when bookings are sure to be
@@ -150,6 +154,7 @@ struct Engine<'a> {
     throttled: u64,
     /// The shared send-rate schedule's next free slot (microseconds), as in `courier_core::rate`.
     rate_tat: Option<i64>,
+
     rate_refused: u64,
     failed_calls: u64,
     timed_out: u64,
@@ -249,6 +254,7 @@ impl<'a> Engine<'a> {
             per_sec_accepted: Vec::new(),
             throttled: 0,
             rate_tat: None,
+
             rate_refused: 0,
             failed_calls: 0,
             timed_out: 0,
@@ -348,6 +354,7 @@ impl<'a> Engine<'a> {
                         breaker: InstanceBreaker::default(),
                         allowance: Allowance::default(),
                         rate_refused_until_us: 0,
+                        rate_booked_until_us: 0,
                         pace_seen: None,
                         pace_refused_until_us: 0,
                         batch: BatchState::default(),
@@ -474,8 +481,12 @@ impl<'a> Engine<'a> {
                 && self.receiver_refused_known(inst, tc)
             {
                 Some((ErrorClass::RateLimited, true))
+            } else if let Some(class) = self.known_blocked(inst, tc) {
+                Some((class, false))
+            } else if self.is_retry(job) && self.retry_refused_known(inst, tc) {
+                Some((ErrorClass::RateLimited, false))
             } else {
-                self.known_blocked(inst, tc).map(|class| (class, false))
+                None
             };
             if let Some((class, receiver)) = known
                 && self.wait_unclaimed(job, class, tc)
@@ -538,9 +549,11 @@ impl<'a> Engine<'a> {
                 self.instances[inst as usize].batch.any_sfn |= sfn;
                 continue;
             }
-            // The send-rate governor (a half-open probe is never held back).
+            // The send-rate governor (a half-open probe is never held back); a retry takes a
+            // slot in the retry lane first (the bulkhead).
             if admission == Admission::Allow && sc.send_rate.is_some() {
-                match self.slot(inst, tc, (batch.len() - k) as u32) {
+                let retry = self.is_retry(job);
+                match self.slot(inst, tc, (batch.len() - k) as u32, retry) {
                     None => {
                         self.rate_refused += 1;
                         let sfn = self.after_failure(job, ErrorClass::RateLimited, tc, false);

@@ -81,7 +81,8 @@ pub fn breaker_variants() -> Vec<Option<BreakerConfig>> {
 }
 
 /// Runs `base` once per variant of `what` (`jitter`, `breaker`, `governor`: paced at the
-/// quota, Courier's default, then off; or `pacing`: per-destination pacing on, then off); the
+/// quota, Courier's default, then off; `pacing`: per-destination pacing on, then off; or
+/// `bulkhead`: the retry bulkhead on, then off); the
 /// default policy's own jitter is the first column of a jitter comparison.
 pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
     let scenarios: Vec<Scenario> = match what {
@@ -109,6 +110,17 @@ pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
             ..base.clone()
         })
         .collect(),
+        "bulkhead" => [
+            base.retry_horizon
+                .or(Some(std::time::Duration::from_secs(1))),
+            None,
+        ]
+        .into_iter()
+        .map(|retry_horizon| Scenario {
+            retry_horizon,
+            ..base.clone()
+        })
+        .collect(),
         "pacing" => [base.destination_pacing.or(Some(Default::default())), None]
             .into_iter()
             .map(|destination_pacing| Scenario {
@@ -118,7 +130,7 @@ pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
             .collect(),
         other => {
             return Err(format!(
-                "cannot compare {other:?}: use jitter, breaker, governor or pacing"
+                "cannot compare {other:?}: use jitter, breaker, governor, pacing or bulkhead"
             ));
         }
     };

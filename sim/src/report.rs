@@ -94,6 +94,12 @@ pub struct Report {
     /// Arrival to accepted, for sent jobs.
     pub latency_p50_secs: f64,
     pub latency_p99_secs: f64,
+    /// The retry bulkhead: `off`, or retries' share of the send rate.
+    pub retry_bulkhead: String,
+    /// Arrival to accepted, for sent jobs that arrived after the last fault ended (fresh mail
+    /// during the drain; `None` without faults).
+    pub fresh_after_recovery_p50_secs: Option<f64>,
+    pub fresh_after_recovery_p99_secs: Option<f64>,
     /// Jobs sent again after a timed-out call the provider had in fact accepted.
     pub possible_duplicates: u64,
     /// Most invocations running at once.
@@ -214,6 +220,17 @@ impl Report {
                     "{:.1} s / {:.1} s",
                     self.latency_p50_secs, self.latency_p99_secs
                 ),
+            ),
+            ("retry bulkhead", self.retry_bulkhead.clone()),
+            (
+                "latency of mail arriving after recovery p50 / p99",
+                match (
+                    self.fresh_after_recovery_p50_secs,
+                    self.fresh_after_recovery_p99_secs,
+                ) {
+                    (Some(p50), Some(p99)) => format!("{p50:.1} s / {p99:.1} s"),
+                    _ => "-".into(),
+                },
             ),
             (
                 "possible duplicates (timeouts)",

@@ -149,6 +149,10 @@ pub struct Scenario {
     /// Per-destination pacing (`COURIER_DESTINATION_PACING`); `None`: off.
     #[serde(skip)]
     pub destination_pacing: Option<DestinationPacing>,
+    /// The retry lane (`COURIER_RETRY_HORIZON`): retries book the send-rate schedule only while
+    /// it is booked less than this far ahead; `None`: off.
+    #[serde(skip)]
+    pub retry_horizon: Option<std::time::Duration>,
     #[serde(skip)]
     pub policy: RetryPolicy,
     /// A label for the policy in reports (`default`, a file name, a jitter name).
@@ -220,6 +224,7 @@ impl Default for Scenario {
             poison_cache_ms: 60_000,
             receiver: None,
             destination_pacing: Some(DestinationPacing::default()),
+            retry_horizon: None,
             policy: RetryPolicy::default(),
             policy_label: "default".into(),
             ambiguity_grace_secs: 900,
@@ -366,6 +371,11 @@ impl Scenario {
                 "the receiver's share must be in 0..=1 and its rate positive, not {} and {}",
                 r.share, r.accept_per_sec
             ));
+        }
+        if let Some(h) = self.retry_horizon
+            && h.is_zero()
+        {
+            return Err("the retry horizon must be positive".into());
         }
         if let Some(p) = self.destination_pacing {
             p.validated().map_err(|e| e.to_string())?;

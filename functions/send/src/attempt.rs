@@ -96,7 +96,7 @@ impl Pipeline {
                 }
                 // A half-open probe goes at once: holding it back could strand the probe slot.
                 Admission::Probe => {}
-                Admission::Allow => match self.governor.permit(name, now, budget.wanted()).await {
+                Admission::Allow => match self.permit(name, incoming, now, budget).await {
                     Ok(Permit::Go { wait }) if wait.is_zero() => {}
                     Ok(Permit::Go { wait }) if self.now() + wait < budget.send_by => {
                         tokio::time::sleep(wait).await;
@@ -200,6 +200,24 @@ impl Pipeline {
             .await
     }
 
+    /// The send-rate permit for one call to `provider`: a retry books only the near end of
+    /// the provider's schedule (the retry lane), fresh mail all of it.
+    async fn permit(
+        &self,
+        provider: &str,
+        incoming: &Incoming,
+        now: DateTime<Utc>,
+        budget: &SendBudget,
+    ) -> Result<Permit, StoreError> {
+        if is_retry(incoming) {
+            self.governor
+                .retry_permit(provider, now, budget.wanted())
+                .await
+        } else {
+            self.governor.permit(provider, now, budget.wanted()).await
+        }
+    }
+
     /// The job waits for its receiving domain's pace: `rate_limited`, no attempt spent.
     async fn destination_paced(
         &self,
@@ -282,6 +300,11 @@ impl Pipeline {
             if let Some(t) = self.breakers.paused(name, now).await {
                 until = Some(until.map_or(t, |u| u.min(t)));
             } else if let Some(t) = self.governor.refused_until(name, now).await {
+                until = Some(until.map_or(t, |u| u.min(t)));
+                rate_limited = true;
+            } else if is_retry(incoming)
+                && let Some(t) = self.governor.retry_refused_until(name, now).await
+            {
                 until = Some(until.map_or(t, |u| u.min(t)));
                 rate_limited = true;
             } else {
@@ -414,4 +437,9 @@ fn first_recipient_domain(email: &OutgoingEmail) -> Option<String> {
         .chain(&email.bcc)
         .next()
         .map(|m| m.email.domain().to_ascii_lowercase())
+}
+
+/// A copy that already waited (a failure or a wait was recorded): it books in the retry lane.
+fn is_retry(incoming: &Incoming) -> bool {
+    incoming.retry.first_attempt_at.is_some()
 }

@@ -44,6 +44,9 @@ pub struct SendConfig {
     /// The horizon and chunk every send rate gets (`COURIER_SEND_RATE_MAX_AHEAD`,
     /// `COURIER_SEND_RATE_CHUNK`; the rate itself is 1/s here), live settings' rates included.
     pub rate_shape: RateLimit,
+    /// The retry lane (`COURIER_RETRY_HORIZON`, e.g. `1s`; unset or `off`: no lane): retries
+    /// book a paced provider's schedule only while it is booked less than this far ahead.
+    pub retry_horizon: Option<Duration>,
     /// How long the live settings are used before they are read again
     /// (`COURIER_LIVE_SETTINGS_CACHE`, 1 s..=1 h).
     pub live_settings_cache: Duration,
@@ -76,9 +79,37 @@ impl Default for SendConfig {
                 chunk: RateLimit::DEFAULT_CHUNK,
             },
             live_settings_cache: Duration::from_secs(30),
+            retry_horizon: None,
             allowed_senders: None,
             sender_templates: None,
             archive_retention_days: courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
+        }
+    }
+}
+
+/// `COURIER_RETRY_HORIZON`: a duration of at least 1 s below `max_ahead` (the fresh mail's
+/// horizon), or `off`.
+fn retry_horizon(
+    lookup: &impl Fn(&str) -> Option<String>,
+    max_ahead: Duration,
+) -> Result<Option<Duration>, ConfigError> {
+    let name = "COURIER_RETRY_HORIZON";
+    match lookup(name).as_deref().map(str::trim) {
+        None | Some("" | "off") => Ok(None),
+        Some(v) => {
+            let invalid = |problem: String| ConfigError::Invalid {
+                name,
+                value: v.to_owned(),
+                problem,
+            };
+            let secs = parse_duration(v).map_err(invalid)?;
+            let horizon = Duration::from_secs(secs);
+            if horizon.is_zero() || horizon >= max_ahead {
+                return Err(invalid(format!(
+                    "must be at least 1s and below COURIER_SEND_RATE_MAX_AHEAD ({max_ahead:?}), or off"
+                )));
+            }
+            Ok(Some(horizon))
         }
     }
 }
@@ -497,6 +528,7 @@ impl SendConfig {
             });
         }
         config.destination_pacing = destinations::destination_pacing(&lookup)?;
+        config.retry_horizon = retry_horizon(&lookup, config.rate_shape.max_ahead)?;
         let policy = RetryPolicy::from_lookup(&lookup)?;
         Ok((config, resources, policy))
     }
@@ -556,6 +588,35 @@ mod tests {
         assert_eq!(config.ambiguity_grace, Duration::from_secs(1200));
         assert_eq!(resources.providers, vec![Provider::Smtp, Provider::Ses]);
         assert_eq!(resources.smtp.unwrap().port, 587);
+    }
+
+    #[test]
+    fn the_retry_horizon_and_the_live_settings_cache_are_read_and_checked() {
+        let (config, _, _) = parse(&base()).unwrap();
+        assert_eq!(config.retry_horizon, None);
+        assert_eq!(config.live_settings_cache, Duration::from_secs(30));
+        let mut env = base();
+        env.insert("COURIER_RETRY_HORIZON", "2s".into());
+        env.insert("COURIER_LIVE_SETTINGS_CACHE", "5s".into());
+        let (config, _, _) = parse(&env).unwrap();
+        assert_eq!(config.retry_horizon, Some(Duration::from_secs(2)));
+        assert_eq!(config.live_settings_cache, Duration::from_secs(5));
+        env.insert("COURIER_RETRY_HORIZON", "off".into());
+        assert_eq!(parse(&env).unwrap().0.retry_horizon, None);
+        for (name, value) in [
+            ("COURIER_RETRY_HORIZON", "5s"),
+            ("COURIER_RETRY_HORIZON", "0"),
+            ("COURIER_RETRY_HORIZON", "soon"),
+            ("COURIER_LIVE_SETTINGS_CACHE", "2h"),
+            ("COURIER_LIVE_SETTINGS_CACHE", "soon"),
+        ] {
+            let mut env = base();
+            env.insert(name, value.into());
+            match parse(&env) {
+                Err(ConfigError::Invalid { name: n, .. }) => assert_eq!(n, name, "{value}"),
+                other => panic!("{name}={value}: {other:?}"),
+            }
+        }
     }
 
     #[test]

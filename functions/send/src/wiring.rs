@@ -198,6 +198,10 @@ fn wire_with(
                 Arc::new(DynamoDbSendSchedule::new(dynamodb.clone(), control)),
                 config.rate_limits.clone(),
             );
+            let governor = match config.retry_horizon {
+                Some(horizon) => governor.with_retry_horizon(horizon),
+                None => governor,
+            };
             let governor = match config.ses_quota_pacing {
                 Some(shape) => governor.with_quota(QuotaPacing {
                     provider: Provider::Ses.as_str().to_owned(),

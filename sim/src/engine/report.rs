@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// Mail counts as fresh during a drain from this long after the last fault ended (the breaker
+/// has closed by then: its probes hold back all mail alike).
+const FRESH_AFTER_MS: u64 = 120_000;
+
 /// The `p` percentile of sorted milliseconds, in seconds.
 fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -76,6 +80,7 @@ impl Engine<'_> {
         }
         let mut counts = [0u64; 5];
         let mut latencies: Vec<u64> = Vec::new();
+        let mut fresh: Vec<u64> = Vec::new();
         let mut makespan = 0u64;
         let recovery_ms = sc.recovery_secs().map(|s| s * 1000);
         let mut drained_at: Option<u64> = None;
@@ -93,6 +98,9 @@ impl Engine<'_> {
             }
             if j.fate == Fate::Sent {
                 latencies.push(j.finished - j.arrived);
+                if recovery_ms.is_some_and(|r| j.arrived >= r + FRESH_AFTER_MS) {
+                    fresh.push(j.finished - j.arrived);
+                }
             }
             if let Some(r) = recovery_ms
                 && j.arrived < r
@@ -106,6 +114,7 @@ impl Engine<'_> {
             }
         }
         latencies.sort_unstable();
+        fresh.sort_unstable();
         let pct = |p: f64| -> f64 {
             if latencies.is_empty() {
                 return 0.0;
@@ -188,6 +197,15 @@ impl Engine<'_> {
             makespan_secs: makespan as f64 / 1000.0,
             latency_p50_secs: pct(0.5),
             latency_p99_secs: pct(0.99),
+            retry_bulkhead: sc
+                .retry_horizon
+                .filter(|_| sc.send_rate.is_some())
+                .map_or_else(
+                    || "off".into(),
+                    |h| format!("retries book {:.1} s ahead at most", h.as_secs_f64()),
+                ),
+            fresh_after_recovery_p50_secs: recovery_ms.map(|_| percentile(&fresh, 0.5)),
+            fresh_after_recovery_p99_secs: recovery_ms.map(|_| percentile(&fresh, 0.99)),
             possible_duplicates: self.possible_duplicates,
             max_concurrency: self.max_busy,
             breaker_opened: self.shared.as_ref().map_or(0, |s| s.opened),

@@ -64,8 +64,12 @@ impl Engine<'_> {
     /// A send-rate slot for one call by `inst` at `now_ms` (None: refused), from its allowance
     /// or a reservation of up to `wanted` slots (the batch's records still to send) on the
     /// shared schedule, as `functions/send/src/governor.rs` does.
-    pub(super) fn slot(&mut self, inst: u32, now_ms: u64, wanted: u32) -> Option<u64> {
-        let limit = self.sc.send_rate?;
+    pub(super) fn slot(&mut self, inst: u32, now_ms: u64, wanted: u32, retry: bool) -> Option<u64> {
+        let limit = if retry {
+            self.retry_limit()?
+        } else {
+            self.sc.send_rate?
+        };
         let spacing = limit.spacing_us();
         let now_us = i64::try_from(now_ms).unwrap_or(i64::MAX / 2_000) * 1000;
         let to_ms = |us: i64| u64::try_from(us).unwrap_or(0).div_ceil(1000);
@@ -83,7 +87,9 @@ impl Engine<'_> {
                 i.allowance.take(now_us, spacing).map(to_ms)
             }
             (Reservation::Refused { booked_until_us }, _) => {
-                i.rate_refused_until_us = booked_until_us - limit.max_ahead_us();
+                let full = self.sc.send_rate.map_or(0, |l| l.max_ahead_us());
+                i.rate_refused_until_us = i.rate_refused_until_us.max(booked_until_us - full);
+                i.rate_booked_until_us = booked_until_us;
                 None
             }
         }
