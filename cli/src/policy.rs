@@ -5,10 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use courier_core::live::{Baseline, Effective, LiveError};
-use courier_core::pacing::DestinationPacing;
-use courier_core::policy::RetryPolicy;
 use courier_core::ports::{LiveRecord, LiveSettingsStore, StoreError};
-use courier_core::rate::RateLimit;
 
 /// Why a policy command failed.
 #[derive(Debug, thiserror::Error)]
@@ -25,23 +22,9 @@ pub enum PolicyError {
     Store(#[from] StoreError),
 }
 
-/// The deployment defaults a document is validated against.
-pub fn defaults() -> Baseline {
-    Baseline {
-        breaker: courier_core::breaker::BreakerConfig::default(),
-        destination_pacing: Some(DestinationPacing::default()),
-        policy: RetryPolicy::default(),
-        rate_shape: RateLimit {
-            per_sec: 1.0,
-            max_ahead: RateLimit::DEFAULT_MAX_AHEAD,
-            chunk: RateLimit::DEFAULT_CHUNK,
-        },
-    }
-}
-
-/// The settings `text` puts in force over the defaults, or why it cannot be stored.
+/// The settings `text` puts in force over the deployment defaults, or why it cannot be stored.
 pub fn validate(text: &str) -> Result<Effective, LiveError> {
-    courier_core::live::effective(text, &defaults())
+    courier_core::live::effective(text, &Baseline::default())
 }
 
 /// Validates `text` and stores it over the version this call reads: the new version.

@@ -124,7 +124,6 @@ impl Live {
 mod tests {
     use super::*;
     use courier_core::breaker::BreakerConfig;
-    use courier_core::pacing::DestinationPacing;
     use courier_core::ports::LiveSettingsStore;
     use courier_core::rate::RateLimit;
     use courier_devkit::memory::{MemoryBreakerStore, MemoryLiveSettings, MemorySendSchedule};
@@ -136,12 +135,7 @@ mod tests {
     }
 
     fn baseline() -> Baseline {
-        Baseline {
-            breaker: BreakerConfig::default(),
-            destination_pacing: Some(DestinationPacing::default()),
-            policy: RetryPolicy::default(),
-            rate_shape: RateLimit::per_second(1.0).unwrap(),
-        }
+        Baseline::default()
     }
 
     struct World {

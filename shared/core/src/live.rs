@@ -102,6 +102,22 @@ pub struct Baseline {
     pub rate_shape: RateLimit,
 }
 
+impl Default for Baseline {
+    /// The settings of a deployment that configures nothing.
+    fn default() -> Baseline {
+        Baseline {
+            breaker: BreakerConfig::default(),
+            destination_pacing: Some(DestinationPacing::default()),
+            policy: RetryPolicy::default(),
+            rate_shape: RateLimit {
+                per_sec: 1.0,
+                max_ahead: RateLimit::DEFAULT_MAX_AHEAD,
+                chunk: RateLimit::DEFAULT_CHUNK,
+            },
+        }
+    }
+}
+
 /// The settings in force: the baseline with a document applied.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Effective {
@@ -243,12 +259,7 @@ mod tests {
     use crate::job::Priority;
 
     fn baseline() -> Baseline {
-        Baseline {
-            breaker: BreakerConfig::default(),
-            destination_pacing: Some(DestinationPacing::default()),
-            policy: RetryPolicy::default(),
-            rate_shape: RateLimit::per_second(1.0).unwrap(),
-        }
+        Baseline::default()
     }
 
     #[test]

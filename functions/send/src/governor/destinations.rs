@@ -101,17 +101,19 @@ impl Governor {
         }
     }
 
+    /// The destinations and the rule in force, when pacing is on.
+    fn pacing(&self) -> Option<(&Destinations, DestinationPacing)> {
+        let d = self.destinations.as_ref()?;
+        Some((d, d.rule()?))
+    }
+
     /// The rate `domain` is paced at now (`None`: not paced).
     pub async fn destination_rate(
         &self,
         domain: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<f64>, StoreError> {
-        let Some((d, rule)) = self
-            .destinations
-            .as_ref()
-            .and_then(|d| Some((d, d.rule()?)))
-        else {
+        let Some((d, rule)) = self.pacing() else {
             return Ok(None);
         };
         let states = d.states(now).await?;
@@ -165,11 +167,7 @@ impl Governor {
         domain: &str,
         now: DateTime<Utc>,
     ) -> Result<Option<Lowered>, StoreError> {
-        let Some((d, rule)) = self
-            .destinations
-            .as_ref()
-            .and_then(|d| Some((d, d.rule()?)))
-        else {
+        let Some((d, rule)) = self.pacing() else {
             return Ok(None);
         };
         let now_us = now.timestamp_micros();
