@@ -64,6 +64,7 @@ pub(super) fn functions(
             admission: courier_events::Admission::Any,
             archive_retention_days: courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
             envelope_key_secret: stack.envelope_key_secret.clone(),
+            live_settings_cache: chrono::Duration::seconds(30),
         },
     )?;
     Ok((Arc::new(pipeline), Arc::new(applier)))

@@ -159,7 +159,12 @@ fn undetermined_bounce(kind: &EventKind) -> bool {
 
 /// Sends a job again after a transient bounce, through the retry policy.
 pub struct Resender {
+    /// The deployment's policy; the live settings' one when they name it ([`Resender::live`]).
     pub policy: RetryPolicy,
+    /// The live settings (`None`: the deployment's policy only).
+    pub live: Option<courier_adapters::live_settings::LiveSettingsReader>,
+    /// The retry policy the live settings put in force.
+    pub live_policy: std::sync::RwLock<Option<Arc<RetryPolicy>>>,
     pub scheduler: Arc<dyn RetryScheduler>,
     pub dead_letters: Arc<dyn DeadLetterSink>,
     pub rng: std::sync::Mutex<SeededRandom>,
@@ -204,6 +209,8 @@ pub struct EventsReport {
     pub tripped: Vec<(String, String)>,
     /// Events applied again (redeliveries, SES duplicates) that the rates had counted already.
     pub recounts_skipped: usize,
+    /// A stored live settings version did not validate (the last good policy stays).
+    pub live_refused: bool,
 }
 
 impl Applier {
@@ -495,14 +502,22 @@ impl Applier {
                 .rng
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.resender.policy.decide_verdict(
-                incoming.job.priority,
-                verdict,
-                &incoming.retry,
-                now,
-                incoming.job.not_after,
-                &mut *rng as &mut dyn RandomSource,
-            )
+            let live = self
+                .resender
+                .live_policy
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            live.as_deref()
+                .unwrap_or(&self.resender.policy)
+                .decide_verdict(
+                    incoming.job.priority,
+                    verdict,
+                    &incoming.retry,
+                    now,
+                    incoming.job.not_after,
+                    &mut *rng as &mut dyn RandomSource,
+                )
         };
         let failure = Failure {
             incoming,
@@ -529,10 +544,43 @@ impl Applier {
             .unwrap_or_else(|| Err(StoreError::msg("resend", "no result for the re-enqueue")))
     }
 
+    /// Reads the live settings when they are due and takes a new valid version's retry policy;
+    /// `true` when a stored version was refused.
+    async fn refresh_live(&self) -> bool {
+        use courier_adapters::live_settings::LiveRead;
+        let Some(live) = &self.resender.live else {
+            return false;
+        };
+        match live.refresh(self.clock.now()).await {
+            None => false,
+            Some(LiveRead::Applied { version, effective }) => {
+                info!(version, "live settings' retry policy in force");
+                *self
+                    .resender
+                    .live_policy
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                    Some(Arc::new(effective.policy));
+                false
+            }
+            Some(LiveRead::Refused { version, error }) => {
+                warn!(version, error = %error, "live settings refused; the last good policy stays");
+                true
+            }
+            Some(LiveRead::Failed(error)) => {
+                warn!(error = %error, "live settings not read; the policy in force stays");
+                false
+            }
+        }
+    }
+
     /// One SQS batch: refused and unparseable messages are logged and acknowledged (they are
     /// not ours to fix); messages whose certificate could not be fetched, events not yet applicable and store failures are reported for redelivery.
     pub async fn handle(&self, event: SqsEvent) -> EventsReport {
-        let mut report = EventsReport::default();
+        let mut report = EventsReport {
+            live_refused: self.refresh_live().await,
+            ..EventsReport::default()
+        };
         let mut counts: BTreeMap<String, ReputationCounts> = BTreeMap::new();
         for record in event.records {
             let id = record.message_id.unwrap_or_default();
@@ -744,6 +792,7 @@ impl EventsReport {
             serde_json::json!({"Name": "SoftBounceResends", "Unit": "Count"}),
             serde_json::json!({"Name": "SoftBounceGaveUp", "Unit": "Count"}),
             serde_json::json!({"Name": "ReputationGuardTripped", "Unit": "Count"}),
+            serde_json::json!({"Name": "LiveSettingsRefused", "Unit": "Count"}),
             serde_json::json!({"Name": "BounceRate", "Unit": "Percent"}),
             serde_json::json!({"Name": "ComplaintRate", "Unit": "Percent"}),
         ];
@@ -762,6 +811,7 @@ impl EventsReport {
             "SoftBounceResends": resent,
             "SoftBounceGaveUp": gave_up,
             "ReputationGuardTripped": self.tripped.len(),
+            "LiveSettingsRefused": usize::from(self.live_refused),
             "BounceRate": max(|r| r.0),
             "ComplaintRate": max(|r| r.1),
             "Paused": self.tripped,

@@ -85,6 +85,8 @@ fn world(status_now: Option<Status>) -> World {
         soft_suppression: chrono::Duration::days(14),
         clock: Arc::new(ManualClock::new(t0())),
         resender: Resender {
+            live: None,
+            live_policy: Default::default(),
             policy: RetryPolicy::default(),
             scheduler: scheduler.clone(),
             dead_letters: dead.clone(),
@@ -996,3 +998,53 @@ fn count_keys_tell_events_apart_and_not_their_copies() {
 }
 
 mod gate;
+
+/// The live settings' retry policy decides a transient bounce's resend: with no
+/// `mailbox_temporary` retries stored, the bounced job is dead-lettered instead of resent; a
+/// stored version that does not validate is refused and reported, and the last good policy stays.
+#[tokio::test]
+async fn the_live_retry_policy_decides_the_resend_and_a_bad_version_is_refused() {
+    use courier_core::ports::LiveSettingsStore;
+    let mut w = world(Some(Status::SentToProvider));
+    w.keep_payload(kept_payload(None));
+    let store = Arc::new(MemoryLiveSettings::default());
+    store
+        .put(
+            r#"{"retry_policy": {"transactional": {"classes": {"mailbox_temporary":
+                {"retries": 0, "schedule": {"delays": [60]}, "jitter": {"kind": "none"},
+                 "spends_attempt": true, "horizon": "1h"}}}}}"#,
+            None,
+            t0(),
+            "ops",
+        )
+        .await
+        .unwrap();
+    // (read at every batch here: a cache period of zero)
+    w.applier.resender.live = Some(courier_adapters::live_settings::LiveSettingsReader::new(
+        store.clone(),
+        chrono::Duration::zero(),
+        courier_core::live::Baseline::default(),
+    ));
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert!(!report.live_refused);
+    assert!(w.scheduled().is_empty(), "resent despite the live policy");
+    assert!(
+        matches!(report.applied[..], [Applied::GaveUp(_)]),
+        "{:?}",
+        report.applied
+    );
+    // a bad version is refused and reported; the last good policy stays in force
+    store
+        .put(
+            r#"{"retry_policy": {"bulk": {"max_total_attempts": "x"}}}"#,
+            Some(1),
+            t0(),
+            "ops",
+        )
+        .await
+        .unwrap();
+    let report = w.applier.handle(sqs(&[fixture("delivery")])).await;
+    assert!(report.live_refused);
+    assert!(w.applier.resender.live_policy.read().unwrap().is_some());
+}

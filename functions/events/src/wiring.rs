@@ -42,6 +42,9 @@ pub struct Settings {
     /// `COURIER_ENVELOPE_KEY_SECRET`: the secret holding the seal keys of the copies this
     /// function re-enqueues (transient-bounce resends; [`courier_core::seal`]).
     pub envelope_key_secret: String,
+    /// How long the live settings are used before they are read again
+    /// (`COURIER_LIVE_SETTINGS_CACHE`, default 30 s).
+    pub live_settings_cache: chrono::Duration,
 }
 
 /// The default of `COURIER_SOFT_SUPPRESSION_PERIOD`: 14 days.
@@ -144,6 +147,10 @@ impl Settings {
             dead_letter_queue_url: required("COURIER_DEAD_LETTER_QUEUE_URL")?,
             letter_index_table: required("COURIER_LETTER_INDEX_TABLE")?,
             policy,
+            live_settings_cache: duration(
+                "COURIER_LIVE_SETTINGS_CACHE",
+                chrono::Duration::seconds(30),
+            )?,
             soft_suppression: duration(
                 "COURIER_SOFT_SUPPRESSION_PERIOD",
                 chrono::Duration::days(DEFAULT_SOFT_SUPPRESSION_DAYS),
@@ -192,6 +199,18 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Result<Applier, StoreErro
         clock: Arc::new(SystemClock),
         resender: Resender {
             policy: settings.policy.clone(),
+            live: Some(courier_adapters::live_settings::LiveSettingsReader::new(
+                Arc::new(courier_adapters::aws::DynamoDbLiveSettings::new(
+                    dynamodb.clone(),
+                    control,
+                )),
+                settings.live_settings_cache,
+                courier_core::live::Baseline {
+                    policy: settings.policy.clone(),
+                    ..courier_core::live::Baseline::default()
+                },
+            )),
+            live_policy: Default::default(),
             scheduler: Arc::new(SealingScheduler::new(
                 Arc::new(SqsRetryScheduler::new(
                     clients.sqs.clone(),

@@ -181,6 +181,8 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         soft_suppression: chrono::Duration::days(14),
         clock: Arc::new(ManualClock::new(t0())),
         resender: Resender {
+            live: None,
+            live_policy: Default::default(),
             policy: RetryPolicy::default(),
             scheduler: Arc::new(Faulty::new(scheduler.clone(), faulty(&faults))),
             dead_letters: Arc::new(Faulty::new(letters.clone(), faulty(&faults))),

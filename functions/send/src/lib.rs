@@ -258,7 +258,7 @@ impl Pipeline {
             .await
         {
             None => false,
-            Some(live::LiveRead::Applied { version }) => {
+            Some(live::LiveRead::Applied { version, .. }) => {
                 info!(version, "live settings in force");
                 false
             }

@@ -7,41 +7,19 @@
 use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
-use courier_core::live::{Baseline, Effective, LiveError};
+pub use courier_adapters::live_settings::LiveRead;
+use courier_adapters::live_settings::LiveSettingsReader;
+use courier_core::live::Baseline;
 use courier_core::policy::RetryPolicy;
-use courier_core::ports::{LiveSettingsStore, StoreError};
+use courier_core::ports::LiveSettingsStore;
 
 use crate::breakers::Breakers;
 use crate::governor::Governor;
 
 /// The live settings as this instance has them.
 pub struct Live {
-    store: Arc<dyn LiveSettingsStore>,
-    every: chrono::Duration,
-    baseline: Baseline,
-    /// When the document is due to be read (`None`: now), and the version in force (`None`:
-    /// the deployment's own settings) or refused last.
-    state: tokio::sync::Mutex<State>,
+    reader: LiveSettingsReader,
     policy: std::sync::RwLock<Option<Arc<RetryPolicy>>>,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    next_read: Option<DateTime<Utc>>,
-    applied: Option<u64>,
-    refused: Option<u64>,
-}
-
-/// What a read did.
-#[derive(Debug)]
-pub enum LiveRead {
-    /// Version `version` is in force.
-    Applied { version: u64 },
-    /// Version `version` does not validate: the settings in force stay (reported once per
-    /// version).
-    Refused { version: u64, error: LiveError },
-    /// The read failed: the settings in force stay.
-    Failed(StoreError),
 }
 
 impl Live {
@@ -51,10 +29,7 @@ impl Live {
         baseline: Baseline,
     ) -> Live {
         Live {
-            store,
-            every,
-            baseline,
-            state: tokio::sync::Mutex::new(State::default()),
+            reader: LiveSettingsReader::new(store, every, baseline),
             policy: std::sync::RwLock::new(None),
         }
     }
@@ -75,47 +50,18 @@ impl Live {
         breakers: &Breakers,
         governor: &Governor,
     ) -> Option<LiveRead> {
-        let mut state = self.state.lock().await;
-        if state.next_read.is_some_and(|at| now < at) {
-            return None;
+        let read = self.reader.refresh(now).await?;
+        if let LiveRead::Applied { effective, .. } = &read {
+            breakers.set_config(effective.breaker);
+            governor.set_live_rates(effective.send_rates.clone());
+            governor.set_destination_pacing(effective.destination_pacing);
+            *self
+                .policy
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                Some(Arc::new(effective.policy.clone()));
         }
-        state.next_read = Some(now + self.every);
-        let record = match self.store.get().await {
-            Ok(record) => record,
-            Err(e) => return Some(LiveRead::Failed(e)),
-        };
-        let version = record.as_ref().map(|r| r.version);
-        if version == state.applied || (version.is_some() && version == state.refused) {
-            return None;
-        }
-        let document = record.as_ref().map_or("{}", |r| r.document.as_str());
-        match courier_core::live::effective(document, &self.baseline) {
-            Ok(effective) => {
-                self.put_in_force(effective, breakers, governor);
-                state.applied = version;
-                state.refused = None;
-                Some(LiveRead::Applied {
-                    version: version.unwrap_or(0),
-                })
-            }
-            Err(error) => {
-                state.refused = version;
-                Some(LiveRead::Refused {
-                    version: version.unwrap_or(0),
-                    error,
-                })
-            }
-        }
-    }
-
-    fn put_in_force(&self, e: Effective, breakers: &Breakers, governor: &Governor) {
-        breakers.set_config(e.breaker);
-        governor.set_live_rates(e.send_rates);
-        governor.set_destination_pacing(e.destination_pacing);
-        *self
-            .policy
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(e.policy));
+        Some(read)
     }
 }
 
@@ -197,7 +143,7 @@ mod tests {
         // AND after it the change is in force
         assert!(matches!(
             w.refresh(30).await,
-            Some(LiveRead::Applied { version: 1 })
+            Some(LiveRead::Applied { version: 1, .. })
         ));
         assert_eq!(w.breakers.config().min_calls, 25);
         assert_eq!(w.governor.limit("ses").unwrap().per_sec, 2.0);
@@ -207,7 +153,7 @@ mod tests {
         w.write("{}").await;
         assert!(matches!(
             w.refresh(90).await,
-            Some(LiveRead::Applied { version: 2 })
+            Some(LiveRead::Applied { version: 2, .. })
         ));
         assert_eq!(w.breakers.config().min_calls, 10);
         assert_eq!(w.governor.limit("ses").unwrap().per_sec, 10.0);
@@ -235,7 +181,7 @@ mod tests {
         w.write(r#"{"breaker": {"failure_ratio": 0.7}}"#).await;
         assert!(matches!(
             w.refresh(90).await,
-            Some(LiveRead::Applied { version: 3 })
+            Some(LiveRead::Applied { version: 3, .. })
         ));
         assert_eq!(w.breakers.config().failure_ratio, 0.7);
     }

@@ -8,10 +8,12 @@
 //! - [`smtp`]: the SMTP mailer (lettre); [`smtp_secret`]: with its credentials in a secret.
 //! - [`https`]: SNS signing certificates over HTTPS (the events function's signature checks).
 //! - [`clock`]: the system clock and the entropy that seeds jitter.
+//! - [`live_settings`]: the live settings document as an instance reads it.
 
 pub mod aws;
 pub mod clock;
 pub mod https;
+pub mod live_settings;
 pub mod seal_secret;
 pub mod smtp;
 pub mod smtp_secret;
