@@ -1753,11 +1753,30 @@ async fn live_settings_contract(store: &dyn LiveSettingsStore) {
 async fn live_settings_memory_and_dynamodb() {
     live_settings_contract(&MemoryLiveSettings::default()).await;
     let stack = Stack::create(&["ses"]).await;
-    live_settings_contract(&DynamoDbLiveSettings::new(
-        aws_sdk_dynamodb::Client::new(&stack.sdk),
-        &stack.resources.control_table,
-    ))
-    .await;
+    let dynamodb = aws_sdk_dynamodb::Client::new(&stack.sdk);
+    let store = DynamoDbLiveSettings::new(dynamodb.clone(), &stack.resources.control_table);
+    live_settings_contract(&store).await;
+    // An item written by hand without a version is an error, not settings.
+    dynamodb
+        .put_item()
+        .table_name(&stack.resources.control_table)
+        .item(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("live".into()),
+        )
+        .item(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("settings".into()),
+        )
+        .item(
+            "document",
+            aws_sdk_dynamodb::types::AttributeValue::S("{}".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    let e = store.get().await.unwrap_err();
+    assert!(e.to_string().contains("lacks a field"), "{e}");
 }
 
 /// What every payload store does: a missing key is `None`, a body comes back byte for byte,
