@@ -5,7 +5,7 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo deploy fmt-check clippy lint-infra unit lambda-build lambda-zips lambda-build-x86 lambda-build-x86-release it-moto it-localstack deploy-offline deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci classify-eval
+.PHONY: test demo deploy fmt-check clippy lint-infra unit lambda-build lambda-zips lambda-build-x86 lambda-build-x86-release it-moto it-localstack deploy-offline deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci classify-eval client-python
 
 ## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack, the
 ## chaos suite), phase by phase with timings: scripts/test.sh.
@@ -100,6 +100,15 @@ deploy-offline:
 deps:
 	scripts/install-deps.sh all
 
+## make client-python: the Python producer client's tests (clients/python: the conformance table through
+## the JSON Schema and the client, batching and retries, and sending through SQS on moto), with the
+## client installed (editable) into its venv.
+CLIENT_PY_VENV = $${COURIER_CACHE:-.cache}/venv-client-py
+client-python:
+	@scripts/install-deps.sh python-client moto smtp
+	$(CLIENT_PY_VENV)/bin/python -m pip install -q --disable-pip-version-check --no-deps --no-build-isolation -e clients/python
+	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(CLIENT_PY_VENV)/bin/python -m pytest -q -p no:cacheprovider clients/python/tests
+
 ## make chaos [SEED=n]: the chaos suite (issue #8): 10,000 jobs, 20 SIGKILLs of the send driver,
 ## Postfix restarts, faults between the functions and the emulator, then every job audited. On
 ## LocalStack for SQS and S3, DynamoDB Local on disk for the tables (atomic conditional writes, as
@@ -122,9 +131,11 @@ classify-eval:
 	@[ -x target/debug/courierctl ] || { echo "classify-eval: target/debug/courierctl is missing: run 'cargo build -p courierctl' first" >&2; exit 2; }
 	@python3 scripts/classify-eval.py --bin target/debug/courierctl
 
-## make schema: regenerate the published JSON Schema of the job contract.
+## make schema: regenerate the published JSON Schema of the job contract, and the Python client's
+## copy (a test of each side fails when it is stale).
 schema:
 	$(CARGO) run -q -p courierctl -- schema > schema/email-job.v1.json
+	cp schema/email-job.v1.json clients/python/src/courier_client/email-job.v1.json
 
 ## make bench: print benchmark figures (medians) for the core.
 bench:

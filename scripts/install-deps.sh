@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# install-deps.sh [moto|localstack|smtp|infra|lambda|sam|all]...
+# install-deps.sh [moto|localstack|smtp|infra|lambda|sam|python-client|all]...
 #
 # Installs what the local test harness (scripts/with-harness.sh) runs, only when it is missing,
 # so a second call takes well under a second:
@@ -14,6 +14,9 @@
 #              zig): `make lambda-build` and tests/tests/deploy.rs run `cargo lambda` from its bin/.
 #   sam        a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-sam with SAM CLI (`make deploy`, and
 #              `sam validate --lint` in `make lint-infra`).
+#   python-client
+#              a venv at ${COURIER_CACHE:-$REPO/.cache}/venv-client-py with the Python client's
+#              dependencies and pytest (`make client-python` installs clients/python into it).
 #   all        all of them (the default).
 set -euo pipefail
 
@@ -162,6 +165,14 @@ install_sam() {
     infra_venv venv-sam "$SAM_SPEC" sam
 }
 
+# The Python client's dependencies (clients/python/pyproject.toml), pytest, and setuptools to
+# install the client itself without build isolation (no download at test time).
+CLIENT_PY_SPEC='boto3==1.43.11 jsonschema==4.26.0 rfc3339-validator==0.1.4 idna==3.10 pytest==9.0.3 setuptools==80.9.0'
+install_python_client() {
+    install_basics
+    infra_venv venv-client-py "$CLIENT_PY_SPEC" pytest
+}
+
 # cargo-lambda (and the zig it cross-compiles with) from PyPI: seconds, where `cargo install
 # cargo-lambda` takes about 10 minutes.
 CARGO_LAMBDA_SPEC='cargo-lambda==1.9.2'
@@ -199,9 +210,10 @@ main() {
             infra) install_infra ;;
             lambda) install_lambda ;;
             sam) install_sam ;;
-            all) install_smtp; install_moto; install_localstack; install_infra; install_sam; install_lambda ;;
-            -h | --help) sed -n '2,15p' "$0"; exit 0 ;;
-            *) die "unknown component '$what' (expected moto, localstack, smtp, infra, lambda, sam or all)" ;;
+            python-client) install_python_client ;;
+            all) install_smtp; install_moto; install_localstack; install_infra; install_sam; install_lambda; install_python_client ;;
+            -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+            *) die "unknown component '$what' (expected moto, localstack, smtp, infra, lambda, sam, python-client or all)" ;;
         esac
     done
 }

@@ -46,6 +46,7 @@ mk "cargo fmt --check" fmt-check
 mk "clippy -D warnings" clippy
 mk "cfn-lint, IAM lint and checkov infra/template.yaml" lint-infra
 mk "unit tests" unit
+mk "Python client (pytest; SQS on moto)" client-python
 mk "x86_64 bootstraps (lambda-test profile)" lambda-build-x86
 mk "integration tests on moto" it-moto
 mk "offline deploy of the whole template on moto's CloudFormation" deploy-offline

@@ -47,10 +47,11 @@ use std::time::{Duration, Instant};
 
 use crate::driver::Driver;
 use aws_sdk_sesv2::types::VerificationStatus;
-use aws_sdk_sqs::types::{QueueAttributeName, SendMessageBatchRequestEntry};
+use aws_sdk_sqs::types::QueueAttributeName;
 use courier_adapters::aws::{
     DynamoDbPoisonList, DynamoDbStatusStore, DynamoDbSuppressionList, store_error,
 };
+use courier_client::{CourierQueue, Email, EntryResult, QueueWriter, SqsQueueWriter};
 use courier_core::policy::RetryPolicy;
 use courier_core::ports::{
     DeadLetter, JobRecord, Provider, StatusStore, StoreError, SuppressionList,
@@ -187,6 +188,51 @@ fn campaign(size: usize, from: &str) -> Campaign {
         jobs.push(body);
     }
     Campaign { jobs, poison, ses }
+}
+
+/// A valid job as the Rust client puts it on the queue (its own serialisation); anything else as
+/// is.
+fn as_enqueued(body: &str) -> String {
+    serde_json::from_str(body)
+        .ok()
+        .and_then(|value| Email::from_json(value).ok())
+        .map_or_else(|| body.to_owned(), |email| email.body().to_owned())
+}
+
+/// Enqueues the campaign as applications do: valid jobs through the Rust client
+/// (`courier-client`: validated, batched by SQS's limits, failed entries retried), and the
+/// deliberately broken ones raw, as a producer without the client could write them (the client
+/// refuses them). Returns how many went raw.
+async fn enqueue(
+    sqs: &aws_sdk_sqs::Client,
+    queue_url: &str,
+    jobs: &[String],
+) -> Result<usize, DemoError> {
+    let mut emails = Vec::new();
+    let mut raw = Vec::new();
+    for body in jobs {
+        match serde_json::from_str(body).ok().map(Email::from_json) {
+            Some(Ok(email)) => emails.push(email),
+            _ => raw.push(body.as_str()),
+        }
+    }
+    let writer = SqsQueueWriter::new(sqs.clone(), queue_url);
+    for chunk in raw.chunks(10) {
+        let answers = writer
+            .write_batch(chunk)
+            .await
+            .map_err(|e| StoreError::new("enqueue", e))?;
+        if let Some(EntryResult::Failed { code, message, .. }) = answers
+            .into_iter()
+            .find(|a| matches!(a, EntryResult::Failed { .. }))
+        {
+            return Err(StoreError::msg("enqueue", format!("{code}: {message}")).into());
+        }
+    }
+    for result in CourierQueue::with_writer(writer).send_batch(&emails).await {
+        result.map_err(|e| StoreError::new("enqueue", e))?;
+    }
+    Ok(raw.len())
 }
 
 pub(crate) fn run(size: usize, prefix: Option<String>) -> Result<i32, DemoError> {
@@ -420,7 +466,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
     for body in &poison {
         control
             .block_fingerprint(
-                &courier_core::envelope::job_fingerprint(body),
+                &courier_core::envelope::job_fingerprint(&as_enqueued(body)),
                 "demo: blocklisted by an operator",
                 chrono::Utc::now(),
             )
@@ -453,22 +499,12 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
     let guard = GuardConfig::default();
 
     let sqs = aws_sdk_sqs::Client::new(&sdk);
-    for (chunk_no, chunk) in jobs.chunks(10).enumerate() {
-        let mut request = sqs.send_message_batch().queue_url(&stack.queue_url);
-        for (i, body) in chunk.iter().enumerate() {
-            let entry = SendMessageBatchRequestEntry::builder()
-                .id(format!("{chunk_no}-{i}"))
-                .message_body(body)
-                .build()
-                .map_err(|e| StoreError::new("enqueue", e))?;
-            request = request.entries(entry);
-        }
-        request.send().await.map_err(store_error("enqueue"))?;
-    }
+    let raw = enqueue(&sqs, &stack.queue_url, &jobs).await?;
     println!(
-        "enqueued {} jobs ({} through SES) -> SMTP {smtp_host}:{smtp_port} and SES; {INSTANCES} send and {EVENT_INSTANCES} events driver instances, batches of 10",
+        "enqueued {} jobs ({} through SES; {} through courier-client, {raw} broken ones written raw) -> SMTP {smtp_host}:{smtp_port} and SES; {INSTANCES} send and {EVENT_INSTANCES} events driver instances, batches of 10",
         jobs.len(),
         ses_jobs.len(),
+        jobs.len() - raw,
     );
 
     let totals: Arc<Mutex<BTreeMap<String, u64>>> = Arc::default();

@@ -1,0 +1,397 @@
+"""The job contract (``EmailJob`` v1): validation as the send function's parser does it, the
+idempotency helper, building a job and encoding it as an SQS body."""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+import re
+from importlib import resources
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+
+import rfc3339_validator
+from jsonschema import Draft202012Validator
+
+from ._mailbox import is_blank, mailbox_error
+
+#: The only contract version this client writes and the parser understands.
+JOB_VERSION = 1
+#: At most this many recipients (to + cc + bcc) per job.
+MAX_RECIPIENTS = 50
+#: Subject, text and html together (or the compact JSON of template variables), in UTF-8 bytes.
+MAX_BODY_BYTES = 512 * 1024
+#: Longest id (``message_id``, ``campaign_id``, ``trace_id``, template id), in characters.
+MAX_ID_LEN = 256
+#: Longest header value or subject, in characters.
+MAX_HEADER_LEN = 998
+#: The largest SQS message body, in UTF-8 bytes (1 MiB).
+SQS_MAX_BYTES = 1_048_576
+#: Headers a job may set (matched case-insensitively); the parser refuses every other one.
+ALLOWED_HEADERS = (
+    "Reply-To",
+    "List-Unsubscribe",
+    "List-Unsubscribe-Post",
+    "In-Reply-To",
+    "References",
+    "X-Entity-Ref-ID",
+)
+
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_TAB = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+# Bidi controls, zero-width space, word joiner, BOM, line and paragraph separators
+# (`is_deceptive` in shared/core/src/job/mod.rs). ZWJ and ZWNJ stay allowed.
+_DECEPTIVE = re.compile(
+    "[\u061c\u200b\u200e\u200f\u202a-\u202e\u2028\u2029\u2060\u2066-\u2069\ufeff]"
+)
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_TEMPLATE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(?:/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
+
+_JOB_FIELDS = frozenset(
+    "version message_id campaign_id trace_id priority from to cc bcc template content headers "
+    "provider not_after".split()
+)
+_REQUIRED = ("message_id", "campaign_id", "from", "to")
+_PRIORITIES = ("transactional", "bulk")
+_PROVIDERS = ("ses", "smtp")
+
+_SCHEMA = json.loads(resources.files(__package__).joinpath("email-job.v1.json").read_text("utf-8"))
+_SCHEMA_VALIDATOR = Draft202012Validator(
+    _SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER
+)
+
+
+class InvalidJob(Exception):
+    """A job the send function's parser would refuse (or, with ``too_large``, SQS would).
+
+    ``code`` is the parser's rejection code (``JobError::code``: ``schema``, ``empty_field``,
+    ``invalid_address``, ... see ``docs/job-contract.md``), or the client's own ``too_large``: the
+    encoded job is over SQS's 1 MiB. ``message`` says which field and why.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def validate(job: Any) -> None:
+    """Raises :class:`InvalidJob` with the code the send function's parser gives `job`.
+
+    The checks run in the parser's order: an object, its ``version``, the structure (types,
+    unknown fields, enum values, the RFC 3339 ``not_after``, required fields: all ``schema``),
+    then the rules of ``EmailJob::validate``: ids, ``from``, recipients, headers, template or
+    content. The published JSON Schema runs last as a net: it states no rule the parser lacks.
+    """
+    if not isinstance(job, dict):
+        raise InvalidJob("not_an_object", f"job must be a JSON object, found {type(job).__name__}")
+    if "version" not in job:
+        raise InvalidJob("missing_version", "field `version` is missing")
+    version = job["version"]
+    if type(version) is not int or version != JOB_VERSION:
+        raise InvalidJob(
+            "unknown_version",
+            f"unknown contract version {version!r}; this client writes {JOB_VERSION}",
+        )
+    _check_structure(job)
+    _check_rules(job)
+    error = next(iter(_SCHEMA_VALIDATOR.iter_errors(job)), None)
+    if error is not None:
+        raise InvalidJob("schema", f"job does not match the contract: {error.message}")
+
+
+def _schema_error(message: str) -> InvalidJob:
+    return InvalidJob("schema", f"job does not match the contract: {message}")
+
+
+def _check_json(value: Any, where: str) -> None:
+    """`value` is JSON as the parser can hold it: no NaN or infinity, no lone surrogate."""
+    if isinstance(value, str):
+        if _SURROGATE.search(value):
+            raise _schema_error(f"`{where}` holds a lone surrogate")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise _schema_error(f"`{where}` has a key that is not a string: {key!r}")
+            _check_json(key, where)
+            _check_json(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _check_json(item, f"{where}[{i}]")
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise _schema_error(f"`{where}` is not a finite number")
+    elif not (value is None or isinstance(value, (bool, int))):
+        raise _schema_error(f"`{where}` is not a JSON value: {type(value).__name__}")
+
+
+def _expect(value: Any, kind: type, where: str, nullable: bool = False) -> None:
+    if nullable and value is None:
+        return
+    if not isinstance(value, kind):
+        raise _schema_error(f"`{where}` must be {'null or ' if nullable else ''}{kind.__name__}")
+
+
+def _expect_fields(obj: dict, allowed: Iterable[str], required: Iterable[str], where: str) -> None:
+    unknown = sorted(set(obj) - set(allowed))
+    if unknown:
+        raise _schema_error(f"unknown field `{unknown[0]}` in {where}")
+    missing = [name for name in required if name not in obj]
+    if missing:
+        raise _schema_error(f"missing field `{missing[0]}` in {where}")
+
+
+def _check_structure(job: dict) -> None:
+    """What serde's deserialisation into ``EmailJob`` refuses, as ``schema``."""
+    _check_json(job, "job")
+    _expect_fields(job, _JOB_FIELDS, _REQUIRED, "the job")
+    for field in ("message_id", "campaign_id", "from"):
+        _expect(job[field], str, field)
+    _expect(job.get("trace_id"), str, "trace_id", nullable=True)
+    if job.get("priority", "transactional") not in _PRIORITIES:
+        raise _schema_error(f"`priority` must be one of {', '.join(_PRIORITIES)}")
+    if job.get("provider") not in _PROVIDERS + (None,):
+        raise _schema_error(f"`provider` must be null or one of {', '.join(_PROVIDERS)}")
+    for field in ("to", "cc", "bcc"):
+        addresses = job.get(field, [])
+        _expect(addresses, list, field)
+        for i, address in enumerate(addresses):
+            _expect(address, str, f"{field}[{i}]")
+    headers = job.get("headers", {})
+    _expect(headers, dict, "headers")
+    for name, value in headers.items():
+        _expect(value, str, f"headers.{name}")
+    template = job.get("template")
+    if template is not None:
+        _expect(template, dict, "template")
+        _expect_fields(template, ("id", "variables"), ("id",), "`template`")
+        _expect(template["id"], str, "template.id")
+        _expect(template.get("variables", {}), dict, "template.variables")
+    content = job.get("content")
+    if content is not None:
+        _expect(content, dict, "content")
+        _expect_fields(content, ("subject", "text", "html"), ("subject",), "`content`")
+        _expect(content["subject"], str, "content.subject")
+        _expect(content.get("text"), str, "content.text", nullable=True)
+        _expect(content.get("html"), str, "content.html", nullable=True)
+    not_after = job.get("not_after")
+    _expect(not_after, str, "not_after", nullable=True)
+    if not_after is not None and not rfc3339_validator.validate_rfc3339(not_after):
+        raise _schema_error(f"`not_after` is not an RFC 3339 date-time: {not_after!r}")
+
+
+def _check_id(field: str, value: str) -> None:
+    if is_blank(value):
+        raise InvalidJob("empty_field", f"field `{field}` is empty")
+    if len(value) > MAX_ID_LEN:
+        raise InvalidJob("too_long", f"field `{field}` is longer than {MAX_ID_LEN} characters")
+    found = _CONTROL.search(value)
+    if found:
+        raise InvalidJob(
+            "header_injection",
+            f"field `{field}` contains a control character at offset {found.start()}",
+        )
+
+
+def _check_header_value(field: str, value: str) -> None:
+    found = _CONTROL_BUT_TAB.search(value)
+    if found:
+        raise InvalidJob(
+            "header_injection",
+            f"field `{field}` contains a control character at offset {found.start()}",
+        )
+    found = _DECEPTIVE.search(value)
+    if found:
+        raise InvalidJob(
+            "deceptive_text",
+            f"field `{field}` contains an invisible or direction-changing character "
+            f"U+{ord(found.group()):04X} at offset {found.start()}",
+        )
+    if len(value) > MAX_HEADER_LEN:
+        raise InvalidJob("too_long", f"field `{field}` is longer than {MAX_HEADER_LEN} characters")
+
+
+def _check_mailbox(field: str, value: str) -> None:
+    if is_blank(value):
+        raise InvalidJob("invalid_address", f"address in `{field}` is invalid: {value!r}: empty")
+    _check_header_value(field, value)
+    reason = mailbox_error(value)
+    if reason is not None:
+        raise InvalidJob("invalid_address", f"address in `{field}` is invalid: {value!r}: {reason}")
+
+
+def _check_body_size(size: int) -> None:
+    if size > MAX_BODY_BYTES:
+        raise InvalidJob(
+            "body_too_large", f"body too large: {size} bytes (at most {MAX_BODY_BYTES} bytes)"
+        )
+
+
+def _check_rules(job: dict) -> None:
+    """``EmailJob::validate``, in its order."""
+    _check_id("message_id", job["message_id"])
+    _check_id("campaign_id", job["campaign_id"])
+    if job.get("trace_id") is not None:
+        _check_id("trace_id", job["trace_id"])
+    _check_mailbox("from", job["from"])
+    lists = [(field, job.get(field, [])) for field in ("to", "cc", "bcc")]
+    if not job["to"]:
+        raise InvalidJob("no_recipients", "no recipients: `to` must hold at least one address")
+    count = sum(len(addresses) for _, addresses in lists)
+    if count > MAX_RECIPIENTS:
+        raise InvalidJob(
+            "too_many_recipients", f"too many recipients: {count} (at most {MAX_RECIPIENTS})"
+        )
+    for field, addresses in lists:
+        for i, address in enumerate(addresses):
+            _check_mailbox(f"{field}[{i}]", address)
+    # The parser holds headers in a BTreeMap: checked in the order of their names.
+    for name, value in sorted(job.get("headers", {}).items()):
+        canonical = next(
+            (h for h in ALLOWED_HEADERS if h.lower() == name.lower() and name.isascii()), None
+        )
+        if canonical is None:
+            raise InvalidJob(
+                "header_not_allowed",
+                f"header {name!r} is not allowed; allowed: {', '.join(ALLOWED_HEADERS)}",
+            )
+        _check_header_value(f"headers.{canonical}", value)
+        if canonical == "Reply-To":
+            _check_mailbox(f"headers.{canonical}", value)
+    template, content = job.get("template"), job.get("content")
+    if (template is None) == (content is None):
+        found = "neither" if template is None else "both"
+        raise InvalidJob(
+            "template_xor_content",
+            f"exactly one of `template` and `content` is required, found {found}",
+        )
+    if template is not None:
+        _check_id("template.id", template["id"])
+        if not _TEMPLATE_ID.fullmatch(template["id"]):
+            raise InvalidJob("invalid_template_id", f"template id {template['id']!r} is invalid")
+        _check_body_size(len(_compact_json(template.get("variables", {})).encode("utf-8")))
+    else:
+        _check_content(content)
+
+
+def _check_content(content: dict) -> None:
+    """``Content::validate``."""
+    subject, text, html = content["subject"], content.get("text"), content.get("html")
+    if is_blank(subject):
+        raise InvalidJob("empty_field", "field `subject` is empty")
+    _check_header_value("subject", subject)
+    if not text and not html:
+        raise InvalidJob("no_body", "`content` needs at least one of `text` and `html`")
+    for field, body in (("text", text), ("html", html)):
+        if body and "\0" in body:
+            raise InvalidJob(
+                "header_injection", f"field `{field}` contains a NUL at offset {body.index(chr(0))}"
+            )
+    _check_body_size(sum(len(part.encode("utf-8")) for part in (subject, text or "", html or "")))
+
+
+def _compact_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def message_id_for(key: str) -> str:
+    """The ``message_id`` for an idempotency key: ``"idem-"`` and the first 32 hex digits of the
+    SHA-256 of the key's UTF-8 bytes. The same key always gives the same id, so a job sent twice
+    under one key is sent (as an email) at most once."""
+    return "idem-" + hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+def build_job(
+    *,
+    from_: str,
+    to: Union[str, Sequence[str]],
+    campaign_id: str,
+    subject: Optional[str] = None,
+    text: Optional[str] = None,
+    html: Optional[str] = None,
+    template: Optional[str] = None,
+    variables: Optional[Mapping[str, Any]] = None,
+    message_id: Optional[str] = None,
+    idempotency_key: Optional[str] = None,
+    cc: Sequence[str] = (),
+    bcc: Sequence[str] = (),
+    reply_to: Optional[str] = None,
+    headers: Optional[Mapping[str, str]] = None,
+    trace_id: Optional[str] = None,
+    priority: str = "transactional",
+    provider: Optional[str] = None,
+    not_after: Optional[datetime.datetime] = None,
+) -> dict:
+    """A validated version-1 job holding the fields given.
+
+    Inline content (`subject` with `text` and/or `html`) or a stored `template` with its
+    `variables`. The ``message_id`` is `message_id`, or :func:`message_id_for` of
+    `idempotency_key`; giving both raises ``ValueError``, giving neither fails validation
+    (``empty_field``). `reply_to` becomes the ``Reply-To`` header. `not_after` must be
+    timezone-aware. Raises :class:`InvalidJob` when the parser would refuse the job.
+    """
+    if message_id is not None and idempotency_key is not None:
+        raise ValueError("give message_id or idempotency_key, not both")
+    if variables is not None and template is None:
+        raise ValueError("variables need a template")
+    if idempotency_key is not None:
+        message_id = message_id_for(idempotency_key)
+    job: dict = {
+        "version": JOB_VERSION,
+        "message_id": message_id or "",
+        "campaign_id": campaign_id,
+        "from": from_,
+        "to": [to] if isinstance(to, str) else list(to),
+        "priority": priority,
+    }
+    if cc:
+        job["cc"] = list(cc)
+    if bcc:
+        job["bcc"] = list(bcc)
+    if trace_id is not None:
+        job["trace_id"] = trace_id
+    if provider is not None:
+        job["provider"] = provider
+    all_headers = dict(headers or {})
+    if reply_to is not None:
+        all_headers["Reply-To"] = reply_to
+    if all_headers:
+        job["headers"] = all_headers
+    if template is not None:
+        job["template"] = (
+            {"id": template}
+            if variables is None
+            else {"id": template, "variables": dict(variables)}
+        )
+    body = {"subject": subject, "text": text, "html": html}
+    if any(value is not None for value in body.values()):
+        job["content"] = {key: value for key, value in body.items() if value is not None}
+    if not_after is not None:
+        if not_after.tzinfo is None or not_after.utcoffset() is None:
+            raise ValueError("not_after must be timezone-aware")
+        job["not_after"] = (
+            not_after.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
+        )
+    validate(job)
+    return job
+
+
+def encode(job: Mapping[str, Any]) -> str:
+    """The SQS message body of `job`: compact JSON, non-ASCII written as is, and U+FFFE and
+    U+FFFF escaped (SQS refuses them raw; JSON escapes every other character SQS refuses).
+
+    Does not validate (see :func:`validate`). Raises :class:`InvalidJob` with ``schema`` for a
+    lone surrogate or a value JSON cannot hold, and ``too_large`` for a body over SQS's
+    1,048,576 bytes (UTF-8).
+    """
+    try:
+        body = _compact_json(job).replace("\ufffe", "\\ufffe").replace("\uffff", "\\uffff")
+        size = len(body.encode("utf-8"))
+    except (TypeError, ValueError) as e:  # UnicodeEncodeError is a ValueError
+        raise InvalidJob("schema", f"job cannot be written as JSON for SQS: {e}") from e
+    if size > SQS_MAX_BYTES:
+        raise InvalidJob(
+            "too_large", f"encoded job is {size} bytes; SQS takes at most {SQS_MAX_BYTES}"
+        )
+    return body

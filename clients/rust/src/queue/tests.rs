@@ -1,0 +1,170 @@
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use super::*;
+
+/// A writer that answers from a script: per message id, the failures to give before sending.
+#[derive(Default)]
+struct Scripted {
+    /// message id -> answers to give first, in order.
+    script: Mutex<HashMap<String, Vec<EntryResult>>>,
+    /// Whole calls to fail first.
+    call_failures: Mutex<Vec<WriteError>>,
+    /// Every call's message ids.
+    calls: Mutex<Vec<Vec<String>>>,
+}
+
+fn id_of(body: &str) -> String {
+    let job: serde_json::Value = serde_json::from_str(body).unwrap();
+    job["message_id"].as_str().unwrap().to_owned()
+}
+
+#[async_trait::async_trait]
+impl QueueWriter for Scripted {
+    async fn write_batch(&self, bodies: &[&str]) -> Result<Vec<EntryResult>, WriteError> {
+        let ids: Vec<String> = bodies.iter().map(|b| id_of(b)).collect();
+        self.calls.lock().unwrap().push(ids.clone());
+        if let Some(e) = self.call_failures.lock().unwrap().pop() {
+            return Err(e);
+        }
+        let mut script = self.script.lock().unwrap();
+        Ok(ids
+            .iter()
+            .map(|id| match script.get_mut(id).filter(|s| !s.is_empty()) {
+                Some(answers) => answers.remove(0),
+                None => EntryResult::Sent {
+                    sqs_message_id: format!("sqs-{id}"),
+                },
+            })
+            .collect())
+    }
+}
+
+fn email(id: &str, text_len: usize) -> Email {
+    Email::builder()
+        .message_id(id)
+        .campaign("c")
+        .from("a@b.com")
+        .to("c@d.com")
+        .subject("s")
+        .text("x".repeat(text_len.max(1)))
+        .build()
+        .unwrap()
+}
+
+fn transient(code: &str) -> EntryResult {
+    EntryResult::Failed {
+        code: code.to_owned(),
+        message: "try later".to_owned(),
+        sender_fault: false,
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn batches_split_by_count_and_by_size() {
+    let writer = Scripted::default();
+    let queue = CourierQueue::with_writer(writer);
+    let mut emails: Vec<Email> = (0..12).map(|i| email(&format!("m{i}"), 10)).collect();
+    // Three bodies of about 400 KB: two fit in 1 MiB, the third starts a new call.
+    emails.extend((0..3).map(|i| email(&format!("big{i}"), 400_000)));
+    let results = queue.send_batch(&emails).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let calls = queue.writer.calls.lock().unwrap().clone();
+    let sizes: Vec<usize> = calls.iter().map(Vec::len).collect();
+    assert_eq!(sizes, vec![10, 4, 1], "{calls:?}");
+    assert_eq!(results[12].as_ref().unwrap().sqs_message_id, "sqs-big0");
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_entries_that_failed_transiently_are_sent_again() {
+    let writer = Scripted::default();
+    writer.script.lock().unwrap().extend([
+        ("m3".to_owned(), vec![transient("InternalError")]),
+        (
+            "m5".to_owned(),
+            vec![EntryResult::Failed {
+                code: "InvalidMessageContents".to_owned(),
+                message: "bad".to_owned(),
+                sender_fault: true,
+            }],
+        ),
+    ]);
+    let queue = CourierQueue::with_writer(writer);
+    let emails: Vec<Email> = (0..8).map(|i| email(&format!("m{i}"), 10)).collect();
+    let results = queue.send_batch(&emails).await;
+    let calls = queue.writer.calls.lock().unwrap().clone();
+    assert_eq!(calls.len(), 2);
+    assert_eq!(calls[1], vec!["m3"], "only m3 goes again");
+    assert_eq!(results[3].as_ref().unwrap().attempts, 2);
+    assert_eq!(results[0].as_ref().unwrap().attempts, 1);
+    assert!(
+        matches!(&results[5], Err(SendError::Refused { code, .. }) if code == "InvalidMessageContents"),
+        "{:?}",
+        results[5]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_whole_call_that_failed_transiently_is_repeated() {
+    let writer = Scripted::default();
+    writer.call_failures.lock().unwrap().push(WriteError {
+        code: "ServiceUnavailable".to_owned(),
+        message: "503".to_owned(),
+        transient: true,
+    });
+    let queue = CourierQueue::with_writer(writer);
+    let emails: Vec<Email> = (0..3).map(|i| email(&format!("m{i}"), 10)).collect();
+    let results = queue.send_batch(&emails).await;
+    assert!(
+        results
+            .iter()
+            .all(|r| r.as_ref().is_ok_and(|s| s.attempts == 2)),
+        "{results:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_permanent_call_failure_refuses_its_entries_without_retrying() {
+    let writer = Scripted::default();
+    writer.call_failures.lock().unwrap().push(WriteError {
+        code: "AWS.SimpleQueueService.NonExistentQueue".to_owned(),
+        message: "no queue".to_owned(),
+        transient: false,
+    });
+    let queue = CourierQueue::with_writer(writer);
+    let result = queue.send(&email("m0", 10)).await;
+    assert!(
+        matches!(result, Err(SendError::Refused { ref code, .. }) if code.contains("NonExistentQueue")),
+        "{result:?}"
+    );
+    assert_eq!(queue.writer.calls.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn attempts_run_out_and_say_what_failed_last() {
+    let writer = Scripted::default();
+    writer
+        .script
+        .lock()
+        .unwrap()
+        .insert("m0".to_owned(), vec![transient("RequestThrottled"); 10]);
+    let queue = CourierQueue::with_writer(writer).max_attempts(3);
+    let started = tokio::time::Instant::now();
+    let result = queue.send(&email("m0", 10)).await;
+    match result {
+        Err(SendError::GaveUp { attempts, last, .. }) => {
+            assert_eq!(attempts, 3);
+            assert!(last.starts_with("RequestThrottled"), "{last}");
+        }
+        other => panic!("expected GaveUp, got {other:?}"),
+    }
+    // Backoff 100 ms, then 200 ms.
+    assert_eq!(started.elapsed(), Duration::from_millis(300));
+}
+
+#[test]
+fn the_backoff_doubles_up_to_its_cap() {
+    let queue = CourierQueue::with_writer(Scripted::default());
+    let delays: Vec<u128> = (1..=8).map(|a| queue.delay(a).as_millis()).collect();
+    assert_eq!(delays, vec![100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+}
