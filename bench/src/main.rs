@@ -162,6 +162,7 @@ fn handler_overhead() {
                         body: format!(
                             r#"{{"version":1,"message_id":"job-{n}","campaign_id":"bench","from":"Shop <shop@example.com>","to":["user{n}@example.org"],"template":{{"id":"welcome","variables":{{"name":"Ann","code":"{n}"}}}}}}"#
                         ),
+                        trace_header: None,
                     }
                 })
                 .collect();

@@ -344,6 +344,9 @@ pub(crate) fn render_status(
                     .map(|p| format!(", provider id {p}"))
                     .unwrap_or_default(),
             ));
+            if let Some(trace) = &r.trace_id {
+                lines.push(format!("  trace {trace}"));
+            }
             if let Some(at) = r.swept_at {
                 lines.push(format!(
                     "  flagged by the sweeper at {}: no outcome event arrived",

@@ -296,7 +296,7 @@ pub async fn replay(
             continue;
         };
         // A payload that cannot become a job is skipped before anything is written.
-        if let Err(why) = courier_core::envelope::replay_body(payload, 0, Vec::new()) {
+        if let Err(why) = courier_core::envelope::replay_body(payload, 0, Vec::new(), None) {
             outcome.skipped.push((l.letter_id.clone(), why));
             continue;
         }
@@ -361,6 +361,7 @@ pub async fn replay(
             payload,
             generation,
             l.record.history.clone(),
+            l.record.trace_id.as_deref(),
         ) {
             Ok(b) => b,
             Err(why) => {

@@ -83,6 +83,43 @@ async fn a_missing_queue_is_refused_at_once_not_retried() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// Runs the send pipeline until the job `message_id` is sent to its provider.
+async fn send_through_the_pipeline(stack: &Stack, message_id: &str) {
+    use courier_core::ports::StatusStore;
+    let pipeline = stack.send_pipeline();
+    let driver = stack.driver(2);
+    let store = stack.status_store();
+    let started = Instant::now();
+    let mut status = None;
+    while started.elapsed() < Duration::from_secs(40) && status != Some(Status::SentToProvider) {
+        driver.poll_once(&pipeline, "client").await.unwrap();
+        status = store.get(message_id).await.unwrap().map(|r| r.status);
+    }
+    assert_eq!(status, Some(Status::SentToProvider), "job {message_id}");
+}
+
+/// The mails Postfix delivered to `rcpt`, once there is one (Postfix accepts a message, then
+/// its queue manager delivers it to the Maildir a moment later), or none after 20 s.
+async fn mailbox(rcpt: &str) -> Vec<String> {
+    let maildir = require_env("COURIER_SMTP_CAPTURE_DIR");
+    let read = || -> Vec<String> {
+        std::fs::read_dir(&maildir)
+            .unwrap()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path()).ok())
+            .filter(|mail| mail.contains(&format!("Delivered-To: {rcpt}")))
+            .collect()
+    };
+    let started = Instant::now();
+    loop {
+        let mails = read();
+        if !mails.is_empty() || started.elapsed() > Duration::from_secs(20) {
+            return mails;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn an_email_enqueued_by_the_client_reaches_the_mailbox() {
     let stack = Stack::create(&["smtp"]).await;
@@ -98,28 +135,87 @@ async fn an_email_enqueued_by_the_client_reaches_the_mailbox() {
         .send(&email)
         .await
         .unwrap();
-    let pipeline = stack.send_pipeline();
-    let driver = stack.driver(2);
-    let store = stack.status_store();
-    let started = Instant::now();
-    use courier_core::ports::StatusStore;
-    let mut status = None;
-    while started.elapsed() < Duration::from_secs(40) && status != Some(Status::SentToProvider) {
-        driver.poll_once(&pipeline, "client").await.unwrap();
-        status = store
-            .get(email.message_id())
-            .await
-            .unwrap()
-            .map(|r| r.status);
-    }
-    assert_eq!(status, Some(Status::SentToProvider));
-    let maildir = require_env("COURIER_SMTP_CAPTURE_DIR");
-    let delivered: Vec<String> = std::fs::read_dir(maildir)
-        .unwrap()
-        .flatten()
-        .filter_map(|e| std::fs::read_to_string(e.path()).ok())
-        .filter(|mail| mail.contains(&format!("Delivered-To: {rcpt}")))
-        .collect();
+    send_through_the_pipeline(&stack, email.message_id()).await;
+    let delivered = mailbox(&rcpt).await;
+    assert_eq!(delivered.len(), 1);
+    assert!(delivered[0].contains(&token), "{}", delivered[0]);
+}
+
+#[tokio::test]
+async fn an_email_enqueued_by_the_client_is_sent_through_ses() {
+    let stack = Stack::create(&["ses"]).await;
+    let token = unique("ses-token");
+    let email = email(
+        &stack,
+        &unique("job"),
+        "ann@example.org",
+        format!("Hello from {token}."),
+    );
+    CourierQueue::new(stack.sqs(), &stack.resources.queue_url)
+        .send(&email)
+        .await
+        .unwrap();
+    send_through_the_pipeline(&stack, email.message_id()).await;
+    // SES v2 is moto's on both emulators; its state holds the message sent.
+    let state = courier_integration::moto_state(&require_env("COURIER_MOTO_URL")).await;
+    assert!(
+        state.contains(&token),
+        "moto's SES has no message with {token}"
+    );
+}
+
+fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The venv `make client-python` (and `scripts/install-deps.sh python-client`) makes.
+fn python() -> std::path::PathBuf {
+    let cache = std::env::var("COURIER_CACHE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| repo().join(".cache"));
+    let python = cache.join("venv-client-py/bin/python");
+    assert!(
+        python.exists(),
+        "{} is missing: run `scripts/install-deps.sh python-client`",
+        python.display()
+    );
+    python
+}
+
+#[tokio::test]
+async fn an_email_enqueued_by_the_python_client_reaches_the_mailbox() {
+    let stack = Stack::create(&["smtp"]).await;
+    let rcpt = format!("{}@courier.test", unique("python"));
+    let token = unique("py-token");
+    let key = unique("order");
+    let script = r#"
+import sys
+from courier_client import CourierQueue, build_job
+sender, rcpt, key, token = sys.argv[1:]
+job = build_job(idempotency_key=key, campaign_id="client", from_=sender, to=rcpt,
+                subject="From Python", text="Hello from " + token + ".")
+result = CourierQueue.from_env().send(job)
+print(result)
+sys.exit(0 if result.ok else 1)
+"#;
+    let out = tokio::process::Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .args([&stack.sender, &rcpt, &key, &token])
+        .env("COURIER_QUEUE_URL", &stack.resources.queue_url)
+        .env("PYTHONPATH", repo().join("clients/python/src"))
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the Python client failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One key, one message id, in both clients.
+    send_through_the_pipeline(&stack, &courier_client::message_id_for(&key)).await;
+    let delivered = mailbox(&rcpt).await;
     assert_eq!(delivered.len(), 1);
     assert!(delivered[0].contains(&token), "{}", delivered[0]);
 }

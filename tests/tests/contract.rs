@@ -35,6 +35,7 @@ fn claim(id: &str, attempt: u32, owner: &str, at: DateTime<Utc>, lease_secs: i64
         lease_until: at + chrono::Duration::seconds(lease_secs),
         grace: chrono::Duration::seconds(600),
         check_suppressed: Vec::new(),
+        trace_id: None,
     }
 }
 
@@ -81,6 +82,22 @@ async fn status_store_contract(store: &dyn StatusStore) {
         (Status::SentToProvider, Some("pmid"))
     );
     assert_eq!(rec.lease_owner, None);
+    assert_eq!(rec.trace_id, None, "a claim without a trace writes none");
+    // A claim with the job's trace keeps it on the record.
+    let traced = unique("traced");
+    let mut request = claim(&traced, 0, "a", t, 60);
+    request.trace_id = Some("1-5759e988-bd862e3fe1be46a994272793".into());
+    assert_eq!(store.claim(&request).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(
+        store
+            .get(&traced)
+            .await
+            .unwrap()
+            .unwrap()
+            .trace_id
+            .as_deref(),
+        Some("1-5759e988-bd862e3fe1be46a994272793")
+    );
     // a duplicate delivery is refused as a duplicate
     assert_eq!(
         store.claim(&claim(&id, 0, "c", t, 60)).await.unwrap(),
@@ -696,6 +713,7 @@ fn email(from: &str, to: &str, id: &str) -> OutgoingEmail {
         text: Some(format!("hello {id}")),
         html: None,
         headers: vec![],
+        trace_id: None,
     }
 }
 
@@ -709,7 +727,7 @@ async fn ses_mailer_sends_from_verified_and_classifies_unverified_senders() {
         .unwrap();
     assert!(!receipt.provider_message_id.is_empty());
     let moto = require_env("COURIER_MOTO_URL");
-    let data = moto_state(&moto).await;
+    let data = courier_integration::moto_state(&moto).await;
     assert!(data.contains("ses-1"), "moto has no record of the message");
     let failure = mailer
         .send(&email(
@@ -822,41 +840,6 @@ async fn secrets_manager_secret_store_reads_text_and_names_what_it_cannot() {
     let error = store.secret_string(&binary).await.unwrap_err();
     assert!(error.message.contains("binary"), "{error}");
     assert!(!error.to_string().contains("s3cret"));
-}
-
-/// A GET over a plain TCP socket (the emulator is on loopback; no HTTP client crate needed).
-/// moto's dump of its whole state. It answers 500 while another test's DynamoDB state holds a
-/// value its JSON encoder cannot write (seen in CI: `TypeError: keys must be str, int, float,
-/// bool or None, not DynamoType`, with the other tests of this file running alongside), so a
-/// refused dump is asked for again.
-async fn moto_state(moto: &str) -> String {
-    let mut last = String::new();
-    for _ in 0..40 {
-        last = reqwest_free_get(&format!("{moto}/moto-api/data.json")).await;
-        let status = last.split_whitespace().nth(1).unwrap_or_default();
-        if status == "200" {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!(
-        "moto's /moto-api/data.json answered no 200 in 40 tries; the last: {}",
-        last.lines().next().unwrap_or_default()
-    );
-}
-
-async fn reqwest_free_get(url: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://").unwrap();
-    let (host, path) = rest.split_once('/').unwrap();
-    let mut stream = tokio::net::TcpStream::connect(host).await.unwrap();
-    stream
-        .write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
-        .await
-        .unwrap();
-    let mut out = Vec::new();
-    stream.read_to_end(&mut out).await.unwrap();
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn smtp_mailer(port_var: &str, timeout: Duration) -> SmtpMailer {

@@ -121,10 +121,12 @@ async fn delivery_and_bounce_events_reach_the_status_and_suppression_tables() {
                 RecordIn {
                     sqs_message_id: "a".into(),
                     body: job("ev-1"),
+                    trace_header: None,
                 },
                 RecordIn {
                     sqs_message_id: "b".into(),
                     body: job("ev-2"),
+                    trace_header: None,
                 },
             ],
             deadline,
@@ -220,6 +222,7 @@ async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
             vec![RecordIn {
                 sqs_message_id: "a".into(),
                 body: job,
+                trace_header: None,
             }],
             deadline,
             "soft",
@@ -254,6 +257,7 @@ async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
             vec![RecordIn {
                 sqs_message_id: "b".into(),
                 body,
+                trace_header: None,
             }],
             chrono::Utc::now() + chrono::Duration::seconds(30),
             "soft",
@@ -353,10 +357,12 @@ async fn the_reputation_guard_pauses_a_domain_in_a_synthetic_bounce_wave() {
                 RecordIn {
                     sqs_message_id: "a".into(),
                     body: job(&held, &format!("news@{domain}")),
+                    trace_header: None,
                 },
                 RecordIn {
                     sqs_message_id: "b".into(),
                     body: job(&free, &stack.sender),
+                    trace_header: None,
                 },
             ],
             chrono::Utc::now() + chrono::Duration::seconds(30),
@@ -638,6 +644,7 @@ async fn concurrent_out_of_order_events_end_in_the_furthest_status() {
         .map(|id| RecordIn {
             sqs_message_id: id.clone(),
             body: serde_json::json!({"version": 1, "message_id": id, "campaign_id": "race", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}}).to_string(),
+            trace_header: None,
         })
         .collect();
     let deadline = chrono::Utc::now() + chrono::Duration::seconds(30);

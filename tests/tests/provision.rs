@@ -102,7 +102,7 @@ async fn the_stack_has_the_templates_settings() {
         .collect();
     assert_eq!(
         non_key,
-        BTreeSet::from(["status", "lease_until", "attempt", "updated_at"])
+        BTreeSet::from(["status", "lease_until", "attempt", "updated_at", "trace_id"])
     );
     let control = dynamodb
         .describe_table()

@@ -327,6 +327,7 @@ async fn duplicate_deliveries_and_racing_invocations_send_once() {
     let rec = |id: &str| courier_send::RecordIn {
         sqs_message_id: id.into(),
         body: body.clone(),
+        trace_header: None,
     };
     let (ra, rb) = tokio::join!(
         a.handle_records(vec![rec("x")], deadline, "inv-a"),
@@ -366,6 +367,7 @@ async fn a_crash_between_send_and_status_write_is_ambiguous_then_resolved() {
             lease_until: now + chrono::Duration::seconds(1),
             grace: chrono::Duration::seconds(3),
             check_suppressed: Vec::new(),
+            trace_id: None,
         })
         .await
         .unwrap();

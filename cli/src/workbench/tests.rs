@@ -63,6 +63,7 @@ fn job_in(store: &MemoryStatusStore, status: Status, attempt: u32) {
             payload: None,
             resend_of: None,
             swept_at: None,
+            trace_id: None,
         },
     );
 }

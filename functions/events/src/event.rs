@@ -6,7 +6,7 @@ use courier_core::classify::SesFailureEvent;
 use courier_core::reputation::domain_of;
 use serde_json::Value;
 
-use crate::{HEADER_MESSAGE_ID, TAG_MESSAGE_ID};
+use crate::{HEADER_MESSAGE_ID, HEADER_TRACE_ID, TAG_MESSAGE_ID, TAG_TRACE_ID};
 
 /// An SES event, reduced to what Courier applies.
 #[derive(Debug, Clone, PartialEq)]
@@ -24,6 +24,9 @@ pub struct SesEvent {
     /// The event's own timestamp as SES wrote it (`bounce.timestamp`, `deliveryDelay.timestamp`,
     /// ...): tells two delays of one message apart in the timeline.
     pub occurred_at: Option<String>,
+    /// The job's trace id, from the `X-Courier-Trace-Id` header or the `courier-trace-id` tag
+    /// (which SES restricts to letters, digits and `_-.@`: other characters read as `_`).
+    pub trace_id: Option<String>,
 }
 
 /// The event kinds Courier acts on.
@@ -81,23 +84,28 @@ pub fn parse_value(outer: Value) -> Result<SesEvent, ParseError> {
     let mail = event
         .get("mail")
         .ok_or_else(|| ParseError::Shape("no mail object".into()))?;
-    let header_id = mail
-        .get("headers")
-        .and_then(Value::as_array)
-        .and_then(|headers| {
-            headers.iter().find_map(|h| {
-                (s(h, &["name"])?.eq_ignore_ascii_case(HEADER_MESSAGE_ID))
-                    .then(|| s(h, &["value"]))
-                    .flatten()
+    let header = |name: &str| {
+        mail.get("headers")
+            .and_then(Value::as_array)
+            .and_then(|headers| {
+                headers.iter().find_map(|h| {
+                    (s(h, &["name"])?.eq_ignore_ascii_case(name))
+                        .then(|| s(h, &["value"]))
+                        .flatten()
+                })
             })
-        });
-    let tag_id = mail
-        .get("tags")
-        .and_then(|t| t.get(TAG_MESSAGE_ID))
-        .and_then(Value::as_array)
-        .and_then(|v| v.first())
-        .and_then(Value::as_str)
-        .map(str::to_owned);
+    };
+    let tag = |name: &str| {
+        mail.get("tags")
+            .and_then(|t| t.get(name))
+            .and_then(Value::as_array)
+            .and_then(|v| v.first())
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let header_id = header(HEADER_MESSAGE_ID);
+    let tag_id = tag(TAG_MESSAGE_ID);
+    let trace_id = header(HEADER_TRACE_ID).or_else(|| tag(TAG_TRACE_ID));
     let addresses = |list: Option<&Value>, key: &str| -> Vec<String> {
         list.and_then(Value::as_array)
             .map(|l| {
@@ -203,5 +211,6 @@ pub fn parse_value(outer: Value) -> Result<SesEvent, ParseError> {
         at,
         source_domain: s(mail, &["source"]).and_then(|a| domain_of(&a)),
         occurred_at,
+        trace_id,
     })
 }

@@ -59,10 +59,13 @@ use courier_core::random::{RandomSource, SeededRandom};
 use courier_core::reputation::{GuardConfig, ReputationCounts, Trip, assess, bucket_of, pause_key};
 use courier_core::status::{Status, Transition, transition};
 use serde_json::Value;
-use tracing::{info, warn};
+use tracing::{Instrument, info, warn};
 
 /// Header and tag names set by the send function.
 pub const HEADER_MESSAGE_ID: &str = "X-Courier-Message-Id";
+/// The header and the SES tag the send function writes a job's trace id in.
+pub const HEADER_TRACE_ID: &str = "X-Courier-Trace-Id";
+pub const TAG_TRACE_ID: &str = "courier-trace-id";
 pub const TAG_MESSAGE_ID: &str = "courier-message-id";
 
 /// The status an event moves a job to, if any.
@@ -585,59 +588,86 @@ impl Applier {
         for record in event.records {
             let id = record.message_id.unwrap_or_default();
             let body = record.body.unwrap_or_default();
-            let outer = match self.gate.admit(&body).await {
-                Ok(outer) => outer,
-                Err(Refusal::Forged(forgery)) => {
-                    warn!(sqs_message_id = %id, error = %forgery, "event refused; acknowledged");
-                    report.refused.push(forgery);
-                    continue;
-                }
-                Err(e @ Refusal::Unchecked(_)) => {
-                    warn!(sqs_message_id = %id, error = %e, "event not checked; retried later");
-                    report.failures.push(id);
-                    continue;
-                }
-            };
-            let parsed = match parse_value(outer) {
-                Ok(e) => e,
-                Err(e) => {
-                    warn!(sqs_message_id = %id, error = %e, "not an SES event; acknowledged");
-                    report.unparseable += 1;
-                    continue;
-                }
-            };
-            match self.apply(&parsed).await {
-                Ok(Applied::NotYet) => {
-                    info!(sqs_message_id = %id, message_id = ?parsed.message_id, "event ahead of its record; retried later");
-                    report.applied.push(Applied::NotYet);
-                    report.failures.push(id);
-                    // Counted when it is applied.
-                    continue;
-                }
-                Ok(applied) => report.applied.push(applied),
-                Err(e) => {
-                    warn!(sqs_message_id = %id, error = %e, "event not applied; retried later");
-                    report.failures.push(id);
-                    continue;
-                }
-            }
-            let Some(domain) = &parsed.source_domain else {
-                continue;
-            };
-            match self.first_count(&parsed).await {
-                Ok(true) => count(counts.entry(domain.clone()).or_default(), &parsed),
-                Ok(false) => report.recounts_skipped += 1,
-                Err(e) => {
-                    // Applied, not yet counted: the redelivery is absorbed and counted.
-                    warn!(sqs_message_id = %id, error = %e, "event not counted; retried later");
-                    report.failures.push(id);
-                }
-            }
+            let span = tracing::info_span!(
+                "event",
+                sqs_message_id = %id,
+                message_id = tracing::field::Empty,
+                trace_id = tracing::field::Empty,
+            );
+            self.record(id, &body, &mut counts, &mut report)
+                .instrument(span)
+                .await;
         }
         for (domain, batch) in counts {
             self.guard(&domain, &batch, &mut report).await;
         }
         report
+    }
+
+    /// One SQS message of the batch, in its own span (SES's event carries the job's message id
+    /// and trace id back).
+    async fn record(
+        &self,
+        id: String,
+        body: &str,
+        counts: &mut BTreeMap<String, ReputationCounts>,
+        report: &mut EventsReport,
+    ) {
+        let outer = match self.gate.admit(body).await {
+            Ok(outer) => outer,
+            Err(Refusal::Forged(forgery)) => {
+                warn!(sqs_message_id = %id, error = %forgery, "event refused; acknowledged");
+                report.refused.push(forgery);
+                return;
+            }
+            Err(e @ Refusal::Unchecked(_)) => {
+                warn!(sqs_message_id = %id, error = %e, "event not checked; retried later");
+                report.failures.push(id);
+                return;
+            }
+        };
+        let parsed = match parse_value(outer) {
+            Ok(e) => e,
+            Err(e) => {
+                warn!(sqs_message_id = %id, error = %e, "not an SES event; acknowledged");
+                report.unparseable += 1;
+                return;
+            }
+        };
+        let span = tracing::Span::current();
+        if let Some(message_id) = &parsed.message_id {
+            span.record("message_id", message_id.as_str());
+        }
+        if let Some(trace) = &parsed.trace_id {
+            span.record("trace_id", trace.as_str());
+        }
+        match self.apply(&parsed).await {
+            Ok(Applied::NotYet) => {
+                info!(sqs_message_id = %id, message_id = ?parsed.message_id, "event ahead of its record; retried later");
+                report.applied.push(Applied::NotYet);
+                report.failures.push(id);
+                // Counted when it is applied.
+                return;
+            }
+            Ok(applied) => report.applied.push(applied),
+            Err(e) => {
+                warn!(sqs_message_id = %id, error = %e, "event not applied; retried later");
+                report.failures.push(id);
+                return;
+            }
+        }
+        let Some(domain) = &parsed.source_domain else {
+            return;
+        };
+        match self.first_count(&parsed).await {
+            Ok(true) => count(counts.entry(domain.clone()).or_default(), &parsed),
+            Ok(false) => report.recounts_skipped += 1,
+            Err(e) => {
+                // Applied, not yet counted: the redelivery is absorbed and counted.
+                warn!(sqs_message_id = %id, error = %e, "event not counted; retried later");
+                report.failures.push(id);
+            }
+        }
     }
 
     /// Whether an event is counted for the first time (its key entered in the ledger now).

@@ -70,6 +70,7 @@ fn world(status_now: Option<Status>) -> World {
                 payload: None,
                 resend_of: None,
                 swept_at: None,
+                trace_id: None,
             },
         );
     }
@@ -211,6 +212,42 @@ fn the_tag_is_the_fallback_correlation_and_bad_input_is_a_parse_error() {
         parse(r#"{"Type": "Notification", "Message": "{"}"#),
         Err(ParseError::Json(_))
     ));
+}
+
+#[tokio::test]
+async fn the_jobs_trace_comes_back_with_its_event_and_names_every_log_line() {
+    const ROOT: &str = "1-5759e988-bd862e3fe1be46a994272793";
+    let mut v: Value = serde_json::from_str(&fixture("delivery")).unwrap();
+    assert_eq!(parse(&v.to_string()).unwrap().trace_id, None);
+    // The tag (SES's form of it) when the headers do not say.
+    v["mail"]["tags"]["courier-trace-id"] = serde_json::json!([ROOT]);
+    assert_eq!(
+        parse(&v.to_string()).unwrap().trace_id.as_deref(),
+        Some(ROOT)
+    );
+    // The header, exact, first.
+    v["mail"]["headers"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"name": "X-Courier-Trace-Id", "value": "order 4711"}));
+    assert_eq!(
+        parse(&v.to_string()).unwrap().trace_id.as_deref(),
+        Some("order 4711")
+    );
+    let (logs, _guard) = courier_devkit::logs::Captured::start();
+    // An event ahead of its record is logged (and retried later), in the event's span.
+    let w = world(None);
+    let report = w.applier.handle(sqs(&[v.to_string()])).await;
+    assert_eq!(report.applied, vec![Applied::NotYet]);
+    let text = logs.text();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("order-4711")).collect();
+    assert!(!lines.is_empty(), "{text}");
+    for line in lines {
+        assert!(
+            line.contains("trace_id=\"order 4711\""),
+            "a line without the trace: {line}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -168,6 +168,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             payload: path.payload.map(kept_payload),
             resend_of: None,
             swept_at: None,
+            trace_id: None,
         },
     );
     let suppression = Arc::new(MemorySuppressionList::default());

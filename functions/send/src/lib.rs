@@ -172,6 +172,9 @@ impl SendBudget {
 pub struct RecordIn {
     pub sqs_message_id: String,
     pub body: String,
+    /// SQS's `AWSTraceHeader` system attribute: a producer's X-Ray trace, whose root becomes the
+    /// job's trace when the job has no `trace_id` ([`courier_core::trace`]).
+    pub trace_header: Option<String>,
 }
 
 /// The result of one batch, for the caller and for tests.
@@ -221,6 +224,7 @@ impl Pipeline {
             .records
             .into_iter()
             .map(|r| RecordIn {
+                trace_header: r.attributes.get("AWSTraceHeader").cloned(),
                 sqs_message_id: r.message_id.unwrap_or_default(),
                 body: r.body.unwrap_or_default(),
             })
@@ -445,7 +449,7 @@ impl Pipeline {
             Err(e) => return unclaimed(Self::unredeemable(&record.body, &e, now)),
         };
         let incoming = match parse_body(body.as_bytes()) {
-            Ok(incoming) => incoming,
+            Ok(incoming) => incoming.with_trace_header(record.trace_header.as_deref()),
             Err(rejected) => return unclaimed(Self::reject(&body, &rejected, now)),
         };
         let incoming = match self.sealing.admit(incoming, body.as_bytes()).await {
@@ -455,7 +459,7 @@ impl Pipeline {
         let job = &incoming.job;
         span.record("message_id", job.message_id.as_str());
         span.record("campaign_id", job.campaign_id.as_str());
-        if let Some(trace) = &job.trace_id {
+        if let Some(trace) = &incoming.trace {
             span.record("trace_id", trace.as_str());
         }
         // 2. Poison blocklist (keyed on the application's original payload).
@@ -549,6 +553,7 @@ impl Pipeline {
             lease_until: lease_end.max(now + chrono::Duration::seconds(1)),
             grace: chrono::Duration::from_std(self.config.ambiguity_grace).unwrap_or_default(),
             check_suppressed: recipients.clone(),
+            trace_id: incoming.trace.clone(),
         };
         let mut suppressed: Vec<String> = Vec::new();
         loop {
@@ -671,6 +676,7 @@ fn build_email(
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
+        trace_id: incoming.trace.clone(),
     })
 }
 

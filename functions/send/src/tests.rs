@@ -17,6 +17,7 @@ mod lane;
 mod live;
 mod pacing;
 mod seal;
+mod trace;
 
 struct World {
     pipeline: Arc<Pipeline>,
@@ -121,6 +122,7 @@ fn rec(id: &str, body: String) -> RecordIn {
     RecordIn {
         sqs_message_id: id.into(),
         body,
+        trace_header: None,
     }
 }
 
@@ -701,6 +703,7 @@ async fn a_live_lease_leaves_the_record_for_later_and_an_expired_one_is_ambiguou
             payload: None,
             resend_of: None,
             swept_at: None,
+            trace_id: None,
         },
     );
     let report = w.run(vec![rec("x", job("m12", "y@example.org"))]).await;

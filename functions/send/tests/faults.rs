@@ -478,6 +478,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         let record = RecordIn {
             sqs_message_id: copy.sqs_id.clone(),
             body: copy.body.clone(),
+            trace_header: None,
         };
         let handled = {
             let pipeline = pipeline.clone();

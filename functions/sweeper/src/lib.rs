@@ -165,7 +165,7 @@ impl Sweeper {
                         .sweep(&record, mark.clone(), self.clock.now())
                         .await?
                     {
-                        warn!(message_id = %record.message_id, status = %record.status, ?mark, "swept");
+                        warn!(message_id = %record.message_id, trace_id = record.trace_id.as_deref().unwrap_or_default(), status = %record.status, ?mark, "swept");
                         match mark {
                             SweepMark::LeaseExpired => report.stuck_processing += 1,
                             SweepMark::NoOutcome => report.no_outcome += 1,

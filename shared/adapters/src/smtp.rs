@@ -115,7 +115,8 @@ fn lettre_mailbox(m: &Mailbox) -> Result<lettre::message::Mailbox, String> {
 }
 
 /// Builds the MIME message: text and/or html (alternative), allowed extra headers, and
-/// `X-Courier-Message-Id` / `X-Courier-Campaign-Id` for correlation.
+/// `X-Courier-Message-Id` / `X-Courier-Campaign-Id` (and `X-Courier-Trace-Id` when the job has a
+/// trace) for correlation.
 pub fn build_message(email: &OutgoingEmail) -> Result<Message, String> {
     let mut builder = Message::builder()
         .from(lettre_mailbox(&email.from)?)
@@ -141,12 +142,16 @@ pub fn build_message(email: &OutgoingEmail) -> Result<Message, String> {
             HeaderName::new_from_ascii(name.clone()).map_err(|e| format!("{name}: {e}"))?;
         builder = builder.raw_header(HeaderValue::new(header, value.clone()));
     }
-    for (name, value) in [
-        ("X-Courier-Message-Id", &email.message_id),
-        ("X-Courier-Campaign-Id", &email.campaign_id),
-    ] {
-        let header = HeaderName::new_from_ascii_str(name);
-        builder = builder.raw_header(HeaderValue::new(header, value.clone()));
+    let correlation = [
+        ("X-Courier-Message-Id", Some(&email.message_id)),
+        ("X-Courier-Campaign-Id", Some(&email.campaign_id)),
+        ("X-Courier-Trace-Id", email.trace_id.as_ref()),
+    ];
+    for (name, value) in correlation {
+        if let Some(value) = value {
+            let header = HeaderName::new_from_ascii_str(name);
+            builder = builder.raw_header(HeaderValue::new(header, value.clone()));
+        }
     }
     let result = match (&email.text, &email.html) {
         (Some(text), Some(html)) => builder.multipart(MultiPart::alternative_plain_html(
@@ -266,6 +271,7 @@ mod tests {
                 ("Reply-To".into(), "help@example.com".into()),
                 ("List-Unsubscribe".into(), "<https://x.example/u>".into()),
             ],
+            trace_id: None,
         }
     }
 
@@ -274,6 +280,7 @@ mod tests {
         let raw = String::from_utf8(build_message(&email()).unwrap().formatted()).unwrap();
         assert!(raw.contains("X-Courier-Message-Id: m-1"));
         assert!(raw.contains("X-Courier-Campaign-Id: c-1"));
+        assert!(!raw.contains("X-Courier-Trace-Id"), "no trace, no header");
         assert!(raw.contains("Reply-To: help@example.com"));
         assert!(raw.contains("List-Unsubscribe: <https://x.example/u>"));
         assert!(raw.contains("multipart/alternative"));
@@ -281,6 +288,16 @@ mod tests {
             !raw.contains("audit@example.com"),
             "Bcc leaked into headers"
         );
+    }
+
+    #[test]
+    fn a_traced_job_names_its_trace_in_a_header() {
+        let traced = OutgoingEmail {
+            trace_id: Some("1-5759e988-bd862e3fe1be46a994272793".into()),
+            ..email()
+        };
+        let raw = String::from_utf8(build_message(&traced).unwrap().formatted()).unwrap();
+        assert!(raw.contains("X-Courier-Trace-Id: 1-5759e988-bd862e3fe1be46a994272793"));
     }
 
     #[test]

@@ -280,6 +280,7 @@ mod tests {
             text: Some("Hello".into()),
             html: None,
             headers: vec![],
+            trace_id: None,
         }
     }
 

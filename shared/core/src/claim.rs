@@ -20,6 +20,8 @@ pub struct ClaimRequest {
     /// Recipients to check against the suppression list in the same write (one transaction:
     /// no separate read per job). Empty: no check.
     pub check_suppressed: Vec<String>,
+    /// The job's trace id, kept on its record.
+    pub trace_id: Option<String>,
 }
 
 /// What a claim found.
@@ -129,6 +131,7 @@ mod tests {
             lease_until: t(now + 60),
             grace: chrono::Duration::seconds(600),
             check_suppressed: Vec::new(),
+            trace_id: None,
         }
     }
 
@@ -147,6 +150,7 @@ mod tests {
             payload: None,
             resend_of: None,
             swept_at: None,
+            trace_id: None,
         }
     }
 

@@ -33,6 +33,10 @@ pub struct Envelope {
     /// ([`crate::delay::DelayMechanism::QueueHops`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_before: Option<DateTime<Utc>>,
+    /// The trace id when the job carries none of its own (an X-Ray trace header's root, see
+    /// [`crate::trace`]), so every copy keeps it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trace: Option<String>,
     /// The HMAC that shows Courier wrote this envelope ([`crate::seal`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seal: Option<String>,
@@ -53,6 +57,28 @@ pub struct Incoming {
     pub not_before: Option<DateTime<Utc>>,
     /// Whether the body was an envelope (its seal is checked by [`crate::seal::check`]).
     pub enveloped: bool,
+    /// The id that follows the job everywhere: its `trace_id`, or the trace its first copy came
+    /// with ([`Incoming::with_trace_header`]).
+    pub trace: Option<String>,
+}
+
+impl Incoming {
+    /// Takes the root of the X-Ray trace header this copy came with as the trace, when the job
+    /// has none yet.
+    #[must_use]
+    pub fn with_trace_header(mut self, header: Option<&str>) -> Self {
+        if self.trace.is_none() {
+            self.trace = header.and_then(crate::trace::xray_root);
+        }
+        self
+    }
+
+    /// The trace an envelope of this job must carry: only one the job does not hold itself.
+    fn envelope_trace(&self) -> Option<String> {
+        self.trace
+            .clone()
+            .filter(|t| self.job.trace_id.as_ref() != Some(t))
+    }
 }
 
 /// Parses an SQS body: a bare job or an envelope.
@@ -73,6 +99,7 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
         let original = envelope.job.to_string();
         let print = fingerprint(original.as_bytes());
         let job = EmailJob::from_value(envelope.job)?;
+        let trace = job.trace_id.clone().or(envelope.trace);
         return Ok(Incoming {
             job,
             attempt: envelope.attempt,
@@ -82,11 +109,14 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
             print,
             not_before: envelope.not_before,
             enveloped: true,
+            trace,
         });
     }
     let print = fingerprint(value.to_string().as_bytes());
+    let job = EmailJob::from_value(value)?;
     Ok(Incoming {
-        job: EmailJob::from_value(value)?,
+        trace: job.trace_id.clone(),
+        job,
         attempt: 0,
         retry: RetryState::default(),
         history: Vec::new(),
@@ -161,7 +191,7 @@ pub fn dead_letter_of(
         reason,
         message_id: Some(job.message_id.clone()),
         campaign_id: Some(job.campaign_id.clone()),
-        trace_id: job.trace_id.clone(),
+        trace_id: incoming.trace.clone(),
         recipients: job.recipients().map(str::to_owned).collect(),
         provider,
         class: verdict.class,
@@ -190,6 +220,7 @@ pub fn current_body(incoming: &Incoming) -> String {
         history: incoming.history.iter().skip(skip).cloned().collect(),
         job,
         not_before: None,
+        trace: incoming.envelope_trace(),
         seal: None,
     };
     serde_json::to_string(&envelope).unwrap_or_default()
@@ -226,18 +257,20 @@ fn body_of(
         history: history.into_iter().skip(skip).collect(),
         job,
         not_before: None,
+        trace: incoming.envelope_trace(),
         seal: None,
     };
     serde_json::to_string(&envelope).unwrap_or_default()
 }
 
 /// The body that replays a dead letter: the application's job (unwrapped if the payload was
-/// itself an envelope) as generation `generation`, with a fresh retry budget and the letter's
-/// history kept for the record.
+/// itself an envelope) as generation `generation`, with a fresh retry budget, the letter's
+/// history kept for the record, and its trace (when the job does not hold it itself).
 pub fn replay_body(
     payload: &str,
     generation: u32,
     history: Vec<AttemptRecord>,
+    trace: Option<&str>,
 ) -> Result<String, String> {
     let value: serde_json::Value = serde_json::from_str(payload)
         .map_err(|e| format!("the payload is not JSON ({e}); fix it and send a new job instead"))?;
@@ -254,6 +287,9 @@ pub fn replay_body(
         attempt: generation,
         retry: RetryState::default(),
         history: history.into_iter().skip(skip).collect(),
+        trace: trace
+            .filter(|t| job.get("trace_id").and_then(serde_json::Value::as_str) != Some(*t))
+            .map(str::to_owned),
         job,
         not_before: None,
         seal: None,
@@ -309,6 +345,47 @@ mod tests {
     const JOB: &str = r#"{"version":1,"message_id":"m","campaign_id":"c","from":"a@b.co","to":["x@y.co"],"content":{"subject":"s","text":"t"}}"#;
 
     #[test]
+    fn a_trace_from_the_header_travels_in_the_envelope_and_a_jobs_own_does_not() {
+        const ROOT: &str = "1-5759e988-bd862e3fe1be46a994272793";
+        let header = format!("Root={ROOT};Sampled=1");
+        let first = parse_body(JOB.as_bytes())
+            .unwrap()
+            .with_trace_header(Some(&header));
+        assert_eq!(first.trace.as_deref(), Some(ROOT));
+        let body = next_body(&first, RetryState::default(), Vec::new());
+        let second = parse_body(body.as_bytes()).unwrap();
+        assert_eq!(second.trace.as_deref(), Some(ROOT));
+        // A later header does not replace the trace a copy carries.
+        let other = "Root=1-00000000-000000000000000000000000";
+        assert_eq!(
+            second.with_trace_header(Some(other)).trace.as_deref(),
+            Some(ROOT)
+        );
+        // A replayed letter keeps its trace.
+        let replayed = replay_body(JOB, 2, Vec::new(), Some(ROOT)).unwrap();
+        assert_eq!(
+            parse_body(replayed.as_bytes()).unwrap().trace.as_deref(),
+            Some(ROOT)
+        );
+        // A job's own trace_id is the trace, and is not written twice.
+        let own = JOB.replace(
+            r#""message_id":"m""#,
+            r#""message_id":"m","trace_id":"t-1""#,
+        );
+        let first = parse_body(own.as_bytes())
+            .unwrap()
+            .with_trace_header(Some(&header));
+        assert_eq!(first.trace.as_deref(), Some("t-1"));
+        let body = next_body(&first, RetryState::default(), Vec::new());
+        assert!(!body.contains("\"trace\""), "{body}");
+        assert!(
+            !replay_body(&own, 2, Vec::new(), Some("t-1"))
+                .unwrap()
+                .contains("\"trace\"")
+        );
+    }
+
+    #[test]
     fn bare_jobs_start_at_attempt_zero_and_envelopes_round_trip() {
         let first = parse_body(JOB.as_bytes()).unwrap();
         assert_eq!(first.attempt, 0);
@@ -343,14 +420,14 @@ mod tests {
 
     #[test]
     fn replays_start_a_fresh_budget_at_the_new_generation() {
-        let body = replay_body(JOB, 3, vec![]).unwrap();
+        let body = replay_body(JOB, 3, vec![], None).unwrap();
         let again = parse_body(body.as_bytes()).unwrap();
         assert_eq!((again.attempt, again.retry.spent), (3, 0));
         // An envelope payload (a raw redrive) is unwrapped to its job.
-        let nested = replay_body(&body, 4, vec![]).unwrap();
+        let nested = replay_body(&body, 4, vec![], None).unwrap();
         assert_eq!(parse_body(nested.as_bytes()).unwrap().job, again.job);
         assert!(
-            replay_body("{not json", 1, vec![])
+            replay_body("{not json", 1, vec![], None)
                 .unwrap_err()
                 .contains("not JSON")
         );

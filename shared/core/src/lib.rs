@@ -46,3 +46,4 @@ pub mod reputation;
 pub mod seal;
 pub mod senders;
 pub mod status;
+pub mod trace;

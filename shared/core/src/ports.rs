@@ -71,6 +71,9 @@ pub struct JobRecord {
     /// When the sweeper flagged the record (sent, but no outcome event within its period).
     #[serde(default)]
     pub swept_at: Option<DateTime<Utc>>,
+    /// The job's trace id ([`crate::envelope::Incoming::trace`]), written by each claim.
+    #[serde(default)]
+    pub trace_id: Option<String>,
 }
 
 impl JobRecord {
@@ -95,6 +98,7 @@ impl JobRecord {
             payload: None,
             resend_of: None,
             swept_at: None,
+            trace_id: None,
         }
     }
 }
@@ -283,6 +287,8 @@ pub struct OutgoingEmail {
     pub text: Option<String>,
     pub html: Option<String>,
     pub headers: Vec<(String, String)>,
+    /// Sent as the `X-Courier-Trace-Id` header and, on SES, a message tag.
+    pub trace_id: Option<String>,
 }
 
 /// A provider accepted the message.

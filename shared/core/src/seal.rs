@@ -162,6 +162,8 @@ pub fn demote(incoming: Incoming) -> Incoming {
         retry: RetryState::default(),
         history: Vec::new(),
         not_before: None,
+        // A forged envelope's trace is not the job's either.
+        trace: incoming.job.trace_id.clone(),
         ..incoming
     }
 }
@@ -272,10 +274,15 @@ mod tests {
         let mut forged = parse_body(retry_body().as_bytes()).unwrap();
         forged.attempt = 9;
         forged.retry.spent = 3;
+        forged.trace = Some("someone-elses-trace".into());
         let first = parse_body(JOB.as_bytes()).unwrap();
         let demoted = demote(forged);
         assert_eq!((demoted.attempt, &demoted.retry), (0, &first.retry));
         assert!(demoted.history.is_empty() && demoted.not_before.is_none());
+        assert_eq!(
+            demoted.trace, first.trace,
+            "a forged envelope's trace is dropped"
+        );
         assert_eq!((demoted.job, demoted.print), (first.job, first.print));
     }
 

@@ -15,6 +15,8 @@ use courier_core::ports::{Mailer, OutgoingEmail, Provider, Receipt, SendFailure}
 /// Tag names SES events carry back.
 pub const TAG_MESSAGE_ID: &str = "courier-message-id";
 pub const TAG_CAMPAIGN_ID: &str = "courier-campaign-id";
+/// The job's trace id (see [`courier_core::trace`]), so SES events carry it back.
+pub const TAG_TRACE_ID: &str = "courier-trace-id";
 
 /// Sends through SES v2.
 pub struct SesMailer {
@@ -173,10 +175,12 @@ impl Mailer for SesMailer {
             .from_email_address(email.from.email.to_string())
             .destination(destination)
             .content(EmailContent::builder().raw(raw_message).build());
-        for (name, value) in [
-            (TAG_MESSAGE_ID, &email.message_id),
-            (TAG_CAMPAIGN_ID, &email.campaign_id),
-        ] {
+        let tags = [
+            (TAG_MESSAGE_ID, Some(&email.message_id)),
+            (TAG_CAMPAIGN_ID, Some(&email.campaign_id)),
+            (TAG_TRACE_ID, email.trace_id.as_ref()),
+        ];
+        for (name, value) in tags.into_iter().filter_map(|(n, v)| Some((n, v?))) {
             let tag = MessageTag::builder()
                 .name(name)
                 .value(tag_value(value))
@@ -292,6 +296,7 @@ mod tests {
             text: Some("Hello".into()),
             html: None,
             headers: Vec::new(),
+            trace_id: None,
         }
     }
 

@@ -103,7 +103,9 @@ pub struct EmailJob {
     pub message_id: String,
     /// Groups jobs for search, stats and replay.
     pub campaign_id: String,
-    /// Carried into logs and dead letters for correlation.
+    /// One id that finds the job everywhere: every log line about it, its status record, the
+    /// sent message (`X-Courier-Trace-Id`, and an SES tag), its retry copies and its dead letter.
+    /// Without it, the root of an X-Ray trace header sent with the message (`AWSTraceHeader`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
     /// Selects the retry budget.

@@ -44,6 +44,9 @@ impl StatusStore for MemoryStatusStore {
                 rec.lease_until = Some(req.lease_until);
                 rec.unknown_since = None;
                 rec.updated_at = req.now;
+                if req.trace_id.is_some() {
+                    rec.trace_id.clone_from(&req.trace_id);
+                }
                 rec.history.push(HistoryEntry {
                     at: req.now,
                     status: Status::Processing,

@@ -142,7 +142,7 @@ fn settings_come_from_the_template() {
     assert_eq!(gsi["Projection"]["ProjectionType"], "INCLUDE");
     assert_eq!(
         gsi["Projection"]["NonKeyAttributes"],
-        json!(["status", "lease_until", "attempt", "updated_at"])
+        json!(["status", "lease_until", "attempt", "updated_at", "trace_id"])
     );
     assert_eq!(
         status["TimeToLiveSpecification"]["AttributeName"],

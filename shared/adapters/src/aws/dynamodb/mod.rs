@@ -96,6 +96,7 @@ pub fn record_of(item: &HashMap<String, AttributeValue>) -> Option<JobRecord> {
         payload: get_s(item, "payload"),
         resend_of: get_s(item, "resend_of"),
         swept_at: time(item, "swept_at"),
+        trace_id: get_s(item, "trace_id"),
     })
 }
 

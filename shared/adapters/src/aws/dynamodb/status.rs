@@ -89,13 +89,27 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(message_id) \
      OR (attempt < :a AND #s = :bounced_transient)";
 
 impl DynamoDbStatusStore {
-    /// The claim as an update (not a put: the record keeps its history and payload).
-    const CLAIM_UPDATE: &'static str = "SET #s = :processing, attempt = :a, lease_owner = :owner, \
-         lease_until = :lu, updated_at = :now, expires_at = :exp, open_state = :os, open_at = :now, \
-         history = list_append(if_not_exists(history, :empty), :h) REMOVE unknown_since, swept_at";
+    /// The claim as an update (not a put: the record keeps its history and payload), with the
+    /// job's trace when it has one.
+    fn claim_update(req: &ClaimRequest) -> &'static str {
+        match req.trace_id {
+            Some(_) => concat!(
+                "SET #s = :processing, attempt = :a, lease_owner = :owner, lease_until = :lu, ",
+                "updated_at = :now, expires_at = :exp, open_state = :os, open_at = :now, ",
+                "trace_id = :trace, history = list_append(if_not_exists(history, :empty), :h) ",
+                "REMOVE unknown_since, swept_at"
+            ),
+            None => concat!(
+                "SET #s = :processing, attempt = :a, lease_owner = :owner, lease_until = :lu, ",
+                "updated_at = :now, expires_at = :exp, open_state = :os, open_at = :now, ",
+                "history = list_append(if_not_exists(history, :empty), :h) ",
+                "REMOVE unknown_since, swept_at"
+            ),
+        }
+    }
 
     fn claim_values(&self, req: &ClaimRequest) -> HashMap<String, AttributeValue> {
-        HashMap::from([
+        let mut values = HashMap::from([
             (":owner".to_owned(), s(&req.owner)),
             (":lu".to_owned(), n(ms(req.lease_until))),
             (":exp".to_owned(), self.expires_at(req.now)),
@@ -125,7 +139,11 @@ impl DynamoDbStatusStore {
             ),
             (":cutoff".to_owned(), n(ms(req.now - req.grace))),
             (":now".to_owned(), n(ms(req.now))),
-        ])
+        ]);
+        if let Some(trace) = &req.trace_id {
+            values.insert(":trace".to_owned(), s(trace));
+        }
+        values
     }
 
     /// One conditional UpdateItem; a refusal returns the old item
@@ -136,7 +154,7 @@ impl DynamoDbStatusStore {
             .update_item()
             .table_name(&self.table)
             .key("message_id", s(&req.message_id))
-            .update_expression(Self::CLAIM_UPDATE)
+            .update_expression(Self::claim_update(req))
             .condition_expression(CLAIM_CONDITION)
             .expression_attribute_names("#s", "status")
             .set_expression_attribute_values(Some(self.claim_values(req)))
@@ -184,7 +202,7 @@ impl DynamoDbStatusStore {
         let update = Update::builder()
             .table_name(&self.table)
             .key("message_id", s(&req.message_id))
-            .update_expression(Self::CLAIM_UPDATE)
+            .update_expression(Self::claim_update(req))
             .condition_expression(CLAIM_CONDITION)
             .expression_attribute_names("#s", "status")
             .set_expression_attribute_values(Some(self.claim_values(req)))
