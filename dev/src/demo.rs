@@ -485,6 +485,7 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             password: None,
             credentials_secret: None,
             timeout: Duration::from_secs(10),
+            max_message_bytes: courier_adapters::smtp::DEFAULT_MAX_MESSAGE_BYTES,
         }),
     );
     let config = SendConfig {

@@ -177,6 +177,7 @@ impl Stack {
                 password: None,
                 credentials_secret: None,
                 timeout: Duration::from_secs(5),
+                max_message_bytes: courier_adapters::smtp::DEFAULT_MAX_MESSAGE_BYTES,
             }
         });
         Stack {

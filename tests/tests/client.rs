@@ -219,3 +219,61 @@ sys.exit(0 if result.ok else 1)
     assert_eq!(delivered.len(), 1);
     assert!(delivered[0].contains(&token), "{}", delivered[0]);
 }
+
+/// The content of the first base64 part of `mail`, decoded.
+fn first_base64_part(mail: &str) -> Vec<u8> {
+    use base64::Engine;
+    let start = mail
+        .find("Content-Transfer-Encoding: base64")
+        .expect("a base64 part");
+    let body = &mail[start..];
+    let body = &body[body
+        .find("\r\n\r\n")
+        .map_or_else(|| body.find("\n\n").unwrap() + 2, |i| i + 4)..];
+    let text: String = body
+        .lines()
+        .take_while(|l| !l.starts_with("--") && !l.trim().is_empty())
+        .collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(text.trim())
+        .expect("base64")
+}
+
+#[tokio::test]
+async fn an_attachment_from_the_client_arrives_byte_for_byte() {
+    let stack = Stack::create(&["smtp"]).await;
+    let rcpt = format!("{}@courier.test", unique("attach"));
+    // Every byte value, so no encoding may alter any of them.
+    let content: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    let email = Email::builder()
+        .message_id(unique("job"))
+        .campaign("client")
+        .from(stack.sender.clone())
+        .to(&rcpt)
+        .subject("Your invoice")
+        .text("Attached.")
+        .attach("invoice 4711.pdf", "application/pdf", content.clone())
+        .build()
+        .unwrap();
+    let files = courier_client::S3FileStore::new(
+        aws_sdk_s3::Client::new(&stack.sdk),
+        &stack.resources.payload_bucket,
+    );
+    CourierQueue::new(stack.sqs(), &stack.resources.queue_url)
+        .with_files(files)
+        .send(&email)
+        .await
+        .unwrap();
+    send_through_the_pipeline(&stack, email.message_id()).await;
+    let delivered = mailbox(&rcpt).await;
+    assert_eq!(delivered.len(), 1);
+    assert!(
+        delivered[0].contains("invoice 4711.pdf"),
+        "{}",
+        delivered[0]
+    );
+    assert!(
+        first_base64_part(&delivered[0]) == content,
+        "the attachment changed on the way"
+    );
+}

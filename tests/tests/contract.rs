@@ -714,6 +714,7 @@ fn email(from: &str, to: &str, id: &str) -> OutgoingEmail {
         html: None,
         headers: vec![],
         trace_id: None,
+        attachments: Vec::new(),
     }
 }
 
@@ -850,6 +851,7 @@ fn smtp_mailer(port_var: &str, timeout: Duration) -> SmtpMailer {
         credentials: None,
         timeout,
         pool_size: 2,
+        max_message_bytes: courier_adapters::smtp::DEFAULT_MAX_MESSAGE_BYTES,
     })
     .unwrap()
 }
@@ -912,6 +914,7 @@ async fn smtp_mailer_classifies_every_scripted_reply() {
         credentials: None,
         timeout: Duration::from_secs(5),
         pool_size: 1,
+        max_message_bytes: courier_adapters::smtp::DEFAULT_MAX_MESSAGE_BYTES,
     })
     .unwrap()
     .send(&email("s@courier.test", "x@courier.test", "smtp-r"))

@@ -483,21 +483,29 @@ fn disagreements(template: &Template, crates: &[Crate]) -> Vec<String> {
 /// many days after its creation). A stored body must outlive everything that points to it: the
 /// longest wait the default policy grants, then a copy's time on the send queue (at most the
 /// `QueueRetentionSeconds` maximum) and on its redrive DLQ, or a letter's on the dead-letter
-/// queue (14 days each). Only the send and archiver roles reach it, and only its prefix.
+/// queue (14 days each). Producers' attachments (`attachments/`) expire on the same horizon.
+/// Only the send and archiver roles reach it, and only its prefixes: the send function reads
+/// attachments, never writes them.
 #[test]
 fn the_payload_bucket_outlives_every_pointer_and_only_its_prefix_is_reachable() {
     let t = Template::load();
-    let rule =
-        &t.doc["Resources"]["PayloadBucket"]["Properties"]["LifecycleConfiguration"]["Rules"][0];
-    assert_eq!(
-        rule["Prefix"].as_str(),
-        Some(courier_core::claim_check::KEY_PREFIX)
-    );
-    let (tag, days) = tag_and_value(&rule["ExpirationInDays"]).expect("a !Ref");
-    assert_eq!(
-        (tag.as_str(), days.as_str()),
-        ("Ref", Some("PayloadRetentionDays"))
-    );
+    let rules =
+        &t.doc["Resources"]["PayloadBucket"]["Properties"]["LifecycleConfiguration"]["Rules"];
+    for (i, prefix) in [
+        courier_core::claim_check::KEY_PREFIX,
+        courier_core::job::attachment::KEY_PREFIX,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let rule = &rules[i];
+        assert_eq!(rule["Prefix"].as_str(), Some(prefix));
+        let (tag, days) = tag_and_value(&rule["ExpirationInDays"]).expect("a !Ref");
+        assert_eq!(
+            (tag.as_str(), days.as_str()),
+            ("Ref", Some("PayloadRetentionDays"))
+        );
+    }
     let retention_days: u64 = t
         .parameter_default("PayloadRetentionDays")
         .unwrap()
@@ -548,6 +556,14 @@ fn the_payload_bucket_outlives_every_pointer_and_only_its_prefix_is_reachable() 
                 );
                 continue;
             }
+            if resource.contains("${PayloadBucket.Arn}/attachments/*") {
+                assert_eq!(
+                    (name.as_str(), statement["Action"].as_str()),
+                    (Some("SendFunction"), Some("s3:GetObject")),
+                    "only the send function reads attachments"
+                );
+                continue;
+            }
             assert!(
                 resource.contains("${PayloadBucket.Arn}/claim-check/*"),
                 "{name:?}: {resource}"
@@ -559,8 +575,8 @@ fn the_payload_bucket_outlives_every_pointer_and_only_its_prefix_is_reachable() 
         }
     }
     assert_eq!(
-        grants, 4,
-        "the send and archiver functions: objects, and listing"
+        grants, 5,
+        "the send and archiver functions: objects, and listing; the send function's attachments"
     );
     assert!(
         !text.contains("BucketName: !Ref PayloadBucket"),

@@ -80,6 +80,7 @@ async fn main() {
         password: None,
         credentials_secret: None,
         timeout: Duration::from_secs(10),
+        max_message_bytes: courier_adapters::smtp::DEFAULT_MAX_MESSAGE_BYTES,
     };
     let sdk = courier_adapters::aws::sdk_config().await;
     let stack = courier_devkit::provision::provision(

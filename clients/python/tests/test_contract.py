@@ -21,6 +21,9 @@ def test_the_table_covers_every_outcome():
         "schema",
         "invalid_address",
         "body_too_large",
+        "attachments_too_large",
+        "invalid_attachment",
+        "attachment_denied",
     }
     assert {case.get("schema") for case in CASES if case["expect"] != "accept"} == {
         "rejects",

@@ -1,5 +1,7 @@
-"""Sending through SQS for real: the emulator (moto) that scripts/with-harness.sh starts."""
+"""Sending through SQS (and uploading attachments to S3) for real: the emulator (moto) that
+scripts/with-harness.sh starts."""
 
+import hashlib
 import json
 import os
 import time
@@ -9,7 +11,7 @@ import boto3
 import pytest
 from support import base_job
 
-from courier_client import CourierQueue, sqs_batches
+from courier_client import Attachment, CourierQueue, build_job, sqs_batches
 
 
 @pytest.fixture(scope="module")
@@ -28,6 +30,17 @@ def queue_url(sqs):
     url = sqs.create_queue(QueueName=name, Attributes={"MaximumMessageSize": "1048576"})["QueueUrl"]
     yield url
     sqs.delete_queue(QueueUrl=url)
+
+
+@pytest.fixture
+def bucket(sqs):
+    s3 = boto3.client("s3")
+    name = f"courier-client-{uuid.uuid4().hex}"
+    s3.create_bucket(Bucket=name)
+    yield name
+    for item in s3.list_objects_v2(Bucket=name).get("Contents", []):
+        s3.delete_object(Bucket=name, Key=item["Key"])
+    s3.delete_bucket(Bucket=name)
 
 
 class RecordingSqs:
@@ -90,3 +103,53 @@ def test_from_env_finds_the_queue_by_its_url(sqs, queue_url, monkeypatch):
     result = queue.send(base_job(message_id="from-env"))
     assert result.ok and result.attempts == 1
     assert receive_all(sqs, queue_url, 1) == [base_job(message_id="from-env")]
+
+
+def test_a_job_with_an_attachment_is_enqueued_after_its_file_is_stored(sqs, queue_url, bucket):
+    s3 = boto3.client("s3")
+    content = b"\x00%PDF-1.7\r\n\xff\xfe\x00 binary \x80\xff" + bytes(range(256))
+    attachment = Attachment("invoice 4711.pdf", "application/pdf", content)
+    job = build_job(
+        from_="Shop <shop@example.com>",
+        to="ann@example.org",
+        campaign_id="invoices",
+        idempotency_key="order-4711/invoice",
+        subject="Your invoice",
+        text="Attached.",
+        attachments=[attachment],
+    )
+    queue = CourierQueue(queue_url, sqs=sqs, s3=s3, payload_bucket=bucket)
+
+    result = queue.send(job)
+
+    assert result.ok and result.attempts == 1, result
+    (received,) = receive_all(sqs, queue_url, 1)
+    assert received == job
+    (reference,) = received["attachments"]
+    assert reference == attachment.ref()
+    assert reference["key"] == "attachments/" + hashlib.sha256(content).hexdigest()
+    stored = s3.get_object(Bucket=bucket, Key=reference["key"])
+    assert stored["Body"].read() == content
+    assert stored["ContentLength"] == reference["bytes"] == len(content)
+    assert stored["ContentType"] == "application/pdf"
+
+
+def test_from_env_reads_the_payload_bucket(sqs, queue_url, bucket, monkeypatch):
+    monkeypatch.setenv("COURIER_QUEUE_URL", queue_url)
+    monkeypatch.setenv("COURIER_PAYLOAD_BUCKET", bucket)
+    monkeypatch.delenv("COURIER_STACK", raising=False)
+    queue = CourierQueue.from_env()
+    attachment = Attachment("notes.txt", "text/plain", b"from the environment\n")
+    job = build_job(
+        from_="Shop <shop@example.com>",
+        to="ann@example.org",
+        campaign_id="notes",
+        message_id="from-env-bucket",
+        subject="Notes",
+        text="Attached.",
+        attachments=[attachment],
+    )
+    assert queue.send(job).ok
+    stored = boto3.client("s3").get_object(Bucket=bucket, Key=attachment.key)
+    assert stored["Body"].read() == b"from the environment\n"
+    assert receive_all(sqs, queue_url, 1) == [job]

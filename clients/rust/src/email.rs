@@ -4,7 +4,8 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use courier_core::job::{
-    Content, EmailJob, JOB_VERSION, JobError, Priority, ProviderHint, TemplateRef, fingerprint,
+    AttachmentRef, Content, EmailJob, JOB_VERSION, JobError, Priority, ProviderHint, TemplateRef,
+    fingerprint,
 };
 use courier_core::limits::SQS_MAX_BYTES;
 
@@ -13,6 +14,9 @@ use courier_core::limits::SQS_MAX_BYTES;
 pub struct Email {
     job: EmailJob,
     body: String,
+    /// Attachments this process holds, by key: uploaded to the payload bucket before the job is
+    /// enqueued.
+    files: Vec<(String, Vec<u8>)>,
 }
 
 /// Why an email cannot be enqueued.
@@ -61,7 +65,16 @@ impl Email {
         let job = EmailJob::parse(body.as_bytes()).map_err(|rejected| InvalidEmail::Contract {
             source: rejected.error,
         })?;
-        Ok(Email { job, body })
+        Ok(Email {
+            job,
+            body,
+            files: Vec::new(),
+        })
+    }
+
+    /// The attachments this process holds (key, content), to be stored before the job is sent.
+    pub fn files(&self) -> &[(String, Vec<u8>)] {
+        &self.files
     }
 
     /// The job, as the send function will read it.
@@ -133,6 +146,8 @@ pub struct EmailBuilder {
     headers: BTreeMap<String, String>,
     provider: Option<ProviderHint>,
     not_after: Option<DateTime<Utc>>,
+    attachments: Vec<AttachmentRef>,
+    files: Vec<(String, Vec<u8>)>,
 }
 
 impl EmailBuilder {
@@ -246,6 +261,23 @@ impl EmailBuilder {
         self
     }
 
+    /// Attaches a file: [`CourierQueue`](crate::CourierQueue) stores it in the stack's payload
+    /// bucket (at `attachments/{sha256}`) before it enqueues the job, which names it.
+    pub fn attach(
+        mut self,
+        filename: impl Into<String>,
+        content_type: impl Into<String>,
+        content: impl Into<Vec<u8>>,
+    ) -> Self {
+        let content = content.into();
+        let reference = AttachmentRef::of(&filename.into(), &content_type.into(), &content);
+        if !self.files.iter().any(|(key, _)| *key == reference.key) {
+            self.files.push((reference.key.clone(), content));
+        }
+        self.attachments.push(reference);
+        self
+    }
+
     /// Validates the job as the send function will, on the message body it becomes.
     pub fn build(self) -> Result<Email, InvalidEmail> {
         let inline = self.subject.is_some() || self.text.is_some() || self.html.is_some();
@@ -259,7 +291,8 @@ impl EmailBuilder {
                 id: self.template.unwrap_or_default(),
                 variables: self.variables,
             });
-        Email::from_job(&EmailJob {
+        let files = self.files;
+        let email = Email::from_job(&EmailJob {
             version: JOB_VERSION,
             message_id: self.message_id.unwrap_or_default(),
             campaign_id: self.campaign_id.unwrap_or_default(),
@@ -274,7 +307,9 @@ impl EmailBuilder {
             headers: self.headers,
             provider: self.provider,
             not_after: self.not_after,
-        })
+            attachments: self.attachments,
+        })?;
+        Ok(Email { files, ..email })
     }
 }
 

@@ -13,7 +13,8 @@
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
 //! use courier_client::{CourierQueue, Email};
 //! let sdk = aws_config::load_from_env().await;
-//! let queue = CourierQueue::from_env(&sdk).await?; // COURIER_QUEUE_URL or COURIER_STACK
+//! // COURIER_QUEUE_URL and COURIER_PAYLOAD_BUCKET, or COURIER_STACK's outputs
+//! let queue = CourierQueue::from_env(&sdk).await?;
 //! let email = Email::builder()
 //!     .idempotency_key("order-4711/receipt")
 //!     .campaign("receipts")
@@ -21,6 +22,7 @@
 //!     .to("ann@example.org")
 //!     .subject("Your receipt")
 //!     .text("Thanks for your order.")
+//!     .attach("invoice.pdf", "application/pdf", std::fs::read("invoice.pdf")?)
 //!     .build()?;
 //! queue.send(&email).await?;
 //! # Ok(())
@@ -33,6 +35,6 @@ mod queue;
 pub use courier_core::job::{EmailJob, JobError, Priority, ProviderHint};
 pub use email::{Email, EmailBuilder, InvalidEmail, message_id_for};
 pub use queue::{
-    ConfigError, CourierQueue, EntryResult, QueueWriter, SendError, Sent, SqsQueueWriter,
-    WriteError,
+    ConfigError, CourierQueue, EntryResult, FileStore, QueueWriter, S3FileStore, SendError, Sent,
+    SqsQueueWriter, WriteError,
 };

@@ -129,6 +129,45 @@ impl QueueWriter for SqsQueueWriter {
     }
 }
 
+/// Stores attachments in the stack's payload bucket.
+#[async_trait::async_trait]
+pub trait FileStore: Send + Sync + std::fmt::Debug {
+    /// Writes `content` at `key` (content-addressed: writing it again is harmless).
+    async fn put(&self, key: &str, content: &[u8]) -> Result<(), WriteError>;
+}
+
+/// [`FileStore`] on S3's `PutObject`.
+#[derive(Debug, Clone)]
+pub struct S3FileStore {
+    s3: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+impl S3FileStore {
+    /// Writes to `bucket` (the stack's `PayloadBucketName` output) with the application's client.
+    pub fn new(s3: aws_sdk_s3::Client, bucket: impl Into<String>) -> Self {
+        S3FileStore {
+            s3,
+            bucket: bucket.into(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl FileStore for S3FileStore {
+    async fn put(&self, key: &str, content: &[u8]) -> Result<(), WriteError> {
+        self.s3
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(content.to_vec().into())
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(write_error)
+    }
+}
+
 /// An email on the queue.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sent {
@@ -155,6 +194,20 @@ pub enum SendError {
         attempts: u32,
         last: String,
     },
+    /// An attachment could not be stored, so the email was not enqueued.
+    #[error(
+        "the email {message_id} is not on the queue: its attachment {key} was not stored: {reason}"
+    )]
+    Upload {
+        message_id: String,
+        key: String,
+        reason: String,
+    },
+    /// The email has attachments and the queue no payload bucket to store them in.
+    #[error(
+        "the email {message_id} has attachments and no payload bucket is set: set COURIER_PAYLOAD_BUCKET (the stack's PayloadBucketName) or use CourierQueue::with_files"
+    )]
+    NoPayloadBucket { message_id: String },
 }
 
 /// Why the queue's address could not be found.
@@ -175,6 +228,7 @@ pub enum ConfigError {
 #[derive(Debug, Clone)]
 pub struct CourierQueue<W = SqsQueueWriter> {
     writer: W,
+    files: Option<std::sync::Arc<dyn FileStore>>,
     max_attempts: u32,
     backoff: Duration,
     max_backoff: Duration,
@@ -186,15 +240,27 @@ impl CourierQueue<SqsQueueWriter> {
         CourierQueue::with_writer(SqsQueueWriter::new(sqs, queue_url))
     }
 
-    /// The queue named by `COURIER_QUEUE_URL`, or else by the `SendQueueUrl` output of the stack
-    /// named by `COURIER_STACK`.
+    /// The queue named by `COURIER_QUEUE_URL` (and the payload bucket by
+    /// `COURIER_PAYLOAD_BUCKET`), or else by the `SendQueueUrl` and `PayloadBucketName` outputs
+    /// of the stack named by `COURIER_STACK`.
     pub async fn from_env(sdk: &aws_config::SdkConfig) -> Result<Self, ConfigError> {
         let sqs = aws_sdk_sqs::Client::new(sdk);
         if let Some(url) = std::env::var("COURIER_QUEUE_URL")
             .ok()
             .filter(|u| !u.is_empty())
         {
-            return Ok(CourierQueue::new(sqs, url));
+            let queue = CourierQueue::new(sqs, url);
+            return Ok(
+                match std::env::var("COURIER_PAYLOAD_BUCKET")
+                    .ok()
+                    .filter(|b| !b.is_empty())
+                {
+                    Some(bucket) => {
+                        queue.with_files(S3FileStore::new(aws_sdk_s3::Client::new(sdk), bucket))
+                    }
+                    None => queue,
+                },
+            );
         }
         match std::env::var("COURIER_STACK")
             .ok()
@@ -216,16 +282,24 @@ impl CourierQueue<SqsQueueWriter> {
                 stack: stack.to_owned(),
                 message: e.message().map_or_else(|| format!("{e:?}"), str::to_owned),
             })?;
-        let url = out
-            .stacks()
-            .iter()
-            .flat_map(|s| s.outputs())
-            .find(|o| o.output_key() == Some("SendQueueUrl"))
-            .and_then(|o| o.output_value())
-            .ok_or_else(|| ConfigError::NoOutput {
-                stack: stack.to_owned(),
-            })?;
-        Ok(CourierQueue::new(aws_sdk_sqs::Client::new(sdk), url))
+        let output = |name: &str| {
+            out.stacks()
+                .iter()
+                .flat_map(|s| s.outputs())
+                .find(|o| o.output_key() == Some(name))
+                .and_then(|o| o.output_value())
+                .map(str::to_owned)
+        };
+        let url = output("SendQueueUrl").ok_or_else(|| ConfigError::NoOutput {
+            stack: stack.to_owned(),
+        })?;
+        let queue = CourierQueue::new(aws_sdk_sqs::Client::new(sdk), url);
+        Ok(match output("PayloadBucketName") {
+            Some(bucket) => {
+                queue.with_files(S3FileStore::new(aws_sdk_s3::Client::new(sdk), bucket))
+            }
+            None => queue,
+        })
     }
 }
 
@@ -234,10 +308,18 @@ impl<W: QueueWriter> CourierQueue<W> {
     pub fn with_writer(writer: W) -> Self {
         CourierQueue {
             writer,
+            files: None,
             max_attempts: 5,
             backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
         }
+    }
+
+    /// Stores attachments through `files` (the stack's payload bucket).
+    #[must_use]
+    pub fn with_files(mut self, files: impl FileStore + 'static) -> Self {
+        self.files = Some(std::sync::Arc::new(files));
+        self
     }
 
     /// Calls per email at most (at least 1).
@@ -264,7 +346,14 @@ impl<W: QueueWriter> CourierQueue<W> {
     /// call did) are sent again, alone with the other failures, up to the attempt limit.
     pub async fn send_batch(&self, emails: &[Email]) -> Vec<Result<Sent, SendError>> {
         let mut results: Vec<Option<Result<Sent, SendError>>> = vec![None; emails.len()];
-        let mut pending: Vec<usize> = (0..emails.len()).collect();
+        let mut pending: Vec<usize> = Vec::with_capacity(emails.len());
+        // Attachments first: a job never reaches the queue before its files exist.
+        for (i, email) in emails.iter().enumerate() {
+            match self.store_files(email).await {
+                Ok(()) => pending.push(i),
+                Err(e) => results[i] = Some(Err(e)),
+            }
+        }
         let mut attempt = 0;
         while !pending.is_empty() {
             attempt += 1;
@@ -337,6 +426,37 @@ impl<W: QueueWriter> CourierQueue<W> {
                 })
             })
             .collect()
+    }
+
+    /// Stores the email's attachments, each retried like a queue entry.
+    async fn store_files(&self, email: &Email) -> Result<(), SendError> {
+        if email.files().is_empty() {
+            return Ok(());
+        }
+        let message_id = email.message_id().to_owned();
+        let Some(store) = &self.files else {
+            return Err(SendError::NoPayloadBucket { message_id });
+        };
+        for (key, content) in email.files() {
+            let mut attempt = 0;
+            loop {
+                attempt += 1;
+                match store.put(key, content).await {
+                    Ok(()) => break,
+                    Err(e) if e.transient && attempt < self.max_attempts => {
+                        tokio::time::sleep(self.delay(attempt)).await;
+                    }
+                    Err(e) => {
+                        return Err(SendError::Upload {
+                            message_id,
+                            key: key.clone(),
+                            reason: e.to_string(),
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The wait after failed attempt `attempt` (1-based): the backoff doubled each time, capped.

@@ -3,7 +3,58 @@
 
 use super::*;
 
+/// Why a job's attachments cannot be attached.
+enum AttachmentFault {
+    /// The store failed: the record is redelivered.
+    Store(StoreError),
+    /// Gone or altered: the job cannot be sent as written.
+    Unusable(Verdict),
+}
+
 impl Pipeline {
+    /// The job's attachments, fetched from the payload store and checked against their
+    /// references (size and SHA-256).
+    async fn attachments(
+        &self,
+        job: &courier_core::job::EmailJob,
+    ) -> Result<Vec<courier_core::ports::Attachment>, AttachmentFault> {
+        let mut files = Vec::with_capacity(job.attachments.len());
+        for reference in &job.attachments {
+            let unusable = |rule: &str, what: &str| {
+                AttachmentFault::Unusable(Verdict::local(
+                    ErrorClass::InvalidJob,
+                    rule,
+                    format!(
+                        "attachment {:?} ({}) {what}",
+                        reference.filename, reference.key
+                    ),
+                ))
+            };
+            let content = match self.payloads.get(&reference.key).await {
+                Ok(Some(content)) => content,
+                Ok(None) => {
+                    return Err(unusable(
+                        "attachment-missing",
+                        "is not in the payload bucket",
+                    ));
+                }
+                Err(e) => return Err(AttachmentFault::Store(e)),
+            };
+            if !reference.matches(&content) {
+                return Err(unusable(
+                    "attachment-altered",
+                    "does not match its size and SHA-256",
+                ));
+            }
+            files.push(courier_core::ports::Attachment {
+                filename: reference.filename.clone(),
+                content_type: reference.content_type.clone(),
+                content,
+            });
+        }
+        Ok(files)
+    }
+
     pub(crate) async fn attempt(
         &self,
         incoming: &Incoming,
@@ -40,7 +91,7 @@ impl Pipeline {
                     .await;
             }
         };
-        let email = match build_email(incoming, suppressed, content) {
+        let mut email = match build_email(incoming, suppressed, content) {
             Ok(email) => email,
             Err(e) => {
                 let verdict = Verdict::local(ErrorClass::InvalidJob, "build", e.to_string());
@@ -49,6 +100,16 @@ impl Pipeline {
                     .await;
             }
         };
+        // Attachments, from the payload bucket, each checked against its reference.
+        match self.attachments(job).await {
+            Ok(files) => email.attachments = files,
+            Err(AttachmentFault::Store(e)) => return Fate::Redeliver(e.into()),
+            Err(AttachmentFault::Unusable(verdict)) => {
+                return self
+                    .after_failure(incoming, verdict, None, now, owner, Acceptance::Refused)
+                    .await;
+            }
+        }
         // The receiving domain's pace (a domain that throttled us has a rate of its own).
         let destination = first_recipient_domain(&email);
         if let Some(domain) = &destination {

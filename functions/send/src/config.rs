@@ -203,6 +203,9 @@ pub struct SmtpSettings {
     /// (instead of `COURIER_SMTP_USERNAME`/`COURIER_SMTP_PASSWORD`).
     pub credentials_secret: Option<String>,
     pub timeout: Duration,
+    /// `COURIER_SMTP_MAX_MESSAGE_BYTES`: the relay's message size limit (default 10,240,000,
+    /// Postfix's); a message with attachments above it is dead-lettered, not sent.
+    pub max_message_bytes: usize,
 }
 
 /// One SMTP credential without the other.
@@ -489,6 +492,18 @@ impl SendConfig {
                 password,
                 credentials_secret,
                 timeout: duration(&lookup, "COURIER_SMTP_TIMEOUT", Duration::from_secs(30))?,
+                max_message_bytes: match lookup("COURIER_SMTP_MAX_MESSAGE_BYTES") {
+                    None => courier_adapters::smtp::DEFAULT_MAX_MESSAGE_BYTES,
+                    Some(v) => v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1024..=100_000_000).contains(n))
+                        .ok_or_else(|| ConfigError::Invalid {
+                            name: "COURIER_SMTP_MAX_MESSAGE_BYTES",
+                            value: v.clone(),
+                            problem: "must be a whole number of bytes in 1024..=100000000".into(),
+                        })?,
+                },
             })
         } else {
             None
@@ -766,6 +781,23 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("COURIER_SMTP_TLS"), "{err}");
+    }
+
+    #[test]
+    fn the_relays_message_size_limit_defaults_to_postfixs_and_is_checked() {
+        let mut env = base();
+        env.insert("COURIER_PROVIDERS", "smtp".into());
+        env.insert("COURIER_SMTP_HOST", "relay.example".into());
+        let (_, resources, _) = parse(&env).unwrap();
+        assert_eq!(resources.smtp.unwrap().max_message_bytes, 10_240_000);
+        env.insert("COURIER_SMTP_MAX_MESSAGE_BYTES", "52428800".into());
+        let (_, resources, _) = parse(&env).unwrap();
+        assert_eq!(resources.smtp.unwrap().max_message_bytes, 52_428_800);
+        for bad in ["10", "lots", "200000000"] {
+            env.insert("COURIER_SMTP_MAX_MESSAGE_BYTES", bad.into());
+            let err = parse(&env).unwrap_err().to_string();
+            assert!(err.contains("COURIER_SMTP_MAX_MESSAGE_BYTES"), "{err}");
+        }
     }
 
     #[test]

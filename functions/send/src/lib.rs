@@ -677,6 +677,7 @@ fn build_email(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect(),
         trace_id: incoming.trace.clone(),
+        attachments: Vec::new(),
     })
 }
 

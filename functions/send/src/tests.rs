@@ -13,6 +13,7 @@ use courier_devkit::memory::*;
 
 use super::*;
 
+mod attachments;
 mod lane;
 mod live;
 mod pacing;

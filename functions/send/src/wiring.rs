@@ -78,6 +78,7 @@ fn smtp_options(smtp: &crate::config::SmtpSettings, config: &SendConfig) -> Smtp
         credentials: smtp.username.clone().zip(smtp.password.clone()),
         timeout: smtp.timeout,
         pool_size: u32::try_from(config.concurrency).unwrap_or(10),
+        max_message_bytes: smtp.max_message_bytes,
     }
 }
 

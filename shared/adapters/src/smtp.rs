@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use lettre::message::header::{HeaderName, HeaderValue};
+use lettre::message::header::{ContentType, HeaderName, HeaderValue};
 use lettre::message::{Mailboxes, MultiPart, SinglePart};
 use lettre::transport::smtp::authentication::Credentials;
 use lettre::transport::smtp::client::{Tls, TlsParameters};
@@ -37,6 +37,24 @@ pub struct SmtpOptions {
     /// Bound on one whole send (connect, envelope, data).
     pub timeout: Duration,
     pub pool_size: u32,
+    /// The relay's message size limit: a larger message is refused before it is sent.
+    pub max_message_bytes: usize,
+}
+
+/// Postfix's default `message_size_limit` (10,240,000 bytes).
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 10_240_000;
+
+/// The failure of a message larger than a provider takes: refused before the call, not retried.
+pub fn too_large(bytes: usize, limit: usize, provider: &str) -> SendFailure {
+    SendFailure {
+        verdict: Verdict::local(
+            ErrorClass::ContentRejected,
+            "message-too-large",
+            format!("the message is {bytes} bytes; {provider} takes at most {limit}"),
+        ),
+        ambiguous: false,
+        source: None,
+    }
 }
 
 impl std::fmt::Debug for SmtpOptions {
@@ -71,6 +89,7 @@ pub struct SmtpSetupError {
 pub struct SmtpMailer {
     transport: AsyncSmtpTransport<Tokio1Executor>,
     timeout: Duration,
+    max_message_bytes: usize,
 }
 
 impl SmtpMailer {
@@ -102,6 +121,7 @@ impl SmtpMailer {
         Ok(SmtpMailer {
             transport: builder.build(),
             timeout: options.timeout,
+            max_message_bytes: options.max_message_bytes,
         })
     }
 }
@@ -153,16 +173,43 @@ pub fn build_message(email: &OutgoingEmail) -> Result<Message, String> {
             builder = builder.raw_header(HeaderValue::new(header, value.clone()));
         }
     }
-    let result = match (&email.text, &email.html) {
-        (Some(text), Some(html)) => builder.multipart(MultiPart::alternative_plain_html(
+    let body = match (&email.text, &email.html) {
+        (Some(text), Some(html)) => Body::Multi(MultiPart::alternative_plain_html(
             text.clone(),
             html.clone(),
         )),
-        (Some(text), None) => builder.singlepart(SinglePart::plain(text.clone())),
-        (None, Some(html)) => builder.singlepart(SinglePart::html(html.clone())),
+        (Some(text), None) => Body::Single(SinglePart::plain(text.clone())),
+        (None, Some(html)) => Body::Single(SinglePart::html(html.clone())),
         (None, None) => return Err("no body".into()),
     };
+    let result = if email.attachments.is_empty() {
+        match body {
+            Body::Multi(part) => builder.multipart(part),
+            Body::Single(part) => builder.singlepart(part),
+        }
+    } else {
+        // multipart/mixed: the body first, then each file (lettre encodes the name, RFC 2231).
+        let mut mixed = match body {
+            Body::Multi(part) => MultiPart::mixed().multipart(part),
+            Body::Single(part) => MultiPart::mixed().singlepart(part),
+        };
+        for file in &email.attachments {
+            let content_type = ContentType::parse(&file.content_type)
+                .map_err(|e| format!("attachment {:?}: {e}", file.filename))?;
+            mixed = mixed.singlepart(
+                lettre::message::Attachment::new(file.filename.clone())
+                    .body(file.content.clone(), content_type),
+            );
+        }
+        builder.multipart(mixed)
+    };
     result.map_err(|e| e.to_string())
+}
+
+/// A message body: one part, or text and html as alternatives.
+enum Body {
+    Single(SinglePart),
+    Multi(MultiPart),
 }
 
 /// Classifies a lettre error: the server's reply when it sent one, else the local failure.
@@ -223,6 +270,12 @@ impl Mailer for SmtpMailer {
             ambiguous: false,
             source: None,
         })?;
+        if !email.attachments.is_empty() {
+            let bytes = message.formatted().len();
+            if bytes > self.max_message_bytes {
+                return Err(too_large(bytes, self.max_message_bytes, "the SMTP relay"));
+            }
+        }
         match tokio::time::timeout(self.timeout, self.transport.send(message)).await {
             Ok(Ok(response)) => Ok(Receipt {
                 provider_message_id: response
@@ -272,6 +325,7 @@ mod tests {
                 ("List-Unsubscribe".into(), "<https://x.example/u>".into()),
             ],
             trace_id: None,
+            attachments: Vec::new(),
         }
     }
 
@@ -298,6 +352,56 @@ mod tests {
         };
         let raw = String::from_utf8(build_message(&traced).unwrap().formatted()).unwrap();
         assert!(raw.contains("X-Courier-Trace-Id: 1-5759e988-bd862e3fe1be46a994272793"));
+    }
+
+    #[test]
+    fn attachments_go_in_a_mixed_message_after_the_body() {
+        let mut e = email();
+        e.attachments.push(courier_core::ports::Attachment {
+            filename: "invoice 4711.pdf".into(),
+            content_type: "application/pdf".into(),
+            content: b"%PDF-1.7 \x00\xff\xfe binary".to_vec(),
+        });
+        let raw = String::from_utf8(build_message(&e).unwrap().formatted()).unwrap();
+        assert!(raw.contains("multipart/mixed"), "{raw}");
+        assert!(raw.contains("multipart/alternative"), "{raw}");
+        assert!(raw.contains("Content-Type: application/pdf"), "{raw}");
+        assert!(raw.contains("filename=\"invoice 4711.pdf\""), "{raw}");
+        // Binary content travels in base64: "%PDF-1.7 \0\xff\xfe binary".
+        assert!(raw.contains("JVBERi0xLjcgAP/+IGJpbmFyeQ=="), "{raw}");
+    }
+
+    #[tokio::test]
+    async fn a_message_above_the_relays_limit_is_refused_before_connecting() {
+        let mailer = SmtpMailer::new(&SmtpOptions {
+            host: "127.0.0.1".into(),
+            port: 9, // nothing listens: a connection attempt would fail differently
+            security: SmtpSecurity::None,
+            credentials: None,
+            timeout: Duration::from_secs(5),
+            pool_size: 1,
+            max_message_bytes: 2_000,
+        })
+        .unwrap();
+        let mut e = email();
+        e.attachments.push(courier_core::ports::Attachment {
+            filename: "big.bin".into(),
+            content_type: "application/octet-stream".into(),
+            content: vec![0u8; 4_000],
+        });
+        let failure = mailer.send(&e).await.unwrap_err();
+        assert_eq!(
+            (
+                failure.verdict.class,
+                failure.verdict.rule.as_str(),
+                failure.ambiguous
+            ),
+            (
+                ErrorClass::ContentRejected,
+                "local.message-too-large",
+                false
+            )
+        );
     }
 
     #[test]

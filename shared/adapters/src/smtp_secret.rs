@@ -265,6 +265,7 @@ mod tests {
             credentials: None,
             timeout: Duration::from_secs(5),
             pool_size: 1,
+            max_message_bytes: crate::smtp::DEFAULT_MAX_MESSAGE_BYTES,
         }
     }
 
@@ -281,6 +282,7 @@ mod tests {
             html: None,
             headers: vec![],
             trace_id: None,
+            attachments: Vec::new(),
         }
     }
 

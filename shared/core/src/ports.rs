@@ -289,6 +289,27 @@ pub struct OutgoingEmail {
     pub headers: Vec<(String, String)>,
     /// Sent as the `X-Courier-Trace-Id` header and, on SES, a message tag.
     pub trace_id: Option<String>,
+    /// Files attached to the message, fetched and checked against their references.
+    pub attachments: Vec<Attachment>,
+}
+
+/// A file attached to an outgoing message.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Attachment {
+    pub filename: String,
+    pub content_type: String,
+    pub content: Vec<u8>,
+}
+
+impl std::fmt::Debug for Attachment {
+    // The content stays out of logs and test output.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Attachment")
+            .field("filename", &self.filename)
+            .field("content_type", &self.content_type)
+            .field("bytes", &self.content.len())
+            .finish()
+    }
 }
 
 /// A provider accepted the message.

@@ -53,6 +53,9 @@ fn every_rejection_code_of_a_json_value_has_a_row() {
         "template_xor_content",
         "no_body",
         "header_not_allowed",
+        "invalid_attachment",
+        "attachment_denied",
+        "attachments_too_large",
     ];
     let cases = conformance::cases();
     for code in codes {

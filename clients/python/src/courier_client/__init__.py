@@ -1,20 +1,30 @@
 """Courier's Python producer client: build email jobs (the ``EmailJob`` v1 contract), validate
-them exactly as Courier's send function does, and put them on its SQS send queue.
+them exactly as Courier's send function does, upload their attachments to the stack's payload
+bucket and put them on its SQS send queue.
 
->>> from courier_client import CourierQueue, build_job
+>>> from courier_client import Attachment, CourierQueue, build_job
 >>> job = build_job(from_="Shop <shop@example.com>", to="ann@example.org", campaign_id="receipts",
-...                 idempotency_key="order-4711/receipt", subject="Your receipt", text="Thanks!")
+...                 idempotency_key="order-4711/receipt", subject="Your receipt", text="Thanks!",
+...                 attachments=[Attachment("receipt.txt", "text/plain", b"4711: 12.00 EUR")])
 >>> CourierQueue.from_env().send(job).ok  # doctest: +SKIP
 True
 """
 
 from ._job import (
     ALLOWED_HEADERS,
+    ATTACHMENT_KEY_PREFIX,
+    DENIED_CONTENT_TYPES,
+    DENIED_EXTENSIONS,
     JOB_VERSION,
+    MAX_ATTACHMENT_BYTES,
+    MAX_ATTACHMENTS,
     MAX_BODY_BYTES,
+    MAX_FILENAME_LEN,
     MAX_RECIPIENTS,
     SQS_MAX_BYTES,
+    Attachment,
     InvalidJob,
+    Job,
     build_job,
     encode,
     message_id_for,
@@ -24,14 +34,22 @@ from ._queue import SQS_BATCH_ENTRIES, ConfigError, CourierQueue, SendResult, sq
 
 __all__ = [
     "ALLOWED_HEADERS",
+    "ATTACHMENT_KEY_PREFIX",
+    "DENIED_CONTENT_TYPES",
+    "DENIED_EXTENSIONS",
     "JOB_VERSION",
+    "MAX_ATTACHMENT_BYTES",
+    "MAX_ATTACHMENTS",
     "MAX_BODY_BYTES",
+    "MAX_FILENAME_LEN",
     "MAX_RECIPIENTS",
     "SQS_BATCH_ENTRIES",
     "SQS_MAX_BYTES",
+    "Attachment",
     "ConfigError",
     "CourierQueue",
     "InvalidJob",
+    "Job",
     "SendResult",
     "build_job",
     "encode",

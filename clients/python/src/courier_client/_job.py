@@ -1,15 +1,18 @@
 """The job contract (``EmailJob`` v1): validation as the send function's parser does it, the
-idempotency helper, building a job and encoding it as an SQS body."""
+idempotency helper, attachments, building a job and encoding it as an SQS body."""
 
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import math
 import re
+import string
+from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 import rfc3339_validator
 from jsonschema import Draft202012Validator
@@ -38,6 +41,36 @@ ALLOWED_HEADERS = (
     "X-Entity-Ref-ID",
 )
 
+#: Where attachments live in the stack's payload bucket: ``attachments/{sha256 of the content}``.
+ATTACHMENT_KEY_PREFIX = "attachments/"
+#: At most this many attachments per job.
+MAX_ATTACHMENTS = 10
+#: At most this many bytes of attachments per job, together (25 MiB).
+MAX_ATTACHMENT_BYTES = 25 * 1024 * 1024
+#: Longest attachment file name, in characters.
+MAX_FILENAME_LEN = 255
+#: File name extensions refused (matched case-insensitively): executables and scripts, the types
+#: Gmail and Outlook block (``DENIED_EXTENSIONS`` in shared/core/src/job/attachment.rs).
+DENIED_EXTENSIONS = frozenset(
+    "ade adp apk appx bat cab chm cmd com cpl dll dmg exe hta ins iso isp jar js jse lib lnk mde "
+    "msc msi msix msp mst nsh pif ps1 scr sct shb sys vb vbe vbs vxd wsc wsf wsh".split()
+)
+#: Content types refused (matched case-insensitively), for the same reason.
+DENIED_CONTENT_TYPES = frozenset(
+    (
+        "application/hta",
+        "application/java-archive",
+        "application/x-bat",
+        "application/x-msdos-program",
+        "application/x-msdownload",
+        "application/x-ms-installer",
+        "application/x-msi",
+        "application/x-sh",
+        "application/x-shellscript",
+        "application/vnd.microsoft.portable-executable",
+    )
+)
+
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_TAB = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 # Bidi controls, zero-width space, word joiner, BOM, line and paragraph separators
@@ -46,12 +79,24 @@ _DECEPTIVE = re.compile(
     "[\u061c\u200b\u200e\u200f\u202a-\u202e\u2028\u2029\u2060\u2066-\u2069\ufeff]"
 )
 _SURROGATE = re.compile("[\ud800-\udfff]")
+# What an attachment's file name may not hold: control and deceptive characters, path separators.
+_FILENAME_FORBIDDEN = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200b\u200e\u200f\u202a-\u202e\u2028\u2029\u2060"
+    "\u2066-\u2069\ufeff/\\\\]"
+)
+# RFC 6838 type-name or subtype-name (`is_media_type` in shared/core/src/job/attachment.rs).
+_MEDIA_TYPE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}")
+_SHA256_HEX = re.compile("[0-9a-f]{64}")
+# Rust's `to_ascii_lowercase`: only A-Z change (str.lower also folds, say, the Kelvin sign to k).
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_U64_MAX = 2**64 - 1
 _TEMPLATE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(?:/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
 
 _JOB_FIELDS = frozenset(
     "version message_id campaign_id trace_id priority from to cc bcc template content headers "
-    "provider not_after".split()
+    "provider not_after attachments".split()
 )
+_ATTACHMENT_FIELDS = ("filename", "content_type", "key", "bytes", "sha256")
 _REQUIRED = ("message_id", "campaign_id", "from", "to")
 _PRIORITIES = ("transactional", "bulk")
 _PROVIDERS = ("ses", "smtp")
@@ -82,7 +127,8 @@ def validate(job: Any) -> None:
     The checks run in the parser's order: an object, its ``version``, the structure (types,
     unknown fields, enum values, the RFC 3339 ``not_after``, required fields: all ``schema``),
     then the rules of ``EmailJob::validate``: ids, ``from``, recipients, headers, template or
-    content. The published JSON Schema runs last as a net: it states no rule the parser lacks.
+    content, attachments. The published JSON Schema runs last as a net: it states no rule the
+    parser lacks.
     """
     if not isinstance(job, dict):
         raise InvalidJob("not_an_object", f"job must be a JSON object, found {type(job).__name__}")
@@ -179,6 +225,18 @@ def _check_structure(job: dict) -> None:
     _expect(not_after, str, "not_after", nullable=True)
     if not_after is not None and not rfc3339_validator.validate_rfc3339(not_after):
         raise _schema_error(f"`not_after` is not an RFC 3339 date-time: {not_after!r}")
+    attachments = job.get("attachments", [])
+    _expect(attachments, list, "attachments")
+    for i, attachment in enumerate(attachments):
+        where = f"attachments[{i}]"
+        _expect(attachment, dict, where)
+        _expect_fields(attachment, _ATTACHMENT_FIELDS, _ATTACHMENT_FIELDS, f"`{where}`")
+        for name in ("filename", "content_type", "key", "sha256"):
+            _expect(attachment[name], str, f"{where}.{name}")
+        size = attachment["bytes"]
+        # serde's u64: a JSON integer (not a boolean, not 20.0) from 0 to 2^64 - 1.
+        if type(size) is not int or not 0 <= size <= _U64_MAX:
+            raise _schema_error(f"`{where}.bytes` must be an integer from 0 to {_U64_MAX}")
 
 
 def _check_id(field: str, value: str) -> None:
@@ -273,6 +331,7 @@ def _check_rules(job: dict) -> None:
         _check_body_size(len(_compact_json(template.get("variables", {})).encode("utf-8")))
     else:
         _check_content(content)
+    _check_attachments(job.get("attachments", []))
 
 
 def _check_content(content: dict) -> None:
@@ -291,8 +350,124 @@ def _check_content(content: dict) -> None:
     _check_body_size(sum(len(part.encode("utf-8")) for part in (subject, text or "", html or "")))
 
 
+def _check_attachments(attachments: list) -> None:
+    """``attachment::validate``: their number and total size, then each in order."""
+    size = min(sum(attachment["bytes"] for attachment in attachments), _U64_MAX)
+    if len(attachments) > MAX_ATTACHMENTS or size > MAX_ATTACHMENT_BYTES:
+        raise InvalidJob(
+            "attachments_too_large",
+            f"too many attachments or too large: {len(attachments)} files, {size} bytes "
+            f"(at most {MAX_ATTACHMENTS} files, {MAX_ATTACHMENT_BYTES} bytes)",
+        )
+    for i, attachment in enumerate(attachments):
+        _check_attachment(f"attachments[{i}]", attachment)
+
+
+def _is_media_type(text: str) -> bool:
+    """Whether `text` is an RFC 6838 ``type/subtype`` (no parameters), as the parser reads it."""
+    kind, slash, sub = text.partition("/")
+    return bool(slash) and all(_MEDIA_TYPE_NAME.fullmatch(part) for part in (kind, sub))
+
+
+def _check_attachment(where: str, attachment: dict) -> None:
+    """``AttachmentRef::validate``."""
+
+    def invalid(reason: str) -> InvalidJob:
+        return InvalidJob("invalid_attachment", f"attachment `{where}` is invalid: {reason}")
+
+    name, content_type = attachment["filename"], attachment["content_type"]
+    if is_blank(name) or name in (".", ".."):
+        raise invalid("the file name is empty")
+    if len(name) > MAX_FILENAME_LEN:
+        raise invalid(f"the file name is longer than {MAX_FILENAME_LEN} characters")
+    found = _FILENAME_FORBIDDEN.search(name)
+    if found:
+        raise invalid(
+            f"the file name holds U+{ord(found.group()):04X}: no control or invisible "
+            "characters, no path"
+        )
+    if not _is_media_type(content_type):
+        raise invalid(f"content type {content_type!r} is not `type/subtype`")
+    if not _SHA256_HEX.fullmatch(attachment["sha256"]):
+        raise invalid("sha256 is not 64 lower-case hex digits")
+    if attachment["key"] != ATTACHMENT_KEY_PREFIX + attachment["sha256"]:
+        raise invalid(f"key must be {ATTACHMENT_KEY_PREFIX}{{sha256}}, found {attachment['key']!r}")
+    if attachment["bytes"] == 0:
+        raise invalid("the file is empty")
+    extension = name.rpartition(".")[2].translate(_ASCII_LOWER) if "." in name else None
+    if (
+        extension in DENIED_EXTENSIONS
+        or content_type.translate(_ASCII_LOWER) in DENIED_CONTENT_TYPES
+    ):
+        raise InvalidJob(
+            "attachment_denied",
+            f"attachment `{where}` ({name!r}, {content_type}) is an executable or script type, "
+            "which mail providers refuse",
+        )
+
+
 def _compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+@dataclass(frozen=True)
+class Attachment:
+    """A file to attach: the name the recipient sees, its ``type/subtype`` and its bytes.
+
+    The job carries only its reference (:meth:`ref`); the bytes go to the stack's payload bucket
+    at ``attachments/{sha256}``, uploaded by :class:`~courier_client.CourierQueue` before the
+    job is enqueued.
+    """
+
+    filename: str
+    content_type: str
+    content: bytes
+
+    def __post_init__(self) -> None:
+        if isinstance(self.content, (bytearray, memoryview)):
+            object.__setattr__(self, "content", bytes(self.content))
+        if not isinstance(self.content, bytes):
+            raise TypeError(f"content must be bytes, found {type(self.content).__name__}")
+
+    @functools.cached_property
+    def sha256(self) -> str:
+        """The content's SHA-256, lower-case hex."""
+        return hashlib.sha256(self.content).hexdigest()
+
+    @property
+    def key(self) -> str:
+        """The object's key in the payload bucket: ``attachments/`` and the content's SHA-256."""
+        return ATTACHMENT_KEY_PREFIX + self.sha256
+
+    def ref(self) -> Dict[str, Any]:
+        """The job's reference to this file (``AttachmentRef::of``): ``filename``,
+        ``content_type``, ``key``, ``bytes`` (the size) and ``sha256`` (lower-case hex)."""
+        return {
+            "filename": self.filename,
+            "content_type": self.content_type,
+            "key": self.key,
+            "bytes": len(self.content),
+            "sha256": self.sha256,
+        }
+
+
+class Job(dict):
+    """A job (the ``EmailJob`` dict, as :func:`build_job` returns it) with the contents of its
+    attachments: ``files`` maps each ``attachments/{sha256}`` key to the bytes this process
+    holds for it. :class:`~courier_client.CourierQueue` uploads them before it enqueues the job.
+
+    Everything that takes a dict takes a ``Job``, and ``json.dumps`` writes only the job.
+    A plain dict whose ``attachments`` references have no ``files`` says the producer stored
+    the files in the payload bucket itself.
+    """
+
+    files: Dict[str, bytes]
+
+    def __init__(
+        self, fields: Mapping[str, Any] = (), files: Optional[Mapping[str, bytes]] = None
+    ) -> None:
+        super().__init__(fields)
+        self.files = dict(files or {})
 
 
 def message_id_for(key: str) -> str:
@@ -322,14 +497,18 @@ def build_job(
     priority: str = "transactional",
     provider: Optional[str] = None,
     not_after: Optional[datetime.datetime] = None,
-) -> dict:
-    """A validated version-1 job holding the fields given.
+    attachments: Optional[Sequence[Union[Attachment, Mapping[str, Any]]]] = None,
+) -> Job:
+    """A validated version-1 job holding the fields given, as a :class:`Job`.
 
     Inline content (`subject` with `text` and/or `html`) or a stored `template` with its
     `variables`. The ``message_id`` is `message_id`, or :func:`message_id_for` of
     `idempotency_key`; giving both raises ``ValueError``, giving neither fails validation
     (``empty_field``). `reply_to` becomes the ``Reply-To`` header. `not_after` must be
-    timezone-aware. Raises :class:`InvalidJob` when the parser would refuse the job.
+    timezone-aware. `attachments` are :class:`Attachment` objects, whose references the job
+    carries and whose contents go into the job's ``files`` (to be uploaded when it is sent), or
+    reference dicts of files already in the payload bucket. Raises :class:`InvalidJob` when the
+    parser would refuse the job.
     """
     if message_id is not None and idempotency_key is not None:
         raise ValueError("give message_id or idempotency_key, not both")
@@ -373,8 +552,18 @@ def build_job(
         job["not_after"] = (
             not_after.astimezone(datetime.timezone.utc).isoformat().replace("+00:00", "Z")
         )
+    files: Dict[str, bytes] = {}
+    if attachments:
+        refs = []
+        for attachment in attachments:
+            if isinstance(attachment, Attachment):
+                refs.append(attachment.ref())
+                files[attachment.key] = attachment.content
+            else:
+                refs.append(dict(attachment))
+        job["attachments"] = refs
     validate(job)
-    return job
+    return Job(job, files)
 
 
 def encode(job: Mapping[str, Any]) -> str:

@@ -1,20 +1,23 @@
-"""Putting jobs on Courier's send queue (SQS), in batches, with retries of transient failures.
+"""Putting jobs on Courier's send queue (SQS), in batches, with retries of transient failures;
+uploading their attachments to the stack's payload bucket (S3) first.
 
 Retrying after an ambiguous failure (a timeout after SQS may have stored the message, a 5xx)
 can enqueue a job twice. That is safe: Courier sends each ``message_id`` at most once, so the
-send function's claim on the id drops the second copy.
+send function's claim on the id drops the second copy. Repeating an upload is as harmless: an
+attachment's key is the SHA-256 of its content, so a second upload writes the same bytes.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from botocore.exceptions import BotoCoreError, ClientError, ConnectionError, HTTPClientError
 
-from ._job import SQS_MAX_BYTES, InvalidJob, encode, validate
+from ._job import SQS_MAX_BYTES, InvalidJob, Job, encode, validate
 
 #: Entries in one SQS ``SendMessageBatch``.
 SQS_BATCH_ENTRIES = 10
@@ -49,8 +52,11 @@ class SendResult:
 
     ``message_id`` is the job's (None when the job has none); ``ok`` whether SQS stored it, then
     with its ``sqs_message_id``. A failed job has an ``error_code``: the parser's code for a job
-    refused locally (``attempts`` 0), ``too_large`` for one over SQS's 1 MiB, or SQS's (or the
-    transport's) code, with ``error_message``. ``attempts`` counts the SQS calls that carried it.
+    refused locally (``attempts`` 0), ``too_large`` for one over SQS's 1 MiB,
+    ``no_payload_bucket`` for one with files to upload and no bucket to put them in,
+    ``attachment_upload_failed`` for one whose files could not be uploaded (both ``attempts`` 0:
+    such a job is never enqueued), or SQS's (or the transport's) code, with ``error_message``.
+    ``attempts`` counts the SQS calls that carried it.
     """
 
     message_id: Optional[str]
@@ -90,6 +96,51 @@ def _transient(error: Exception) -> bool:
     return False
 
 
+def _backoff(attempt: int) -> float:
+    """The wait before call number `attempt` (2, 3, ...): 0.1 s, 0.2 s, 0.4 s, ..., at most 5 s."""
+    return min(_FIRST_BACKOFF * 2 ** (attempt - 2), _MAX_BACKOFF)
+
+
+class _Refused(Exception):
+    """A job refused before it reaches SQS: its result's code and message."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def _uploads(job: Any) -> Dict[str, Tuple[bytes, str]]:
+    """The files of a :class:`Job` (a validated one) to upload: key -> (content, content type).
+
+    Each must be the content one of the job's attachments references, by size and SHA-256: a
+    key is a content address, and other bytes under it would spoil every job that names it.
+    """
+    files = job.files if isinstance(job, Job) else {}
+    refs = {ref["key"]: ref for ref in job.get("attachments", [])}
+    uploads = {}
+    for key, content in files.items():
+        ref = refs.get(key)
+        if ref is None:
+            raise _Refused(
+                "attachment_upload_failed",
+                f"not uploaded: the job's files hold {key!r}, which none of its attachments "
+                "references",
+            )
+        if (
+            not isinstance(content, (bytes, bytearray))
+            or len(content) != ref["bytes"]
+            or hashlib.sha256(content).hexdigest() != ref["sha256"]
+        ):
+            raise _Refused(
+                "attachment_upload_failed",
+                f"not uploaded: the job's file {key!r} does not match its reference "
+                f"{ref['filename']!r} (size and SHA-256)",
+            )
+        uploads[key] = (bytes(content), ref["content_type"])
+    return uploads
+
+
 def _describe(error: Exception) -> tuple:
     """(code, message) of a failed call."""
     if isinstance(error, ClientError):
@@ -99,12 +150,18 @@ def _describe(error: Exception) -> tuple:
 
 
 class CourierQueue:
-    """Courier's send queue: validates jobs, encodes them and sends them in batches.
+    """Courier's send queue: validates jobs, uploads their attachments, encodes them and sends
+    them in batches.
 
     `sqs` is a boto3 SQS client (by default ``boto3.client("sqs")``, which follows the usual AWS
     configuration, ``AWS_ENDPOINT_URL`` included). Failed entries SQS does not blame on the
     sender, and calls that failed transiently, are retried up to `max_attempts` calls in all,
     waiting 0.1 s, 0.2 s, 0.4 s, ... (at most 5 s) through `sleep` in between.
+
+    `payload_bucket` is the stack's payload bucket (its ``PayloadBucketName`` output), where the
+    files of a :class:`~courier_client.Job` are uploaded before it is enqueued; `s3` is a boto3
+    S3 client (by default ``boto3.client("s3")``, made when the first file is uploaded). Uploads
+    are retried as the SQS calls are.
     """
 
     def __init__(
@@ -113,6 +170,8 @@ class CourierQueue:
         sqs: Any = None,
         max_attempts: int = 5,
         sleep: Callable[[float], None] = time.sleep,
+        s3: Any = None,
+        payload_bucket: Optional[str] = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
@@ -124,17 +183,28 @@ class CourierQueue:
         self.sqs = sqs
         self.max_attempts = max_attempts
         self.sleep = sleep
+        self.s3 = s3
+        self.payload_bucket = payload_bucket or None
 
     @classmethod
-    def from_env(cls, sqs: Any = None, cloudformation: Any = None) -> "CourierQueue":
+    def from_env(
+        cls, sqs: Any = None, cloudformation: Any = None, s3: Any = None
+    ) -> "CourierQueue":
         """The queue at ``COURIER_QUEUE_URL``, or else the ``SendQueueUrl`` output of the
-        CloudFormation stack ``COURIER_STACK``; :class:`ConfigError` when neither is set."""
+        CloudFormation stack ``COURIER_STACK``; :class:`ConfigError` when neither is set.
+
+        The payload bucket is ``COURIER_PAYLOAD_BUCKET``, or else (with ``COURIER_STACK``) the
+        stack's ``PayloadBucketName`` output; without one, jobs with files to upload are refused
+        (``no_payload_bucket``) and the others sent as usual."""
+        bucket = os.environ.get("COURIER_PAYLOAD_BUCKET") or None
         url = os.environ.get("COURIER_QUEUE_URL")
         if url:
-            return cls(url, sqs=sqs)
+            return cls(url, sqs=sqs, s3=s3, payload_bucket=bucket)
         stack = os.environ.get("COURIER_STACK")
         if stack:
-            return cls.from_stack(stack, sqs=sqs, cloudformation=cloudformation)
+            queue = cls.from_stack(stack, sqs=sqs, cloudformation=cloudformation, s3=s3)
+            queue.payload_bucket = bucket or queue.payload_bucket
+            return queue
         raise ConfigError(
             "no Courier queue configured: set COURIER_QUEUE_URL to the send queue's URL, or "
             "COURIER_STACK to the name of the Courier CloudFormation stack"
@@ -142,10 +212,11 @@ class CourierQueue:
 
     @classmethod
     def from_stack(
-        cls, stack_name: str, sqs: Any = None, cloudformation: Any = None
+        cls, stack_name: str, sqs: Any = None, cloudformation: Any = None, s3: Any = None
     ) -> "CourierQueue":
         """The queue named by the ``SendQueueUrl`` output of the CloudFormation stack
-        `stack_name` (`cloudformation` defaults to ``boto3.client("cloudformation")``)."""
+        `stack_name` (`cloudformation` defaults to ``boto3.client("cloudformation")``), with
+        the payload bucket of its ``PayloadBucketName`` output."""
         if cloudformation is None:
             import boto3
 
@@ -156,7 +227,12 @@ class CourierQueue:
             raise ConfigError(
                 f"stack {stack_name!r} has no output SendQueueUrl: is it a Courier stack?"
             )
-        return cls(outputs["SendQueueUrl"], sqs=sqs)
+        return cls(
+            outputs["SendQueueUrl"],
+            sqs=sqs,
+            s3=s3,
+            payload_bucket=outputs.get("PayloadBucketName"),
+        )
 
     def send(self, job: Any) -> SendResult:
         """Validates, encodes and sends one job (see :meth:`send_batch`)."""
@@ -166,12 +242,17 @@ class CourierQueue:
         """Sends `jobs`, one :class:`SendResult` each, in their order.
 
         A job that does not validate or encode is refused here (its result says why) and not
-        sent; the others still are, in ``SendMessageBatch`` calls split as :func:`sqs_batches`
-        splits them. Entries SQS fails as the sender's fault are reported at once with SQS's
-        code; the others, and calls that failed transiently, are retried.
+        sent. Then the files of each :class:`~courier_client.Job` are uploaded to the payload
+        bucket, every one before any job is enqueued; a job whose files cannot all be uploaded
+        (``attachment_upload_failed``), or that has files and the queue no bucket
+        (``no_payload_bucket``), is not sent. The others still are, in ``SendMessageBatch``
+        calls split as :func:`sqs_batches` splits them. Entries SQS fails as the sender's fault
+        are reported at once with SQS's code; the others, and calls that failed transiently,
+        are retried.
         """
         results: List[SendResult] = []
         bodies: Dict[int, str] = {}
+        uploads: Dict[int, Dict[str, Tuple[bytes, str]]] = {}
         for i, job in enumerate(jobs):
             message_id = job.get("message_id") if isinstance(job, dict) else None
             results.append(
@@ -179,14 +260,64 @@ class CourierQueue:
             )
             try:
                 validate(job)
-                bodies[i] = encode(job)
-            except InvalidJob as e:
+                body = encode(job)
+                files = _uploads(job)
+                if files and self.payload_bucket is None:
+                    raise _Refused(
+                        "no_payload_bucket",
+                        f"the job has {len(files)} attachment file(s) to upload and no payload "
+                        "bucket is configured: set COURIER_PAYLOAD_BUCKET (or COURIER_STACK, "
+                        "whose PayloadBucketName output names it), or pass payload_bucket= to "
+                        "CourierQueue",
+                    )
+            except (InvalidJob, _Refused) as e:
                 results[i].error_code, results[i].error_message = e.code, e.message
+                continue
+            bodies[i] = body
+            if files:
+                uploads[i] = files
+        # Every file before any message: a job must never be on the queue before its files.
+        uploaded: Dict[str, Optional[str]] = {}  # key -> None, or why its upload failed
+        for i, files in uploads.items():
+            for key, (content, content_type) in files.items():
+                if key not in uploaded:
+                    uploaded[key] = self._upload(key, content, content_type)
+                if uploaded[key] is not None:
+                    results[i].error_code = "attachment_upload_failed"
+                    results[i].error_message = f"{key} not uploaded: {uploaded[key]}"
+                    del bodies[i]
+                    break
         indices = list(bodies)
         sizes = [len(bodies[i].encode("utf-8")) for i in indices]
         for batch in sqs_batches(sizes):
             self._send_batch({str(n): indices[k] for n, k in enumerate(batch)}, bodies, results)
         return results
+
+    def _s3_client(self) -> Any:
+        if self.s3 is None:
+            import boto3
+
+            self.s3 = boto3.client("s3")
+        return self.s3
+
+    def _upload(self, key: str, content: bytes, content_type: str) -> Optional[str]:
+        """Puts one file at `key` in the payload bucket, retrying transient failures: None, or
+        the last error's code and message."""
+        reason = None
+        for attempt in range(1, self.max_attempts + 1):
+            if attempt > 1:
+                self.sleep(_backoff(attempt))
+            try:
+                self._s3_client().put_object(
+                    Bucket=self.payload_bucket, Key=key, Body=content, ContentType=content_type
+                )
+                return None
+            except (ClientError, BotoCoreError) as error:
+                code, message = _describe(error)
+                reason = f"{code}: {message} (bucket {self.payload_bucket}, attempt {attempt})"
+                if not _transient(error):
+                    break
+        return reason
 
     def _send_batch(
         self, pending: Dict[str, int], bodies: Dict[int, str], results: List[SendResult]
@@ -195,7 +326,7 @@ class CourierQueue:
         entries worth retrying until they succeed or the attempts run out."""
         for attempt in range(1, self.max_attempts + 1):
             if attempt > 1:
-                self.sleep(min(_FIRST_BACKOFF * 2 ** (attempt - 2), _MAX_BACKOFF))
+                self.sleep(_backoff(attempt))
             for index in pending.values():
                 results[index].attempts = attempt
             entries = [

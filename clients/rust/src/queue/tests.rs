@@ -168,3 +168,102 @@ fn the_backoff_doubles_up_to_its_cap() {
     let delays: Vec<u128> = (1..=8).map(|a| queue.delay(a).as_millis()).collect();
     assert_eq!(delays, vec![100, 200, 400, 800, 1600, 3200, 5000, 5000]);
 }
+
+/// A file store that records puts (in call order, shared with the writer's calls) and can fail.
+#[derive(Debug, Default)]
+struct Files {
+    puts: Mutex<Vec<String>>,
+    fail: Mutex<Vec<WriteError>>,
+}
+
+#[async_trait::async_trait]
+impl FileStore for std::sync::Arc<Files> {
+    async fn put(&self, key: &str, _content: &[u8]) -> Result<(), WriteError> {
+        self.puts.lock().unwrap().push(key.to_owned());
+        match self.fail.lock().unwrap().pop() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+fn with_file(id: &str, content: &[u8]) -> Email {
+    Email::builder()
+        .message_id(id)
+        .campaign("c")
+        .from("a@b.com")
+        .to("c@d.com")
+        .subject("s")
+        .text("t")
+        .attach("invoice.pdf", "application/pdf", content)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn attachments_are_stored_before_their_email_is_enqueued() {
+    let files = std::sync::Arc::new(Files::default());
+    let queue = CourierQueue::with_writer(Scripted::default()).with_files(files.clone());
+    let email = with_file("m-att", b"%PDF");
+    let key = email.job().attachments[0].key.clone();
+    assert_eq!(email.files(), &[(key.clone(), b"%PDF".to_vec())]);
+    let results = queue.send_batch(&[email, email_of("m-plain")]).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    assert_eq!(*files.puts.lock().unwrap(), vec![key]);
+    assert_eq!(
+        queue.writer.calls.lock().unwrap()[0],
+        vec!["m-att", "m-plain"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_upload_keeps_only_its_email_off_the_queue() {
+    let files = std::sync::Arc::new(Files::default());
+    files.fail.lock().unwrap().push(WriteError {
+        code: "AccessDenied".to_owned(),
+        message: "no".to_owned(),
+        transient: false,
+    });
+    let queue = CourierQueue::with_writer(Scripted::default()).with_files(files.clone());
+    let results = queue
+        .send_batch(&[with_file("m-att", b"%PDF"), email_of("m-plain")])
+        .await;
+    assert!(
+        matches!(&results[0], Err(SendError::Upload { reason, .. }) if reason.contains("AccessDenied")),
+        "{:?}",
+        results[0]
+    );
+    assert!(results[1].is_ok());
+    assert_eq!(
+        queue.writer.calls.lock().unwrap().clone(),
+        vec![vec!["m-plain".to_owned()]]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transient_upload_failure_is_retried() {
+    let files = std::sync::Arc::new(Files::default());
+    files.fail.lock().unwrap().push(WriteError {
+        code: "SlowDown".to_owned(),
+        message: "503".to_owned(),
+        transient: true,
+    });
+    let queue = CourierQueue::with_writer(Scripted::default()).with_files(files.clone());
+    let result = queue.send(&with_file("m-att", b"%PDF")).await;
+    assert!(result.is_ok(), "{result:?}");
+    assert_eq!(files.puts.lock().unwrap().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn attachments_without_a_payload_bucket_are_refused_with_the_setting_to_fix() {
+    let queue = CourierQueue::with_writer(Scripted::default());
+    let result = queue.send(&with_file("m-att", b"%PDF")).await;
+    let error = result.unwrap_err();
+    assert!(matches!(error, SendError::NoPayloadBucket { .. }));
+    assert!(error.to_string().contains("COURIER_PAYLOAD_BUCKET"));
+    assert!(queue.writer.calls.lock().unwrap().is_empty());
+}
+
+fn email_of(id: &str) -> Email {
+    email(id, 10)
+}

@@ -15,6 +15,10 @@ use courier_core::ports::{Mailer, OutgoingEmail, Provider, Receipt, SendFailure}
 /// Tag names SES events carry back.
 pub const TAG_MESSAGE_ID: &str = "courier-message-id";
 pub const TAG_CAMPAIGN_ID: &str = "courier-campaign-id";
+/// SES v2's largest message, attachments and their encoding included (AWS, SES quotas:
+/// "The maximum message size, including attachments, is 40 MB per message (after base64
+/// encoding)").
+pub const MAX_MESSAGE_BYTES: usize = 40_000_000;
 /// The job's trace id (see [`courier_core::trace`]), so SES events carry it back.
 pub const TAG_TRACE_ID: &str = "courier-trace-id";
 
@@ -158,6 +162,9 @@ impl Mailer for SesMailer {
             source: None,
         };
         let raw = build_message(email).map_err(invalid)?.formatted();
+        if raw.len() > MAX_MESSAGE_BYTES {
+            return Err(crate::smtp::too_large(raw.len(), MAX_MESSAGE_BYTES, "SES"));
+        }
         let destination = Destination::builder()
             .set_to_addresses(Some(email.to.iter().map(|m| m.email.to_string()).collect()))
             .set_cc_addresses(Some(email.cc.iter().map(|m| m.email.to_string()).collect()))
@@ -297,6 +304,7 @@ mod tests {
             html: None,
             headers: Vec::new(),
             trace_id: None,
+            attachments: Vec::new(),
         }
     }
 
@@ -309,6 +317,32 @@ mod tests {
         // THEN SES got exactly one request, and the outcome is ambiguous (never resent blindly)
         assert_eq!(requests.load(Ordering::SeqCst), 1);
         assert!(failure.ambiguous, "{failure:?}");
+    }
+
+    #[tokio::test]
+    async fn a_message_above_ses_size_limit_is_refused_before_the_call() {
+        let (url, requests) = answering(200, "none").await;
+        let mut big = email();
+        // 30 MB of file is about 40.5 MB in base64: over SES's 40 MB.
+        big.attachments.push(courier_core::ports::Attachment {
+            filename: "scan.tiff".into(),
+            content_type: "image/tiff".into(),
+            content: vec![7u8; 30_000_000],
+        });
+        let failure = mailer(&url).send(&big).await.unwrap_err();
+        assert_eq!(requests.load(Ordering::SeqCst), 0);
+        assert_eq!(
+            (
+                failure.verdict.class,
+                failure.verdict.rule.as_str(),
+                failure.ambiguous
+            ),
+            (
+                courier_core::classify::ErrorClass::ContentRejected,
+                "local.message-too-large",
+                false
+            )
+        );
     }
 
     #[tokio::test]

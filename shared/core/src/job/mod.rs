@@ -13,7 +13,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+pub mod attachment;
 mod schema;
+
+pub use attachment::AttachmentRef;
 
 /// The only contract version this build understands.
 pub const JOB_VERSION: u32 = 1;
@@ -133,6 +136,9 @@ pub struct EmailJob {
     /// Do not send after this instant (RFC 3339); a job past it is dead-lettered, not sent late.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_after: Option<DateTime<Utc>>,
+    /// Files stored in the stack's payload bucket, attached to the message ([`attachment`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<AttachmentRef>,
 }
 
 /// Why a job was refused before any send. Each variant is a documented error code
@@ -189,6 +195,22 @@ pub enum JobError {
     NoBody,
     #[error("header {name:?} is not allowed; allowed: {allowed}")]
     HeaderNotAllowed { name: String, allowed: String },
+    #[error("attachment `{field}` is invalid: {reason}")]
+    InvalidAttachment { field: String, reason: String },
+    #[error(
+        "attachment `{field}` ({filename:?}, {content_type}) is an executable or script type, which mail providers refuse"
+    )]
+    AttachmentDenied {
+        field: String,
+        filename: String,
+        content_type: String,
+    },
+    #[error(
+        "too many attachments or too large: {count} files, {bytes} bytes (at most {} files, {} bytes)",
+        attachment::MAX_ATTACHMENTS,
+        attachment::MAX_ATTACHMENT_BYTES
+    )]
+    AttachmentsTooLarge { count: usize, bytes: u64 },
 }
 
 impl JobError {
@@ -213,6 +235,9 @@ impl JobError {
             JobError::TemplateXorContent { .. } => "template_xor_content",
             JobError::NoBody => "no_body",
             JobError::HeaderNotAllowed { .. } => "header_not_allowed",
+            JobError::InvalidAttachment { .. } => "invalid_attachment",
+            JobError::AttachmentDenied { .. } => "attachment_denied",
+            JobError::AttachmentsTooLarge { .. } => "attachments_too_large",
         }
     }
 }
@@ -388,7 +413,7 @@ impl EmailJob {
             }
             (None, Some(content)) => content.validate()?,
         }
-        Ok(())
+        attachment::validate(&self.attachments)
     }
 
     /// Every recipient (to, cc, bcc), in order.

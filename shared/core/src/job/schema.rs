@@ -5,6 +5,10 @@
 
 use serde_json::{Map, Value, json};
 
+use super::attachment::{
+    DENIED_CONTENT_TYPES, DENIED_EXTENSIONS, KEY_PREFIX, MAX_ATTACHMENT_BYTES, MAX_ATTACHMENTS,
+    MAX_FILENAME_LEN,
+};
 use super::{ALLOWED_HEADERS, EmailJob, JOB_VERSION, MAX_BODY_BYTES, MAX_HEADER_LEN, MAX_ID_LEN};
 use super::{MAX_RECIPIENTS, is_deceptive};
 
@@ -15,7 +19,13 @@ const CANNOT_EXPRESS: &[&str] = &[
     "at most 50 recipients in `to`, `cc` and `bcc` together",
     "at most 512 KiB of subject, text and html together (in UTF-8 bytes; the schema caps each part in characters)",
     "at most 512 KiB of template variables",
+    "an attachment's key is `attachments/` and its own sha256",
+    "at most 25 MiB of attachments together",
 ];
+
+/// RFC 6838 `type/subtype` ([`super::attachment::is_media_type`]).
+const MEDIA_TYPE: &str =
+    r"^[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}$";
 
 /// Control characters (Unicode `Cc`), as `char::is_control` has them.
 const CONTROL: &str = r"\u0000-\u001f\u007f-\u009f";
@@ -75,6 +85,8 @@ fn any_case(names: &[&str]) -> String {
                 .map(|c| {
                     if c.is_ascii_alphabetic() {
                         format!("[{}{}]", c.to_ascii_uppercase(), c.to_ascii_lowercase())
+                    } else if r".+*?()[]{}|^$\".contains(c) {
+                        format!("\\{c}")
                     } else {
                         c.to_string()
                     }
@@ -104,6 +116,9 @@ fn contract_rules(schema: &mut Value) {
         "pattern": format!("^[^{header_forbidden}]*$"),
     });
     let body = json!({"maxLength": MAX_BODY_BYTES, "pattern": r"^[^\u0000]*$"});
+    // A name ending in a denied extension, in any case.
+    let extensions = any_case(DENIED_EXTENSIONS);
+    let denied_extension = format!(r"\.{}", &extensions[1..]);
     let recipients = |min: usize, max: usize| json!({"minItems": min, "maxItems": max, "items": mailbox.clone()});
 
     let description = format!(
@@ -133,6 +148,7 @@ fn contract_rules(schema: &mut Value) {
                     "patternProperties": {any_case(&["Reply-To"]): mailbox},
                     "additionalProperties": header_value,
                 },
+                "attachments": {"maxItems": MAX_ATTACHMENTS},
             },
             "$defs": {
                 "Content": {
@@ -150,6 +166,20 @@ fn contract_rules(schema: &mut Value) {
                     },
                 },
                 "TemplateRef": {"properties": {"id": {"maxLength": MAX_ID_LEN}}},
+                "AttachmentRef": {"properties": {
+                    "filename": {
+                        "maxLength": MAX_FILENAME_LEN,
+                        "pattern": not_blank(&format!(r"{CONTROL}{deceptive}/\\")),
+                        "not": {"anyOf": [{"pattern": denied_extension}, {"pattern": r"^\.\.?$"}]},
+                    },
+                    "content_type": {
+                        "pattern": MEDIA_TYPE,
+                        "not": {"pattern": any_case(DENIED_CONTENT_TYPES)},
+                    },
+                    "key": {"pattern": format!("^{KEY_PREFIX}[0-9a-f]{{64}}$")},
+                    "sha256": {"pattern": "^[0-9a-f]{64}$"},
+                    "bytes": {"minimum": 1, "maximum": MAX_ATTACHMENT_BYTES},
+                }},
             },
         }),
     );
@@ -199,5 +229,7 @@ mod tests {
             any_case(&["Reply-To", "X-1"]),
             "^(?:[Rr][Ee][Pp][Ll][Yy]-[Tt][Oo]|[Xx]-1)$"
         );
+        // Regex metacharacters of a content type are literal.
+        assert_eq!(any_case(&["a.b+c"]), r"^(?:[Aa]\.[Bb]\+[Cc])$");
     }
 }

@@ -1,0 +1,236 @@
+//! Attachments: files a producer stores in the stack's payload bucket (the claim-check store,
+//! under `attachments/`), named by the job with their size and SHA-256. The send function fetches
+//! them, checks both, and attaches them; their bytes never travel through the queue.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{JobError, fingerprint, is_deceptive};
+
+/// Where attachments live in the payload bucket (its lifecycle rule expires this prefix).
+pub const KEY_PREFIX: &str = "attachments/";
+/// At most this many attachments per job.
+pub const MAX_ATTACHMENTS: usize = 10;
+/// At most this many bytes of attachments per job: SES v2 takes messages up to 40 MB, base64
+/// makes 25 MiB of files about 35 MB, which leaves room for the bodies.
+pub const MAX_ATTACHMENT_BYTES: u64 = 25 * 1024 * 1024;
+/// Longest file name.
+pub const MAX_FILENAME_LEN: usize = 255;
+/// File name extensions refused (executables and scripts: the types Gmail and Outlook block,
+/// which would get the message refused or the sender's reputation hurt).
+pub const DENIED_EXTENSIONS: &[&str] = &[
+    "ade", "adp", "apk", "appx", "bat", "cab", "chm", "cmd", "com", "cpl", "dll", "dmg", "exe",
+    "hta", "ins", "iso", "isp", "jar", "js", "jse", "lib", "lnk", "mde", "msc", "msi", "msix",
+    "msp", "mst", "nsh", "pif", "ps1", "scr", "sct", "shb", "sys", "vb", "vbe", "vbs", "vxd",
+    "wsc", "wsf", "wsh",
+];
+/// Content types refused, for the same reason.
+pub const DENIED_CONTENT_TYPES: &[&str] = &[
+    "application/hta",
+    "application/java-archive",
+    "application/x-bat",
+    "application/x-msdos-program",
+    "application/x-msdownload",
+    "application/x-ms-installer",
+    "application/x-msi",
+    "application/x-sh",
+    "application/x-shellscript",
+    "application/vnd.microsoft.portable-executable",
+];
+
+/// A file attached to the message, stored by the producer at `attachments/{sha256}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AttachmentRef {
+    /// The name the recipient sees: no path, no control or deceptive characters.
+    pub filename: String,
+    /// `type/subtype` (RFC 6838 names, no parameters), e.g. `application/pdf`.
+    pub content_type: String,
+    /// The object's key in the payload bucket: `attachments/` and its SHA-256.
+    pub key: String,
+    /// The file's size in bytes.
+    pub bytes: u64,
+    /// The file's SHA-256, lower-case hex; checked when the send function fetches it.
+    pub sha256: String,
+}
+
+impl AttachmentRef {
+    /// The reference of `content`, stored at its content address.
+    pub fn of(filename: &str, content_type: &str, content: &[u8]) -> AttachmentRef {
+        let sha256 = fingerprint(content);
+        AttachmentRef {
+            filename: filename.to_owned(),
+            content_type: content_type.to_owned(),
+            key: format!("{KEY_PREFIX}{sha256}"),
+            bytes: u64::try_from(content.len()).unwrap_or(u64::MAX),
+            sha256,
+        }
+    }
+
+    /// Whether `content` is the file this reference names (size and digest).
+    pub fn matches(&self, content: &[u8]) -> bool {
+        u64::try_from(content.len()) == Ok(self.bytes) && fingerprint(content) == self.sha256
+    }
+
+    fn validate(&self, field: &str) -> Result<(), JobError> {
+        let invalid = |reason: String| JobError::InvalidAttachment {
+            field: field.to_owned(),
+            reason,
+        };
+        let name = &self.filename;
+        if name.trim().is_empty() || name == "." || name == ".." {
+            return Err(invalid("the file name is empty".into()));
+        }
+        if name.chars().count() > MAX_FILENAME_LEN {
+            return Err(invalid(format!(
+                "the file name is longer than {MAX_FILENAME_LEN} characters"
+            )));
+        }
+        if let Some(c) = name
+            .chars()
+            .find(|&c| c.is_control() || is_deceptive(c) || c == '/' || c == '\\')
+        {
+            return Err(invalid(format!(
+                "the file name holds U+{:04X}: no control or invisible characters, no path",
+                u32::from(c)
+            )));
+        }
+        if !is_media_type(&self.content_type) {
+            return Err(invalid(format!(
+                "content type {:?} is not `type/subtype`",
+                self.content_type
+            )));
+        }
+        if self.sha256.len() != 64
+            || !self
+                .sha256
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(invalid("sha256 is not 64 lower-case hex digits".into()));
+        }
+        if self.key != format!("{KEY_PREFIX}{}", self.sha256) {
+            return Err(invalid(format!(
+                "key must be {KEY_PREFIX}{{sha256}}, found {:?}",
+                self.key
+            )));
+        }
+        if self.bytes == 0 {
+            return Err(invalid("the file is empty".into()));
+        }
+        let extension = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase());
+        let content_type = self.content_type.to_ascii_lowercase();
+        if extension.is_some_and(|e| DENIED_EXTENSIONS.contains(&e.as_str()))
+            || DENIED_CONTENT_TYPES.contains(&content_type.as_str())
+        {
+            return Err(JobError::AttachmentDenied {
+                field: field.to_owned(),
+                filename: name.clone(),
+                content_type: self.content_type.clone(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Checks every attachment, their number and their total size.
+pub(super) fn validate(attachments: &[AttachmentRef]) -> Result<(), JobError> {
+    let bytes: u64 = attachments
+        .iter()
+        .map(|a| a.bytes)
+        .fold(0, u64::saturating_add);
+    if attachments.len() > MAX_ATTACHMENTS || bytes > MAX_ATTACHMENT_BYTES {
+        return Err(JobError::AttachmentsTooLarge {
+            count: attachments.len(),
+            bytes,
+        });
+    }
+    for (i, attachment) in attachments.iter().enumerate() {
+        attachment.validate(&format!("attachments[{i}]"))?;
+    }
+    Ok(())
+}
+
+/// RFC 6838 `type-name "/" subtype-name`: a letter or digit, then up to 126 of
+/// `A-Za-z0-9 ! # $ & - ^ _ . +`.
+pub fn is_media_type(text: &str) -> bool {
+    let name = |part: &str| {
+        let mut chars = part.chars();
+        chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+            && part.len() <= 127
+            && chars.all(|c| c.is_ascii_alphanumeric() || "!#$&-^_.+".contains(c))
+    };
+    text.split_once('/')
+        .is_some_and(|(kind, sub)| name(kind) && name(sub))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pdf() -> AttachmentRef {
+        AttachmentRef::of("invoice 4711.pdf", "application/pdf", b"%PDF-1.7 ...")
+    }
+
+    #[test]
+    fn a_reference_names_its_content_by_digest() {
+        let a = pdf();
+        assert!(a.key.starts_with(KEY_PREFIX) && a.key.ends_with(&a.sha256));
+        assert!(a.matches(b"%PDF-1.7 ..."));
+        assert!(!a.matches(b"%PDF-1.7 ..!"));
+        assert!(validate(&[a]).is_ok());
+    }
+
+    #[test]
+    fn media_types_follow_rfc_6838() {
+        for ok in [
+            "application/pdf",
+            "image/svg+xml",
+            "text/x-vcard",
+            "application/vnd.ms-excel",
+        ] {
+            assert!(is_media_type(ok), "{ok}");
+        }
+        for bad in [
+            "pdf",
+            "/pdf",
+            "application/",
+            "text/plain; charset=utf-8",
+            "a b/c",
+            "te\rxt/plain",
+        ] {
+            assert!(!is_media_type(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn executables_are_refused_by_name_or_type() {
+        for (name, kind) in [
+            ("setup.exe", "application/octet-stream"),
+            ("INVOICE.PDF.JS", "text/plain"),
+            ("report.pdf", "application/x-msdownload"),
+        ] {
+            let a = AttachmentRef::of(name, kind, b"MZ");
+            assert_eq!(
+                validate(&[a]).unwrap_err().code(),
+                "attachment_denied",
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn counts_and_sizes_are_bounded() {
+        let eleven = vec![pdf(); MAX_ATTACHMENTS + 1];
+        assert_eq!(
+            validate(&eleven).unwrap_err().code(),
+            "attachments_too_large"
+        );
+        let mut huge = pdf();
+        huge.bytes = MAX_ATTACHMENT_BYTES + 1;
+        assert_eq!(
+            validate(&[huge]).unwrap_err().code(),
+            "attachments_too_large"
+        );
+    }
+}
