@@ -147,6 +147,7 @@ fn handler_overhead() {
         sealing: courier_send::Sealing::new(courier_devkit::memory::test_seal_keys()),
         acceptances: Default::default(),
         live: None,
+        attachment_budget: Default::default(),
     });
     let batches = 300;
     let mut per_message = Vec::with_capacity(RUNS);

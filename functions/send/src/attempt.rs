@@ -3,6 +3,39 @@
 
 use super::*;
 
+/// The attachment bytes an instance holds at once. A message is held about five times over
+/// while it is fetched, encoded (base64) and sent, so 16 MiB of files in flight is about 80 MB of
+/// the function's 128 MB; a record whose files do not fit waits for the others to be sent.
+#[derive(Debug)]
+pub struct AttachmentBudget(tokio::sync::Semaphore);
+
+/// The budget, in KiB.
+const ATTACHMENT_BUDGET_KIB: u32 = 16 * 1024;
+
+impl Default for AttachmentBudget {
+    fn default() -> Self {
+        AttachmentBudget(tokio::sync::Semaphore::new(ATTACHMENT_BUDGET_KIB as usize))
+    }
+}
+
+impl AttachmentBudget {
+    /// Waits until `bytes` fit (a job larger than the whole budget waits for all of it).
+    pub(crate) async fn reserve(&self, bytes: u64) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        if bytes == 0 {
+            return None;
+        }
+        let kib = u32::try_from(bytes.div_ceil(1024))
+            .unwrap_or(u32::MAX)
+            .min(ATTACHMENT_BUDGET_KIB);
+        self.0.acquire_many(kib).await.ok()
+    }
+
+    /// The KiB free now.
+    pub fn available_kib(&self) -> usize {
+        self.0.available_permits()
+    }
+}
+
 /// Why a job's attachments cannot be attached.
 enum AttachmentFault {
     /// The store failed: the record is redelivered.
@@ -100,7 +133,10 @@ impl Pipeline {
                     .await;
             }
         };
-        // Attachments, from the payload bucket, each checked against its reference.
+        // Attachments, from the payload bucket, each checked against its reference; held
+        // within the instance's budget until this attempt ends.
+        let total: u64 = job.attachments.iter().map(|a| a.bytes).sum();
+        let _held = self.attachment_budget.reserve(total).await;
         match self.attachments(job).await {
             Ok(files) => email.attachments = files,
             Err(AttachmentFault::Store(e)) => return Fate::Redeliver(e.into()),

@@ -21,7 +21,7 @@
 
 pub mod acceptances;
 mod attempt;
-pub use attempt::ACCEPTED_DETAIL;
+pub use attempt::{ACCEPTED_DETAIL, AttachmentBudget};
 pub mod breakers;
 pub mod config;
 mod failure;
@@ -98,6 +98,8 @@ pub struct Pipeline {
     pub acceptances: acceptances::Acceptances,
     /// The live settings ([`live`]); `None`: the deployment's settings only.
     pub live: Option<live::Live>,
+    /// Attachment bytes this instance holds at once ([`AttachmentBudget`]).
+    pub attachment_budget: AttachmentBudget,
 }
 
 /// The seal keys, and how many copies' seals did not verify during the current batch (drained
@@ -449,11 +451,12 @@ impl Pipeline {
             Err(e) => return unclaimed(Self::unredeemable(&record.body, &e, now)),
         };
         let incoming = match parse_body(body.as_bytes()) {
-            Ok(incoming) => incoming.with_trace_header(record.trace_header.as_deref()),
+            Ok(incoming) => incoming,
             Err(rejected) => return unclaimed(Self::reject(&body, &rejected, now)),
         };
+        // The seal first (a forged envelope's trace is dropped), then the producer's header.
         let incoming = match self.sealing.admit(incoming, body.as_bytes()).await {
-            Ok(incoming) => incoming,
+            Ok(incoming) => incoming.with_trace_header(record.trace_header.as_deref()),
             Err(e) => return unclaimed(Fate::Redeliver(e.into())),
         };
         let job = &incoming.job;

@@ -97,6 +97,7 @@ fn world_with(mailer: MemoryMailer) -> World {
         sealing: crate::Sealing::new(courier_devkit::memory::test_seal_keys()),
         acceptances: Default::default(),
         live: None,
+        attachment_budget: Default::default(),
     });
     World {
         pipeline,
@@ -230,6 +231,7 @@ fn rebuilt(
         // Another instance: it knows nothing this one kept.
         acceptances: Default::default(),
         live,
+        attachment_budget: Default::default(),
     })
 }
 

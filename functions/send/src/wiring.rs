@@ -234,6 +234,7 @@ fn wire_with(
         clock: Arc::new(SystemClock),
         config,
         rng: std::sync::Mutex::new(courier_adapters::clock::seeded_from_entropy()),
+        attachment_budget: Default::default(),
     })
 }
 

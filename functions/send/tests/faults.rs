@@ -441,6 +441,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         sealing: courier_send::Sealing::new(courier_devkit::memory::test_seal_keys()),
         acceptances: Default::default(),
         live: None,
+        attachment_budget: Default::default(),
     });
     for &after in path.copies {
         queue.push(body(path), t0() + chrono::Duration::seconds(after));

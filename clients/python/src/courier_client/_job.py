@@ -45,8 +45,8 @@ ALLOWED_HEADERS = (
 ATTACHMENT_KEY_PREFIX = "attachments/"
 #: At most this many attachments per job.
 MAX_ATTACHMENTS = 10
-#: At most this many bytes of attachments per job, together (25 MiB).
-MAX_ATTACHMENT_BYTES = 25 * 1024 * 1024
+#: At most this many bytes of attachments per job, together (10 MiB).
+MAX_ATTACHMENT_BYTES = 10 * 1024 * 1024
 #: Longest attachment file name, in characters.
 MAX_FILENAME_LEN = 255
 #: File name extensions refused (matched case-insensitively): executables and scripts, the types

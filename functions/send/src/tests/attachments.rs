@@ -98,3 +98,24 @@ async fn a_failing_payload_store_leaves_the_record_for_redelivery() {
     assert_eq!(w.mailer.sent_count(), 0);
     assert!(w.dead.letters.lock().unwrap().is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_instance_holds_at_most_its_budget_of_attachments_at_once() {
+    let budget = crate::AttachmentBudget::default();
+    let ten_mib = 10 * 1024 * 1024;
+    let first = budget.reserve(ten_mib).await;
+    assert_eq!(budget.available_kib(), 6 * 1024);
+    // A second 10 MiB job does not fit while the first is held...
+    let second = tokio::time::timeout(std::time::Duration::from_secs(60), budget.reserve(ten_mib));
+    assert!(second.await.is_err(), "it waited");
+    // ...and goes once the first is sent.
+    drop(first);
+    let second = budget.reserve(ten_mib).await;
+    assert!(second.is_some());
+    drop(second);
+    // A job without attachments takes nothing; one above the budget takes all of it.
+    assert!(budget.reserve(0).await.is_none());
+    let all = budget.reserve(u64::MAX).await;
+    assert_eq!(budget.available_kib(), 0);
+    drop(all);
+}

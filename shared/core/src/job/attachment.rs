@@ -11,9 +11,11 @@ use super::{JobError, fingerprint, is_deceptive};
 pub const KEY_PREFIX: &str = "attachments/";
 /// At most this many attachments per job.
 pub const MAX_ATTACHMENTS: usize = 10;
-/// At most this many bytes of attachments per job: SES v2 takes messages up to 40 MB, base64
-/// makes 25 MiB of files about 35 MB, which leaves room for the bodies.
-pub const MAX_ATTACHMENT_BYTES: u64 = 25 * 1024 * 1024;
+/// At most this many bytes of attachments per job (about 14 MB once in base64). The bound is the
+/// send function's memory, not the providers' (SES v2 takes 40 MB): a message is held about five
+/// times over while it is fetched, encoded and sent (see `AttachmentBudget` in the send
+/// function), and the function has 128 MB.
+pub const MAX_ATTACHMENT_BYTES: u64 = 10 * 1024 * 1024;
 /// Longest file name.
 pub const MAX_FILENAME_LEN: usize = 255;
 /// File name extensions refused (executables and scripts: the types Gmail and Outlook block,

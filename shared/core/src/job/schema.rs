@@ -20,7 +20,7 @@ const CANNOT_EXPRESS: &[&str] = &[
     "at most 512 KiB of subject, text and html together (in UTF-8 bytes; the schema caps each part in characters)",
     "at most 512 KiB of template variables",
     "an attachment's key is `attachments/` and its own sha256",
-    "at most 25 MiB of attachments together",
+    "at most 10 MiB of attachments together",
 ];
 
 /// RFC 6838 `type/subtype` ([`super::attachment::is_media_type`]).
