@@ -1708,6 +1708,39 @@ async fn destination_rates_memory_and_dynamodb() {
         &stack.resources.control_table,
     );
     destination_rates_contract(&rates).await;
+    // A state no instance can read (written by hand, or by a future version) is ignored, and the
+    // domain's next throttle writes a readable one over it (else it would block pacing for good).
+    let control = aws_sdk_dynamodb::Client::new(&stack.sdk);
+    control
+        .update_item()
+        .table_name(&stack.resources.control_table)
+        .key(
+            "pk",
+            aws_sdk_dynamodb::types::AttributeValue::S("pace".into()),
+        )
+        .key(
+            "sk",
+            aws_sdk_dynamodb::types::AttributeValue::S("destinations".into()),
+        )
+        .update_expression("SET #a = :bad")
+        .expression_attribute_names("#a", "d#garbled.example")
+        .expression_attribute_values(
+            ":bad",
+            aws_sdk_dynamodb::types::AttributeValue::S("fast".into()),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert!(!rates.all().await.unwrap().contains_key("garbled.example"));
+    let rate = courier_core::pacing::DestinationRate {
+        per_sec: 70.0,
+        since_us: 1,
+    };
+    assert!(rates.set("garbled.example", None, &rate).await.unwrap());
+    assert_eq!(
+        rates.all().await.unwrap().get("garbled.example"),
+        Some(&rate)
+    );
 }
 
 /// What every live settings store does: nothing at first; the first document is version 1, each

@@ -28,6 +28,17 @@ fn busy_then_refused() -> MemoryMailer {
     )
 }
 
+/// The copy the first attempt scheduled (on the queue or through the state machine).
+fn retry_copy(w: &World) -> courier_core::ports::Requeue {
+    let queued = w.scheduler.queued.lock().unwrap();
+    let waits = w.scheduler.waits.lock().unwrap();
+    queued
+        .first()
+        .or(waits.first())
+        .expect("a retry copy")
+        .clone()
+}
+
 #[tokio::test]
 async fn the_trace_of_a_producers_xray_header_follows_the_job_to_its_dead_letter() {
     let (logs, _guard) = courier_devkit::logs::Captured::start();
@@ -38,15 +49,7 @@ async fn the_trace_of_a_producers_xray_header_follows_the_job_to_its_dead_letter
     };
     let report = w.run(vec![first]).await;
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
-    let retry = {
-        let queued = w.scheduler.queued.lock().unwrap();
-        let waits = w.scheduler.waits.lock().unwrap();
-        queued
-            .first()
-            .or(waits.first())
-            .expect("a retry copy")
-            .clone()
-    };
+    let retry = retry_copy(&w);
     // The copy carries the trace, since the job itself has none.
     let envelope: serde_json::Value = serde_json::from_str(&retry.body).unwrap();
     assert_eq!(envelope["trace"], ROOT);
@@ -85,15 +88,7 @@ async fn a_jobs_own_trace_id_wins_and_is_not_repeated_in_its_copies() {
         ..rec("q-1", body.to_string())
     };
     w.run(vec![first]).await;
-    let retry = {
-        let queued = w.scheduler.queued.lock().unwrap();
-        let waits = w.scheduler.waits.lock().unwrap();
-        queued
-            .first()
-            .or(waits.first())
-            .expect("a retry copy")
-            .clone()
-    };
+    let retry = retry_copy(&w);
     let envelope: serde_json::Value = serde_json::from_str(&retry.body).unwrap();
     assert!(envelope.get("trace").is_none(), "{envelope}");
     let record = w.status.records.lock().unwrap()["m-own"].clone();

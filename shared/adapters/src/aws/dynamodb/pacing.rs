@@ -73,12 +73,23 @@ impl DestinationRates for DynamoDbDestinationRates {
             .send()
             .await
             .map_err(err("destination rates"))?;
-        Ok(out
-            .item
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|(k, v)| Some((k.strip_prefix(PREFIX)?.to_owned(), rate_of(v)?)))
-            .collect())
+        let mut rates = BTreeMap::new();
+        for (key, value) in out.item.unwrap_or_default() {
+            let Some(domain) = key.strip_prefix(PREFIX) else {
+                continue;
+            };
+            match rate_of(&value) {
+                Some(rate) => {
+                    rates.insert(domain.to_owned(), rate);
+                }
+                // Unpaced until its next throttle, which writes a readable state over it.
+                None => tracing::warn!(
+                    domain,
+                    "a destination's pacing state is unreadable; ignored"
+                ),
+            }
+        }
+        Ok(rates)
     }
 
     async fn set(
@@ -92,7 +103,15 @@ impl DestinationRates for DynamoDbDestinationRates {
             .update_expression("SET #a = :new")
             .expression_attribute_values(":new", value_of(new));
         update = match seen {
-            None => update.condition_expression("attribute_not_exists(#a)"),
+            // No state, or one no instance can read (then it would block the domain's pacing
+            // for good): written over.
+            None => update
+                .condition_expression(
+                    "attribute_not_exists(#a) OR NOT attribute_type(#a, :map) \
+                     OR NOT attribute_type(#a.r, :num) OR NOT attribute_type(#a.s, :num)",
+                )
+                .expression_attribute_values(":map", s("M"))
+                .expression_attribute_values(":num", s("N")),
             Some(seen) => update
                 .condition_expression("#a.s = :s AND #a.r = :r")
                 .expression_attribute_values(":s", n(seen.since_us))
