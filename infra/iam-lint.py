@@ -60,6 +60,7 @@ def arn_of(logical_id, resource, attribute="Arn"):
         "AWS::Lambda::Function": f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}",
         "AWS::StepFunctions::StateMachine": f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{name}",
         "AWS::Events::Rule": f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{name}",
+        "AWS::Events::EventBus": f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{name}",
         "AWS::IAM::Role": f"arn:aws:iam::{ACCOUNT}:role/{name}",
         "AWS::SES::ConfigurationSet": name,
         "AWS::SecretsManager::Secret": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{name}-AbCdEf",

@@ -11,7 +11,7 @@ event path with the SMTP relay and its secret, a send rate and the events replay
    uploaded to a bucket on moto (once per run);
 3. creates what moto's CloudFormation passes over (MOTO_CFN_SKIPS) through the services' own APIs
    from the transformed template's properties: what the stack refers to (the SES configuration
-   set, the envelope-key secret) before the stack, its name written into the stack's template in
+   set, the envelope-key secret, the outcome bus) before the stack, its name written into the stack's template in
    place of each reference; the rest (queue, topic and bucket policies, subscriptions, alarms,
    schedules, the SES event destination) after it, in dependency order;
 4. creates one stack of everything else (the resources its conditions turn off included, for it
@@ -71,6 +71,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Fn::Sub). Each is created here through its own service's API instead, and read back.
 MOTO_CFN_SKIPS = {
     "AWS::CloudWatch::Alarm",
+    "AWS::Events::EventBus",
     "AWS::S3::BucketPolicy",
     "AWS::SES::ConfigurationSet",
     "AWS::SES::ConfigurationSetEventDestination",
@@ -825,6 +826,29 @@ def delete_secret(aws, physical):
     aws.secretsmanager.delete_secret(SecretId=physical, ForceDeleteWithoutRecovery=True)
 
 
+def create_event_bus(aws, ctx, logical, props):
+    name = props.get("Name") or physical_name(ctx, logical)
+    aws.events.create_event_bus(Name=name)
+    return name
+
+
+def read_event_bus(aws, physical):
+    return api(aws.events.describe_event_bus, Name=physical)
+
+
+def refs_event_bus(physical, live):
+    return physical, {"Arn": live["Arn"], "Name": live["Name"]}
+
+
+def check_event_bus(ck, live):
+    if ck.given("Name"):
+        ck.eq("Name", ck.props["Name"], live.get("Name"))
+
+
+def delete_event_bus(aws, physical):
+    aws.events.delete_event_bus(Name=physical)
+
+
 def create_configuration_set(aws, ctx, logical, props):
     name = props.get("Name") or physical_name(ctx, logical)
     kwargs = {"ConfigurationSetName": name}
@@ -1083,6 +1107,7 @@ SPECS = {
     "AWS::CloudWatch::Dashboard": Spec(read_dashboard, refs_self, check_dashboard),
     # created through their own APIs (MOTO_CFN_SKIPS)
     "AWS::SecretsManager::Secret": Spec(read_secret, refs_secret, check_secret, create_secret, delete_secret),
+    "AWS::Events::EventBus": Spec(read_event_bus, refs_event_bus, check_event_bus, create_event_bus, delete_event_bus),
     "AWS::SES::ConfigurationSet": Spec(read_configuration_set, refs_self, check_configuration_set,
                                        create_configuration_set, delete_configuration_set),
     "AWS::SES::ConfigurationSetEventDestination": Spec(read_event_destination, refs_self,

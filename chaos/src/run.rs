@@ -459,6 +459,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
             "COURIER_ENVELOPE_KEY_SECRET",
             stack.envelope_key_secret.as_str(),
         ),
+        ("COURIER_OUTCOME_BUS", stack.outcome_bus.as_str()),
         ("COURIER_PROVIDERS", "smtp"),
         ("COURIER_SMTP_HOST", "127.0.0.1"),
         ("COURIER_SMTP_TLS", "none"),

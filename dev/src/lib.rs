@@ -37,6 +37,7 @@ pub fn send_resources(
         ses_configuration_set,
         smtp,
         envelope_key_secret: stack.envelope_key_secret.clone(),
+        outcome_bus: Some(stack.outcome_bus.clone()),
     }
 }
 

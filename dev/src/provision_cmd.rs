@@ -71,6 +71,7 @@ fn report(result: Result<Provisioned, StoreError>, out: &mut dyn Write) -> std::
                     &stack.delay_state_machine_arn,
                 ),
                 ("COURIER_ENVELOPE_KEY_SECRET", &stack.envelope_key_secret),
+                ("COURIER_OUTCOME_BUS", &stack.outcome_bus),
             ] {
                 writeln!(out, "export {k}='{v}'")?;
             }
@@ -106,6 +107,7 @@ mod tests {
             archive_bucket: s("p-archive-bucket"),
             payload_bucket: s("p-payload-bucket"),
             envelope_key_secret: s("arn:secret"),
+            outcome_bus: s("p-outcome-bus"),
         }
     }
 
@@ -125,7 +127,8 @@ mod tests {
         assert!(text.contains("export COURIER_CONTROL_TABLE='p-control-table'\n"));
         assert!(text.contains("export COURIER_EVENTS_QUEUE_URL='http://e/ev'\n"));
         assert!(text.contains("export COURIER_ENVELOPE_KEY_SECRET='arn:secret'\n"));
-        assert_eq!(text.lines().count(), 14);
+        assert!(text.contains("export COURIER_OUTCOME_BUS='p-outcome-bus'\n"));
+        assert_eq!(text.lines().count(), 15);
     }
 
     #[test]

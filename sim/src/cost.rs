@@ -18,7 +18,12 @@
 //! - poison blocklist: one read per instance per cache period;
 //! - per-destination pacing: a read of the domains' states per instance per cache period, a
 //!   schedule reservation per send to a paced domain, a read and a conditional write per
-//!   throttle reply that lowers a domain's pace.
+//!   throttle reply that lowers a domain's pace;
+//! - outcome events (`courier_core::outcome::relay`): per batch that wrote outcomes (sent,
+//!   bounced, dead-lettered), one `BatchGetItem` of their records and one `PutEvents` per 10;
+//!   per outcome, the conditional `UpdateItem` that clears its outbox. Outcomes of instances
+//!   whose batches interleave are counted with the next batch to end (a slight undercount of
+//!   the per-batch calls when many instances run at once).
 //!
 //! Prices: [`PRICES`], us-east-1 list prices (on-demand, no free tier) as of 2026-11.
 
@@ -54,6 +59,12 @@ pub struct AwsCalls {
     pub lambda_invocations: u64,
     /// Billed duration times memory, in GB-milliseconds.
     pub lambda_gb_ms: f64,
+    /// Outcome events: `BatchGetItem`s of the records, `PutEvents` calls, entries published,
+    /// and the outbox clears (`UpdateItem`).
+    pub ddb_outcome_read: u64,
+    pub events_put: u64,
+    pub events_entries: u64,
+    pub ddb_outbox_clear: u64,
     /// Calls to the provider (SES `SendEmail` or an SMTP session), whatever the answer.
     pub provider_calls: u64,
     /// Of which accepted (SES bills these).
@@ -75,6 +86,9 @@ impl AwsCalls {
             + self.ddb_letter_write
             + self.ddb_suppression_write
             + self.sfn_start
+            + self.ddb_outcome_read
+            + self.events_put
+            + self.ddb_outbox_clear
             + self.provider_calls
     }
 
@@ -102,11 +116,13 @@ pub struct Prices {
     pub sfn_transition: f64,
     /// SES, per message sent.
     pub ses_message: f64,
+    /// EventBridge, per custom event published (each 64 KB chunk; outcome events are smaller).
+    pub events_entry: f64,
 }
 
 /// us-east-1 list prices (Lambda arm64 $0.0000133334/GB-s and $0.20/M requests; SQS standard
 /// $0.40/M requests; DynamoDB on-demand $0.625/M WRU and $0.125/M RRU; Step Functions Standard
-/// $0.025/1,000 transitions; SES $0.10/1,000 messages).
+/// $0.025/1,000 transitions; SES $0.10/1,000 messages; EventBridge $1.00/M custom events).
 pub const PRICES: Prices = Prices {
     lambda_gb_s: 0.000_013_333_4,
     lambda_request: 0.20 / 1e6,
@@ -115,6 +131,7 @@ pub const PRICES: Prices = Prices {
     ddb_rru: 0.125 / 1e6,
     sfn_transition: 0.025 / 1e3,
     ses_message: 0.10 / 1e3,
+    events_entry: 1.00 / 1e6,
 };
 
 /// Write units per call (items up to 1 KB cost 1 WRU; transactions cost 2 per item).
@@ -133,6 +150,7 @@ pub struct Cost {
     pub dynamodb: f64,
     pub step_functions: f64,
     pub ses: f64,
+    pub eventbridge: f64,
     pub total: f64,
 }
 
@@ -151,18 +169,25 @@ impl Cost {
             + calls.ddb_breaker_write
             + calls.ddb_rate_write
             + calls.ddb_letter_write * LETTER_WRU
-            + calls.ddb_suppression_write;
-        let rru = calls.ddb_breaker_read + calls.ddb_poison_read + calls.ddb_pace_read;
+            + calls.ddb_suppression_write
+            + calls.ddb_outbox_clear;
+        // A consistent read of a record (under 4 KB) is one read unit.
+        let rru = calls.ddb_breaker_read
+            + calls.ddb_poison_read
+            + calls.ddb_pace_read
+            + calls.events_entries;
         let dynamodb = wru as f64 * p.ddb_wru + rru as f64 * p.ddb_rru;
         let step_functions = calls.sfn_transitions as f64 * p.sfn_transition;
         let ses = calls.provider_accepted as f64 * p.ses_message;
+        let eventbridge = calls.events_entries as f64 * p.events_entry;
         Cost {
             lambda,
             sqs,
             dynamodb,
             step_functions,
             ses,
-            total: lambda + sqs + dynamodb + step_functions + ses,
+            eventbridge,
+            total: lambda + sqs + dynamodb + step_functions + ses + eventbridge,
         }
     }
 }

@@ -149,6 +149,8 @@ struct Engine<'a> {
     rng_policy: SeededRandom,
     rng_world: SeededRandom,
     calls: AwsCalls,
+    /// Outcomes written since the last batch ended (published when one ends).
+    outcomes: u64,
     per_sec_calls: Vec<u32>,
     per_sec_accepted: Vec<u32>,
     throttled: u64,
@@ -250,6 +252,7 @@ impl<'a> Engine<'a> {
             rng_policy: SeededRandom::new(sc.seed),
             rng_world: SeededRandom::new(sc.seed ^ 0x5EED_0FCA_11AB_1E00),
             calls: AwsCalls::default(),
+            outcomes: 0,
             per_sec_calls: Vec::new(),
             per_sec_accepted: Vec::new(),
             throttled: 0,
@@ -417,6 +420,12 @@ impl<'a> Engine<'a> {
     }
 
     fn finish(&mut self, job: u32, fate: Fate, t: u64) {
+        // Every status write that reaches an outcome marks an outbox the batch then publishes
+        // (a redriven record has no status write).
+        if matches!(fate, Fate::Sent | Fate::DeadLettered | Fate::Bounced) {
+            self.calls.ddb_outbox_clear += 1;
+            self.outcomes += 1;
+        }
         let j = &mut self.jobs[job as usize];
         j.fate = fate;
         j.finished = t;

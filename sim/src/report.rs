@@ -250,15 +250,16 @@ impl Report {
                 ),
             ),
             (
-                "cost (Lambda/SQS/DynamoDB/SFN/SES)",
+                "cost (Lambda/SQS/DynamoDB/SFN/SES/EventBridge)",
                 format!(
-                    "${:.2} ({:.2}/{:.2}/{:.2}/{:.2}/{:.2})",
+                    "${:.2} ({:.2}/{:.2}/{:.2}/{:.2}/{:.2}/{:.2})",
                     self.cost.total,
                     self.cost.lambda,
                     self.cost.sqs,
                     self.cost.dynamodb,
                     self.cost.step_functions,
-                    self.cost.ses
+                    self.cost.ses,
+                    self.cost.eventbridge
                 ),
             ),
             (

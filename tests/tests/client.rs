@@ -277,3 +277,58 @@ async fn an_attachment_from_the_client_arrives_byte_for_byte() {
         "the attachment changed on the way"
     );
 }
+
+/// SQS's limits exercised for real: a job whose message body is over 1 MiB (a 512 KiB text of
+/// quotes, which JSON escapes to twice its size) and one over 256 KiB with the threshold set
+/// there both go through the claim check (S3, a pointer on the queue), are redeemed by the send
+/// function and reach the mailbox whole.
+#[tokio::test]
+async fn bodies_above_the_queues_limits_reach_the_mailbox_through_the_claim_check() {
+    let stack = Stack::create(&["smtp"]).await;
+    let files = || {
+        courier_client::S3FileStore::new(
+            aws_sdk_s3::Client::new(&stack.sdk),
+            &stack.resources.payload_bucket,
+        )
+    };
+    let cases = [
+        (
+            "\"".repeat(courier_core::job::MAX_BODY_BYTES - 100),
+            courier_client::MAX_INLINE_BYTES,
+        ),
+        ("y".repeat(300 * 1024), 256 * 1024),
+    ];
+    for (text, threshold) in cases {
+        let rcpt = format!("{}@courier.test", unique("large"));
+        let email = email(&stack, &unique("job"), &rcpt, text.clone());
+        assert!(email.body().len() > threshold, "{}", email.body().len());
+        CourierQueue::new(stack.sqs(), &stack.resources.queue_url)
+            .with_files(files())
+            .claim_check_above(threshold)
+            .send(&email)
+            .await
+            .unwrap();
+        // What is on the queue is the pointer, far below the limit.
+        let on_queue = stack
+            .sqs()
+            .receive_message()
+            .queue_url(&stack.resources.queue_url)
+            .visibility_timeout(0)
+            .send()
+            .await
+            .unwrap();
+        let body = on_queue.messages()[0].body().unwrap();
+        assert!(body.starts_with("{\"courier_claim_check\""), "{body}");
+        assert!(body.len() < 300);
+        send_through_the_pipeline(&stack, email.message_id()).await;
+        let delivered = mailbox(&rcpt).await;
+        assert_eq!(delivered.len(), 1);
+        // Whatever transfer encoding the relay got, none is shorter than the text.
+        assert!(
+            delivered[0].len() >= text.len(),
+            "the body arrived cut: {} bytes for a text of {}",
+            delivered[0].len(),
+            text.len()
+        );
+    }
+}

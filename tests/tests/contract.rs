@@ -36,6 +36,7 @@ fn claim(id: &str, attempt: u32, owner: &str, at: DateTime<Utc>, lease_secs: i64
         grace: chrono::Duration::seconds(600),
         check_suppressed: Vec::new(),
         trace_id: None,
+        facts: Default::default(),
     }
 }
 
@@ -50,6 +51,7 @@ fn update(id: &str, owner: &str, status: Status, attempt: u32, at: DateTime<Utc>
         now: at,
         detail: Some(format!("{owner} wrote {status}")),
         payload: (status == Status::SentToProvider).then(|| format!("{{\"body\":\"{id}\"}}")),
+        facts: None,
     }
 }
 

@@ -1128,6 +1128,80 @@ fn ses_sends_are_scoped_and_the_quota_that_paces_them_is_readable() {
     assert_eq!(t.parameter_default("SesMaxSendRate").as_deref(), Some(""));
 }
 
+/// Outcome events (docs/outcomes.md): the bus is the stack's own; each function that writes
+/// outcomes (send, events) or relays them (sweeper) finds it in `COURIER_OUTCOME_BUS` and may
+/// `PutEvents` on that bus and nothing else (not `*`, not the account's default bus, where
+/// other applications' rules would see Courier's events); no other function may publish. The
+/// status table keeps the sparse, keys-only `by_outbox` index the sweeper queries, and only
+/// the sweeper may query it besides the writers.
+#[test]
+fn outcome_events_go_to_the_stacks_own_bus_and_nowhere_else() {
+    let t = Template::load();
+    assert_eq!(
+        t.doc["Resources"]["OutcomeBus"]["Type"].as_str(),
+        Some("AWS::Events::EventBus")
+    );
+    let publishers = ["SendFunction", "EventsFunction", "SweeperFunction"];
+    for (id, r) in t.doc["Resources"].as_mapping().unwrap() {
+        let id = id.as_str().unwrap();
+        if r["Type"].as_str() != Some("AWS::Serverless::Function") {
+            continue;
+        }
+        let env = &r["Properties"]["Environment"]["Variables"]["COURIER_OUTCOME_BUS"];
+        let puts: Vec<&Yaml> = inline_statements(&t, id)
+            .into_iter()
+            .filter(|s| actions(s).iter().any(|a| a.starts_with("events:")))
+            .collect();
+        if !publishers.contains(&id) {
+            assert!(
+                puts.is_empty() && env.is_null(),
+                "{id} may not publish outcomes"
+            );
+            continue;
+        }
+        assert_eq!(referenced(env).as_deref(), Some("OutcomeBus"), "{id}");
+        assert_eq!(puts.len(), 1, "{id}: one events statement");
+        assert_eq!(actions(puts[0]), ["events:PutEvents"], "{id}");
+        let resource = &puts[0]["Resource"];
+        assert!(
+            referenced(resource).as_deref() == Some("OutcomeBus")
+                && format!("{resource:?}").contains("OutcomeBus.Arn"),
+            "{id}: PutEvents on the bus's ARN only, found {resource:?}"
+        );
+    }
+    let table = &t.doc["Resources"]["StatusTable"]["Properties"];
+    let index = table["GlobalSecondaryIndexes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|i| i["IndexName"].as_str() == Some("by_outbox"))
+        .expect("the status table's by_outbox index");
+    assert_eq!(
+        index["Projection"]["ProjectionType"].as_str(),
+        Some("KEYS_ONLY")
+    );
+    let keys: Vec<(&str, &str)> = index["KeySchema"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["AttributeName"].as_str().unwrap(),
+                k["KeyType"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(keys, [("outbox", "HASH"), ("outbox_at", "RANGE")]);
+    let sweeper = format!("{:?}", inline_statements(&t, "SweeperFunction"));
+    assert!(
+        sweeper.contains("index/by_outbox"),
+        "the sweeper queries the outbox"
+    );
+    for output in ["OutcomeBusName", "OutcomeBusArn"] {
+        assert!(t.doc["Outputs"][output].is_mapping(), "{output}");
+    }
+}
+
 /// The letter index expires: its TTL is on `expires_at`, which the two functions that index
 /// letters (send and events) set from the archive's retention (`ArchiveRetentionDays`) plus a
 /// margin, so an entry never outlives the retention policy nor expires before its archived copy.
@@ -1237,10 +1311,14 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
             );
         }
         if function == "SweeperFunction" {
-            // Narrower still: it queries one index and updates what it finds.
+            // Narrower still: it queries two indexes, reads and updates what it finds.
             assert_eq!(
                 granted,
-                BTreeSet::from(["dynamodb:Query".into(), "dynamodb:UpdateItem".into()])
+                BTreeSet::from([
+                    "dynamodb:GetItem".into(),
+                    "dynamodb:Query".into(),
+                    "dynamodb:UpdateItem".into()
+                ])
             );
             continue;
         }

@@ -41,6 +41,7 @@ fn applier(stack: &Stack, policy: RetryPolicy, guard: GuardConfig) -> Applier {
             archive_retention_days: 365,
             envelope_key_secret: r.envelope_key_secret.clone(),
             live_settings_cache: chrono::Duration::seconds(30),
+            outcome_bus: r.outcome_bus.clone(),
         },
     )
     .expect("wired")

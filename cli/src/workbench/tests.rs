@@ -64,6 +64,8 @@ fn job_in(store: &MemoryStatusStore, status: Status, attempt: u32) {
             resend_of: None,
             swept_at: None,
             trace_id: None,
+            facts: Default::default(),
+            outbox: None,
         },
     );
 }

@@ -24,6 +24,7 @@ def test_the_table_covers_every_outcome():
         "attachments_too_large",
         "invalid_attachment",
         "attachment_denied",
+        "invalid_metadata",
     }
     assert {case.get("schema") for case in CASES if case["expect"] != "accept"} == {
         "rejects",

@@ -11,7 +11,7 @@ import boto3
 import pytest
 from support import base_job
 
-from courier_client import Attachment, CourierQueue, build_job, sqs_batches
+from courier_client import SQS_MAX_BYTES, Attachment, CourierQueue, build_job, encode, sqs_batches
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,8 @@ def test_a_batch_of_25_is_split_sent_and_received_intact(sqs, queue_url):
     for i in (1, 2, 3, 4, 12, 13, 14, 20):
         # ~300,000 characters, a non-ASCII one among them (two bytes in UTF-8).
         jobs[i]["content"] = {"subject": "Big", "text": "é" + "x" * 300_000, "html": "<p>big</p>"}
-    # Within the parser's 512 KiB, but over SQS's 1 MiB once each quote is escaped.
+    # Within the parser's 512 KiB, but over SQS's 1 MiB once each quote is escaped: it needs the
+    # claim check, and this queue has no payload bucket.
     too_large = base_job(message_id="too-large", content={"subject": "Hi", "text": '"' * 524_286})
     recording = RecordingSqs(sqs)
     queue = CourierQueue(queue_url, sqs=recording)
@@ -81,7 +82,7 @@ def test_a_batch_of_25_is_split_sent_and_received_intact(sqs, queue_url):
         f"m-{i}" for i in range(10, 25)
     ]
     refused = results.pop(10)
-    assert (refused.ok, refused.error_code, refused.attempts) == (False, "too_large", 0)
+    assert (refused.ok, refused.error_code, refused.attempts) == (False, "no_payload_bucket", 0)
     assert all(r.ok and r.sqs_message_id and r.attempts == 1 for r in results), results
     # Three ~300 KB bodies fill a 1 MiB batch: more calls than ten entries each would need.
     assert sum(recording.batches) == 25 and len(recording.batches) > 3
@@ -153,3 +154,28 @@ def test_from_env_reads_the_payload_bucket(sqs, queue_url, bucket, monkeypatch):
     stored = boto3.client("s3").get_object(Bucket=bucket, Key=attachment.key)
     assert stored["Body"].read() == b"from the environment\n"
     assert receive_all(sqs, queue_url, 1) == [job]
+
+
+def test_a_job_over_one_mebibyte_goes_through_the_claim_check(sqs, queue_url, bucket):
+    s3 = boto3.client("s3")
+    # 200,000 U+0001, six bytes each once JSON escapes them: a body of about 1.2 MB.
+    job = base_job(message_id="claim-checked", content={"subject": "Hi", "text": "\x01" * 200_000})
+    body = encode(job).encode("utf-8")
+    assert len(body) > SQS_MAX_BYTES
+    digest = hashlib.sha256(body).hexdigest()
+    queue = CourierQueue(queue_url, sqs=sqs, s3=s3, payload_bucket=bucket)
+
+    result = queue.send(job)
+
+    assert result.ok and result.attempts == 1, result
+    reply = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=5)
+    (message,) = reply["Messages"]
+    assert message["Body"] == (
+        '{"courier_claim_check":1,"key":"claim-check/' + digest + '","bytes":'
+        + str(len(body)) + ',"sha256":"' + digest + '"}'
+    )
+    stored = s3.get_object(Bucket=bucket, Key="claim-check/" + digest)
+    assert stored["Body"].read() == body
+    assert stored["ContentLength"] == len(body)
+    assert stored["ContentType"] == "application/json"
+    assert json.loads(body) == job

@@ -7,7 +7,10 @@ use courier_core::job::{
     AttachmentRef, Content, EmailJob, JOB_VERSION, JobError, Priority, ProviderHint, TemplateRef,
     fingerprint,
 };
-use courier_core::limits::SQS_MAX_BYTES;
+/// The largest message body the client sends (through the claim check): 8 MiB, above anything
+/// the contract's limits allow (512 KiB of body and of template variables, even when JSON
+/// escapes every character).
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
 /// A job that the send function will accept, with the exact message body that goes on the queue.
 #[derive(Debug, Clone, PartialEq)]
@@ -29,8 +32,11 @@ pub enum InvalidEmail {
         #[source]
         source: JobError,
     },
-    /// The job's message body is larger than SQS carries (code `too_large`).
-    #[error("the job is {bytes} bytes as an SQS message; SQS carries at most {max}")]
+    /// The job's message body is larger than the client stores through the claim check
+    /// (code `too_large`; no job within the contract's limits comes near it).
+    #[error(
+        "the job is {bytes} bytes as a message body; at most {max} are sent, through the claim check above SQS's limit"
+    )]
     TooLarge { bytes: usize, max: usize },
 }
 
@@ -93,9 +99,10 @@ impl Email {
     }
 }
 
-/// The SQS message body of `job`: its JSON, with U+FFFE and U+FFFF written as escapes (SQS
-/// refuses them in a message; JSON escapes every control character already), at most
-/// [`SQS_MAX_BYTES`].
+/// The message body of `job`: its JSON, with U+FFFE and U+FFFF written as escapes (SQS refuses
+/// them in a message; JSON escapes every control character already), at most
+/// [`MAX_BODY_BYTES`] (a body above the queue's claim-check threshold is stored in the payload
+/// bucket and the queue carries a pointer to it).
 fn encode(job: &EmailJob) -> Result<String, InvalidEmail> {
     let json = serde_json::to_string(job).map_err(|e| InvalidEmail::Contract {
         source: JobError::Schema {
@@ -108,10 +115,10 @@ fn encode(job: &EmailJob) -> Result<String, InvalidEmail> {
     } else {
         json
     };
-    if body.len() > SQS_MAX_BYTES {
+    if body.len() > MAX_BODY_BYTES {
         return Err(InvalidEmail::TooLarge {
             bytes: body.len(),
-            max: SQS_MAX_BYTES,
+            max: MAX_BODY_BYTES,
         });
     }
     Ok(body)
@@ -148,6 +155,7 @@ pub struct EmailBuilder {
     not_after: Option<DateTime<Utc>>,
     attachments: Vec<AttachmentRef>,
     files: Vec<(String, Vec<u8>)>,
+    metadata: BTreeMap<String, String>,
 }
 
 impl EmailBuilder {
@@ -278,6 +286,13 @@ impl EmailBuilder {
         self
     }
 
+    /// A pair of the application's own, echoed in the job's outcome events (at most 20 keys of
+    /// ASCII letters, digits, `_`, `.`, `:`, `-`; values up to 512 characters; 4 KiB in all).
+    pub fn metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
     /// Validates the job as the send function will, on the message body it becomes.
     pub fn build(self) -> Result<Email, InvalidEmail> {
         let inline = self.subject.is_some() || self.text.is_some() || self.html.is_some();
@@ -308,6 +323,7 @@ impl EmailBuilder {
             provider: self.provider,
             not_after: self.not_after,
             attachments: self.attachments,
+            metadata: self.metadata,
         })?;
         Ok(Email { files, ..email })
     }
@@ -409,12 +425,15 @@ mod tests {
     }
 
     #[test]
-    fn a_body_above_sqs_limit_is_refused_before_sending() {
-        // 512 KiB of quotes are a valid body, and twice that once escaped in JSON.
-        let quotes = "\"".repeat(courier_core::job::MAX_BODY_BYTES - 20);
-        let err = receipt().text(quotes).build().unwrap_err();
+    fn a_body_above_what_the_client_sends_is_refused_before_sending() {
+        // Far beyond the contract (which the parser would refuse too), as a job built by hand.
+        let mut job = receipt().build().unwrap().job().clone();
+        job.content.as_mut().unwrap().text = Some("\"".repeat(MAX_BODY_BYTES / 2));
+        let err = Email::from_job(&job).unwrap_err();
         assert_eq!(err.code(), "too_large");
-        assert!(matches!(err, InvalidEmail::TooLarge { bytes, .. } if bytes > SQS_MAX_BYTES));
+        assert!(
+            matches!(err, InvalidEmail::TooLarge { bytes, max } if bytes > max && max == MAX_BODY_BYTES)
+        );
     }
 
     #[test]

@@ -8,6 +8,8 @@
 //!   for a reason worth retrying.
 //! - [`message_id_for`] turns your own key (an order number, say) into a stable `message_id`, so
 //!   enqueueing the same email twice sends it once.
+//! - [`Outcome::from_event`] reads the outcome events Courier publishes about each job, with the
+//!   `metadata` you set on it (`examples/outcomes.rs`).
 //!
 //! ```no_run
 //! # async fn example() -> Result<(), Box<dyn std::error::Error>> {
@@ -32,8 +34,12 @@
 mod email;
 mod queue;
 
+pub use courier_core::claim_check::MAX_INLINE_BYTES;
 pub use courier_core::job::{EmailJob, JobError, Priority, ProviderHint};
-pub use email::{Email, EmailBuilder, InvalidEmail, message_id_for};
+/// An outcome event's detail (docs/outcomes.md): [`Outcome::from_event`] reads the event an
+/// EventBridge rule on the stack's outcome bus delivers, or its detail alone.
+pub use courier_core::outcome::{OutcomeDetail as Outcome, OutcomeEventError};
+pub use email::{Email, EmailBuilder, InvalidEmail, MAX_BODY_BYTES, message_id_for};
 pub use queue::{
     ConfigError, CourierQueue, EntryResult, FileStore, QueueWriter, S3FileStore, SendError, Sent,
     SqsQueueWriter, WriteError,

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use aws_sdk_sqs::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_sqs::types::SendMessageBatchRequestEntry;
+use courier_core::claim_check::{ClaimCheck, MAX_INLINE_BYTES};
 use courier_core::limits::sqs_batches;
 
 use crate::email::Email;
@@ -203,9 +204,10 @@ pub enum SendError {
         key: String,
         reason: String,
     },
-    /// The email has attachments and the queue no payload bucket to store them in.
+    /// The email has attachments, or a body above the claim-check threshold, and the queue no
+    /// payload bucket to store them in.
     #[error(
-        "the email {message_id} has attachments and no payload bucket is set: set COURIER_PAYLOAD_BUCKET (the stack's PayloadBucketName) or use CourierQueue::with_files"
+        "the email {message_id} has attachments or a body too large for the queue, and no payload bucket is set: set COURIER_PAYLOAD_BUCKET (the stack's PayloadBucketName) or use CourierQueue::with_files"
     )]
     NoPayloadBucket { message_id: String },
 }
@@ -229,6 +231,8 @@ pub enum ConfigError {
 pub struct CourierQueue<W = SqsQueueWriter> {
     writer: W,
     files: Option<std::sync::Arc<dyn FileStore>>,
+    /// Bodies longer than this go through the claim check.
+    inline_limit: usize,
     max_attempts: u32,
     backoff: Duration,
     max_backoff: Duration,
@@ -309,6 +313,7 @@ impl<W: QueueWriter> CourierQueue<W> {
         CourierQueue {
             writer,
             files: None,
+            inline_limit: MAX_INLINE_BYTES,
             max_attempts: 5,
             backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
@@ -319,6 +324,17 @@ impl<W: QueueWriter> CourierQueue<W> {
     #[must_use]
     pub fn with_files(mut self, files: impl FileStore + 'static) -> Self {
         self.files = Some(std::sync::Arc::new(files));
+        self
+    }
+
+    /// Sends bodies longer than `bytes` through the claim check: the body is stored in the
+    /// payload bucket at `claim-check/{sha256}` and the queue carries a pointer the send
+    /// function redeems (SQS bills by 64 KiB chunk, and some queues are set to a lower maximum
+    /// size). At most, and by default, `MAX_INLINE_BYTES` (SQS's 1 MiB less room for the
+    /// message attributes); at least 1 KiB.
+    #[must_use]
+    pub fn claim_check_above(mut self, bytes: usize) -> Self {
+        self.inline_limit = bytes.clamp(1024, MAX_INLINE_BYTES);
         self
     }
 
@@ -347,21 +363,26 @@ impl<W: QueueWriter> CourierQueue<W> {
     pub async fn send_batch(&self, emails: &[Email]) -> Vec<Result<Sent, SendError>> {
         let mut results: Vec<Option<Result<Sent, SendError>>> = vec![None; emails.len()];
         let mut pending: Vec<usize> = Vec::with_capacity(emails.len());
-        // Attachments first: a job never reaches the queue before its files exist.
+        let mut queued: Vec<String> = vec![String::new(); emails.len()];
+        // Attachments and claim-checked bodies first: a job never reaches the queue before
+        // everything it points to exists.
         for (i, email) in emails.iter().enumerate() {
-            match self.store_files(email).await {
-                Ok(()) => pending.push(i),
+            match self.stow(email).await {
+                Ok(body) => {
+                    queued[i] = body;
+                    pending.push(i);
+                }
                 Err(e) => results[i] = Some(Err(e)),
             }
         }
         let mut attempt = 0;
         while !pending.is_empty() {
             attempt += 1;
-            let sizes: Vec<usize> = pending.iter().map(|&i| emails[i].body().len()).collect();
+            let sizes: Vec<usize> = pending.iter().map(|&i| queued[i].len()).collect();
             let mut again: Vec<(usize, String)> = Vec::new();
             for range in sqs_batches(&sizes) {
                 let members = &pending[range];
-                let bodies: Vec<&str> = members.iter().map(|&i| emails[i].body()).collect();
+                let bodies: Vec<&str> = members.iter().map(|&i| queued[i].as_str()).collect();
                 let answers = match self.writer.write_batch(&bodies).await {
                     Ok(answers) => answers,
                     Err(e) => members
@@ -428,35 +449,61 @@ impl<W: QueueWriter> CourierQueue<W> {
             .collect()
     }
 
-    /// Stores the email's attachments, each retried like a queue entry.
-    async fn store_files(&self, email: &Email) -> Result<(), SendError> {
-        if email.files().is_empty() {
-            return Ok(());
+    /// Stores the email's attachments, and its body when it is longer than the claim-check
+    /// threshold, each retried like a queue entry; returns what goes on the queue (the body, or
+    /// the pointer to it).
+    async fn stow(&self, email: &Email) -> Result<String, SendError> {
+        let check = (email.body().len() > self.inline_limit).then(|| ClaimCheck::of(email.body()));
+        if email.files().is_empty() && check.is_none() {
+            return Ok(email.body().to_owned());
         }
         let message_id = email.message_id().to_owned();
         let Some(store) = &self.files else {
             return Err(SendError::NoPayloadBucket { message_id });
         };
         for (key, content) in email.files() {
-            let mut attempt = 0;
-            loop {
-                attempt += 1;
-                match store.put(key, content).await {
-                    Ok(()) => break,
-                    Err(e) if e.transient && attempt < self.max_attempts => {
-                        tokio::time::sleep(self.delay(attempt)).await;
-                    }
-                    Err(e) => {
-                        return Err(SendError::Upload {
-                            message_id,
-                            key: key.clone(),
-                            reason: e.to_string(),
-                        });
-                    }
+            self.put(store.as_ref(), key, content, &message_id).await?;
+        }
+        match check {
+            None => Ok(email.body().to_owned()),
+            Some(check) => {
+                self.put(
+                    store.as_ref(),
+                    &check.key,
+                    email.body().as_bytes(),
+                    &message_id,
+                )
+                .await?;
+                Ok(check.to_body())
+            }
+        }
+    }
+
+    /// One object stored, retried while the failure is transient.
+    async fn put(
+        &self,
+        store: &dyn FileStore,
+        key: &str,
+        content: &[u8],
+        message_id: &str,
+    ) -> Result<(), SendError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match store.put(key, content).await {
+                Ok(()) => return Ok(()),
+                Err(e) if e.transient && attempt < self.max_attempts => {
+                    tokio::time::sleep(self.delay(attempt)).await;
+                }
+                Err(e) => {
+                    return Err(SendError::Upload {
+                        message_id: message_id.to_owned(),
+                        key: key.to_owned(),
+                        reason: e.to_string(),
+                    });
                 }
             }
         }
-        Ok(())
     }
 
     /// The wait after failed attempt `attempt` (1-based): the backoff doubled each time, capped.

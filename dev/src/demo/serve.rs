@@ -61,6 +61,7 @@ async fn serve(prefix: String, serve_for: Duration, out: &mut dyn Write) -> Resu
         ("COURIER_CONTROL_TABLE", &stack.control_table),
         ("COURIER_LETTER_INDEX_TABLE", &stack.letter_index_table),
         ("COURIER_ENVELOPE_KEY_SECRET", &stack.envelope_key_secret),
+        ("COURIER_OUTCOME_BUS", &stack.outcome_bus),
     ] {
         writeln!(out, "export {k}='{v}'")?;
     }

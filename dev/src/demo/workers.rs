@@ -65,6 +65,7 @@ pub(super) fn functions(
             archive_retention_days: courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
             envelope_key_secret: stack.envelope_key_secret.clone(),
             live_settings_cache: chrono::Duration::seconds(30),
+            outcome_bus: Some(stack.outcome_bus.clone()),
         },
     )?;
     Ok((Arc::new(pipeline), Arc::new(applier)))

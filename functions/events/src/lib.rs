@@ -195,6 +195,8 @@ pub struct Applier {
     pub guard: Guard,
     /// Which messages are admitted (and the SNS certificates fetched so far).
     pub gate: Arc<Gate>,
+    /// Publishes the outcomes `status` wrote, after each batch; `None`: not published.
+    pub outcomes: Option<courier_core::outcome::Relay>,
 }
 
 /// The outcome of one batch.
@@ -214,6 +216,8 @@ pub struct EventsReport {
     pub recounts_skipped: usize,
     /// A stored live settings version did not validate (the last good policy stays).
     pub live_refused: bool,
+    /// Outcome events published after the batch.
+    pub outcomes_published: usize,
 }
 
 impl Applier {
@@ -601,6 +605,14 @@ impl Applier {
         for (domain, batch) in counts {
             self.guard(&domain, &batch, &mut report).await;
         }
+        if let Some(relay) = &self.outcomes {
+            let relayed = relay.flush().await;
+            report.outcomes_published = relayed.published;
+            for (message_id, error) in &relayed.failed {
+                // The outbox keeps it: the sweeper publishes it within minutes.
+                warn!(%message_id, %error, "outcome not published yet");
+            }
+        }
         report
     }
 
@@ -823,6 +835,7 @@ impl EventsReport {
             serde_json::json!({"Name": "SoftBounceGaveUp", "Unit": "Count"}),
             serde_json::json!({"Name": "ReputationGuardTripped", "Unit": "Count"}),
             serde_json::json!({"Name": "LiveSettingsRefused", "Unit": "Count"}),
+            serde_json::json!({"Name": "OutcomesPublished", "Unit": "Count"}),
             serde_json::json!({"Name": "BounceRate", "Unit": "Percent"}),
             serde_json::json!({"Name": "ComplaintRate", "Unit": "Percent"}),
         ];
@@ -842,6 +855,7 @@ impl EventsReport {
             "SoftBounceGaveUp": gave_up,
             "ReputationGuardTripped": self.tripped.len(),
             "LiveSettingsRefused": usize::from(self.live_refused),
+            "OutcomesPublished": self.outcomes_published,
             "BounceRate": max(|r| r.0),
             "ComplaintRate": max(|r| r.1),
             "Paused": self.tripped,

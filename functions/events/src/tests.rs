@@ -71,6 +71,8 @@ fn world(status_now: Option<Status>) -> World {
                 resend_of: None,
                 swept_at: None,
                 trace_id: None,
+                facts: Default::default(),
+                outbox: None,
             },
         );
     }
@@ -103,6 +105,7 @@ fn world(status_now: Option<Status>) -> World {
             },
         },
         gate: Arc::new(Gate::new(Admission::Any, Arc::new(NoCertificates))),
+        outcomes: None,
     };
     World {
         applier,
@@ -1084,4 +1087,40 @@ async fn the_live_retry_policy_decides_the_resend_and_a_bad_version_is_refused()
     let report = w.applier.handle(sqs(&[fixture("delivery")])).await;
     assert!(report.live_refused);
     assert!(w.applier.resender.live_policy.read().unwrap().is_some());
+}
+
+#[tokio::test]
+async fn each_outcome_an_event_writes_is_published_once_from_the_record() {
+    let mut w = world(Some(Status::SentToProvider));
+    let bus = Arc::new(MemoryOutcomeBus::default());
+    let (status, relay) = courier_core::outcome::Relay::wrap(w.applier.status.clone(), bus.clone());
+    w.applier.status = status;
+    w.applier.outcomes = Some(relay);
+    {
+        let mut records = w.status.records.lock().unwrap();
+        let rec = records.get_mut("order-4711").unwrap();
+        rec.facts.campaign_id = Some("receipts".into());
+        rec.facts.metadata.insert("order".into(), "4711".into());
+    }
+    // GIVEN a delivery, its duplicate and a late send event WHEN applied
+    let report = w
+        .applier
+        .handle(sqs(&[
+            fixture("delivery"),
+            fixture("delivery"),
+            fixture("send"),
+        ]))
+        .await;
+    // THEN one "Email Delivered" event, with the job's facts, and nothing for the absorbed ones
+    assert_eq!(report.outcomes_published, 1);
+    let events = bus.events();
+    assert_eq!(events.len(), 1);
+    assert_eq!(events[0].detail_type, "Email Delivered");
+    assert_eq!(events[0].detail.event_id, "order-4711/0/delivered");
+    assert_eq!(events[0].detail.metadata["order"], "4711");
+    assert_eq!(w.record().outbox, None);
+    // AND a complaint after the delivery is an outcome of its own
+    w.applier.handle(sqs(&[fixture("complaint")])).await;
+    let kinds: Vec<&str> = bus.events().iter().map(|e| e.detail_type).collect();
+    assert_eq!(kinds, ["Email Delivered", "Email Complained"]);
 }

@@ -28,6 +28,8 @@ pub struct Settings {
     pub delay_state_machine_arn: String,
     pub dead_letter_queue_url: String,
     pub letter_index_table: String,
+    /// `COURIER_OUTCOME_BUS`: the event bus for outcome events; none: not published.
+    pub outcome_bus: Option<String>,
     pub policy: RetryPolicy,
     pub guard: GuardConfig,
     /// How long automatic soft suppressions last (`COURIER_SOFT_SUPPRESSION_PERIOD`).
@@ -146,6 +148,7 @@ impl Settings {
             delay_state_machine_arn: required("COURIER_DELAY_STATE_MACHINE_ARN")?,
             dead_letter_queue_url: required("COURIER_DEAD_LETTER_QUEUE_URL")?,
             letter_index_table: required("COURIER_LETTER_INDEX_TABLE")?,
+            outcome_bus: lookup("COURIER_OUTCOME_BUS").filter(|v| !v.is_empty()),
             policy,
             live_settings_cache: duration(
                 "COURIER_LIVE_SETTINGS_CACHE",
@@ -184,13 +187,26 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Result<Applier, StoreErro
         Admission::Sns(_) => Arc::new(HttpsSigningCertificates::new()?),
         Admission::EventBridge | Admission::Any => Arc::new(NoCertificates),
     };
+    let status: Arc<dyn courier_core::ports::StatusStore> = Arc::new(DynamoDbStatusStore::new(
+        dynamodb.clone(),
+        &settings.status_table,
+        courier_core::status::RETENTION,
+    ));
+    let (status, outcomes) = match &settings.outcome_bus {
+        Some(bus) => {
+            let bus = Arc::new(courier_adapters::aws::EventBridgeOutcomeBus::new(
+                clients.eventbridge.clone(),
+                bus,
+            ));
+            let (status, relay) = courier_core::outcome::Relay::wrap(status, bus);
+            (status, Some(relay))
+        }
+        None => (status, None),
+    };
     Ok(Applier {
         gate: Arc::new(Gate::new(settings.admission.clone(), certificates)),
-        status: Arc::new(DynamoDbStatusStore::new(
-            dynamodb.clone(),
-            &settings.status_table,
-            courier_core::status::RETENTION,
-        )),
+        status,
+        outcomes,
         suppression: Arc::new(DynamoDbSuppressionList::new(
             dynamodb.clone(),
             &settings.suppression_table,

@@ -169,6 +169,8 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             resend_of: None,
             swept_at: None,
             trace_id: None,
+            facts: Default::default(),
+            outbox: None,
         },
     );
     let suppression = Arc::new(MemorySuppressionList::default());
@@ -202,6 +204,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             config: GuardConfig::default(),
         },
         gate: Arc::new(Gate::new(Admission::Any, Arc::new(NoCertificates))),
+        outcomes: None,
     };
     if let Some((at, fault)) = plan {
         faults.arm(at, fault);

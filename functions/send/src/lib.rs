@@ -50,10 +50,11 @@ use courier_core::envelope::{
 use courier_core::job::{Rejected, parse_mailbox};
 use courier_core::letters::letter_id;
 use courier_core::mailbox::{address_hash, address_key, redact};
+use courier_core::outcome::Relay;
 use courier_core::plan::{self, Acceptance, Failure, Plan};
 use courier_core::policy::{DeadLetterCategory, Decision, RetryPolicy};
 use courier_core::ports::{
-    ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, Mailer, OutgoingEmail,
+    ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink, JobFacts, Mailer, OutgoingEmail,
     PayloadStore, PoisonList, Provider, Requeue, RetryScheduler, Sightings, StatusStore,
     StatusUpdate, StoreError, SuppressionList, TemplateError, TemplateStore,
 };
@@ -71,6 +72,8 @@ use metrics::{Metrics, Outcome};
 /// Everything the pipeline needs, wired once at start-up.
 pub struct Pipeline {
     pub status: Arc<dyn StatusStore>,
+    /// Publishes the outcomes `status` wrote, after each batch; `None`: not published.
+    pub outcomes: Option<Relay>,
     /// Providers in failover order.
     pub mailers: Vec<Arc<dyn Mailer>>,
     pub scheduler: Arc<dyn RetryScheduler>,
@@ -392,6 +395,16 @@ impl Pipeline {
                 .metrics
                 .add("NewUnknownErrorCode", new_codes.len() as u64);
         }
+        if let Some(relay) = &self.outcomes {
+            let relayed = relay.flush().await;
+            report
+                .metrics
+                .add("OutcomesPublished", relayed.published as u64);
+            for (message_id, error) in &relayed.failed {
+                // The outbox keeps it: the sweeper publishes it within minutes.
+                warn!(%message_id, %error, "outcome not published yet");
+            }
+        }
         let unverified = self.sealing.drain();
         if unverified > 0 {
             report.metrics.add("EnvelopesUnverified", unverified);
@@ -557,6 +570,7 @@ impl Pipeline {
             grace: chrono::Duration::from_std(self.config.ambiguity_grace).unwrap_or_default(),
             check_suppressed: recipients.clone(),
             trace_id: incoming.trace.clone(),
+            facts: JobFacts::of(job),
         };
         let mut suppressed: Vec<String> = Vec::new();
         loop {
@@ -575,13 +589,14 @@ impl Pipeline {
                     let hashes: Vec<String> = suppressed.iter().map(|r| address_hash(r)).collect();
                     if all {
                         info!(recipients = ?hashes, "all recipients suppressed");
-                        let update = StatusUpdate::new(
+                        let mut update = StatusUpdate::new(
                             job.message_id.clone(),
                             owner,
                             Status::Suppressed,
                             incoming.attempt,
                             now,
                         );
+                        update.facts = Some(Box::new(JobFacts::of(job)));
                         return unclaimed(Fate::Record {
                             update,
                             outcome: Outcome::Suppressed,

@@ -16,6 +16,7 @@ use super::*;
 mod attachments;
 mod lane;
 mod live;
+mod outcomes;
 mod pacing;
 mod seal;
 mod trace;
@@ -98,6 +99,7 @@ fn world_with(mailer: MemoryMailer) -> World {
         acceptances: Default::default(),
         live: None,
         attachment_budget: Default::default(),
+        outcomes: None,
     });
     World {
         pipeline,
@@ -174,7 +176,7 @@ fn unlimited() -> crate::governor::Governor {
 
 /// The world's pipeline with its breakers on `store` (shared state, no cache).
 fn with_breaker_store(w: &World, store: Arc<MemoryBreakerStore>, seed: u64) -> Arc<Pipeline> {
-    rebuilt(w, store, seed, unlimited(), None)
+    rebuilt(w, store, seed, unlimited(), None, None)
 }
 
 /// The world's pipeline with the send-rate `governor`.
@@ -184,6 +186,7 @@ fn with_governor(w: &World, governor: crate::governor::Governor) -> Arc<Pipeline
         Arc::new(MemoryBreakerStore::default()),
         3,
         governor,
+        None,
         None,
     )
 }
@@ -196,6 +199,7 @@ fn with_live(w: &World, live: crate::live::Live) -> Arc<Pipeline> {
         3,
         unlimited(),
         Some(live),
+        None,
     )
 }
 
@@ -205,9 +209,17 @@ fn rebuilt(
     seed: u64,
     governor: crate::governor::Governor,
     live: Option<crate::live::Live>,
+    bus: Option<Arc<dyn courier_core::ports::OutcomeBus>>,
 ) -> Arc<Pipeline> {
+    let (status, outcomes) = match bus {
+        Some(bus) => {
+            let (status, relay) = Relay::wrap(w.pipeline.status.clone(), bus);
+            (status, Some(relay))
+        }
+        None => (w.pipeline.status.clone(), None),
+    };
     Arc::new(Pipeline {
-        status: w.pipeline.status.clone(),
+        status,
         mailers: w.pipeline.mailers.clone(),
         scheduler: w.pipeline.scheduler.clone(),
         dead_letters: w.pipeline.dead_letters.clone(),
@@ -232,6 +244,7 @@ fn rebuilt(
         acceptances: Default::default(),
         live,
         attachment_budget: Default::default(),
+        outcomes,
     })
 }
 
@@ -396,6 +409,7 @@ async fn a_sender_the_stack_does_not_allow_is_dead_lettered_unsent() {
         3,
         unlimited(),
         None,
+        None,
     );
     Arc::get_mut(&mut pipeline).unwrap().config.allowed_senders =
         Some(courier_core::mailbox::AllowedSenders::parse("example.com").unwrap());
@@ -431,6 +445,7 @@ async fn a_template_the_sender_may_not_use_is_dead_lettered_unsent() {
         Arc::new(MemoryBreakerStore::default()),
         3,
         unlimited(),
+        None,
         None,
     );
     Arc::get_mut(&mut pipeline).unwrap().config.sender_templates =
@@ -707,6 +722,8 @@ async fn a_live_lease_leaves_the_record_for_later_and_an_expired_one_is_ambiguou
             resend_of: None,
             swept_at: None,
             trace_id: None,
+            facts: Default::default(),
+            outbox: None,
         },
     );
     let report = w.run(vec![rec("x", job("m12", "y@example.org"))]).await;
@@ -766,6 +783,7 @@ async fn a_job_that_crashes_the_worker_before_sending_is_poison() {
         Arc::new(MemoryBreakerStore::default()),
         1,
         unlimited(),
+        None,
         None,
     );
     Arc::get_mut(&mut pipeline).unwrap().templates = Arc::new(PanickingTemplates);
@@ -934,6 +952,7 @@ async fn a_status_write_whose_answer_was_lost_after_it_landed_counts_as_made() {
         3,
         unlimited(),
         None,
+        None,
     );
     Arc::get_mut(&mut pipeline).unwrap().status =
         Arc::new(Faulty::new(w.status.clone(), faults.clone()));
@@ -991,6 +1010,7 @@ async fn an_acceptance_with_no_write_possible_keeps_the_lease_and_expires_into_u
         Arc::new(MemoryBreakerStore::default()),
         3,
         unlimited(),
+        None,
         None,
     );
     let deadline = w.clock.now() + chrono::Duration::seconds(60);

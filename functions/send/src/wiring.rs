@@ -4,17 +4,18 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use courier_adapters::aws::SecretsManagerSecretStore;
 use courier_adapters::aws::{
     Clients, DynamoDbBreakerStore, DynamoDbDestinationRates, DynamoDbLetterIndex,
     DynamoDbLiveSettings, DynamoDbPoisonList, DynamoDbSendSchedule, DynamoDbSightings,
     DynamoDbStatusStore, DynamoDbSuppressionList, IndexedDeadLetterSink, S3PayloadStore,
     S3TemplateStore, SesMailer, SesSendQuota, SqsDeadLetterSink, SqsRetryScheduler,
 };
+use courier_adapters::aws::{EventBridgeOutcomeBus, SecretsManagerSecretStore};
 use courier_adapters::clock::SystemClock;
 use courier_adapters::seal_secret::{SealingScheduler, SecretSealKeys};
 use courier_adapters::smtp::{SmtpMailer, SmtpOptions, SmtpSetupError};
 use courier_adapters::smtp_secret::{SecretSmtpError, SecretSmtpMailer};
+use courier_core::outcome::Relay;
 use courier_core::ports::{Mailer, PayloadStore, Provider};
 
 use crate::breakers::Breakers;
@@ -136,15 +137,25 @@ fn wire_with(
         clients.s3.clone(),
         &resources.payload_bucket,
     ));
+    let status: Arc<dyn courier_core::ports::StatusStore> = Arc::new(
+        DynamoDbStatusStore::new(
+            dynamodb.clone(),
+            &resources.status_table,
+            courier_core::status::RETENTION,
+        )
+        .with_suppression_table(&resources.suppression_table),
+    );
+    let (status, outcomes) = match &resources.outcome_bus {
+        Some(bus) => {
+            let bus = Arc::new(EventBridgeOutcomeBus::new(clients.eventbridge.clone(), bus));
+            let (status, relay) = Relay::wrap(status, bus);
+            (status, Some(relay))
+        }
+        None => (status, None),
+    };
     Ok(Pipeline {
-        status: Arc::new(
-            DynamoDbStatusStore::new(
-                dynamodb.clone(),
-                &resources.status_table,
-                courier_core::status::RETENTION,
-            )
-            .with_suppression_table(&resources.suppression_table),
-        ),
+        status,
+        outcomes,
         mailers,
         scheduler: Arc::new(SealingScheduler::new(
             Arc::new(

@@ -442,6 +442,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         acceptances: Default::default(),
         live: None,
         attachment_budget: Default::default(),
+        outcomes: None,
     });
     for &after in path.copies {
         queue.push(body(path), t0() + chrono::Duration::seconds(after));

@@ -9,9 +9,13 @@
 //!   `SweptNoOutcome` (usually a configuration set without an event destination, or events
 //!   that are failing to apply).
 //!
-//! Jobs are found through the status table's sparse `by_open` index (only open jobs carry its
-//! key), oldest first, a page at a time; every mark is a conditional write, so a job that
-//! moved on meanwhile is left alone.
+//! - an outcome whose writer did not publish it within [`OUTBOX_GRACE`] (it died, or the bus
+//!   refused): published from the record and cleared ([`courier_core::outcome::relay`]);
+//!   counted as `OutcomesRelayed`, and `OutcomesUnpublished` for those that failed again.
+//!
+//! Jobs are found through the status table's sparse `by_open` and `by_outbox` indexes (only
+//! such jobs carry their keys), oldest first, a page at a time; every mark is a conditional
+//! write, so a job that moved on meanwhile is left alone.
 //!
 //! # Layout
 //! - [`Settings`]: the periods, parsed once at INIT; [`wire`] builds the [`Sweeper`].
@@ -22,10 +26,11 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use chrono::{DateTime, Duration, Utc};
-use courier_adapters::aws::{Clients, DynamoDbStatusStore};
+use courier_adapters::aws::{Clients, DynamoDbStatusStore, EventBridgeOutcomeBus};
 use courier_adapters::clock::SystemClock;
+use courier_core::outcome::relay;
 use courier_core::policy::parse_duration;
-use courier_core::ports::{Clock, OpenState, StatusStore, StoreError, SweepMark};
+use courier_core::ports::{Clock, OpenState, OutcomeBus, StatusStore, StoreError, SweepMark};
 use tracing::{info, warn};
 
 /// The longest a lease can be (the Lambda timeout's maximum): a job opened earlier than this
@@ -33,6 +38,9 @@ use tracing::{info, warn};
 pub const MAX_LEASE: Duration = Duration::minutes(15);
 /// Records read per page.
 pub const PAGE: usize = 100;
+/// An outcome still unpublished this long after its write is the sweeper's to publish (its
+/// writer publishes it within a second or two, or died).
+pub const OUTBOX_GRACE: Duration = Duration::minutes(1);
 
 /// The sweeper's settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,6 +50,8 @@ pub struct Settings {
     pub lease_grace: Duration,
     /// How long a sent job may wait for its outcome event.
     pub no_outcome_after: Duration,
+    /// The outcome bus (`COURIER_OUTCOME_BUS`); none: outcomes are not published.
+    pub outcome_bus: Option<String>,
 }
 
 /// A setting that cannot be used, naming the variable.
@@ -71,6 +81,7 @@ impl Settings {
                 .ok_or(SettingsError::Missing("COURIER_STATUS_TABLE"))?,
             lease_grace: duration("COURIER_SWEEP_LEASE_GRACE", Duration::minutes(5))?,
             no_outcome_after: duration("COURIER_SWEEP_NO_OUTCOME_AFTER", Duration::hours(6))?,
+            outcome_bus: lookup("COURIER_OUTCOME_BUS").filter(|v| !v.is_empty()),
         })
     }
 }
@@ -82,6 +93,10 @@ pub struct SweepReport {
     pub no_outcome: usize,
     /// Found, but changed before the mark (left alone).
     pub moved_on: usize,
+    /// Unpublished outcomes published now.
+    pub outcomes_relayed: usize,
+    /// Unpublished outcomes that failed again (left for the next run).
+    pub outcomes_unpublished: usize,
     /// Stopped at the deadline with work left for the next run.
     pub stopped_early: bool,
 }
@@ -94,12 +109,16 @@ impl SweepReport {
                 "Namespace": "Courier", "Dimensions": [["Function"]],
                 "Metrics": [
                     {"Name": "SweptStuckProcessing", "Unit": "Count"},
-                    {"Name": "SweptNoOutcome", "Unit": "Count"}
+                    {"Name": "SweptNoOutcome", "Unit": "Count"},
+                    {"Name": "OutcomesRelayed", "Unit": "Count"},
+                    {"Name": "OutcomesUnpublished", "Unit": "Count"}
                 ]}]},
             "Function": "sweeper",
             "SweptStuckProcessing": self.stuck_processing,
             "SweptNoOutcome": self.no_outcome,
             "SweepMovedOn": self.moved_on,
+            "OutcomesRelayed": self.outcomes_relayed,
+            "OutcomesUnpublished": self.outcomes_unpublished,
             "SweepStoppedEarly": self.stopped_early,
         })
     }
@@ -110,6 +129,8 @@ pub struct Sweeper {
     pub status: Arc<dyn StatusStore>,
     pub clock: Arc<dyn Clock>,
     pub settings: Settings,
+    /// Where unpublished outcomes go; `None`: not published.
+    pub outcomes: Option<Arc<dyn OutcomeBus>>,
 }
 
 /// Wires the sweeper from settings and SDK clients.
@@ -121,6 +142,10 @@ pub fn wire(clients: &Clients, settings: Settings) -> Sweeper {
             std::time::Duration::from_secs(30 * 24 * 3600),
         )),
         clock: Arc::new(SystemClock),
+        outcomes: settings.outcome_bus.as_ref().map(|bus| {
+            Arc::new(EventBridgeOutcomeBus::new(clients.eventbridge.clone(), bus))
+                as Arc<dyn OutcomeBus>
+        }),
         settings,
     }
 }
@@ -176,8 +201,42 @@ impl Sweeper {
                 }
             }
         }
+        self.relay_outbox(deadline, &mut report).await?;
         info!(?report, "sweep finished");
         Ok(report)
+    }
+
+    /// Publishes the outcomes their writers left unpublished, oldest first.
+    async fn relay_outbox(
+        &self,
+        deadline: DateTime<Utc>,
+        report: &mut SweepReport,
+    ) -> Result<(), StoreError> {
+        let Some(bus) = &self.outcomes else {
+            return Ok(());
+        };
+        let before = self.clock.now() - OUTBOX_GRACE;
+        let mut seen = HashSet::new();
+        loop {
+            if self.clock.now() + Duration::seconds(5) >= deadline {
+                report.stopped_early = true;
+                return Ok(());
+            }
+            let page = self.status.outbox_before(before, PAGE).await?;
+            let fresh: Vec<String> = page
+                .into_iter()
+                .filter(|id| seen.insert(id.clone()))
+                .collect();
+            if fresh.is_empty() {
+                return Ok(());
+            }
+            let relayed = relay(self.status.as_ref(), bus.as_ref(), &fresh).await;
+            report.outcomes_relayed += relayed.published;
+            report.outcomes_unpublished += relayed.failed.len();
+            for (message_id, error) in &relayed.failed {
+                warn!(%message_id, %error, "outcome still unpublished");
+            }
+        }
     }
 }
 
@@ -195,6 +254,8 @@ pub async fn function_handler(
         "stuck_processing": report.stuck_processing,
         "no_outcome": report.no_outcome,
         "moved_on": report.moved_on,
+        "outcomes_relayed": report.outcomes_relayed,
+        "outcomes_unpublished": report.outcomes_unpublished,
         "stopped_early": report.stopped_early,
     }))
 }

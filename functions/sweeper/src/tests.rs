@@ -5,7 +5,7 @@ use std::sync::Arc;
 use chrono::{DateTime, Duration, Utc};
 use courier_core::ports::{JobRecord, StatusStore};
 use courier_core::status::Status;
-use courier_devkit::memory::{ManualClock, MemoryStatusStore};
+use courier_devkit::memory::{ManualClock, MemoryOutcomeBus, MemoryStatusStore};
 
 use super::*;
 
@@ -17,11 +17,13 @@ struct World {
     sweeper: Sweeper,
     status: Arc<MemoryStatusStore>,
     clock: Arc<ManualClock>,
+    bus: Arc<MemoryOutcomeBus>,
 }
 
 fn world() -> World {
     let status = Arc::new(MemoryStatusStore::default());
     let clock = Arc::new(ManualClock::new(t0()));
+    let bus = Arc::new(MemoryOutcomeBus::default());
     World {
         sweeper: Sweeper {
             status: status.clone(),
@@ -30,10 +32,13 @@ fn world() -> World {
                 status_table: "status".into(),
                 lease_grace: Duration::minutes(5),
                 no_outcome_after: Duration::hours(6),
+                outcome_bus: Some("outcomes".into()),
             },
+            outcomes: Some(bus.clone()),
         },
         status,
         clock,
+        bus,
     }
 }
 
@@ -75,6 +80,7 @@ async fn stuck_and_silent_jobs_are_marked_and_the_rest_left_alone() {
             no_outcome: 1,
             moved_on: 0,
             stopped_early: false,
+            ..SweepReport::default()
         }
     );
     let stuck = w.get("stuck").await;
@@ -149,14 +155,17 @@ fn settings_name_the_variable_that_is_wrong() {
         }
     };
     let s = Settings::from_lookup(lookup(&[("COURIER_STATUS_TABLE", "t")])).unwrap();
+    assert_eq!(s.outcome_bus, None);
     assert_eq!(s.no_outcome_after, Duration::hours(6));
     assert_eq!(s.lease_grace, Duration::minutes(5));
     let s = Settings::from_lookup(lookup(&[
         ("COURIER_STATUS_TABLE", "t"),
         ("COURIER_SWEEP_NO_OUTCOME_AFTER", "90m"),
+        ("COURIER_OUTCOME_BUS", "stack-outcomes"),
     ]))
     .unwrap();
     assert_eq!(s.no_outcome_after, Duration::minutes(90));
+    assert_eq!(s.outcome_bus.as_deref(), Some("stack-outcomes"));
     assert!(matches!(
         Settings::from_lookup(lookup(&[])),
         Err(SettingsError::Missing("COURIER_STATUS_TABLE"))
@@ -172,4 +181,95 @@ fn settings_name_the_variable_that_is_wrong() {
             other => panic!("{name}={value}: {other:?}"),
         }
     }
+}
+
+impl World {
+    /// A job whose outcome was written `age` ago and never published.
+    fn unpublished(&self, id: &str, status: Status, age: Duration) {
+        let at = t0() - age;
+        let mut rec = JobRecord::new(id, status, 2, at);
+        rec.provider = Some("smtp".into());
+        rec.facts.campaign_id = Some("c-1".into());
+        rec.facts.metadata.insert("order".into(), "o-42".into());
+        rec.outbox = Some(courier_core::ports::Outbox {
+            status,
+            attempt: 2,
+            at,
+        });
+        self.status.records.lock().unwrap().insert(id.into(), rec);
+    }
+}
+
+#[tokio::test]
+async fn outcomes_their_writer_left_unpublished_are_published_once_cleared() {
+    let w = world();
+    // GIVEN two outcomes unpublished for two minutes and one written 30 s ago
+    w.unpublished("old-sent", Status::SentToProvider, Duration::minutes(2));
+    w.unpublished("old-dead", Status::DeadLettered, Duration::minutes(3));
+    w.unpublished("fresh", Status::Delivered, Duration::seconds(30));
+    // WHEN the sweeper runs
+    let report = w.sweeper.run(w.far()).await.unwrap();
+    // THEN the two old ones are published, oldest first, and cleared; the fresh one is its
+    // writer's for now
+    assert_eq!(report.outcomes_relayed, 2);
+    let ids: Vec<String> = w
+        .bus
+        .events()
+        .iter()
+        .map(|e| e.detail.event_id.clone())
+        .collect();
+    assert_eq!(ids, ["old-dead/2/dead_lettered", "old-sent/2/sent"]);
+    let event = &w.bus.events()[1];
+    assert_eq!(event.detail_type, "Email Sent");
+    assert_eq!(event.detail.metadata["order"], "o-42");
+    assert_eq!(event.detail.campaign_id.as_deref(), Some("c-1"));
+    assert_eq!(w.get("old-sent").await.outbox, None);
+    assert!(w.get("fresh").await.outbox.is_some());
+    // AND a second run publishes nothing again
+    let again = w.sweeper.run(w.far()).await.unwrap();
+    assert_eq!((again.outcomes_relayed, w.bus.events().len()), (0, 2));
+}
+
+#[tokio::test]
+async fn an_outcome_the_bus_refuses_stays_marked_for_the_next_run() {
+    let w = world();
+    w.unpublished("j", Status::Complained, Duration::minutes(5));
+    // GIVEN a bus that fails its next call
+    w.bus.fail.set(1);
+    let report = w.sweeper.run(w.far()).await.unwrap();
+    // THEN nothing is cleared and the run says so
+    assert_eq!(
+        (report.outcomes_relayed, report.outcomes_unpublished),
+        (0, 1)
+    );
+    assert!(w.get("j").await.outbox.is_some());
+    // AND a clear that fails after the publication leaves it marked: published again later
+    w.status.fail_clears.set(1);
+    let report = w.sweeper.run(w.far()).await.unwrap();
+    assert_eq!(
+        (report.outcomes_relayed, report.outcomes_unpublished),
+        (0, 1)
+    );
+    assert!(w.get("j").await.outbox.is_some());
+    let report = w.sweeper.run(w.far()).await.unwrap();
+    assert_eq!(report.outcomes_relayed, 1);
+    assert_eq!(w.get("j").await.outbox, None);
+    // At least once: the same event twice, with one id to dedupe on.
+    let ids: Vec<String> = w
+        .bus
+        .events()
+        .iter()
+        .map(|e| e.detail.event_id.clone())
+        .collect();
+    assert_eq!(ids, ["j/2/complained", "j/2/complained"]);
+}
+
+#[tokio::test]
+async fn without_a_bus_outcomes_are_left_alone() {
+    let mut w = world();
+    w.sweeper.outcomes = None;
+    w.unpublished("j", Status::Delivered, Duration::minutes(5));
+    let report = w.sweeper.run(w.far()).await.unwrap();
+    assert_eq!(report.outcomes_relayed, 0);
+    assert!(w.get("j").await.outbox.is_some());
 }

@@ -22,6 +22,8 @@ pub struct ClaimRequest {
     pub check_suppressed: Vec<String>,
     /// The job's trace id, kept on its record.
     pub trace_id: Option<String>,
+    /// The job's campaign and metadata, kept on its record for its outcome events.
+    pub facts: crate::ports::JobFacts,
 }
 
 /// What a claim found.
@@ -132,6 +134,7 @@ mod tests {
             grace: chrono::Duration::seconds(600),
             check_suppressed: Vec::new(),
             trace_id: None,
+            facts: Default::default(),
         }
     }
 
@@ -151,6 +154,8 @@ mod tests {
             resend_of: None,
             swept_at: None,
             trace_id: None,
+            facts: Default::default(),
+            outbox: None,
         }
     }
 

@@ -35,6 +35,7 @@ pub mod letters;
 pub mod limits;
 pub mod live;
 pub mod mailbox;
+pub mod outcome;
 pub mod pacing;
 pub mod plan;
 pub mod policy;

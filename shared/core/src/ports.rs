@@ -74,6 +74,41 @@ pub struct JobRecord {
     /// The job's trace id ([`crate::envelope::Incoming::trace`]), written by each claim.
     #[serde(default)]
     pub trace_id: Option<String>,
+    /// The job's campaign and the producer's metadata, written by each claim (for outcome events).
+    #[serde(default)]
+    pub facts: JobFacts,
+    /// An outcome written to this record and not yet published (the transactional outbox).
+    #[serde(default)]
+    pub outbox: Option<Outbox>,
+}
+
+/// What a job's outcome events say about the job besides its status: written by its claim (or
+/// by a status write that precedes any claim) and echoed to the producer.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobFacts {
+    pub campaign_id: Option<String>,
+    #[serde(default)]
+    pub metadata: std::collections::BTreeMap<String, String>,
+}
+
+impl JobFacts {
+    /// The facts of a parsed job.
+    pub fn of(job: &crate::job::EmailJob) -> JobFacts {
+        JobFacts {
+            campaign_id: Some(job.campaign_id.clone()),
+            metadata: job.metadata.clone(),
+        }
+    }
+}
+
+/// An outcome waiting to be published: marked by the status write that reached it, in the same
+/// item write (so it is durable exactly when the status is), and cleared once published
+/// ([`StatusStore::outcome_published`]). A later outcome replaces an unpublished earlier one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outbox {
+    pub status: Status,
+    pub attempt: u32,
+    pub at: DateTime<Utc>,
 }
 
 impl JobRecord {
@@ -99,6 +134,8 @@ impl JobRecord {
             resend_of: None,
             swept_at: None,
             trace_id: None,
+            facts: JobFacts::default(),
+            outbox: None,
         }
     }
 }
@@ -200,6 +237,8 @@ pub struct StatusUpdate {
     pub detail: Option<String>,
     /// The queue body that was sent (with `SentToProvider`), kept for resends.
     pub payload: Option<String>,
+    /// Kept where the record has none (a write that precedes any claim: suppressed).
+    pub facts: Option<Box<JobFacts>>,
 }
 
 impl StatusUpdate {
@@ -220,6 +259,7 @@ impl StatusUpdate {
             now,
             detail: None,
             payload: None,
+            facts: None,
         }
     }
 }
@@ -236,6 +276,9 @@ pub trait StatusStore: Send + Sync {
     /// status machine allows the transition (late or duplicate writes are absorbed).
     async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError>;
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError>;
+    /// The records of these jobs that exist, read consistently, in no particular order (one
+    /// `BatchGetItem` per 100 on DynamoDB).
+    async fn get_many(&self, message_ids: &[String]) -> Result<Vec<JobRecord>, StoreError>;
     /// The job whose recorded send has this provider message id (SES's message id), for an
     /// event that carries no Courier message id. The lookup is eventually consistent (the status
     /// table's sparse `by_provider_message_id` index): a send recorded a moment ago may not be
@@ -272,6 +315,29 @@ pub trait StatusStore: Send + Sync {
         mark: SweepMark,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError>;
+    /// Jobs whose outbox was marked before `before` and is still unpublished, at most `limit`
+    /// (eventually consistent: read the record before publishing).
+    async fn outbox_before(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError>;
+    /// Clears the record's outbox after `outbox` was published; false (nothing changes) when
+    /// the record holds another outbox by now (a later outcome, published on its own).
+    async fn outcome_published(
+        &self,
+        message_id: &str,
+        outbox: &Outbox,
+    ) -> Result<bool, StoreError>;
+}
+
+/// Where outcome events go (the stack's EventBridge bus).
+#[async_trait::async_trait]
+pub trait OutcomeBus: Send + Sync {
+    /// Publishes at most [`crate::outcome::EVENTS_PER_CALL`] events; one result per event, in
+    /// order.
+    async fn publish(&self, events: &[crate::outcome::OutcomeEvent])
+    -> Vec<Result<(), StoreError>>;
 }
 
 /// A message ready for a provider.

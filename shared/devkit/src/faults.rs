@@ -11,9 +11,9 @@ use courier_core::breaker::BreakerState;
 use courier_core::claim::{ClaimOutcome, ClaimRequest};
 use courier_core::letters::DeadLetter;
 use courier_core::ports::{
-    BreakerStore, DeadLetterSink, EventLedger, HistoryEntry, JobRecord, OpenState, PoisonList,
-    ReputationStore, Requeue, Resend, RetryScheduler, StatusStore, StatusUpdate, StoreError,
-    SuppressionEntry, SuppressionList, SweepMark,
+    BreakerStore, DeadLetterSink, EventLedger, HistoryEntry, JobRecord, OpenState, Outbox,
+    PoisonList, ReputationStore, Requeue, Resend, RetryScheduler, StatusStore, StatusUpdate,
+    StoreError, SuppressionEntry, SuppressionList, SweepMark,
 };
 use courier_core::reputation::ReputationCounts;
 
@@ -152,6 +152,9 @@ impl<T: StatusStore + ?Sized> StatusStore for Faulty<T> {
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
         self.gated("get", self.inner.get(message_id)).await
     }
+    async fn get_many(&self, ids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
+        self.gated("get_many", self.inner.get_many(ids)).await
+    }
     async fn find_by_provider_message_id(&self, id: &str) -> Result<Option<String>, StoreError> {
         self.gated("find", self.inner.find_by_provider_message_id(id))
             .await
@@ -173,6 +176,21 @@ impl<T: StatusStore + ?Sized> StatusStore for Faulty<T> {
     ) -> Result<Vec<JobRecord>, StoreError> {
         self.gated("open_before", self.inner.open_before(state, before, limit))
             .await
+    }
+    async fn outbox_before(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        self.gated("outbox_before", self.inner.outbox_before(before, limit))
+            .await
+    }
+    async fn outcome_published(&self, id: &str, outbox: &Outbox) -> Result<bool, StoreError> {
+        self.gated(
+            "outcome_published",
+            self.inner.outcome_published(id, outbox),
+        )
+        .await
     }
     async fn sweep(
         &self,

@@ -24,6 +24,8 @@
 //!   Step Functions API from the same local-template properties.
 //! - moto's queue physical ids (and `Ref`) are `https://sqs.us-east-1.amazonaws.com/...` URLs,
 //!   so queue URLs are resolved with `GetQueueUrl` by name.
+//! - moto's CloudFormation leaves an `AWS::Events::EventBus` out of the stack's resources: the
+//!   outcome bus is created through EventBridge's API ([`outcome_bus`]).
 //!
 //! # Layout
 //! - here: the local template, [`provision`] and reading the stack back.
@@ -119,6 +121,8 @@ pub struct Provisioned {
     /// The secret holding the retry envelopes' seal keys (ARN): the template's
     /// `EnvelopeKeySecret`, created through Secrets Manager's API ([`envelope_key_secret`]).
     pub envelope_key_secret: String,
+    /// The event bus outcome events are published on (its name).
+    pub outcome_bus: String,
 }
 
 /// Settings of the send queue (the template's `MaxReceiveCount` and `SendQueueVisibilityTimeout`).
@@ -690,6 +694,7 @@ pub async fn provision(
         template_bucket: name("TemplateBucket")?,
         archive_bucket: name("ArchiveBucket")?,
         payload_bucket: name("PayloadBucket")?,
+        outcome_bus: outcome_bus(sdk, prefix).await?,
         delay_state_machine_arn: state_machine(
             &aws_sdk_sfn::Client::new(sdk),
             &template,
@@ -699,6 +704,28 @@ pub async fn provision(
         )
         .await?,
     })
+}
+
+/// The outcome bus (the template's `OutcomeBus`), created through EventBridge's API: moto's
+/// CloudFormation answers a stack with an `AWS::Events::EventBus` without the bus among its
+/// resources. Named `{prefix}-outcomes`; an existing one is kept.
+pub async fn outcome_bus(sdk: &aws_config::SdkConfig, prefix: &str) -> Result<String, StoreError> {
+    let name = format!("{prefix}-outcomes");
+    let created = aws_sdk_eventbridge::Client::new(sdk)
+        .create_event_bus()
+        .name(&name)
+        .send()
+        .await;
+    match created {
+        Ok(_) => Ok(name),
+        Err(e)
+            if e.as_service_error()
+                .is_some_and(|e| e.is_resource_already_exists_exception()) =>
+        {
+            Ok(name)
+        }
+        Err(e) => Err(store_error("create event bus")(e)),
+    }
 }
 
 /// Creates the stack's seal-key secret (`{prefix}-envelope-key`) through Secrets Manager's API,

@@ -137,6 +137,13 @@ impl Engine<'_> {
         if b.acked > 0 {
             self.calls.sqs_delete_batch += 1;
         }
+        // The batch's outcome events: its records read in one call, published by tens.
+        if self.outcomes > 0 {
+            self.calls.ddb_outcome_read += 1;
+            self.calls.events_put += self.outcomes.div_ceil(10);
+            self.calls.events_entries += self.outcomes;
+            self.outcomes = 0;
+        }
         self.push(end + lat.sqs_ms, Ev::Done(inst));
     }
 

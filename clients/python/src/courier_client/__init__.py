@@ -1,6 +1,7 @@
 """Courier's Python producer client: build email jobs (the ``EmailJob`` v1 contract), validate
-them exactly as Courier's send function does, upload their attachments to the stack's payload
-bucket and put them on its SQS send queue.
+them exactly as Courier's send function does, upload their attachments (and any body too large
+for a queue message: the claim check) to the stack's payload bucket and put them on its SQS send
+queue; read the outcome events Courier publishes back (:class:`Outcome`).
 
 >>> from courier_client import Attachment, CourierQueue, build_job
 >>> job = build_job(from_="Shop <shop@example.com>", to="ann@example.org", campaign_id="receipts",
@@ -20,6 +21,11 @@ from ._job import (
     MAX_ATTACHMENTS,
     MAX_BODY_BYTES,
     MAX_FILENAME_LEN,
+    MAX_MESSAGE_BYTES,
+    MAX_METADATA_BYTES,
+    MAX_METADATA_ENTRIES,
+    MAX_METADATA_KEY_LEN,
+    MAX_METADATA_VALUE_LEN,
     MAX_RECIPIENTS,
     SQS_MAX_BYTES,
     Attachment,
@@ -30,11 +36,21 @@ from ._job import (
     message_id_for,
     validate,
 )
-from ._queue import SQS_BATCH_ENTRIES, ConfigError, CourierQueue, SendResult, sqs_batches
+from ._outcome import OUTCOME_DETAIL_TYPES, OUTCOME_SOURCE, Outcome
+from ._queue import (
+    CLAIM_CHECK_KEY_PREFIX,
+    MAX_INLINE_BYTES,
+    SQS_BATCH_ENTRIES,
+    ConfigError,
+    CourierQueue,
+    SendResult,
+    sqs_batches,
+)
 
 __all__ = [
     "ALLOWED_HEADERS",
     "ATTACHMENT_KEY_PREFIX",
+    "CLAIM_CHECK_KEY_PREFIX",
     "DENIED_CONTENT_TYPES",
     "DENIED_EXTENSIONS",
     "JOB_VERSION",
@@ -42,7 +58,15 @@ __all__ = [
     "MAX_ATTACHMENTS",
     "MAX_BODY_BYTES",
     "MAX_FILENAME_LEN",
+    "MAX_INLINE_BYTES",
+    "MAX_MESSAGE_BYTES",
+    "MAX_METADATA_BYTES",
+    "MAX_METADATA_ENTRIES",
+    "MAX_METADATA_KEY_LEN",
+    "MAX_METADATA_VALUE_LEN",
     "MAX_RECIPIENTS",
+    "OUTCOME_DETAIL_TYPES",
+    "OUTCOME_SOURCE",
     "SQS_BATCH_ENTRIES",
     "SQS_MAX_BYTES",
     "Attachment",
@@ -50,6 +74,7 @@ __all__ = [
     "CourierQueue",
     "InvalidJob",
     "Job",
+    "Outcome",
     "SendResult",
     "build_job",
     "encode",

@@ -31,6 +31,11 @@ MAX_ID_LEN = 256
 MAX_HEADER_LEN = 998
 #: The largest SQS message body, in UTF-8 bytes (1 MiB).
 SQS_MAX_BYTES = 1_048_576
+#: The largest message body the client sends, in UTF-8 bytes (8 MiB): a body over the queue's
+#: claim-check threshold goes to the payload bucket and the queue carries a pointer to it. No job
+#: within the contract's limits comes near it (512 KiB of body or template variables, even with
+#: every character escaped by JSON); over it, :func:`encode` refuses the job (``too_large``).
+MAX_MESSAGE_BYTES = 8 * 1024 * 1024
 #: Headers a job may set (matched case-insensitively); the parser refuses every other one.
 ALLOWED_HEADERS = (
     "Reply-To",
@@ -71,6 +76,15 @@ DENIED_CONTENT_TYPES = frozenset(
     )
 )
 
+#: At most this many ``metadata`` entries.
+MAX_METADATA_ENTRIES = 20
+#: Longest ``metadata`` key, in characters (keys are ASCII).
+MAX_METADATA_KEY_LEN = 64
+#: Longest ``metadata`` value, in characters.
+MAX_METADATA_VALUE_LEN = 512
+#: At most this many UTF-8 bytes of ``metadata`` keys and values together.
+MAX_METADATA_BYTES = 4096
+
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_TAB = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 # Bidi controls, zero-width space, word joiner, BOM, line and paragraph separators
@@ -91,10 +105,13 @@ _SHA256_HEX = re.compile("[0-9a-f]{64}")
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 _U64_MAX = 2**64 - 1
 _TEMPLATE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(?:/[A-Za-z0-9_-][A-Za-z0-9._-]*)*")
+# `is_metadata_key` in shared/core/src/job/metadata.rs (matched with fullmatch: `$` would also
+# match before a final line feed).
+_METADATA_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,%d}" % MAX_METADATA_KEY_LEN)
 
 _JOB_FIELDS = frozenset(
     "version message_id campaign_id trace_id priority from to cc bcc template content headers "
-    "provider not_after attachments".split()
+    "provider not_after attachments metadata".split()
 )
 _ATTACHMENT_FIELDS = ("filename", "content_type", "key", "bytes", "sha256")
 _REQUIRED = ("message_id", "campaign_id", "from", "to")
@@ -108,11 +125,12 @@ _SCHEMA_VALIDATOR = Draft202012Validator(
 
 
 class InvalidJob(Exception):
-    """A job the send function's parser would refuse (or, with ``too_large``, SQS would).
+    """A job the send function's parser would refuse (or, with ``too_large``, the client does).
 
     ``code`` is the parser's rejection code (``JobError::code``: ``schema``, ``empty_field``,
     ``invalid_address``, ... see ``docs/job-contract.md``), or the client's own ``too_large``: the
-    encoded job is over SQS's 1 MiB. ``message`` says which field and why.
+    encoded job is over :data:`MAX_MESSAGE_BYTES` (8 MiB), more than the client sends even
+    through the claim check. ``message`` says which field and why.
     """
 
     def __init__(self, code: str, message: str) -> None:
@@ -127,8 +145,8 @@ def validate(job: Any) -> None:
     The checks run in the parser's order: an object, its ``version``, the structure (types,
     unknown fields, enum values, the RFC 3339 ``not_after``, required fields: all ``schema``),
     then the rules of ``EmailJob::validate``: ids, ``from``, recipients, headers, template or
-    content, attachments. The published JSON Schema runs last as a net: it states no rule the
-    parser lacks.
+    content, attachments, metadata. The published JSON Schema runs last as a net: it states no
+    rule the parser lacks.
     """
     if not isinstance(job, dict):
         raise InvalidJob("not_an_object", f"job must be a JSON object, found {type(job).__name__}")
@@ -237,6 +255,10 @@ def _check_structure(job: dict) -> None:
         # serde's u64: a JSON integer (not a boolean, not 20.0) from 0 to 2^64 - 1.
         if type(size) is not int or not 0 <= size <= _U64_MAX:
             raise _schema_error(f"`{where}.bytes` must be an integer from 0 to {_U64_MAX}")
+    metadata = job.get("metadata", {})
+    _expect(metadata, dict, "metadata")
+    for key, value in metadata.items():
+        _expect(value, str, f"metadata.{key}")
 
 
 def _check_id(field: str, value: str) -> None:
@@ -332,6 +354,7 @@ def _check_rules(job: dict) -> None:
     else:
         _check_content(content)
     _check_attachments(job.get("attachments", []))
+    _check_metadata(job.get("metadata", {}))
 
 
 def _check_content(content: dict) -> None:
@@ -404,6 +427,43 @@ def _check_attachment(where: str, attachment: dict) -> None:
             f"attachment `{where}` ({name!r}, {content_type}) is an executable or script type, "
             "which mail providers refuse",
         )
+
+
+def _check_metadata(metadata: dict) -> None:
+    """``metadata::validate``: the number of entries, then each entry in key order (the parser
+    holds them in a BTreeMap), then the total size."""
+
+    def invalid(reason: str) -> InvalidJob:
+        return InvalidJob("invalid_metadata", f"field `metadata` is invalid: {reason}")
+
+    if len(metadata) > MAX_METADATA_ENTRIES:
+        raise invalid(f"{len(metadata)} entries (at most {MAX_METADATA_ENTRIES})")
+    size = 0
+    # BTreeMap<String, _> orders keys by their UTF-8 bytes, which is code point order for str.
+    for key, value in sorted(metadata.items()):
+        if not _METADATA_KEY.fullmatch(key):
+            raise invalid(
+                f"key {_quoted(key)} must be 1 to {MAX_METADATA_KEY_LEN} ASCII letters, digits, "
+                "`_`, `.`, `:` or `-`"
+            )
+        if len(value) > MAX_METADATA_VALUE_LEN:
+            raise invalid(
+                f"the value of {_quoted(key)} is longer than {MAX_METADATA_VALUE_LEN} characters"
+            )
+        found = _CONTROL.search(value)
+        if found:
+            offset = len(value[: found.start()].encode("utf-8"))  # Rust's `find`: a byte offset
+            raise invalid(
+                f"the value of {_quoted(key)} contains a control character at offset {offset}"
+            )
+        size += len(key.encode("utf-8")) + len(value.encode("utf-8"))
+    if size > MAX_METADATA_BYTES:
+        raise invalid(f"{size} bytes of keys and values (at most {MAX_METADATA_BYTES})")
+
+
+def _quoted(text: str) -> str:
+    """`text` in double quotes, as the parser's messages write it (Rust's ``{:?}``, near enough)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def _compact_json(value: Any) -> str:
@@ -498,6 +558,7 @@ def build_job(
     provider: Optional[str] = None,
     not_after: Optional[datetime.datetime] = None,
     attachments: Optional[Sequence[Union[Attachment, Mapping[str, Any]]]] = None,
+    metadata: Optional[Mapping[str, str]] = None,
 ) -> Job:
     """A validated version-1 job holding the fields given, as a :class:`Job`.
 
@@ -507,8 +568,9 @@ def build_job(
     (``empty_field``). `reply_to` becomes the ``Reply-To`` header. `not_after` must be
     timezone-aware. `attachments` are :class:`Attachment` objects, whose references the job
     carries and whose contents go into the job's ``files`` (to be uploaded when it is sent), or
-    reference dicts of files already in the payload bucket. Raises :class:`InvalidJob` when the
-    parser would refuse the job.
+    reference dicts of files already in the payload bucket. `metadata` is up to 20 string pairs
+    of yours that Courier echoes in the job's outcome events (see :class:`Outcome`); empty or
+    ``None`` adds nothing. Raises :class:`InvalidJob` when the parser would refuse the job.
     """
     if message_id is not None and idempotency_key is not None:
         raise ValueError("give message_id or idempotency_key, not both")
@@ -562,25 +624,33 @@ def build_job(
             else:
                 refs.append(dict(attachment))
         job["attachments"] = refs
+    if metadata:
+        # Copied when a mapping; anything else is left for validation to refuse (`schema`).
+        job["metadata"] = dict(metadata) if isinstance(metadata, Mapping) else metadata
     validate(job)
     return Job(job, files)
 
 
 def encode(job: Mapping[str, Any]) -> str:
-    """The SQS message body of `job`: compact JSON, non-ASCII written as is, and U+FFFE and
-    U+FFFF escaped (SQS refuses them raw; JSON escapes every other character SQS refuses).
+    """The message body of `job`: compact JSON, non-ASCII written as is, and U+FFFE and U+FFFF
+    escaped (SQS refuses them raw; JSON escapes every other character SQS refuses).
 
-    Does not validate (see :func:`validate`). Raises :class:`InvalidJob` with ``schema`` for a
-    lone surrogate or a value JSON cannot hold, and ``too_large`` for a body over SQS's
-    1,048,576 bytes (UTF-8).
+    A body longer than the queue's claim-check threshold (by default ``MAX_INLINE_BYTES``, 1 MiB
+    less 16 KiB) is not put on the queue as it is: :class:`~courier_client.CourierQueue` stores
+    it in the payload bucket and enqueues a pointer to it. Does not validate (see
+    :func:`validate`). Raises :class:`InvalidJob` with ``schema`` for a lone surrogate or a value
+    JSON cannot hold, and ``too_large`` for a body over :data:`MAX_MESSAGE_BYTES`
+    (8,388,608 bytes of UTF-8).
     """
     try:
         body = _compact_json(job).replace("\ufffe", "\\ufffe").replace("\uffff", "\\uffff")
         size = len(body.encode("utf-8"))
     except (TypeError, ValueError) as e:  # UnicodeEncodeError is a ValueError
         raise InvalidJob("schema", f"job cannot be written as JSON for SQS: {e}") from e
-    if size > SQS_MAX_BYTES:
+    if size > MAX_MESSAGE_BYTES:
         raise InvalidJob(
-            "too_large", f"encoded job is {size} bytes; SQS takes at most {SQS_MAX_BYTES}"
+            "too_large",
+            f"encoded job is {size} bytes; the client sends at most {MAX_MESSAGE_BYTES}, "
+            "through the claim check above SQS's limit",
         )
     return body

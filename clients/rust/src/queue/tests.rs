@@ -14,9 +14,14 @@ struct Scripted {
     calls: Mutex<Vec<Vec<String>>>,
 }
 
+/// A body's message id, or the key a claim-check pointer names.
 fn id_of(body: &str) -> String {
     let job: serde_json::Value = serde_json::from_str(body).unwrap();
-    job["message_id"].as_str().unwrap().to_owned()
+    job["message_id"]
+        .as_str()
+        .or(job["key"].as_str())
+        .unwrap()
+        .to_owned()
 }
 
 #[async_trait::async_trait]
@@ -174,12 +179,17 @@ fn the_backoff_doubles_up_to_its_cap() {
 struct Files {
     puts: Mutex<Vec<String>>,
     fail: Mutex<Vec<WriteError>>,
+    stored: Mutex<HashMap<String, Vec<u8>>>,
 }
 
 #[async_trait::async_trait]
 impl FileStore for std::sync::Arc<Files> {
-    async fn put(&self, key: &str, _content: &[u8]) -> Result<(), WriteError> {
+    async fn put(&self, key: &str, content: &[u8]) -> Result<(), WriteError> {
         self.puts.lock().unwrap().push(key.to_owned());
+        self.stored
+            .lock()
+            .unwrap()
+            .insert(key.to_owned(), content.to_vec());
         match self.fail.lock().unwrap().pop() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -266,4 +276,92 @@ async fn attachments_without_a_payload_bucket_are_refused_with_the_setting_to_fi
 
 fn email_of(id: &str) -> Email {
     email(id, 10)
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_above_the_threshold_goes_through_the_claim_check() {
+    let files = std::sync::Arc::new(Files::default());
+    // GIVEN a queue that claim-checks bodies above SQS's old 256 KiB limit
+    let queue = CourierQueue::with_writer(Scripted::default())
+        .with_files(files.clone())
+        .claim_check_above(256 * 1024);
+    let large = email("m-large", 300 * 1024);
+    let small = email("m-small", 10);
+    let results = queue.send_batch(&[large.clone(), small]).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    // THEN the large body is stored whole and the queue carries a pointer the send function
+    // redeems (well formed, and its size and digest verify against what was stored)
+    let check = courier_core::claim_check::ClaimCheck::of(large.body());
+    let stored = files.stored.lock().unwrap()[&check.key].clone();
+    assert_eq!(check.verify(stored).unwrap(), large.body());
+    assert!(check.well_formed());
+    let calls = queue.writer.calls.lock().unwrap().clone();
+    assert_eq!(calls, vec![vec![check.key.clone(), "m-small".to_owned()]]);
+    // AND the small one went as it is
+    assert_eq!(files.puts.lock().unwrap().len(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_above_sqs_limit_is_sent_through_the_claim_check_by_default() {
+    // 512 KiB of quotes are a valid body, and twice that once escaped in JSON: over 1 MiB.
+    let quotes = "\"".repeat(courier_core::job::MAX_BODY_BYTES - 20);
+    let email = Email::builder()
+        .message_id("m-quotes")
+        .campaign("c")
+        .from("a@b.com")
+        .to("c@d.com")
+        .subject("s")
+        .text(quotes)
+        .build()
+        .unwrap();
+    assert!(email.body().len() > courier_core::limits::SQS_MAX_BYTES);
+    let files = std::sync::Arc::new(Files::default());
+    let queue = CourierQueue::with_writer(Scripted::default()).with_files(files.clone());
+    let sent = queue.send(&email).await.unwrap();
+    assert_eq!(sent.message_id, "m-quotes");
+    let check = courier_core::claim_check::ClaimCheck::of(email.body());
+    assert_eq!(
+        queue.writer.calls.lock().unwrap().clone(),
+        vec![vec![check.key.clone()]]
+    );
+    assert!(check.to_body().len() < 300, "the pointer is small");
+    // Without a payload bucket it cannot go at all, and says which setting is missing.
+    let bare = CourierQueue::with_writer(Scripted::default());
+    assert!(matches!(
+        bare.send(&email).await,
+        Err(SendError::NoPayloadBucket { .. })
+    ));
+    assert!(bare.writer.calls.lock().unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_claim_checked_body_that_cannot_be_stored_stays_off_the_queue() {
+    let files = std::sync::Arc::new(Files::default());
+    files.fail.lock().unwrap().push(WriteError {
+        code: "AccessDenied".to_owned(),
+        message: "no claim-check/ grant".to_owned(),
+        transient: false,
+    });
+    let queue = CourierQueue::with_writer(Scripted::default())
+        .with_files(files.clone())
+        .claim_check_above(1024);
+    let result = queue.send(&email("m-big", 4096)).await;
+    assert!(
+        matches!(&result, Err(SendError::Upload { key, .. }) if key.starts_with("claim-check/")),
+        "{result:?}"
+    );
+    assert!(queue.writer.calls.lock().unwrap().is_empty());
+    // The threshold is kept within SQS's limit and above 1 KiB.
+    assert_eq!(
+        CourierQueue::with_writer(Scripted::default())
+            .claim_check_above(usize::MAX)
+            .inline_limit,
+        MAX_INLINE_BYTES
+    );
+    assert_eq!(
+        CourierQueue::with_writer(Scripted::default())
+            .claim_check_above(1)
+            .inline_limit,
+        1024
+    );
 }

@@ -103,6 +103,7 @@ async fn unreadable_seal_keys_leave_an_envelope_for_redelivery_and_bare_jobs_una
         3,
         unlimited(),
         None,
+        None,
     );
     Arc::get_mut(&mut pipeline).unwrap().sealing = Sealing::new(Arc::new(
         courier_adapters::seal_secret::SecretSealKeys::from_secret("seal", Arc::new(Down)),

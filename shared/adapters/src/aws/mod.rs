@@ -1,10 +1,11 @@
 //! Adapters over the AWS SDK clients, one per port: DynamoDB (status, suppression, breaker,
 //! poison), SQS and Step Functions (retries, dead letters), S3 (templates), SES v2 (mailer,
-//! quota), Secrets Manager (SMTP credentials).
+//! quota), Secrets Manager (SMTP credentials), EventBridge (outcome events).
 //! Endpoints come from the environment (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_<SERVICE>`), so
 //! the same code runs against the emulators and AWS.
 
 pub mod dynamodb;
+pub mod eventbridge;
 pub mod letters;
 pub mod s3;
 pub mod secrets;
@@ -16,6 +17,7 @@ pub use dynamodb::{
     DynamoDbPoisonList, DynamoDbReputationStore, DynamoDbSendSchedule, DynamoDbSightings,
     DynamoDbStatusStore, DynamoDbSuppressionList,
 };
+pub use eventbridge::EventBridgeOutcomeBus;
 pub use letters::{DynamoDbLetterIndex, IndexedDeadLetterSink, S3ArchiveStore, SqsLetterQueue};
 pub use s3::{S3PayloadStore, S3TemplateStore};
 pub use secrets::SecretsManagerSecretStore;
@@ -175,6 +177,7 @@ pub struct Clients {
     pub ses: aws_sdk_sesv2::Client,
     /// Secrets Manager (the retry envelopes' seal keys, SMTP credentials).
     pub secrets: aws_sdk_secretsmanager::Client,
+    pub eventbridge: aws_sdk_eventbridge::Client,
 }
 
 impl Clients {
@@ -186,6 +189,7 @@ impl Clients {
             s3: aws_sdk_s3::Client::new(sdk),
             ses: aws_sdk_sesv2::Client::new(sdk),
             secrets: aws_sdk_secretsmanager::Client::new(sdk),
+            eventbridge: aws_sdk_eventbridge::Client::new(sdk),
         }
     }
 
@@ -219,6 +223,11 @@ impl Clients {
             ),
             secrets: aws_sdk_secretsmanager::Client::from_conf(
                 aws_sdk_secretsmanager::config::Builder::from(sdk)
+                    .interceptor(counter.clone())
+                    .build(),
+            ),
+            eventbridge: aws_sdk_eventbridge::Client::from_conf(
+                aws_sdk_eventbridge::config::Builder::from(sdk)
                     .interceptor(counter.clone())
                     .build(),
             ),

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 pub mod attachment;
+pub mod metadata;
 mod schema;
 
 pub use attachment::AttachmentRef;
@@ -139,6 +140,10 @@ pub struct EmailJob {
     /// Files stored in the stack's payload bucket, attached to the message ([`attachment`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attachments: Vec<AttachmentRef>,
+    /// The producer's own string pairs, kept on the job's record and echoed in its outcome
+    /// events ([`metadata`]: at most 20 entries, 4 KiB).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// Why a job was refused before any send. Each variant is a documented error code
@@ -211,6 +216,8 @@ pub enum JobError {
         attachment::MAX_ATTACHMENT_BYTES
     )]
     AttachmentsTooLarge { count: usize, bytes: u64 },
+    #[error("field `metadata` is invalid: {reason}")]
+    InvalidMetadata { reason: String },
 }
 
 impl JobError {
@@ -238,6 +245,7 @@ impl JobError {
             JobError::InvalidAttachment { .. } => "invalid_attachment",
             JobError::AttachmentDenied { .. } => "attachment_denied",
             JobError::AttachmentsTooLarge { .. } => "attachments_too_large",
+            JobError::InvalidMetadata { .. } => "invalid_metadata",
         }
     }
 }
@@ -413,7 +421,8 @@ impl EmailJob {
             }
             (None, Some(content)) => content.validate()?,
         }
-        attachment::validate(&self.attachments)
+        attachment::validate(&self.attachments)?;
+        metadata::validate(&self.metadata)
     }
 
     /// Every recipient (to, cc, bcc), in order.

@@ -9,6 +9,7 @@ use super::attachment::{
     DENIED_CONTENT_TYPES, DENIED_EXTENSIONS, KEY_PREFIX, MAX_ATTACHMENT_BYTES, MAX_ATTACHMENTS,
     MAX_FILENAME_LEN,
 };
+use super::metadata::{MAX_METADATA_ENTRIES, MAX_METADATA_KEY_LEN, MAX_METADATA_VALUE_LEN};
 use super::{ALLOWED_HEADERS, EmailJob, JOB_VERSION, MAX_BODY_BYTES, MAX_HEADER_LEN, MAX_ID_LEN};
 use super::{MAX_RECIPIENTS, is_deceptive};
 
@@ -21,6 +22,7 @@ const CANNOT_EXPRESS: &[&str] = &[
     "at most 512 KiB of template variables",
     "an attachment's key is `attachments/` and its own sha256",
     "at most 10 MiB of attachments together",
+    "at most 4096 bytes of metadata keys and values together (in UTF-8 bytes)",
 ];
 
 /// RFC 6838 `type/subtype` ([`super::attachment::is_media_type`]).
@@ -149,6 +151,15 @@ fn contract_rules(schema: &mut Value) {
                     "additionalProperties": header_value,
                 },
                 "attachments": {"maxItems": MAX_ATTACHMENTS},
+                "metadata": {
+                    "maxProperties": MAX_METADATA_ENTRIES,
+                    "propertyNames": {"pattern": format!("^[A-Za-z0-9_.:-]{{1,{MAX_METADATA_KEY_LEN}}}$")},
+                    "additionalProperties": {
+                        "type": "string",
+                        "maxLength": MAX_METADATA_VALUE_LEN,
+                        "pattern": format!("^[^{CONTROL}]*$"),
+                    },
+                },
             },
             "$defs": {
                 "Content": {

@@ -19,11 +19,13 @@ use courier_core::status::Status;
 
 mod control;
 mod letters;
+mod outcomes;
 mod sending;
 mod status;
 
 pub use control::*;
 pub use letters::*;
+pub use outcomes::*;
 pub use sending::*;
 pub use status::*;
 

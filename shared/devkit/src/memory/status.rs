@@ -1,6 +1,8 @@
 //! The status store in memory.
 
 use super::*;
+use courier_core::outcome::Outcome;
+use courier_core::ports::Outbox;
 
 /// Status records in a map; claims check `suppression` like the DynamoDB store's transaction.
 #[derive(Debug, Default)]
@@ -9,6 +11,10 @@ pub struct MemoryStatusStore {
     pub suppression: Option<std::sync::Arc<MemorySuppressionList>>,
     pub fail_claims: FailNext,
     pub fail_finishes: FailNext,
+    /// Fails `outcome_published` (the outbox stays marked).
+    pub fail_clears: FailNext,
+    /// Fails `get_many`.
+    pub fail_reads: FailNext,
     pub writes: AtomicUsize,
 }
 
@@ -46,6 +52,12 @@ impl StatusStore for MemoryStatusStore {
                 rec.updated_at = req.now;
                 if req.trace_id.is_some() {
                     rec.trace_id.clone_from(&req.trace_id);
+                }
+                if req.facts.campaign_id.is_some() {
+                    rec.facts.campaign_id.clone_from(&req.facts.campaign_id);
+                }
+                if !req.facts.metadata.is_empty() {
+                    rec.facts.metadata.clone_from(&req.facts.metadata);
                 }
                 rec.history.push(HistoryEntry {
                     at: req.now,
@@ -118,11 +130,30 @@ impl StatusStore for MemoryStatusStore {
         if kept.is_some() {
             rec.provider_message_id = kept;
         }
+        // As the DynamoDB store: facts are kept where the record has none.
+        if let Some(facts) = &update.facts {
+            if rec.facts.campaign_id.is_none() {
+                rec.facts.campaign_id.clone_from(&facts.campaign_id);
+            }
+            if rec.facts.metadata.is_empty() {
+                rec.facts.metadata.clone_from(&facts.metadata);
+            }
+        }
         Ok(())
     }
 
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
         Ok(lock(&self.records).get(message_id).cloned())
+    }
+
+    async fn get_many(&self, message_ids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
+        self.fail_reads.take("get many")?;
+        let records = lock(&self.records);
+        let ids: std::collections::BTreeSet<&String> = message_ids.iter().collect();
+        Ok(ids
+            .into_iter()
+            .filter_map(|id| records.get(id).cloned())
+            .collect())
     }
 
     async fn find_by_provider_message_id(
@@ -268,6 +299,39 @@ impl StatusStore for MemoryStatusStore {
         }
         Ok(true)
     }
+
+    async fn outbox_before(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let records = lock(&self.records);
+        let mut found: Vec<(DateTime<Utc>, String)> = records
+            .values()
+            .filter_map(|r| Some((r.outbox?.at, r.message_id.clone())))
+            .filter(|(at, _)| *at < before)
+            .collect();
+        found.sort();
+        found.truncate(limit);
+        Ok(found.into_iter().map(|(_, id)| id).collect())
+    }
+
+    async fn outcome_published(
+        &self,
+        message_id: &str,
+        outbox: &Outbox,
+    ) -> Result<bool, StoreError> {
+        self.fail_clears.take("outcome published")?;
+        let mut records = lock(&self.records);
+        match records.get_mut(message_id) {
+            Some(rec) if rec.outbox.as_ref() == Some(outbox) => {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                rec.outbox = None;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
 }
 
 fn apply(rec: &mut JobRecord, update: &StatusUpdate) {
@@ -286,6 +350,13 @@ fn apply(rec: &mut JobRecord, update: &StatusUpdate) {
     }
     rec.status = update.status;
     rec.attempt = rec.attempt.max(update.attempt);
+    if Outcome::of(update.status).is_some() {
+        rec.outbox = Some(Outbox {
+            status: update.status,
+            attempt: rec.attempt,
+            at: update.now,
+        });
+    }
     rec.lease_owner = None;
     rec.lease_until = None;
     rec.updated_at = update.now;

@@ -25,10 +25,11 @@ use chrono::{DateTime, Utc};
 
 use super::store_error as err;
 use courier_core::breaker::BreakerState;
+use courier_core::outcome::Outcome;
 use courier_core::ports::{
-    BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, HistoryEntry, JobRecord, OpenState,
-    PoisonList, ReputationStore, Resend, SendSchedule, Sightings, StatusStore, StatusUpdate,
-    StoreError, SuppressionList, SweepMark, judge_claim,
+    BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, HistoryEntry, JobFacts, JobRecord,
+    OpenState, Outbox, PoisonList, ReputationStore, Resend, SendSchedule, Sightings, StatusStore,
+    StatusUpdate, StoreError, SuppressionList, SweepMark, judge_claim,
 };
 use courier_core::rate::Reservation;
 use courier_core::reputation::ReputationCounts;
@@ -97,7 +98,78 @@ pub fn record_of(item: &HashMap<String, AttributeValue>) -> Option<JobRecord> {
         resend_of: get_s(item, "resend_of"),
         swept_at: time(item, "swept_at"),
         trace_id: get_s(item, "trace_id"),
+        facts: JobFacts {
+            campaign_id: get_s(item, "campaign_id"),
+            metadata: item
+                .get("metadata")
+                .and_then(|v| v.as_m().ok())
+                .map(|m| {
+                    m.iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_s().ok()?.clone())))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        },
+        outbox: outbox_of(item),
     })
+}
+
+fn outbox_of(item: &HashMap<String, AttributeValue>) -> Option<Outbox> {
+    Some(Outbox {
+        status: Status::parse(&get_s(item, "outbox_status")?)?,
+        attempt: u32::try_from(get_n(item, "outbox_attempt")?).ok()?,
+        at: time(item, "outbox_at")?,
+    })
+}
+
+/// The `SET` clauses and values that keep a job's [`JobFacts`]: `keep` writes them only where
+/// the record has none (`if_not_exists`).
+fn facts_marks(
+    facts: &JobFacts,
+    keep: bool,
+) -> (Vec<&'static str>, Vec<(&'static str, AttributeValue)>) {
+    let mut set = Vec::new();
+    let mut values = Vec::new();
+    if let Some(campaign) = &facts.campaign_id {
+        set.push(if keep {
+            "campaign_id = if_not_exists(campaign_id, :camp)"
+        } else {
+            "campaign_id = :camp"
+        });
+        values.push((":camp", s(campaign)));
+    }
+    if !facts.metadata.is_empty() {
+        set.push(if keep {
+            "metadata = if_not_exists(metadata, :md)"
+        } else {
+            "metadata = :md"
+        });
+        let map = facts
+            .metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), s(v)))
+            .collect();
+        values.push((":md", AttributeValue::M(map)));
+    }
+    (set, values)
+}
+
+/// The outbox clause of a write that sets the status to `:s` with the attempt `attempt` (an
+/// expression): an outcome marks the record's outbox and the sparse `by_outbox` index, in the
+/// same write. `None` for a status that is not an outcome.
+fn outbox_marks(
+    message_id: &str,
+    status: Status,
+    attempt: &'static str,
+) -> Option<(String, AttributeValue)> {
+    Outcome::of(status)?;
+    Some((
+        format!("outbox = :ob, outbox_at = :now, outbox_status = :s, outbox_attempt = {attempt}"),
+        s(format!(
+            "outbox#{}",
+            courier_core::ports::shard_of(message_id)
+        )),
+    ))
 }
 
 fn history_of(value: &AttributeValue) -> Option<HistoryEntry> {
@@ -177,6 +249,9 @@ fn expression(set: &[&str], remove: &[&str]) -> String {
 
 /// The name of the status table's sparse index of open jobs.
 pub const OPEN_INDEX: &str = "by_open";
+
+/// The name of the status table's sparse, keys-only index of unpublished outcomes.
+pub const OUTBOX_INDEX: &str = "by_outbox";
 
 /// The name of the status table's sparse, keys-only index by `provider_message_id`.
 pub const PROVIDER_MESSAGE_ID_INDEX: &str = "by_provider_message_id";

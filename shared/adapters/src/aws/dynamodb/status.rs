@@ -73,6 +73,50 @@ impl DynamoDbStatusStore {
     }
 }
 
+impl DynamoDbStatusStore {
+    /// The items of a sparse, sharded index (`{prefix}#{shard}` in `keys.0`) whose `keys.1`
+    /// is before `before`: each shard queried until it gave `limit` items or ran out.
+    async fn query_shards(
+        &self,
+        index: &str,
+        keys: (&str, &str),
+        prefix: &str,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<HashMap<String, AttributeValue>>, StoreError> {
+        let (hash, range) = keys;
+        let mut found = Vec::new();
+        for shard in 0..OpenState::SHARDS {
+            let mut cursor = None;
+            let mut taken = 0;
+            loop {
+                let out = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .index_name(index)
+                    .key_condition_expression("#h = :k AND #r < :before")
+                    .expression_attribute_names("#h", hash)
+                    .expression_attribute_names("#r", range)
+                    .expression_attribute_values(":k", s(format!("{prefix}#{shard}")))
+                    .expression_attribute_values(":before", n(ms(before)))
+                    .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
+                    .set_exclusive_start_key(cursor)
+                    .send()
+                    .await
+                    .map_err(err("status index query"))?;
+                taken += out.items().len();
+                found.extend(out.items().iter().cloned());
+                cursor = out.last_evaluated_key;
+                if cursor.is_none() || taken >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
 /// What one claim write did.
 enum Attempt {
     Claimed,
@@ -90,22 +134,24 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(message_id) \
 
 impl DynamoDbStatusStore {
     /// The claim as an update (not a put: the record keeps its history and payload), with the
-    /// job's trace when it has one.
-    fn claim_update(req: &ClaimRequest) -> &'static str {
-        match req.trace_id {
-            Some(_) => concat!(
-                "SET #s = :processing, attempt = :a, lease_owner = :owner, lease_until = :lu, ",
-                "updated_at = :now, expires_at = :exp, open_state = :os, open_at = :now, ",
-                "trace_id = :trace, history = list_append(if_not_exists(history, :empty), :h) ",
-                "REMOVE unknown_since, swept_at"
-            ),
-            None => concat!(
-                "SET #s = :processing, attempt = :a, lease_owner = :owner, lease_until = :lu, ",
-                "updated_at = :now, expires_at = :exp, open_state = :os, open_at = :now, ",
-                "history = list_append(if_not_exists(history, :empty), :h) ",
-                "REMOVE unknown_since, swept_at"
-            ),
+    /// job's trace and facts when it has them.
+    fn claim_update(req: &ClaimRequest) -> String {
+        let mut set = vec![
+            "#s = :processing",
+            "attempt = :a",
+            "lease_owner = :owner",
+            "lease_until = :lu",
+            "updated_at = :now",
+            "expires_at = :exp",
+            "open_state = :os",
+            "open_at = :now",
+            APPEND_HISTORY,
+        ];
+        if req.trace_id.is_some() {
+            set.push("trace_id = :trace");
         }
+        set.extend(facts_marks(&req.facts, false).0);
+        expression(&set, &["unknown_since", "swept_at"])
     }
 
     fn claim_values(&self, req: &ClaimRequest) -> HashMap<String, AttributeValue> {
@@ -142,6 +188,9 @@ impl DynamoDbStatusStore {
         ]);
         if let Some(trace) = &req.trace_id {
             values.insert(":trace".to_owned(), s(trace));
+        }
+        for (name, value) in facts_marks(&req.facts, false).1 {
+            values.insert(name.to_owned(), value);
         }
         values
     }
@@ -329,6 +378,10 @@ impl StatusStore for DynamoDbStatusStore {
         let mut remove = vec!["lease_owner", "lease_until"];
         set.extend(marks.set);
         remove.extend(marks.remove);
+        let outbox = outbox_marks(&update.message_id, update.status, ":a");
+        if let Some((clause, _)) = &outbox {
+            set.push(clause);
+        }
         let mut req = self
             .client
             .update_item()
@@ -355,6 +408,9 @@ impl StatusStore for DynamoDbStatusStore {
             );
         for (name, value) in marks.values {
             req = req.expression_attribute_values(name, value);
+        }
+        if let Some((_, shard)) = &outbox {
+            req = req.expression_attribute_values(":ob", shard.clone());
         }
         if let Some(p) = &update.provider {
             set.push("provider = :p");
@@ -409,6 +465,20 @@ impl StatusStore for DynamoDbStatusStore {
         ];
         set.extend(marks.set);
         let remove: Vec<&str> = marks.remove.into_iter().collect();
+        let outbox = outbox_marks(
+            &update.message_id,
+            update.status,
+            "if_not_exists(attempt, :a)",
+        );
+        if let Some((clause, _)) = &outbox {
+            set.push(clause);
+        }
+        let (facts_set, facts_values) = update
+            .facts
+            .as_ref()
+            .map(|f| facts_marks(f, true))
+            .unwrap_or_default();
+        set.extend(facts_set);
         let mut req = self
             .client
             .update_item()
@@ -437,6 +507,12 @@ impl StatusStore for DynamoDbStatusStore {
         for (placeholder, status) in placeholders.iter().zip(&sources) {
             req = req.expression_attribute_values(placeholder, s(status.as_str()));
         }
+        for (name, value) in facts_values {
+            req = req.expression_attribute_values(name, value);
+        }
+        if let Some((_, shard)) = &outbox {
+            req = req.expression_attribute_values(":ob", shard.clone());
+        }
         // Provider evidence (an SES event resolving an ambiguous send) keeps the provider message
         // id where the record has none, so later events without our header still find the job.
         if let Some(id) = &update.provider_message_id {
@@ -450,6 +526,22 @@ impl StatusStore for DynamoDbStatusStore {
 
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
         Ok(self.read(message_id).await?.as_ref().and_then(record_of))
+    }
+
+    async fn get_many(&self, message_ids: &[String]) -> Result<Vec<JobRecord>, StoreError> {
+        let mut keys = message_ids.to_vec();
+        keys.sort();
+        keys.dedup();
+        let items = batch_get(
+            &self.client,
+            &self.table,
+            "message_id",
+            &keys,
+            BatchRead::Consistent,
+            "status get many",
+        )
+        .await?;
+        Ok(items.iter().filter_map(record_of).collect())
     }
 
     /// A Query on the sparse, keys-only `by_provider_message_id` index (an index write only
@@ -586,31 +678,16 @@ impl StatusStore for DynamoDbStatusStore {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<JobRecord>, StoreError> {
-        let mut found = Vec::new();
-        for shard in 0..OpenState::SHARDS {
-            let key = format!("{}#{shard}", state.as_str());
-            let mut cursor = None;
-            loop {
-                let out = self
-                    .client
-                    .query()
-                    .table_name(&self.table)
-                    .index_name(OPEN_INDEX)
-                    .key_condition_expression("open_state = :k AND open_at < :before")
-                    .expression_attribute_values(":k", s(&key))
-                    .expression_attribute_values(":before", n(ms(before)))
-                    .limit(i32::try_from(limit.clamp(1, 1000)).unwrap_or(1000))
-                    .set_exclusive_start_key(cursor)
-                    .send()
-                    .await
-                    .map_err(err("status open query"))?;
-                found.extend(out.items().iter().filter_map(record_of));
-                cursor = out.last_evaluated_key;
-                if cursor.is_none() || found.len() >= limit * (shard as usize + 1) {
-                    break;
-                }
-            }
-        }
+        let items = self
+            .query_shards(
+                OPEN_INDEX,
+                ("open_state", "open_at"),
+                state.as_str(),
+                before,
+                limit,
+            )
+            .await?;
+        let mut found: Vec<JobRecord> = items.iter().filter_map(record_of).collect();
         found.sort_by_key(|r| r.updated_at);
         found.truncate(limit);
         Ok(found)
@@ -668,5 +745,49 @@ impl StatusStore for DynamoDbStatusStore {
                 ),
         };
         Ok(crate::aws::conditional(request.send().await, "status sweep")?.is_some())
+    }
+
+    /// A Query of each shard of the sparse, keys-only `by_outbox` index.
+    async fn outbox_before(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        let items = self
+            .query_shards(
+                OUTBOX_INDEX,
+                ("outbox", "outbox_at"),
+                "outbox",
+                before,
+                limit,
+            )
+            .await?;
+        let mut found: Vec<(i64, String)> = items
+            .iter()
+            .filter_map(|item| Some((get_n(item, "outbox_at")?, get_s(item, "message_id")?)))
+            .collect();
+        found.sort();
+        found.truncate(limit);
+        Ok(found.into_iter().map(|(_, id)| id).collect())
+    }
+
+    async fn outcome_published(
+        &self,
+        message_id: &str,
+        outbox: &Outbox,
+    ) -> Result<bool, StoreError> {
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(message_id))
+            .update_expression("REMOVE outbox, outbox_at, outbox_status, outbox_attempt")
+            .condition_expression("outbox_at = :at AND outbox_status = :s AND outbox_attempt = :a")
+            .expression_attribute_values(":at", n(ms(outbox.at)))
+            .expression_attribute_values(":s", s(outbox.status.as_str()))
+            .expression_attribute_values(":a", n(outbox.attempt))
+            .send()
+            .await;
+        Ok(crate::aws::conditional(result, "status outcome published")?.is_some())
     }
 }
