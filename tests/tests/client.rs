@@ -332,3 +332,89 @@ async fn bodies_above_the_queues_limits_reach_the_mailbox_through_the_claim_chec
         );
     }
 }
+
+/// A CloudFormation stack on the emulator whose outputs are `outputs` (literal values), with
+/// one queue as its resource (a stack needs one); waits for it.
+async fn stack_with_outputs(stack: &Stack, outputs: serde_json::Value) -> String {
+    let cfn = aws_sdk_cloudformation::Client::new(&stack.sdk);
+    let name = unique("outputs");
+    let template = serde_json::json!({
+        "Resources": {"Unused": {"Type": "AWS::SQS::Queue", "Properties": {"QueueName": unique("unused")}}},
+        "Outputs": outputs,
+    });
+    cfn.create_stack()
+        .stack_name(&name)
+        .template_body(template.to_string())
+        .send()
+        .await
+        .unwrap();
+    let started = Instant::now();
+    loop {
+        let out = cfn
+            .describe_stacks()
+            .stack_name(&name)
+            .send()
+            .await
+            .unwrap();
+        let status = out.stacks()[0].stack_status().unwrap().as_str().to_owned();
+        if status == "CREATE_COMPLETE" {
+            return name;
+        }
+        assert!(
+            !status.ends_with("FAILED") && started.elapsed() < Duration::from_secs(60),
+            "stack {name}: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// `CourierQueue::from_stack` finds the queue and the payload bucket in a stack's outputs (as a
+/// producer names its Courier stack instead of copying URLs), and says what is wrong when the
+/// stack is missing or is not a Courier stack.
+#[tokio::test]
+async fn the_client_finds_its_queue_and_bucket_in_the_stacks_outputs() {
+    let stack = Stack::create(&["smtp"]).await;
+    let name = stack_with_outputs(
+        &stack,
+        serde_json::json!({
+            "SendQueueUrl": {"Value": stack.resources.queue_url},
+            "PayloadBucketName": {"Value": stack.resources.payload_bucket},
+        }),
+    )
+    .await;
+    let queue = CourierQueue::from_stack(&stack.sdk, &name).await.unwrap();
+    let rcpt = format!("{}@courier.test", unique("stack"));
+    let email = Email::builder()
+        .message_id(unique("job"))
+        .campaign("client")
+        .from(stack.sender.clone())
+        .to(&rcpt)
+        .subject("Found through the stack")
+        .text("Attached.")
+        .attach(
+            "note.txt",
+            "text/plain",
+            b"from the stack's bucket".to_vec(),
+        )
+        .build()
+        .unwrap();
+    // The attachment needs the bucket from the outputs, the job the queue.
+    queue.send(&email).await.unwrap();
+    send_through_the_pipeline(&stack, email.message_id()).await;
+    assert_eq!(mailbox(&rcpt).await.len(), 1);
+
+    let missing = unique("no-such-stack");
+    assert!(matches!(
+        CourierQueue::from_stack(&stack.sdk, &missing).await,
+        Err(courier_client::ConfigError::Stack { stack, .. }) if stack == missing
+    ));
+    let other = stack_with_outputs(&stack, serde_json::json!({"Other": {"Value": "x"}})).await;
+    let error = CourierQueue::from_stack(&stack.sdk, &other)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, courier_client::ConfigError::NoOutput { stack } if *stack == other),
+        "{error}"
+    );
+    assert!(error.to_string().contains("SendQueueUrl"));
+}
