@@ -48,7 +48,9 @@ pub(crate) enum DlqCommand {
     Show { id: String },
     /// Put letters' jobs back on the send queue with a fresh attempt budget.
     ///
-    /// Dry run unless --confirm; --reason is then required. Select by ids or by filters.
+    /// Dry run unless --confirm; --reason is then required. Select by ids or by filters. Live
+    /// letters by default; `--state archived` replays letters the archiver has moved to S3 (from
+    /// their index entries, with their attachments as the archiver retained them).
     /// Example: courierctl dlq replay --category needs-review --campaign spring --confirm --reason "template fixed"
     Replay {
         /// Letter ids (as `dlq list` prints them); or select with filters instead.
@@ -107,7 +109,8 @@ pub(crate) struct FilterArgs {
     #[arg(long)]
     class: Option<String>,
     /// live (the default of stats, replay and discard) | archiving | archived | replaying |
-    /// replayed | discarded | all. `replay --state replaying` finishes replays that stopped.
+    /// replayed | discarded | all. `replay --state replaying` finishes replays that stopped;
+    /// `replay --state archived` replays archived letters.
     #[arg(long)]
     state: Option<String>,
     /// RFC 3339 time, or an age such as 2h or 3d (meaning: that long ago)

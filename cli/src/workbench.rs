@@ -252,12 +252,13 @@ fn reopened_by_replay(rec: &courier_core::ports::JobRecord) -> bool {
         })
 }
 
-/// `dlq replay`: puts each live letter's job back on the send queue as a new generation with a
-/// fresh retry budget, and records who replayed it and why. Order per letter: claim the letter
-/// (`live -> replaying`, so the archiver leaves it alone), reopen the status record (only a
-/// `dead_lettered` job), enqueue, then mark the letter `replayed`. A payload that cannot become
-/// a job is skipped before anything is written; a job that is no longer dead-lettered releases
-/// the letter (`replaying -> live`). A replay that stops between the steps (an enqueue error, a
+/// `dlq replay`: puts each live or archived letter's job back on the send queue as a new
+/// generation with a fresh retry budget, and records who replayed it and why. Order per letter:
+/// claim the letter (`live`/`archived -> replaying`, so the archiver leaves it alone; an
+/// archived letter keeps its archive key), reopen the status record (only a `dead_lettered`
+/// job), enqueue, then mark the letter `replayed`. A payload that cannot become a job is skipped
+/// before anything is written; a job that is no longer dead-lettered releases the letter
+/// (`replaying -> live`, or `archived` when it has an archive object). A replay that stops between the steps (an enqueue error, a
 /// crash) leaves the letter `replaying` and the job `pending` as reopened: replaying the letter
 /// again resumes it with the same generation (so it can be enqueued at most once more, and the
 /// send function's idempotent claim sends it once), or, when the job has moved on since (the
@@ -278,9 +279,12 @@ pub async fn replay(
     let pause = Duration::from_secs_f64(1.0 / per_second.max(0.1));
     for (i, l) in letters.iter().enumerate() {
         progress.update(i, Some(letters.len()))?;
-        let resuming = match l.state {
-            LetterState::Live => false,
-            LetterState::Replaying => true,
+        // An archived letter is replayed from its index entry like a live one (its queue copy
+        // is gone; the archiver retained its job's attachments).
+        let (resuming, from) = match l.state {
+            LetterState::Live => (false, LetterState::Live),
+            LetterState::Archived => (false, LetterState::Archived),
+            LetterState::Replaying => (true, LetterState::Replaying),
             other => {
                 outcome
                     .skipped
@@ -289,9 +293,13 @@ pub async fn replay(
             }
         };
         let Some(payload) = l.record.payload.as_deref() else {
+            let whole = match &l.archive_key {
+                Some(key) => format!("its archive object {key} holds it whole"),
+                None => "its queue copy holds it whole until it is archived".into(),
+            };
             outcome.skipped.push((
                 l.letter_id.clone(),
-                "the index has no payload for it (too large); replay it from the archive".into(),
+                format!("the index has no payload for it (over 300 KiB); {whole}"),
             ));
             continue;
         };
@@ -305,9 +313,9 @@ pub async fn replay(
             && !index
                 .transition(
                     &l.letter_id,
-                    LetterState::Live,
+                    from,
                     LetterState::Replaying,
-                    None,
+                    l.archive_key.as_deref(),
                     Some(&mark("replay started".into())),
                 )
                 .await?
@@ -342,8 +350,8 @@ pub async fn replay(
                             .transition(
                                 &l.letter_id,
                                 LetterState::Replaying,
-                                LetterState::Live,
-                                None,
+                                home(l),
+                                l.archive_key.as_deref(),
                                 Some(&mark(format!("replay refused (job is {})", rec.status))),
                             )
                             .await?;
@@ -388,6 +396,16 @@ pub async fn replay(
     Ok(outcome)
 }
 
+/// Where a refused replay leaves a letter: archived when it has an archive object (its queue
+/// copy is gone), live otherwise.
+fn home(l: &IndexedLetter) -> LetterState {
+    if l.archive_key.is_some() {
+        LetterState::Archived
+    } else {
+        LetterState::Live
+    }
+}
+
 /// Marks a claimed letter `replayed`.
 async fn finish(
     index: &dyn LetterIndex,
@@ -400,7 +418,7 @@ async fn finish(
             &l.letter_id,
             LetterState::Replaying,
             LetterState::Replayed,
-            None,
+            l.archive_key.as_deref(),
             Some(audit),
         )
         .await?

@@ -135,6 +135,43 @@ impl Stack {
         )
     }
 
+    /// The queue writer `courierctl dlq replay` uses: a replay is a later generation, sealed
+    /// with the stack's key (unsealed, the send function would take it as a first copy and drop
+    /// it).
+    pub fn replay_scheduler(&self) -> courier_adapters::seal_secret::SealingScheduler {
+        use std::sync::Arc;
+        let clients = courier_adapters::aws::Clients::new(&self.sdk);
+        courier_adapters::seal_secret::SealingScheduler::new(
+            Arc::new(courier_adapters::aws::SqsRetryScheduler::new(
+                clients.sqs.clone(),
+                clients.sfn.clone(),
+                &self.resources.queue_url,
+                "",
+            )),
+            Arc::new(courier_adapters::seal_secret::SecretSealKeys::from_secret(
+                &self.resources.envelope_key_secret,
+                Arc::new(courier_adapters::aws::SecretsManagerSecretStore::new(
+                    clients.secrets.clone(),
+                )),
+            )),
+        )
+    }
+
+    /// The archiver on this stack, archiving every letter at once (ages of zero).
+    pub fn archiver_now(&self) -> courier_archiver::Archiver {
+        courier_archiver::wiring::wire(
+            &courier_adapters::aws::Clients::new(&self.sdk),
+            &courier_archiver::wiring::Settings {
+                dead_letter_queue_url: self.resources.dead_letter_queue_url.clone(),
+                redrive_queue_url: self.redrive_dlq_url.clone(),
+                letter_index_table: self.resources.letter_index_table.clone(),
+                archive_bucket: self.archive_bucket.clone(),
+                payload_bucket: self.resources.payload_bucket.clone(),
+                ages: courier_core::letters::ArchiveAges::zero(),
+            },
+        )
+    }
+
     /// The send function's pipeline on this stack (default settings and retry policy).
     pub fn send_pipeline(&self) -> std::sync::Arc<courier_send::Pipeline> {
         std::sync::Arc::new(

@@ -7,8 +7,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use courier_adapters::aws::{Clients, DynamoDbLetterIndex};
-use courier_archiver::wiring::Settings;
-use courier_core::letters::{ArchiveAges, IndexedLetter, LetterFilter, LetterState};
+use courier_core::letters::{IndexedLetter, LetterFilter, LetterState};
 use courier_core::policy::DeadLetterCategory;
 use courier_core::ports::{LetterIndex, LetterQueue};
 use courier_integration::Stack;
@@ -85,15 +84,7 @@ async fn dead_letters_are_indexed_archived_and_read_back_equal() {
     assert_eq!(index.search(&text, 100, None).await.unwrap().0.len(), 2);
 
     // Archive everything now (ages of zero), as a scheduled run would after the real ages.
-    let settings = Settings {
-        dead_letter_queue_url: stack.resources.dead_letter_queue_url.clone(),
-        redrive_queue_url: stack.redrive_dlq_url.clone(),
-        letter_index_table: stack.resources.letter_index_table.clone(),
-        archive_bucket: stack.archive_bucket.clone(),
-        payload_bucket: stack.resources.payload_bucket.clone(),
-        ages: ArchiveAges::zero(),
-    };
-    let archiver = courier_archiver::wiring::wire(&clients, &settings);
+    let archiver = stack.archiver_now();
     let report = archiver
         .run("it-run", chrono::Utc::now() + chrono::Duration::seconds(60))
         .await
@@ -190,7 +181,7 @@ async fn dead_letters_are_indexed_archived_and_read_back_equal() {
 
 #[tokio::test]
 async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
-    use courier_adapters::aws::{DynamoDbPoisonList, DynamoDbStatusStore, SqsRetryScheduler};
+    use courier_adapters::aws::{DynamoDbPoisonList, DynamoDbStatusStore};
     let stack = Stack::create(&["smtp"]).await;
     let clients = Clients::new(&stack.sdk);
     let pipeline = stack.send_pipeline();
@@ -235,22 +226,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
         &stack.resources.status_table,
         Duration::from_secs(3600),
     );
-    // As `courierctl dlq replay` wires it: a replay is a later generation, sealed with the
-    // stack's key (unsealed, the send function would take it as a first copy and drop it).
-    let scheduler = courier_adapters::seal_secret::SealingScheduler::new(
-        std::sync::Arc::new(SqsRetryScheduler::new(
-            sqs.clone(),
-            clients.sfn.clone(),
-            &stack.resources.queue_url,
-            "",
-        )),
-        std::sync::Arc::new(courier_adapters::seal_secret::SecretSealKeys::from_secret(
-            &stack.resources.envelope_key_secret,
-            std::sync::Arc::new(courier_adapters::aws::SecretsManagerSecretStore::new(
-                clients.secrets.clone(),
-            )),
-        )),
-    );
+    let scheduler = stack.replay_scheduler();
     let policy_letter: Vec<IndexedLetter> = letters
         .iter()
         .filter(|l| l.record.message_id.as_deref() == Some("wb-policy"))

@@ -278,6 +278,118 @@ async fn an_attachment_from_the_client_arrives_byte_for_byte() {
     );
 }
 
+/// An attachment outlives the payload bucket's 60 days with its archived dead letter: a job
+/// whose file was uploaded late is dead-lettered (`local.attachment-missing`); the archiver
+/// archives the letter and retains the file (now uploaded); the file then expires from
+/// `attachments/` (deleted here); `dlq replay --state archived` sends the job again and the
+/// file reaches the mailbox byte for byte, from where the archiver kept it.
+#[tokio::test]
+async fn an_archived_letters_attachment_is_retained_and_its_replay_arrives_byte_for_byte() {
+    use courier_core::letters::{LetterFilter, LetterState};
+    use courier_core::ports::{LetterIndex, StatusStore};
+    let stack = Stack::create(&["smtp"]).await;
+    let rcpt = format!("{}@courier.test", unique("retained"));
+    let id = unique("late-file");
+    let content: Vec<u8> = (0..=255u8).rev().cycle().take(30_000).collect();
+    let file = courier_core::job::AttachmentRef::of("report.pdf", "application/pdf", &content);
+    let job = serde_json::json!({
+        "version": 1, "message_id": id, "campaign_id": "retained", "from": stack.sender,
+        "to": [rcpt], "content": {"subject": "Your report", "text": "Attached."},
+        "attachments": [file],
+    });
+    stack
+        .sqs()
+        .send_message()
+        .queue_url(&stack.resources.queue_url)
+        .message_body(job.to_string())
+        .send()
+        .await
+        .unwrap();
+    // GIVEN the job dead-lettered because its file was not there yet
+    let pipeline = stack.send_pipeline();
+    let driver = stack.driver(2);
+    let store = stack.status_store();
+    let started = Instant::now();
+    while store.get(&id).await.unwrap().map(|r| r.status) != Some(Status::DeadLettered) {
+        assert!(
+            started.elapsed() < Duration::from_secs(40),
+            "not dead-lettered"
+        );
+        driver.poll_once(&pipeline, "late").await.unwrap();
+    }
+    let s3 = aws_sdk_s3::Client::new(&stack.sdk);
+    let bucket = &stack.resources.payload_bucket;
+    s3.put_object()
+        .bucket(bucket)
+        .key(&file.key)
+        .body(content.clone().into())
+        .send()
+        .await
+        .unwrap();
+    // WHEN the archiver archives the letter, and the file then expires from `attachments/`
+    let report = stack
+        .archiver_now()
+        .run("retain", chrono::Utc::now() + chrono::Duration::seconds(60))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            report.archived,
+            report.attachments_retained,
+            report.attachments_missing
+        ),
+        (1, 1, 0),
+        "{report:?}"
+    );
+    s3.delete_object()
+        .bucket(bucket)
+        .key(&file.key)
+        .send()
+        .await
+        .unwrap();
+    // AND the archived letter is replayed
+    let index = courier_adapters::aws::DynamoDbLetterIndex::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.letter_index_table,
+    );
+    let archived = courierctl::workbench::select(
+        &index,
+        &LetterFilter {
+            state: Some(LetterState::Archived),
+            ..LetterFilter::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(archived.len(), 1);
+    assert_eq!(archived[0].record.rule, "local.attachment-missing");
+    let outcome = courierctl::workbench::replay(
+        &archived,
+        &store,
+        &stack.replay_scheduler(),
+        &index,
+        "ann",
+        "file uploaded",
+        100.0,
+        chrono::Utc::now,
+        &mut Vec::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.done.len(), 1, "{outcome:?}");
+    let letter = &index.get_many(&outcome.done).await.unwrap()[0];
+    assert_eq!(letter.state, LetterState::Replayed);
+    assert_eq!(letter.archive_key, archived[0].archive_key);
+    // THEN the job is sent with its file, byte for byte
+    send_through_the_pipeline(&stack, &id).await;
+    let delivered = mailbox(&rcpt).await;
+    assert_eq!(delivered.len(), 1);
+    assert!(
+        first_base64_part(&delivered[0]) == content,
+        "the attachment changed on the way"
+    );
+}
+
 /// SQS's limits exercised for real: a job whose message body is over 1 MiB (a 512 KiB text of
 /// quotes, which JSON escapes to twice its size) and one over 256 KiB with the threshold set
 /// there both go through the claim check (S3, a pointer on the queue), are redeemed by the send

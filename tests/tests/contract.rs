@@ -1801,7 +1801,8 @@ async fn live_settings_memory_and_dynamodb() {
 }
 
 /// What every payload store does: a missing key is `None`, a body comes back byte for byte,
-/// and storing the same key again is harmless.
+/// storing the same key again is harmless, and a copy (the archiver retaining an archived
+/// letter's attachment) is the same bytes under the new key, or `false` when the source is gone.
 async fn payload_store_contract(store: &dyn PayloadStore) {
     let key = format!("claim-check/{}", unique("k"));
     assert_eq!(store.get(&key).await.unwrap(), None);
@@ -1809,6 +1810,17 @@ async fn payload_store_contract(store: &dyn PayloadStore) {
     store.put(&key, body.clone()).await.unwrap();
     store.put(&key, body.clone()).await.unwrap();
     assert_eq!(store.get(&key).await.unwrap(), Some(body));
+    let file = courier_core::job::AttachmentRef::of("a.bin", "application/octet-stream", &[0, 255]);
+    let copy = file.retained_key();
+    assert!(
+        !store.copy(&file.key, &copy).await.unwrap(),
+        "a missing source"
+    );
+    assert_eq!(store.get(&copy).await.unwrap(), None);
+    store.put(&file.key, vec![0, 255]).await.unwrap();
+    assert!(store.copy(&file.key, &copy).await.unwrap());
+    assert!(store.copy(&file.key, &copy).await.unwrap(), "copying again");
+    assert_eq!(store.get(&copy).await.unwrap(), Some(vec![0, 255]));
 }
 
 #[tokio::test]
@@ -1823,6 +1835,13 @@ async fn payload_stores_keep_bodies_apart() {
     // A bucket that does not exist is an error, not a missing body.
     let broken = S3PayloadStore::new(aws_sdk_s3::Client::new(&stack.sdk), unique("no-bucket"));
     assert!(broken.get("claim-check/x").await.is_err());
+    assert!(
+        broken
+            .copy("attachments/x", "retained/attachments/x")
+            .await
+            .is_err(),
+        "a missing bucket is an error, not a missing source"
+    );
 }
 
 #[tokio::test]

@@ -483,29 +483,43 @@ fn disagreements(template: &Template, crates: &[Crate]) -> Vec<String> {
 /// many days after its creation). A stored body must outlive everything that points to it: the
 /// longest wait the default policy grants, then a copy's time on the send queue (at most the
 /// `QueueRetentionSeconds` maximum) and on its redrive DLQ, or a letter's on the dead-letter
-/// queue (14 days each). Producers' attachments (`attachments/`) expire on the same horizon.
-/// Only the send and archiver roles reach it, and only its prefixes: the send function reads
-/// attachments, never writes them.
+/// queue (14 days each). Producers' attachments (`attachments/`) expire on the same horizon; the
+/// copies the archiver keeps of archived letters' files (`retained/attachments/`) on the
+/// archive's. Only the send and archiver roles reach it, and only its prefixes: the send function
+/// reads attachments, never writes them; the archiver copies them (CopyObject needs `GetObject`
+/// on the source and `PutObject` on the copy) and writes nowhere else.
 #[test]
 fn the_payload_bucket_outlives_every_pointer_and_only_its_prefix_is_reachable() {
     let t = Template::load();
     let rules =
         &t.doc["Resources"]["PayloadBucket"]["Properties"]["LifecycleConfiguration"]["Rules"];
-    for (i, prefix) in [
-        courier_core::claim_check::KEY_PREFIX,
-        courier_core::job::attachment::KEY_PREFIX,
-    ]
-    .into_iter()
-    .enumerate()
-    {
+    for (i, prefix, horizon) in [
+        (
+            0,
+            courier_core::claim_check::KEY_PREFIX,
+            "PayloadRetentionDays",
+        ),
+        (
+            1,
+            courier_core::job::attachment::KEY_PREFIX,
+            "PayloadRetentionDays",
+        ),
+        (
+            2,
+            courier_core::job::attachment::RETAINED_PREFIX,
+            "ArchiveRetentionDays",
+        ),
+    ] {
         let rule = &rules[i];
         assert_eq!(rule["Prefix"].as_str(), Some(prefix));
         let (tag, days) = tag_and_value(&rule["ExpirationInDays"]).expect("a !Ref");
-        assert_eq!(
-            (tag.as_str(), days.as_str()),
-            ("Ref", Some("PayloadRetentionDays"))
-        );
+        assert_eq!((tag.as_str(), days.as_str()), ("Ref", Some(horizon)));
     }
+    // The archive expires its letters on the same parameter the retained files do.
+    let archive_rule =
+        &t.doc["Resources"]["ArchiveBucket"]["Properties"]["LifecycleConfiguration"]["Rules"][0];
+    let (_, days) = tag_and_value(&archive_rule["ExpirationInDays"]).expect("a !Ref");
+    assert_eq!(days.as_str(), Some("ArchiveRetentionDays"));
     let retention_days: u64 = t
         .parameter_default("PayloadRetentionDays")
         .unwrap()
@@ -529,10 +543,11 @@ fn the_payload_bucket_outlives_every_pointer_and_only_its_prefix_is_reachable() 
         "PayloadRetentionDays {retention_days} d is shorter than {} d",
         needed.div_ceil(86_400)
     );
-    // Every statement that names the bucket allows object reads or writes under the prefix only.
+    // Every statement that names the bucket: what each role may do, and where.
     let text = std::fs::read_to_string(repo().join("infra/template.yaml")).unwrap();
-    let mut grants = 0;
+    let mut grants = std::collections::BTreeSet::new();
     for (name, function) in t.doc["Resources"].as_mapping().unwrap() {
+        let name = name.as_str().unwrap_or_default();
         let policies = &function["Properties"]["Policies"];
         for statement in policies
             .as_sequence()
@@ -541,43 +556,57 @@ fn the_payload_bucket_outlives_every_pointer_and_only_its_prefix_is_reachable() 
             .filter_map(|p| p.get("Statement")?.as_sequence())
             .flatten()
         {
-            let resource = format!("{:?}", statement["Resource"]);
-            if !resource.contains("PayloadBucket") {
+            if !format!("{:?}", statement["Resource"]).contains("PayloadBucket") {
                 continue;
             }
-            grants += 1;
-            let actions = format!("{:?}", statement["Action"]);
-            if statement["Action"].as_str() == Some("s3:ListBucket") {
-                // Listing, only of the prefix (so a missing key is a 404, not a 403).
-                let condition = format!("{:?}", statement["Condition"]);
-                assert!(
-                    condition.contains("s3:prefix") && condition.contains("claim-check/*"),
-                    "{name:?}: {condition}"
-                );
-                continue;
+            let actions: Vec<&str> = match statement["Action"].as_sequence() {
+                Some(list) => list.iter().filter_map(Yaml::as_str).collect(),
+                None => statement["Action"].as_str().into_iter().collect(),
+            };
+            let resources: Vec<String> = match statement["Resource"].as_sequence() {
+                Some(list) => list.iter().map(|r| format!("{r:?}")).collect(),
+                None => vec![format!("{:?}", statement["Resource"])],
+            };
+            for (action, resource) in actions
+                .iter()
+                .flat_map(|a| resources.iter().map(move |r| (*a, r)))
+            {
+                let place = if action == "s3:ListBucket" {
+                    // Listing: the bucket itself (a missing key is then a 404, not a 403).
+                    assert_eq!(
+                        referenced(&statement["Resource"]).as_deref(),
+                        Some("PayloadBucket"),
+                        "{name}"
+                    );
+                    "bucket"
+                } else if resource.contains("${PayloadBucket.Arn}/claim-check/*") {
+                    "claim-check/*"
+                } else if resource.contains("${PayloadBucket.Arn}/attachments/*") {
+                    "attachments/*"
+                } else if resource.contains("${PayloadBucket.Arn}/retained/attachments/*") {
+                    "retained/attachments/*"
+                } else {
+                    panic!("{name}: {action} on {resource}")
+                };
+                grants.insert((name.to_owned(), action.to_owned(), place));
             }
-            if resource.contains("${PayloadBucket.Arn}/attachments/*") {
-                assert_eq!(
-                    (name.as_str(), statement["Action"].as_str()),
-                    (Some("SendFunction"), Some("s3:GetObject")),
-                    "only the send function reads attachments"
-                );
-                continue;
-            }
-            assert!(
-                resource.contains("${PayloadBucket.Arn}/claim-check/*"),
-                "{name:?}: {resource}"
-            );
-            assert!(
-                !actions.contains('*') && !actions.contains("Delete"),
-                "{name:?}: {actions}"
-            );
         }
     }
-    assert_eq!(
-        grants, 5,
-        "the send and archiver functions: objects, and listing; the send function's attachments"
-    );
+    let want: std::collections::BTreeSet<(String, String, &str)> = [
+        ("SendFunction", "s3:PutObject", "claim-check/*"),
+        ("SendFunction", "s3:GetObject", "claim-check/*"),
+        ("SendFunction", "s3:GetObject", "attachments/*"),
+        ("SendFunction", "s3:GetObject", "retained/attachments/*"),
+        ("SendFunction", "s3:ListBucket", "bucket"),
+        ("ArchiverFunction", "s3:GetObject", "claim-check/*"),
+        ("ArchiverFunction", "s3:GetObject", "attachments/*"),
+        ("ArchiverFunction", "s3:PutObject", "retained/attachments/*"),
+        ("ArchiverFunction", "s3:ListBucket", "bucket"),
+    ]
+    .into_iter()
+    .map(|(n, a, p)| (n.to_owned(), a.to_owned(), p))
+    .collect();
+    assert_eq!(grants, want);
     assert!(
         !text.contains("BucketName: !Ref PayloadBucket"),
         "no managed policy on the bucket"

@@ -245,6 +245,7 @@ async fn main() {
         queues: vec![(courier_archiver::QueueKind::Letters, queue)],
         index: mem_index,
         archive: Arc::new(courier_devkit::memory::MemoryArchive::default()),
+        payloads: Arc::new(courier_devkit::memory::MemoryPayloads::default()),
         ages,
         clock,
         margin: Duration::from_secs(1),

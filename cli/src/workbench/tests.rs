@@ -277,6 +277,90 @@ async fn replay_skips_a_job_that_is_no_longer_dead_lettered() {
 }
 
 #[tokio::test]
+async fn an_archived_letter_is_replayed_and_keeps_its_archive_key() {
+    // GIVEN three archived letters: a dead-lettered job, a job that moved on since, and one
+    // indexed without its payload
+    let index = MemoryLetterIndex::default();
+    let status = MemoryStatusStore::default();
+    let scheduler = MemoryScheduler::default();
+    job_in(&status, Status::DeadLettered, 1);
+    let mut moved = status.records.lock().unwrap()["m1"].clone();
+    moved.message_id = "m2".into();
+    moved.status = Status::Delivered;
+    status.records.lock().unwrap().insert("m2".into(), moved);
+    let archived = |id: &str, message_id: &str, payload: Option<&str>| {
+        let mut l = letter(
+            id,
+            Some(message_id),
+            DeadLetterCategory::NeedsReview,
+            payload,
+        );
+        l.state = LetterState::Archived;
+        l.archive_key = Some(format!("dead-letters/{id}.jsonl.gz"));
+        l
+    };
+    let letters = vec![
+        archived("a1", "m1", Some(JOB)),
+        archived("a2", "m2", Some(&JOB.replace("m1", "m2"))),
+        archived("a3", "m3", None),
+    ];
+    for l in &letters {
+        index.put_new(l).await.unwrap();
+    }
+    // WHEN they are replayed
+    let outcome = replay(
+        &letters,
+        &status,
+        &scheduler,
+        &index,
+        "ann",
+        "SPF fixed",
+        1000.0,
+        t,
+        &mut Vec::new(),
+    )
+    .await
+    .unwrap();
+    // THEN the dead-lettered job is enqueued as a new generation and its letter is replayed,
+    // still pointing at its archive object
+    assert_eq!(outcome.done, vec!["a1".to_owned()]);
+    assert_eq!(scheduler.queued.lock().unwrap().len(), 1);
+    assert_eq!(status.records.lock().unwrap()["m1"].status, Status::Pending);
+    let after = index
+        .get_many(&["a1".to_owned(), "a2".to_owned(), "a3".to_owned()])
+        .await
+        .unwrap();
+    let of = |id: &str| after.iter().find(|l| l.letter_id == id).unwrap().clone();
+    assert_eq!(of("a1").state, LetterState::Replayed);
+    assert_eq!(
+        of("a1").archive_key.as_deref(),
+        Some("dead-letters/a1.jsonl.gz")
+    );
+    // AND the refused one goes back to archived with its key, the payload-less one is skipped
+    // naming the object that holds it
+    assert_eq!(of("a2").state, LetterState::Archived);
+    assert_eq!(
+        of("a2").archive_key.as_deref(),
+        Some("dead-letters/a2.jsonl.gz")
+    );
+    let why = |id: &str| {
+        outcome
+            .skipped
+            .iter()
+            .find(|(l, _)| l == id)
+            .map(|(_, why)| why.clone())
+            .unwrap()
+    };
+    assert!(why("a2").contains("delivered"), "{}", why("a2"));
+    assert!(
+        why("a3").contains("archive object dead-letters/a3.jsonl.gz"),
+        "{}",
+        why("a3")
+    );
+    assert_eq!(of("a3").state, LetterState::Archived);
+}
+
+#[tokio::test]
 async fn a_stopped_replay_whose_copy_was_taken_is_only_marked() {
     // GIVEN a letter left `replaying` by a replay that enqueued and then stopped, and a job
     // the send function has sent since

@@ -7,7 +7,9 @@
 //! 2. settled letters (archived, replayed, discarded) are deleted from the queue; letters too
 //!    young are hidden until they are old enough (at most 12 h at a time); letters a replay has
 //!    claimed (`replaying`) are never archived: they are hidden for an hour and looked at again;
-//! 3. the rest are claimed in the index `live -> archiving` with the object key they will go to;
+//! 3. the rest are claimed in the index `live -> archiving` with the object key they will go to,
+//!    and the files their jobs attach are copied under `retained/attachments/`, which the
+//!    payload bucket keeps as long as the archive keeps the letters;
 //! 4. the object is written (never overwriting: a new key per run and batch);
 //! 5. the claimed letters are marked `archiving -> archived`;
 //! 6. their queue copies are deleted.
@@ -39,7 +41,8 @@ use courier_core::letters::{
 };
 use courier_core::policy::DeadLetterCategory;
 use courier_core::ports::{
-    ArchiveStore, Clock, DeadLetter, LetterIndex, LetterQueue, QueuedLetter, StoreError,
+    ArchiveStore, Clock, DeadLetter, LetterIndex, LetterQueue, PayloadStore, QueuedLetter,
+    StoreError,
 };
 use tracing::{info, warn};
 
@@ -60,6 +63,8 @@ pub struct Archiver {
     pub queues: Vec<(QueueKind, Arc<dyn LetterQueue>)>,
     pub index: Arc<dyn LetterIndex>,
     pub archive: Arc<dyn ArchiveStore>,
+    /// The payload bucket: the attachments of archived letters are retained there.
+    pub payloads: Arc<dyn PayloadStore>,
     pub ages: ArchiveAges,
     pub clock: Arc<dyn Clock>,
     /// Stop receiving this long before the deadline.
@@ -80,6 +85,11 @@ pub struct ArchiveReport {
     /// Letters claimed by a replay (not archived; a stopped replay is finished by running
     /// `dlq replay` on them again).
     pub replaying: usize,
+    /// Attachments of archived letters copied under `retained/attachments/`.
+    pub attachments_retained: usize,
+    /// Attachments of archived letters already gone from the bucket (the letter is archived
+    /// without them; a replay dead-letters it as `local.attachment-missing`).
+    pub attachments_missing: usize,
     /// Stopped because the deadline came near, with work left for the next run.
     pub out_of_time: bool,
 }
@@ -331,6 +341,9 @@ impl Archiver {
             if claimed.is_empty() {
                 continue;
             }
+            for (letter, _) in &claimed {
+                self.retain_attachments(letter, report).await?;
+            }
             let letters: Vec<IndexedLetter> = claimed.iter().map(|(l, _)| l.clone()).collect();
             if !self.archive.put_new(&key, encode(&letters)?).await? {
                 return Err(ArchiveError::ObjectExists(key));
@@ -356,6 +369,30 @@ impl Archiver {
         }
         if !to_delete.is_empty() {
             queue.delete(&to_delete).await?;
+        }
+        Ok(())
+    }
+}
+
+impl Archiver {
+    /// Copies the files a letter's job attaches to where they outlive the payload bucket's
+    /// 60 days, for as long as the archive keeps the letter (before its object is written, so a
+    /// run that stops here redoes it: copies are idempotent).
+    async fn retain_attachments(
+        &self,
+        letter: &IndexedLetter,
+        report: &mut ArchiveReport,
+    ) -> Result<(), StoreError> {
+        let Some(payload) = letter.record.payload.as_deref() else {
+            return Ok(());
+        };
+        for (key, retained) in courier_core::job::attachment::named_in(payload) {
+            if self.payloads.copy(&key, &retained).await? {
+                report.attachments_retained += 1;
+            } else {
+                warn!(letter = %letter.letter_id, %key, "an archived letter's attachment is gone; a replay of it will be dead-lettered as local.attachment-missing");
+                report.attachments_missing += 1;
+            }
         }
         Ok(())
     }

@@ -22,6 +22,7 @@ struct World {
     redrive: Arc<MemoryLetterQueue>,
     index: Arc<MemoryLetterIndex>,
     archive: Arc<MemoryArchive>,
+    payloads: Arc<MemoryPayloads>,
     clock: Arc<ManualClock>,
     old_ids: Vec<String>,
 }
@@ -56,6 +57,7 @@ async fn world() -> World {
     let redrive = Arc::new(MemoryLetterQueue::new(clock.clone()));
     let index = Arc::new(MemoryLetterIndex::default());
     let archive = Arc::new(MemoryArchive::default());
+    let payloads = Arc::new(MemoryPayloads::default());
     let categories = [
         DeadLetterCategory::Poison,
         DeadLetterCategory::NeedsReview,
@@ -88,6 +90,7 @@ async fn world() -> World {
         ],
         index: index.clone(),
         archive: archive.clone(),
+        payloads: payloads.clone(),
         ages: ArchiveAges::default(),
         clock: clock.clone(),
         margin: Duration::from_secs(10),
@@ -99,6 +102,7 @@ async fn world() -> World {
         redrive,
         index,
         archive,
+        payloads,
         clock,
         old_ids,
     }
@@ -326,6 +330,67 @@ async fn a_letter_indexed_without_its_payload_is_archived_with_the_queue_copys()
     assert_eq!(archived[0].record.payload, full.payload);
     let indexed = w.index.get_many(&["big".to_owned()]).await.unwrap();
     assert_eq!(indexed[0].state, LetterState::Archived);
+}
+
+#[tokio::test]
+async fn an_archived_letters_attachments_are_retained_as_long_as_the_archive() {
+    use courier_core::job::AttachmentRef;
+    // GIVEN two old letters whose jobs attach files: one as the producer wrote it (a file in the
+    // bucket and one already gone), one a retry envelope naming the same file
+    let w = world().await;
+    let at = t0() - chrono::Duration::days(12);
+    let kept = AttachmentRef::of("a.pdf", "application/pdf", b"%PDF");
+    let gone = AttachmentRef::of("b.pdf", "application/pdf", b"%PDF-gone");
+    w.payloads
+        .objects
+        .lock()
+        .unwrap()
+        .insert(kept.key.clone(), b"%PDF".to_vec());
+    let job =
+        serde_json::json!({"version": 1, "message_id": "with-files", "attachments": [kept, gone]});
+    let mut first = record("files-1", DeadLetterCategory::NeedsReview, at);
+    first.payload = Some(job.to_string());
+    let mut retry = record("files-2", DeadLetterCategory::NeedsReview, at);
+    retry.payload = Some(
+        serde_json::json!({"courier_envelope": 1, "attempt": 1, "job": {"attachments": [kept]}})
+            .to_string(),
+    );
+    for r in [&first, &retry] {
+        w.index.put_new(&indexed(r.clone())).await.unwrap();
+        w.letters.push(serde_json::to_string(r).unwrap());
+    }
+    // AND a first run stopped by the bucket failing on the first copy
+    w.payloads.fail_copies.set(1);
+    assert!(w.archiver.run("run1", w.deadline()).await.is_err());
+    assert!(
+        !w.payloads
+            .objects
+            .lock()
+            .unwrap()
+            .contains_key(&kept.retained_key())
+    );
+    // WHEN the next run works them
+    w.clock.advance(600);
+    w.letters.reveal_all();
+    w.redrive.reveal_all();
+    let report = w.archiver.run("run2", w.deadline()).await.unwrap();
+    // THEN the file in the bucket is retained (once per letter naming it) and the gone one is
+    // counted, and both letters are archived all the same
+    assert_eq!(
+        (report.attachments_retained, report.attachments_missing),
+        (2, 1)
+    );
+    let objects = w.payloads.objects.lock().unwrap().clone();
+    assert_eq!(
+        objects.get(&kept.retained_key()).map(Vec::as_slice),
+        Some(&b"%PDF"[..])
+    );
+    assert!(!objects.contains_key(&gone.retained_key()));
+    let archived = w.archived();
+    assert_eq!(
+        (archived.get("files-1"), archived.get("files-2")),
+        (Some(&1), Some(&1))
+    );
 }
 
 #[test]

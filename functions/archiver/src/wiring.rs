@@ -71,7 +71,7 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Archiver {
                 QueueKind::Redrive,
                 Arc::new(
                     SqsLetterQueue::new(clients.sqs.clone(), &settings.redrive_queue_url)
-                        .with_payloads(payloads),
+                        .with_payloads(Arc::clone(&payloads)),
                 ),
             ),
         ],
@@ -83,6 +83,7 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Archiver {
             clients.s3.clone(),
             &settings.archive_bucket,
         )),
+        payloads,
         ages: settings.ages.clone(),
         clock: Arc::new(SystemClock),
         margin: Duration::from_secs(20),

@@ -608,9 +608,8 @@ impl Applier {
         if let Some(relay) = &self.outcomes {
             let relayed = relay.flush().await;
             report.outcomes_published = relayed.published;
-            for (message_id, error) in &relayed.failed {
-                // The outbox keeps it: the sweeper publishes it within minutes.
-                warn!(%message_id, %error, "outcome not published yet");
+            for (message_id, error, what) in relayed.problems() {
+                warn!(%message_id, %error, "{what}");
             }
         }
         report

@@ -1113,6 +1113,7 @@ async fn each_outcome_an_event_writes_is_published_once_from_the_record() {
         .await;
     // THEN one "Email Delivered" event, with the job's facts, and nothing for the absorbed ones
     assert_eq!(report.outcomes_published, 1);
+    assert_eq!(report.to_emf(0)["OutcomesPublished"], 1);
     let events = bus.events();
     assert_eq!(events.len(), 1);
     assert_eq!(events[0].detail_type, "Email Delivered");

@@ -63,15 +63,24 @@ impl Pipeline {
                     ),
                 ))
             };
-            let content = match self.payloads.get(&reference.key).await {
-                Ok(Some(content)) => content,
-                Ok(None) => {
-                    return Err(unusable(
-                        "attachment-missing",
-                        "is not in the payload bucket",
-                    ));
+            // A replayed letter's files may have outlived `attachments/` only where the
+            // archiver retained them.
+            let mut found = None;
+            for key in [reference.key.clone(), reference.retained_key()] {
+                match self.payloads.get(&key).await {
+                    Ok(Some(content)) => {
+                        found = Some(content);
+                        break;
+                    }
+                    Ok(None) => {}
+                    Err(e) => return Err(AttachmentFault::Store(e)),
                 }
-                Err(e) => return Err(AttachmentFault::Store(e)),
+            }
+            let Some(content) = found else {
+                return Err(unusable(
+                    "attachment-missing",
+                    "is not in the payload bucket",
+                ));
             };
             if !reference.matches(&content) {
                 return Err(unusable(

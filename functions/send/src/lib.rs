@@ -400,9 +400,8 @@ impl Pipeline {
             report
                 .metrics
                 .add("OutcomesPublished", relayed.published as u64);
-            for (message_id, error) in &relayed.failed {
-                // The outbox keeps it: the sweeper publishes it within minutes.
-                warn!(%message_id, %error, "outcome not published yet");
+            for (message_id, error, what) in relayed.problems() {
+                warn!(%message_id, %error, "{what}");
             }
         }
         let unverified = self.sealing.drain();

@@ -233,8 +233,8 @@ impl Sweeper {
             let relayed = relay(self.status.as_ref(), bus.as_ref(), &fresh).await;
             report.outcomes_relayed += relayed.published;
             report.outcomes_unpublished += relayed.failed.len();
-            for (message_id, error) in &relayed.failed {
-                warn!(%message_id, %error, "outcome still unpublished");
+            for (message_id, error, what) in relayed.problems() {
+                warn!(%message_id, %error, "{what}");
             }
         }
     }

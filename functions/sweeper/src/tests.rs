@@ -212,6 +212,9 @@ async fn outcomes_their_writer_left_unpublished_are_published_once_cleared() {
     // THEN the two old ones are published, oldest first, and cleared; the fresh one is its
     // writer's for now
     assert_eq!(report.outcomes_relayed, 2);
+    let emf = report.to_emf(0);
+    assert_eq!(emf["OutcomesRelayed"], 2);
+    assert_eq!(emf["OutcomesUnpublished"], 0);
     let ids: Vec<String> = w
         .bus
         .events()
@@ -242,13 +245,15 @@ async fn an_outcome_the_bus_refuses_stays_marked_for_the_next_run() {
         (report.outcomes_relayed, report.outcomes_unpublished),
         (0, 1)
     );
+    assert_eq!(report.to_emf(0)["OutcomesUnpublished"], 1);
     assert!(w.get("j").await.outbox.is_some());
-    // AND a clear that fails after the publication leaves it marked: published again later
+    // AND a clear that fails after the publication leaves it marked (published, so not counted
+    // as unpublished, which would page): published again later
     w.status.fail_clears.set(1);
     let report = w.sweeper.run(w.far()).await.unwrap();
     assert_eq!(
         (report.outcomes_relayed, report.outcomes_unpublished),
-        (0, 1)
+        (1, 0)
     );
     assert!(w.get("j").await.outbox.is_some());
     let report = w.sweeper.run(w.far()).await.unwrap();

@@ -238,12 +238,29 @@ impl OutcomeEvent {
 /// What [`relay`] did.
 #[derive(Debug, Default)]
 pub struct Relayed {
-    /// Outcomes published and cleared.
+    /// Outcomes the bus accepted (cleared or not).
     pub published: usize,
-    /// Outcomes published but still marked (the clear failed): published again later.
-    pub uncleared: usize,
-    /// Jobs whose outcome stays marked for the sweeper, and why.
+    /// Jobs whose outcome was published but stays marked (the clear failed): published again
+    /// later, a duplicate consumers drop by `event_id`.
+    pub uncleared: Vec<(String, StoreError)>,
+    /// Jobs whose outcome was not published and stays marked for the sweeper, and why.
     pub failed: Vec<(String, StoreError)>,
+}
+
+impl Relayed {
+    /// What to warn of, per job: the outcomes not published, then those published but still
+    /// marked. Either way the outbox keeps the mark and the sweeper publishes it within minutes.
+    pub fn problems(&self) -> impl Iterator<Item = (&str, &StoreError, &'static str)> {
+        let unpublished = self
+            .failed
+            .iter()
+            .map(|(id, e)| (id.as_str(), e, "outcome not published yet"));
+        let uncleared = self.uncleared.iter().map(|(id, e)| {
+            let what = "outcome published but still marked: published again (one event_id)";
+            (id.as_str(), e, what)
+        });
+        unpublished.chain(uncleared)
+    }
 }
 
 /// Publishes the unpublished outcomes of these jobs: read from their records in one call (so
@@ -280,13 +297,12 @@ pub async fn relay(
         for (outbox, event) in chunk {
             let id = &event.detail.message_id;
             match results.next() {
-                Some(Ok(())) => match store.outcome_published(id, outbox).await {
-                    Ok(_) => relayed.published += 1,
-                    Err(e) => {
-                        relayed.uncleared += 1;
-                        relayed.failed.push((id.clone(), e));
+                Some(Ok(())) => {
+                    relayed.published += 1;
+                    if let Err(e) = store.outcome_published(id, outbox).await {
+                        relayed.uncleared.push((id.clone(), e));
                     }
-                },
+                }
                 Some(Err(e)) => relayed.failed.push((id.clone(), e)),
                 None => relayed.failed.push((
                     id.clone(),

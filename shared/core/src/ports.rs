@@ -537,6 +537,9 @@ pub trait PayloadStore: Send + Sync {
     async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), StoreError>;
     /// The object; `None` when there is none (expired or deleted).
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
+    /// Copies an object to `to` (a new object, so its lifecycle counts from now); false, nothing
+    /// written, when `from` is gone.
+    async fn copy(&self, from: &str, to: &str) -> Result<bool, StoreError>;
 }
 
 /// One suppressed address.

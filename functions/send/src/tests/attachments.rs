@@ -86,6 +86,37 @@ async fn a_missing_or_altered_attachment_dead_letters_the_job_unsent() {
 }
 
 #[tokio::test]
+async fn a_replayed_letters_file_is_found_where_the_archiver_retained_it() {
+    // GIVEN a file gone from `attachments/` (expired) but retained with its archived letter
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Smtp));
+    let reference = invoice();
+    w.payloads
+        .objects
+        .lock()
+        .unwrap()
+        .insert(reference.retained_key(), PDF.to_vec());
+    // WHEN the replayed job is sent
+    let report = w
+        .run(vec![rec("q", with_attachment("m-replayed", &reference))])
+        .await;
+    // THEN it goes out with the file, byte for byte
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    let sent = w.mailer.sent.lock().unwrap().clone();
+    assert_eq!(sent[0].attachments[0].content, PDF);
+    // AND a retained copy that was altered is refused like any other
+    let altered = AttachmentRef::of("x.pdf", "application/pdf", b"x");
+    w.payloads
+        .objects
+        .lock()
+        .unwrap()
+        .insert(altered.retained_key(), b"y".to_vec());
+    w.run(vec![rec("q2", with_attachment("m-altered", &altered))])
+        .await;
+    let letters = w.dead.letters.lock().unwrap().clone();
+    assert_eq!(letters[0].rule, "local.attachment-altered");
+}
+
+#[tokio::test]
 async fn a_failing_payload_store_leaves_the_record_for_redelivery() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Smtp));
     let reference = invoice();

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use aws_sdk_s3::error::ProvideErrorMetadata;
 use serde::Deserialize;
 
 use super::store_error as err;
@@ -171,5 +172,26 @@ impl courier_core::ports::PayloadStore for S3PayloadStore {
             .await
             .map_err(|e| StoreError::new("payload get", e))?;
         Ok(Some(bytes.into_bytes().to_vec()))
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<bool, StoreError> {
+        // CopySource is `bucket/key` URL-encoded; Courier's keys are `[a-z0-9/-]` only, which
+        // need no encoding. Objects up to 5 GB copy in one call (attachments are at most 10 MiB).
+        match self
+            .client
+            .copy_object()
+            .bucket(&self.bucket)
+            .key(to)
+            .copy_source(format!("{}/{from}", self.bucket))
+            .server_side_encryption(aws_sdk_s3::types::ServerSideEncryption::Aes256)
+            .send()
+            .await
+        {
+            Ok(_) => Ok(true),
+            // CopyObject names a missing source `NoSuchKey` (404); a missing bucket is
+            // `NoSuchBucket` and stays an error.
+            Err(e) if e.as_service_error().and_then(|s| s.code()) == Some("NoSuchKey") => Ok(false),
+            Err(e) => Err(err("payload copy")(e)),
+        }
     }
 }

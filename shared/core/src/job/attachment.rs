@@ -9,6 +9,9 @@ use super::{JobError, fingerprint, is_deceptive};
 
 /// Where attachments live in the payload bucket (its lifecycle rule expires this prefix).
 pub const KEY_PREFIX: &str = "attachments/";
+/// Where the archiver keeps the attachments of archived dead letters, for as long as the archive
+/// keeps the letters (the bucket's lifecycle rule for this prefix), so a replay finds them.
+pub const RETAINED_PREFIX: &str = "retained/attachments/";
 /// At most this many attachments per job.
 pub const MAX_ATTACHMENTS: usize = 10;
 /// At most this many bytes of attachments per job (about 14 MB once in base64). The bound is the
@@ -67,6 +70,11 @@ impl AttachmentRef {
             bytes: u64::try_from(content.len()).unwrap_or(u64::MAX),
             sha256,
         }
+    }
+
+    /// Where the archiver keeps this file while the job's dead letter is archived.
+    pub fn retained_key(&self) -> String {
+        format!("{RETAINED_PREFIX}{}", self.sha256)
     }
 
     /// Whether `content` is the file this reference names (size and digest).
@@ -133,6 +141,37 @@ impl AttachmentRef {
         }
         Ok(())
     }
+}
+
+/// The attachments a dead letter's payload names (a job as the producer wrote it, or a retry
+/// envelope around one), as `(key, retained key)` pairs: only well-formed content addresses,
+/// whatever else the payload holds, so an invalid job's letter is read as far as it can be.
+pub fn named_in(payload: &str) -> Vec<(String, String)> {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(payload) else {
+        return Vec::new();
+    };
+    let job = match value.get(crate::envelope::ENVELOPE_KEY) {
+        Some(_) => value.get("job").unwrap_or(&serde_json::Value::Null),
+        None => &value,
+    };
+    let Some(list) = job.get("attachments").and_then(serde_json::Value::as_array) else {
+        return Vec::new();
+    };
+    let mut pairs: Vec<(String, String)> = list
+        .iter()
+        .filter_map(|a| a.get("key")?.as_str())
+        .filter_map(|key| {
+            let sha = key.strip_prefix(KEY_PREFIX)?;
+            let hex = sha.len() == 64
+                && sha
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+            hex.then(|| (key.to_owned(), format!("{RETAINED_PREFIX}{sha}")))
+        })
+        .collect();
+    pairs.sort();
+    pairs.dedup();
+    pairs
 }
 
 /// Checks every attachment, their number and their total size.
@@ -234,5 +273,38 @@ mod tests {
             validate(&[huge]).unwrap_err().code(),
             "attachments_too_large"
         );
+    }
+
+    #[test]
+    fn a_letter_names_its_files_in_a_job_or_an_envelope_and_only_as_content_addresses() {
+        let a = pdf();
+        let b = AttachmentRef::of("b.txt", "text/plain", b"b");
+        let job = serde_json::json!({
+            "version": 1, "message_id": "m",
+            "attachments": [a, b, a, {"key": "claim-check/x"}, {"key": "attachments/../x"}, {"no": 1}],
+        });
+        let mut want = vec![
+            (a.key.clone(), a.retained_key()),
+            (b.key.clone(), b.retained_key()),
+        ];
+        want.sort();
+        // GIVEN the job as the producer wrote it, and the same job inside a retry envelope
+        let envelope = serde_json::json!({"courier_envelope": 1, "attempt": 2, "job": job});
+        for payload in [job.to_string(), envelope.to_string()] {
+            // THEN each well-formed file is named once, with where it is retained
+            assert_eq!(named_in(&payload), want);
+        }
+        assert!(
+            a.retained_key().starts_with(RETAINED_PREFIX) && a.retained_key().ends_with(&a.sha256)
+        );
+        // AND a payload that is not JSON, or names no files, names none
+        for none in [
+            "not json",
+            "{}",
+            r#"{"attachments": "x"}"#,
+            r#"{"courier_envelope": 1}"#,
+        ] {
+            assert!(named_in(none).is_empty(), "{none}");
+        }
     }
 }

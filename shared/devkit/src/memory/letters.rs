@@ -220,6 +220,7 @@ pub struct MemoryPayloads {
     pub objects: Mutex<BTreeMap<String, Vec<u8>>>,
     pub fail_puts: FailNext,
     pub fail_gets: FailNext,
+    pub fail_copies: FailNext,
 }
 
 #[async_trait::async_trait]
@@ -233,5 +234,15 @@ impl courier_core::ports::PayloadStore for MemoryPayloads {
     async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
         self.fail_gets.take("payload get")?;
         Ok(lock(&self.objects).get(key).cloned())
+    }
+
+    async fn copy(&self, from: &str, to: &str) -> Result<bool, StoreError> {
+        self.fail_copies.take("payload copy")?;
+        let mut objects = lock(&self.objects);
+        let Some(bytes) = objects.get(from).cloned() else {
+            return Ok(false);
+        };
+        objects.insert(to.to_owned(), bytes);
+        Ok(true)
     }
 }
