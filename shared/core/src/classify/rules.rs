@@ -40,7 +40,14 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
     rule!(
         "relay-gave-up",
         ProviderUnavailable,
-        [["queue.expired"], ["message expired"], ["5.4.316"]]
+        [
+            ["queue.expired"],
+            ["message expired"],
+            ["5.4.316"],
+            ["cannot send message for"],
+            ["envelope expired"],
+            ["administratively expired"]
+        ]
     ),
     // A blocklist named in a refusal: before the network rule, since some receivers word it
     // "Connection refused. <ip> is listed on the Spamhaus Block List" in a 554 reply.
@@ -79,6 +86,24 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["4.4.2", "timeout"],
             ["4.4.2", "timed out"],
             ["all routes to destination"],
+            ["temporary mx lookup error"],
+        ]
+    ),
+    // A mail loop (the receiving side's routing sends the message back to itself, or it has
+    // passed too many hops): resending cannot help, and nothing says the address is dead. No class
+    // says more than `unknown`, but the wording is final: reviewed at once, not retried, unless
+    // the reply is a 4xx (see `classify_smtp`).
+    rule!(
+        "mail-loop",
+        Unknown,
+        [
+            ["loops back to me"],
+            ["mail loop"],
+            ["forwarding loop"],
+            ["routing loop"],
+            ["too many hops"],
+            ["hop count exceeded"],
+            ["mx list for", "points back to"]
         ]
     ),
     // Provider code tables (README decision 15): the code names the cause, whatever the words.
@@ -235,6 +260,9 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["diskspace quota"],
             ["folder full"],
             ["folder is full"],
+            ["mailbox size exceeded"],
+            ["ccount is full"],
+            ["error writing message: file too large"],
         ]
     ),
     rule!(
@@ -551,6 +579,12 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["rcpt user"],
             ["invalid email address"],
             ["receiving disabled"],
+            ["couldn't find any host named"],
+            ["nowhere to deliver mail to for domain"],
+            ["nonexistent domain"],
+            ["host name unknown"],
+            ["no correct recipients"],
+            ["bad recipient address syntax"],
         ]
     ),
     rule!(
@@ -647,6 +681,20 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
         RecipientPermanent,
         [["mailbox unavailable"]]
     ),
+    // The receiving host's local delivery program failed (a pipe, procmail, an MDA): its
+    // operator's trouble, retried. After the other rules: the words that follow "Command died
+    // with status ..." often name the real cause (over quota, user unknown).
+    rule!(
+        "delivery-program-failed",
+        ProviderUnavailable,
+        [
+            ["command time limit exceeded"],
+            ["child process of"],
+            ["unknown mailer error"],
+            ["child crashed"],
+            ["mda exited prematurely"]
+        ]
+    ),
     rule!(
         "provider-down",
         ProviderUnavailable,
@@ -670,7 +718,10 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["resources unavailable"],
             ["database"],
             ["temporarily rejected"],
-            ["lookup failure"]
+            ["lookup failure"],
+            ["server unavailable or unable to receive"],
+            ["insufficient disk space"],
+            ["tried all mxs"],
         ]
     ),
 ];

@@ -290,6 +290,8 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
         }
         other => other,
     };
+    // A wording rule of class `unknown` (a mail loop) is a final signal of its own.
+    let final_wording = text_match.is_some_and(|rule| rule.class == ErrorClass::Unknown);
     let (class, rule) = if digit == Some(2) {
         (
             ErrorClass::Unknown,
@@ -340,17 +342,19 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     };
     let mut verdict = Verdict::new(class, rule, Source::Smtp);
     // RFC 5321 (4.2.1): a 5yz reply is a permanent failure, "the SMTP client SHOULD NOT repeat the
-    // exact request"; without a basic code, the enhanced code's class 5 says the same (RFC 3463).
-    // An `unknown` reply with that signal goes to review at once instead of being retried.
-    let permanent = match digit {
-        Some(d) => d == 5,
-        None => reply.enhanced.is_some_and(|e| e.class == 5),
+    // exact request"; without a basic code, the enhanced code's class 5 says the same (RFC 3463),
+    // and so does final wording (a mail loop) without either. An `unknown` reply with that signal
+    // goes to review at once instead of being retried; a 4xx reply keeps its retry.
+    let permanent = match (digit, reply.enhanced) {
+        (Some(d), _) => d == 5,
+        (None, Some(e)) => e.class == 5 || (e.class != 4 && final_wording),
+        (None, None) => final_wording,
     };
     if class == ErrorClass::Unknown && permanent {
         note(
             "smtp.permanent-signal".into(),
             true,
-            "unknown with a 5yz code or 5.x.x status: not retried, review".into(),
+            "unknown with a 5yz code, a 5.x.x status or final wording: not retried, review".into(),
         );
         verdict.retryable = false;
     }

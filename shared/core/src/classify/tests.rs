@@ -518,6 +518,29 @@ pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
     }
 }
 
+/// A mail loop says resending cannot help, with or without a code: reviewed at once (not
+/// retried, nobody suppressed); a 4xx loop report keeps its retry, as the receiver asks.
+#[test]
+pub(super) fn a_mail_loop_is_final_without_a_code_but_a_4xx_one_is_retried() {
+    for raw in [
+        // Postfix's local delivery and Exim's hop limit, as DSN diagnostics without a code
+        "mail forwarding loop for user@example.com",
+        "Too many \"Received\" headers - suspected mail loop",
+        "553 5.3.5 mx.example.com config error: mail loops back to me (MX problem?)",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.rule.as_str()),
+            (ErrorClass::Unknown, "smtp.text.mail-loop"),
+            "{raw}"
+        );
+        assert!(!v.retryable && !v.suppress_recipient, "{raw} -> {v:?}");
+    }
+    let v = classify_smtp("450 4.4.6 Routing loop detected");
+    assert_eq!(v.rule, "smtp.text.mail-loop");
+    assert!(v.retryable, "{v:?}");
+}
+
 /// IANA's registry as of RFC 8689: subjects 0 to 7 with details 0 up to X.0.0, X.1.10, X.2.4,
 /// X.3.6, X.4.7, X.5.6, X.6.10 and X.7.30, each listed once, in order.
 #[test]
