@@ -157,6 +157,35 @@ impl Stack {
         )
     }
 
+    /// `courierctl dlq replay` of `letters` by operator "ann", as it runs against this stack.
+    pub async fn replay_as_ann(
+        &self,
+        letters: &[courier_core::letters::IndexedLetter],
+        reason: &str,
+    ) -> courierctl::workbench::Outcome {
+        courierctl::workbench::replay(
+            letters,
+            &self.status_store(),
+            &self.replay_scheduler(),
+            &self.letter_index(),
+            "ann",
+            reason,
+            100.0,
+            chrono::Utc::now,
+            &mut Vec::new(),
+        )
+        .await
+        .expect("replay")
+    }
+
+    /// The stack's letter index.
+    pub fn letter_index(&self) -> courier_adapters::aws::DynamoDbLetterIndex {
+        courier_adapters::aws::DynamoDbLetterIndex::new(
+            aws_sdk_dynamodb::Client::new(&self.sdk),
+            &self.resources.letter_index_table,
+        )
+    }
+
     /// The archiver on this stack, archiving every letter at once (ages of zero).
     pub fn archiver_now(&self) -> courier_archiver::Archiver {
         courier_archiver::wiring::wire(

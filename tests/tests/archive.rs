@@ -181,7 +181,7 @@ async fn dead_letters_are_indexed_archived_and_read_back_equal() {
 
 #[tokio::test]
 async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
-    use courier_adapters::aws::{DynamoDbPoisonList, DynamoDbStatusStore};
+    use courier_adapters::aws::DynamoDbPoisonList;
     let stack = Stack::create(&["smtp"]).await;
     let clients = Clients::new(&stack.sdk);
     let pipeline = stack.send_pipeline();
@@ -221,12 +221,6 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
         }
     }
     assert_eq!(letters.len(), 2);
-    let status = DynamoDbStatusStore::new(
-        clients.dynamodb.clone(),
-        &stack.resources.status_table,
-        Duration::from_secs(3600),
-    );
-    let scheduler = stack.replay_scheduler();
     let policy_letter: Vec<IndexedLetter> = letters
         .iter()
         .filter(|l| l.record.message_id.as_deref() == Some("wb-policy"))
@@ -240,19 +234,7 @@ async fn replay_and_discard_work_through_the_real_index_status_and_queue() {
 
     // Replay: the job runs again as a new generation (and, still rejected, comes back as a new
     // letter); the replayed letter records who and why.
-    let outcome = courierctl::workbench::replay(
-        &policy_letter,
-        &status,
-        &scheduler,
-        &index,
-        "ann",
-        "retry after fix",
-        100.0,
-        chrono::Utc::now,
-        &mut Vec::new(),
-    )
-    .await
-    .unwrap();
+    let outcome = stack.replay_as_ann(&policy_letter, "retry after fix").await;
     assert_eq!(outcome.done.len(), 1, "{outcome:?}");
     let replayed = &index.get_many(&outcome.done).await.unwrap()[0];
     assert_eq!(replayed.state, LetterState::Replayed);

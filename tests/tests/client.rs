@@ -348,10 +348,7 @@ async fn an_archived_letters_attachment_is_retained_and_its_replay_arrives_byte_
         .await
         .unwrap();
     // AND the archived letter is replayed
-    let index = courier_adapters::aws::DynamoDbLetterIndex::new(
-        aws_sdk_dynamodb::Client::new(&stack.sdk),
-        &stack.resources.letter_index_table,
-    );
+    let index = stack.letter_index();
     let archived = courierctl::workbench::select(
         &index,
         &LetterFilter {
@@ -363,19 +360,7 @@ async fn an_archived_letters_attachment_is_retained_and_its_replay_arrives_byte_
     .unwrap();
     assert_eq!(archived.len(), 1);
     assert_eq!(archived[0].record.rule, "local.attachment-missing");
-    let outcome = courierctl::workbench::replay(
-        &archived,
-        &store,
-        &stack.replay_scheduler(),
-        &index,
-        "ann",
-        "file uploaded",
-        100.0,
-        chrono::Utc::now,
-        &mut Vec::new(),
-    )
-    .await
-    .unwrap();
+    let outcome = stack.replay_as_ann(&archived, "file uploaded").await;
     assert_eq!(outcome.done.len(), 1, "{outcome:?}");
     let letter = &index.get_many(&outcome.done).await.unwrap()[0];
     assert_eq!(letter.state, LetterState::Replayed);

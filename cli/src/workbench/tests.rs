@@ -70,6 +70,29 @@ fn job_in(store: &MemoryStatusStore, status: Status, attempt: u32) {
     );
 }
 
+/// `dlq replay` by operator "ann" at [`t`], at full speed, without a progress display.
+async fn by_ann(
+    letters: &[IndexedLetter],
+    status: &MemoryStatusStore,
+    scheduler: &MemoryScheduler,
+    index: &MemoryLetterIndex,
+    reason: &str,
+) -> Outcome {
+    replay(
+        letters,
+        status,
+        scheduler,
+        index,
+        "ann",
+        reason,
+        1000.0,
+        t,
+        &mut Vec::new(),
+    )
+    .await
+    .unwrap()
+}
+
 const JOB: &str = r#"{"version":1,"message_id":"m1","campaign_id":"spring","from":"a@b.co","to":["x@y.co"],"content":{"subject":"s","text":"t"}}"#;
 
 #[tokio::test]
@@ -127,19 +150,7 @@ async fn replay_reopens_enqueues_a_new_generation_and_records_who_and_why() {
     assert!(String::from_utf8(out).unwrap().contains("3/3"));
     // Replaying again does nothing: the letter is no longer live.
     let again = index.get_many(&["l1".to_owned()]).await.unwrap();
-    let outcome = replay(
-        &again,
-        &status,
-        &scheduler,
-        &index,
-        "ann",
-        "again",
-        1000.0,
-        t,
-        &mut Vec::new(),
-    )
-    .await
-    .unwrap();
+    let outcome = by_ann(&again, &status, &scheduler, &index, "again").await;
     assert!(outcome.done.is_empty());
     assert_eq!(scheduler.queued.lock().unwrap().len(), 1);
 }
@@ -226,19 +237,7 @@ async fn a_payload_that_cannot_be_replayed_leaves_the_job_untouched() {
         Some("{broken"),
     )];
     index.put_new(&letters[0]).await.unwrap();
-    let outcome = replay(
-        &letters,
-        &status,
-        &MemoryScheduler::default(),
-        &index,
-        "ann",
-        "x",
-        1000.0,
-        t,
-        &mut Vec::new(),
-    )
-    .await
-    .unwrap();
+    let outcome = by_ann(&letters, &status, &MemoryScheduler::default(), &index, "x").await;
     assert!(outcome.done.is_empty());
     let rec = &status.records.lock().unwrap()["m1"];
     assert_eq!((rec.status, rec.attempt), (Status::DeadLettered, 2));
@@ -256,19 +255,7 @@ async fn replay_skips_a_job_that_is_no_longer_dead_lettered() {
         Some(JOB),
     )];
     index.put_new(&letters[0]).await.unwrap();
-    let outcome = replay(
-        &letters,
-        &status,
-        &MemoryScheduler::default(),
-        &index,
-        "ann",
-        "x",
-        1000.0,
-        t,
-        &mut Vec::new(),
-    )
-    .await
-    .unwrap();
+    let outcome = by_ann(&letters, &status, &MemoryScheduler::default(), &index, "x").await;
     assert!(outcome.skipped[0].1.contains("sent_to_provider"));
     // the letter is released, not left claimed
     let l1 = &index.get_many(&["l1".to_owned()]).await.unwrap()[0];
@@ -308,19 +295,7 @@ async fn an_archived_letter_is_replayed_and_keeps_its_archive_key() {
         index.put_new(l).await.unwrap();
     }
     // WHEN they are replayed
-    let outcome = replay(
-        &letters,
-        &status,
-        &scheduler,
-        &index,
-        "ann",
-        "SPF fixed",
-        1000.0,
-        t,
-        &mut Vec::new(),
-    )
-    .await
-    .unwrap();
+    let outcome = by_ann(&letters, &status, &scheduler, &index, "SPF fixed").await;
     // THEN the dead-lettered job is enqueued as a new generation and its letter is replayed,
     // still pointing at its archive object
     assert_eq!(outcome.done, vec!["a1".to_owned()]);
@@ -372,19 +347,7 @@ async fn a_stopped_replay_whose_copy_was_taken_is_only_marked() {
     l.state = LetterState::Replaying;
     index.put_new(&l).await.unwrap();
     // WHEN it is replayed again
-    let outcome = replay(
-        &[l],
-        &status,
-        &scheduler,
-        &index,
-        "ann",
-        "x",
-        1000.0,
-        t,
-        &mut Vec::new(),
-    )
-    .await
-    .unwrap();
+    let outcome = by_ann(&[l], &status, &scheduler, &index, "x").await;
     // THEN nothing is enqueued again and the letter is marked replayed
     assert_eq!(outcome.done, vec!["l1".to_owned()]);
     assert!(scheduler.queued.lock().unwrap().is_empty());

@@ -460,6 +460,14 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["relay not allowed"],
             ["mx do not point to us"],
             ["not accepting email for domain"],
+            ["invalid domain, see <url:"],
+            ["violate section 3.3.9 of rfc 1035"],
+            ["illegal mx record for host"],
+            ["invalid mx record for host"],
+            ["5.1.7", "invalid address"],
+            ["unknown sender address"],
+            ["sender address syntax error"],
+            ["sender address must be specified"],
         ]
     ),
     rule!(
@@ -585,6 +593,15 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["host name unknown"],
             ["no correct recipients"],
             ["bad recipient address syntax"],
+            ["bad destination system address"],
+            ["recipient address syntax error"],
+            ["able to find the recipient domain"],
+            ["recipient not in route list"],
+            ["malformed destination address"],
+            ["recipient address reserved by rfc 2606"],
+            ["single label domains not accepted"],
+            ["user not exist"],
+            ["e-mail adress unknown"],
         ]
     ),
     rule!(
@@ -670,7 +687,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["mail rejected"],
             ["abuse"],
             ["5.7.26"],
-            ["5.7.23"]
+            ["5.7.23"],
+            ["content filter agent quarantined"],
         ]
     ),
     // RFC 5321's default 550 text, which Outlook.com, Hotmail and GMX use for "no such user"
