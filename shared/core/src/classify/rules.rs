@@ -263,6 +263,10 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["mailbox size exceeded"],
             ["ccount is full"],
             ["error writing message: file too large"],
+            ["boîte aux lettres du destinataire est pleine"],
+            ["boite aux lettres du destinataire est pleine"],
+            ["postfach des empfängers ist voll"],
+            ["postfach des empfaengers ist voll"],
         ]
     ),
     rule!(
@@ -602,6 +606,7 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["single label domains not accepted"],
             ["user not exist"],
             ["e-mail adress unknown"],
+            ["hasn't got the service mapped"],
         ]
     ),
     rule!(
