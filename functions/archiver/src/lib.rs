@@ -372,9 +372,7 @@ impl Archiver {
         }
         Ok(())
     }
-}
 
-impl Archiver {
     /// Copies the files a letter's job attaches to where they outlive the payload bucket's
     /// 60 days, for as long as the archive keeps the letter (before its object is written, so a
     /// run that stops here redoes it: copies are idempotent).
@@ -415,6 +413,8 @@ pub async fn function_handler(
         "indexed_raw": report.indexed_raw,
         "recovered": report.recovered,
         "replaying": report.replaying,
+        "attachments_retained": report.attachments_retained,
+        "attachments_missing": report.attachments_missing,
         "out_of_time": report.out_of_time,
     }))
 }

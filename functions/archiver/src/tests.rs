@@ -393,6 +393,28 @@ async fn an_archived_letters_attachments_are_retained_as_long_as_the_archive() {
     );
 }
 
+#[tokio::test]
+async fn the_handler_reports_the_run_as_json() {
+    let w = world().await;
+    let mut context = lambda_runtime::Context::default();
+    context.request_id = "req-1".into();
+    context.deadline = u64::try_from(w.deadline().timestamp_millis()).unwrap();
+    let archiver = Arc::new(w.archiver);
+    let out = function_handler(
+        &archiver,
+        lambda_runtime::LambdaEvent::new(serde_json::json!({}), context),
+    )
+    .await
+    .unwrap();
+    assert_eq!(out["archived"], 20);
+    assert_eq!(out["indexed_raw"], 3);
+    assert_eq!(
+        (&out["attachments_retained"], &out["attachments_missing"]),
+        (&serde_json::json!(0), &serde_json::json!(0))
+    );
+    assert_eq!(out["out_of_time"], false);
+}
+
 #[test]
 fn archives_round_trip() {
     let l = indexed(record("x", DeadLetterCategory::Poison, t0()));

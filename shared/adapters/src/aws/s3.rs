@@ -183,6 +183,9 @@ impl courier_core::ports::PayloadStore for S3PayloadStore {
             .bucket(&self.bucket)
             .key(to)
             .copy_source(format!("{}/{from}", self.bucket))
+            // No tags copied: copying them would need s3:GetObjectTagging and
+            // s3:PutObjectTagging, which no role has.
+            .tagging_directive(aws_sdk_s3::types::TaggingDirective::Replace)
             .server_side_encryption(aws_sdk_s3::types::ServerSideEncryption::Aes256)
             .send()
             .await
