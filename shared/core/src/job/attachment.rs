@@ -77,6 +77,13 @@ impl AttachmentRef {
         format!("{RETAINED_PREFIX}{}", self.sha256)
     }
 
+    /// Whether `s` is a SHA-256 as references write it: 64 lower-case hex digits.
+    fn is_digest(s: &str) -> bool {
+        s.len() == 64
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    }
+
     /// Whether `content` is the file this reference names (size and digest).
     pub fn matches(&self, content: &[u8]) -> bool {
         u64::try_from(content.len()) == Ok(self.bytes) && fingerprint(content) == self.sha256
@@ -111,12 +118,7 @@ impl AttachmentRef {
                 self.content_type
             )));
         }
-        if self.sha256.len() != 64
-            || !self
-                .sha256
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
+        if !Self::is_digest(&self.sha256) {
             return Err(invalid("sha256 is not 64 lower-case hex digits".into()));
         }
         if self.key != format!("{KEY_PREFIX}{}", self.sha256) {
@@ -162,11 +164,8 @@ pub fn named_in(payload: &str) -> Vec<(String, String)> {
         .filter_map(|a| a.get("key")?.as_str())
         .filter_map(|key| {
             let sha = key.strip_prefix(KEY_PREFIX)?;
-            let hex = sha.len() == 64
-                && sha
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
-            hex.then(|| (key.to_owned(), format!("{RETAINED_PREFIX}{sha}")))
+            AttachmentRef::is_digest(sha)
+                .then(|| (key.to_owned(), format!("{RETAINED_PREFIX}{sha}")))
         })
         .collect();
     pairs.sort();
