@@ -1,5 +1,5 @@
 //! Dead letters as a quarantine ward: stable letter ids, the life of a letter in the index
-//! (live -> archiving -> archived, live -> replaying -> replayed, or live -> discarded),
+//! (live -> archiving -> archived, live or archived -> replaying -> replayed, or live -> discarded),
 //! per-category archive ages, and the archive layout. Pure: the archiver and the CLI drive it
 //! through ports.
 
