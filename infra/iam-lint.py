@@ -33,6 +33,8 @@ PSEUDO = {"AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::Partition": "a
 EXAMPLES = {
     "SmtpCredentialsSecretArn": f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:courier-smtp-AbCdEf",
     "EventsReplayRoleArn": f"arn:aws:iam::{ACCOUNT}:role/courier-replay",
+    # The send policy's ses:FromAddress condition is built from it (Fn::Split of Fn::Sub).
+    "AllowedSenders": "news@courier.example,courier.example",
 }
 
 # Findings that are expected, with why. Keyed by (issue, action-or-empty).
@@ -77,7 +79,8 @@ def arn_of(logical_id, resource, attribute="Arn"):
 
 
 def resolve(value, resources, parameters):
-    """The value with Ref, Fn::GetAtt, Fn::Sub, Fn::Join and Fn::If resolved (If: first branch)."""
+    """The value with Ref, Fn::GetAtt, Fn::Sub, Fn::Join, Fn::Split and Fn::If resolved (If: first
+    branch)."""
     if isinstance(value, list):
         return [resolve(v, resources, parameters) for v in value]
     if not isinstance(value, dict):
@@ -110,7 +113,10 @@ def resolve(value, resources, parameters):
             return re.sub(r"\$\{([^}!]+)\}", sub, text)
         if key == "Fn::Join":
             sep, parts = arg
-            return sep.join(str(resolve(p, resources, parameters)) for p in parts)
+            return sep.join(str(p) for p in resolve(parts, resources, parameters))
+        if key == "Fn::Split":
+            sep, text = arg
+            return str(resolve(text, resources, parameters)).split(sep)
         if key == "Fn::If":
             return resolve(arg[1], resources, parameters)
     return {k: resolve(v, resources, parameters) for k, v in value.items()}
@@ -132,6 +138,44 @@ def identity_policies(template):
             yield logical, props["PolicyDocument"]
 
 
+# Functions anyone may invoke (resource policies with Principal "*"), and how: only through their
+# function URL, as Lambda requires for AuthType NONE since October 2025 (both lambda:InvokeFunctionUrl
+# with FunctionUrlAuthType NONE and lambda:InvokeFunction with InvokedViaFunctionUrl,
+# https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html).
+PUBLIC_THROUGH_URL = {"UnsubscribeFunction"}
+
+
+def public_permission_findings(resources):
+    """Findings on the transformed template's AWS::Lambda::Permission resources: a public one
+    for a function not in PUBLIC_THROUGH_URL, or not limited to the URL; a listed function
+    lacking either of the two permissions its URL needs."""
+    findings, seen = [], {}
+    for logical, resource in resources.items():
+        if resource.get("Type") != "AWS::Lambda::Permission":
+            continue
+        props = resource.get("Properties", {})
+        if props.get("Principal") != "*":
+            continue
+        target = props.get("FunctionName")
+        function = next(iter(target.values())) if isinstance(target, dict) else target
+        if isinstance(function, list):
+            function = function[0]
+        action = props.get("Action")
+        via_url = (action == "lambda:InvokeFunctionUrl" and props.get("FunctionUrlAuthType") == "NONE") or (
+            action == "lambda:InvokeFunction" and props.get("InvokedViaFunctionUrl") is True)
+        if function not in PUBLIC_THROUGH_URL:
+            findings.append(f"{logical}: {function} may be invoked by anyone ({action})")
+        elif not via_url:
+            findings.append(f"{logical}: {function}'s public {action} is not limited to its function URL")
+        else:
+            seen.setdefault(function, set()).add(action)
+    for function in sorted(PUBLIC_THROUGH_URL):
+        missing = {"lambda:InvokeFunctionUrl", "lambda:InvokeFunction"} - seen.get(function, set())
+        if missing:
+            findings.append(f"{function}: its public URL lacks {sorted(missing)} (AuthType NONE needs both)")
+    return findings
+
+
 def main(path):
     try:
         template = read_template(path)
@@ -151,9 +195,12 @@ def main(path):
             if (finding.issue, action) in ALLOWED:
                 continue
             failures.append(f"{where}: {finding.issue} {finding.detail} {location}")
+    public = public_permission_findings(resources)
+    failures.extend(public)
     for failure in failures:
         print(failure)
-    print(f"iam-lint: {checked} policies checked, {len(failures)} findings")
+    print(f"iam-lint: {checked} policies checked, {len(failures)} findings"
+          f" (public invoke permissions: {len(public)} findings)")
     if checked == 0:
         print("iam-lint: no policy found: the transform did not run as expected")
         return 1

@@ -2,7 +2,8 @@
 moto, and every resource read back through its own service's API (`make deploy-offline`).
 
 For each pass (PASSES: `sns`, the defaults with an alarm address; `eventbridge`, the other SES
-event path with the SMTP relay and its secret, a send rate and the events replay role), this:
+event path with the SMTP relay and its secret, a send rate, the events replay role and allowed
+senders), this:
 
 1. checks the parameter values (AllowedValues, patterns, bounds) and the template's Rules, as
    CloudFormation does before it creates anything;
@@ -13,12 +14,16 @@ event path with the SMTP relay and its secret, a send rate and the events replay
    from the transformed template's properties: what the stack refers to (the SES configuration
    set, the envelope-key secret, the outcome bus) before the stack, its name written into the stack's template in
    place of each reference; the rest (queue, topic and bucket policies, subscriptions, alarms,
-   schedules, the SES event destination) after it, in dependency order;
+   schedules, the SES event destination, the function URL) after it, in dependency order. What the
+   stack refers to but needs the stack's own resources (the function URL: the send function's
+   environment and an output carry it) is given to the stack as a placeholder (DEFERRED), and the
+   real value set through the referring resource's API once it is made (RELINKERS);
 4. creates one stack of everything else (the resources its conditions turn off included, for it
    to leave out), with the few rewrites moto needs to create what the template means
    (moto_workarounds, drop_novalue_items);
 5. reads every resource back through its service (SQS, DynamoDB, S3, Lambda, IAM, KMS, SNS, Logs,
-   EventBridge, CloudWatch, Scheduler, Step Functions, Secrets Manager, SES) and compares each
+   EventBridge, CloudWatch, Scheduler, Step Functions, Secrets Manager, SES; a Lambda permission
+   through its function's policy, found by its properties: NO_PHYSICAL_ID) and compares each
    property the template sets with what the service reports, the template's intrinsic functions
    (Ref, Fn::GetAtt, Fn::Sub, Fn::If, ...) resolved against those reads; then the stack's outputs.
    A property the template sets and no check compares fails the run, so a new one cannot slip
@@ -68,10 +73,13 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Resource types moto 5.2.5's CloudFormation has no model for (measured): it logs "No Moto
 # CloudFormation support for <type>", passes over the resource and still reports CREATE_COMPLETE;
 # a Ref to one resolves to nothing (a Lambda environment variable is dropped, `${X}` stays in a
-# Fn::Sub). Each is created here through its own service's API instead, and read back.
+# Fn::Sub). Each is created here through its own service's API instead, and read back. (An Output
+# that GetAtts one fails the stack: moto 5.2.5's validate_outputs answers 500 on the missing
+# resource.)
 MOTO_CFN_SKIPS = {
     "AWS::CloudWatch::Alarm",
     "AWS::Events::EventBus",
+    "AWS::Lambda::Url",
     "AWS::S3::BucketPolicy",
     "AWS::SES::ConfigurationSet",
     "AWS::SES::ConfigurationSetEventDestination",
@@ -95,6 +103,9 @@ PASSES = {
         "SmtpCredentialsSecretArn": "arn:aws:secretsmanager:{region}:{account}:secret:courier-smtp-AbCdEf",
         "SesMaxSendRate": "14",
         "EventsReplayRoleArn": "arn:aws:iam::{account}:role/courier-replay",
+        # The send policy's ses:FromAddress condition (Fn::If of Fn::Split of Fn::Sub) and
+        # COURIER_ALLOWED_SENDERS, which the empty default leaves out.
+        "AllowedSenders": "news@courier.test,courier.test",
     },
 }
 
@@ -1086,6 +1097,111 @@ def delete_schedule(aws, physical):
     aws.scheduler.delete_schedule(Name=name, GroupName=group)
 
 
+def function_name_of(name_or_arn):
+    """A function's name from its name or (qualified or not) ARN."""
+    text = str(name_or_arn)
+    return text.split(":function:", 1)[1].split(":", 1)[0] if ":function:" in text else text
+
+
+def create_function_url(aws, ctx, logical, props):
+    kwargs = {"FunctionName": props["TargetFunctionArn"], "AuthType": props["AuthType"]}
+    if "InvokeMode" in props:
+        kwargs["InvokeMode"] = props["InvokeMode"]
+    if "Cors" in props:
+        cors = dict(props["Cors"])
+        if "AllowCredentials" in cors:
+            cors["AllowCredentials"] = canon(cors["AllowCredentials"]) == "true"
+        if "MaxAge" in cors:
+            cors["MaxAge"] = int(cors["MaxAge"])
+        kwargs["Cors"] = cors
+    return aws.awslambda.create_function_url_config(**kwargs)["FunctionArn"]
+
+
+def read_function_url(aws, physical):
+    return api(aws.awslambda.get_function_url_config, FunctionName=physical)
+
+
+def refs_function_url(physical, live):
+    return live["FunctionArn"], {"FunctionArn": live["FunctionArn"], "FunctionUrl": live["FunctionUrl"]}
+
+
+def check_function_url(ck, live):
+    p = ck.props
+    ck.eq("TargetFunctionArn", function_name_of(p["TargetFunctionArn"]), function_name_of(live.get("FunctionArn")),
+          what=" (the function)")
+    ck.each_given([("AuthType", "AuthType"), ("InvokeMode", "InvokeMode")], live)
+    if ck.given("Cors"):
+        ck.eq("Cors", p["Cors"], {k: (live.get("Cors") or {}).get(k) for k in p["Cors"]})
+
+
+def delete_function_url(aws, physical):
+    aws.awslambda.delete_function_url_config(FunctionName=physical)
+
+
+# A permission's statement in the function's policy (GetPolicy). moto's CloudFormation model of
+# AWS::Lambda::Permission adds the statement (with a random Sid) but has no physical id
+# (ListStackResources answers ""), so the statement is found here by the template's Action and
+# Principal on the function it names (locate_permission), then compared whole. Lambda writes
+# FunctionUrlAuthType and InvokedViaFunctionUrl as conditions (StringEquals
+# lambda:FunctionUrlAuthType, Bool lambda:InvokedViaFunctionUrl "true"); moto 5.2.5 keeps them as
+# the statement's own keys, as given (measured): either form is read.
+PERMISSION_CONDITIONS = {  # property: (condition operator, key)
+    "FunctionUrlAuthType": ("StringEquals", "lambda:FunctionUrlAuthType"),
+    "InvokedViaFunctionUrl": ("Bool", "lambda:InvokedViaFunctionUrl"),
+    "SourceArn": ("ArnLike", "AWS:SourceArn"),
+    "SourceAccount": ("StringEquals", "AWS:SourceAccount"),
+    "PrincipalOrgID": ("StringEquals", "aws:PrincipalOrgID"),
+}
+
+
+def permission_principal(principal):
+    """A statement's principal as AddPermission's Principal parameter spells it."""
+    if isinstance(principal, dict) and len(principal) == 1:
+        principal = next(iter(principal.values()))
+    match = re.fullmatch(r"arn:aws[\w-]*:iam::(\d{12}):root", str(principal))
+    return match.group(1) if match else principal
+
+
+def policy_statements(aws, function):
+    try:
+        return json.loads(aws.awslambda.get_policy(FunctionName=function)["Policy"]).get("Statement", [])
+    except ClientError as e:
+        raise missing(e)
+
+
+def locate_permission(aws, props, taken):
+    """The physical id (function|Sid) of the statement granting the template's Action to its
+    Principal, among those no other resource claimed."""
+    function = function_name_of(props["FunctionName"])
+    for statement in policy_statements(aws, function):
+        physical = f"{function}|{statement.get('Sid')}"
+        if (physical not in taken and statement.get("Action") == props["Action"]
+                and permission_principal(statement.get("Principal")) == props["Principal"]):
+            return physical
+    raise Missing(f"no statement granting {props['Action']} to {props['Principal']} in {function}'s policy")
+
+
+def read_permission(aws, physical):
+    function, sid = physical.rsplit("|", 1)
+    for statement in policy_statements(aws, function):
+        if statement.get("Sid") == sid:
+            return statement
+    raise Missing(f"no statement {sid} in {function}'s policy")
+
+
+def check_permission(ck, live):
+    p = ck.props
+    ck.eq("FunctionName", function_name_of(p["FunctionName"]), function_name_of(live.get("Resource")),
+          what=" (the statement's Resource)")
+    ck.eq("Action", p["Action"], live.get("Action"))
+    ck.eq("Principal", p["Principal"], permission_principal(live.get("Principal")))
+    condition = live.get("Condition") or {}
+    for prop, (operator, key) in PERMISSION_CONDITIONS.items():
+        if ck.given(prop):
+            actual = condition.get(operator, {}).get(key, live.get(prop))
+            ck.eq(prop, p[prop], actual, what=f" (condition {operator} {key})")
+
+
 class Spec:
     def __init__(self, read, refs, check, create=None, delete=None):
         self.read, self.refs, self.check, self.create, self.delete = read, refs, check, create, delete
@@ -1119,6 +1235,16 @@ SPECS = {
     "AWS::S3::BucketPolicy": Spec(read_bucket_policy, refs_self, check_bucket_policy, create_bucket_policy, delete_bucket_policy),
     "AWS::CloudWatch::Alarm": Spec(read_alarm, refs_alarm, check_alarm, create_alarm, delete_alarm),
     "AWS::Scheduler::Schedule": Spec(read_schedule, refs_schedule, check_schedule, create_schedule, delete_schedule),
+    "AWS::Lambda::Url": Spec(read_function_url, refs_function_url, check_function_url, create_function_url,
+                             delete_function_url),
+    # made by the stack, with no physical id from moto (NO_PHYSICAL_ID); gone with its function
+    "AWS::Lambda::Permission": Spec(read_permission, refs_self, check_permission),
+}
+
+# Types moto's CloudFormation creates without a physical id (ListStackResources answers "";
+# measured): locate(aws, resolved properties, physical ids taken) -> the physical id read back.
+NO_PHYSICAL_ID = {
+    "AWS::Lambda::Permission": locate_permission,
 }
 
 # What moto cannot show at all, per resource (predicate on the resolved properties), and why.
@@ -1206,6 +1332,52 @@ COMPLETERS = {
     "AWS::DynamoDB::Table": complete_table,
     "AWS::S3::Bucket": complete_bucket,
     "AWS::Lambda::Function": complete_function,
+}
+
+
+# What the stack refers to and can only be made after it (a resource of MOTO_CFN_SKIPS that itself
+# refers to the stack's resources: the function URL of the stack's function, whose URL the send
+# function's environment and an output carry): the stack is given a placeholder for each of its
+# values (Placeholders), the resource is made through its API after the stack, and each stack
+# resource that carries a placeholder gets the real value through its service's API (RELINKERS),
+# then is read back and compared with the template like the rest. An output cannot be changed
+# after the stack is made: one carrying a placeholder is reported unchecked.
+def placeholder(logical, attribute=None):
+    return f"<offline-deploy-placeholder:{logical}" + (f".{attribute}>" if attribute else ">")
+
+
+class Placeholders(dict):
+    """{attribute: placeholder} of a resource made after the stack, each made when first asked."""
+
+    def __init__(self, logical):
+        super().__init__()
+        self.logical = logical
+
+    def __missing__(self, attribute):
+        self[attribute] = placeholder(self.logical, attribute)
+        return self[attribute]
+
+
+def relink_function(aws, physical, live, replacements):
+    """Sets the real values in place of the placeholders in the function's environment; returns
+    the properties changed."""
+    variables = live["config"].get("Environment", {}).get("Variables", {})
+    # (as strings: moto's CFN keeps a Number parameter's value as a number, which the API refuses)
+    out, changed = {}, []
+    for name, value in variables.items():
+        text = str(value)
+        for marker, real in replacements.items():
+            text = text.replace(marker, str(real))
+        if text != str(value):
+            changed.append(f"Environment.Variables.{name}")
+        out[name] = text
+    if changed:
+        aws.awslambda.update_function_configuration(FunctionName=physical, Environment={"Variables": out})
+    return changed
+
+
+RELINKERS = {
+    "AWS::Lambda::Function": relink_function,
 }
 
 
@@ -1348,6 +1520,7 @@ class Row:
     def __init__(self, logical, rtype, how):
         self.logical, self.rtype, self.how = logical, rtype, how
         self.api_props = []  # properties set through the service's API after the stack
+        self.relinked = []  # (property, [logical ids]): a placeholder replaced through the API (DEFERRED)
         self.result = "?"
         self.findings = []
         self.unchecked = []
@@ -1411,6 +1584,16 @@ def run_pass(aws, pass_name, overrides, transformed, ctx, selftest):
         if logical not in pre:
             pre.add(logical)
             todo += [r for r in references(resources[logical].get("Properties", {})) if r in by_api]
+    # Of those, what refers to the stack's resources (or to such a one) is made after it (DEFERRED).
+    deferred = set()
+    while True:
+        more = {l for l in pre - deferred
+                if (references(resources[l].get("Properties", {})) | depends_on(resources[l]))
+                & (set(stack_resources) | deferred)}
+        if not more:
+            break
+        deferred |= more
+    pre -= deferred
     post = [l for l in by_api if l not in pre]
     live, physical, created = {}, {}, []  # created: (logical, physical, delete, pre|post) in order
     stack_id = None
@@ -1439,6 +1622,7 @@ def run_pass(aws, pass_name, overrides, transformed, ctx, selftest):
         for logical in topological(pre, resources):
             create_by_api(logical)
         literals = {l: (resolver.refs[l], {a: v for (x, a), v in resolver.atts.items() if x == l}) for l in pre}
+        literals.update({l: (placeholder(l), Placeholders(l)) for l in deferred})
         stack_template = copy.deepcopy(transformed)
         stack_template["Resources"] = {}
         for logical in stack_resources:
@@ -1468,9 +1652,14 @@ def run_pass(aws, pass_name, overrides, transformed, ctx, selftest):
         else:
             conditions.ok = True
             conditions.result = f"ok ({len(stack_resources) - len(in_stack)} in the stack's template off, none created)"
+        unnamed = []  # created, without a physical id from moto (NO_PHYSICAL_ID)
         for logical in in_stack:
             row = rows[logical]
             s = summaries.get(logical)
+            if s and s.get("ResourceStatus") == "CREATE_COMPLETE" and not s.get("PhysicalResourceId") \
+                    and row.rtype in NO_PHYSICAL_ID:
+                unnamed.append(logical)
+                continue
             if not s or s.get("ResourceStatus") != "CREATE_COMPLETE" or not s.get("PhysicalResourceId"):
                 row.findings.append(f"MISSING: not among the stack's created resources ({s and s.get('ResourceStatus')})")
                 continue
@@ -1486,6 +1675,14 @@ def run_pass(aws, pass_name, overrides, transformed, ctx, selftest):
                     elsewhere.append(logical)
                 else:
                     rows[logical].findings.append(f"MISSING: the stack says CREATE_COMPLETE, the service: {short(str(e))}")
+        for logical in unnamed:
+            try:
+                props = resolver.resolve(resources[logical].get("Properties", {}))
+                physical[logical] = NO_PHYSICAL_ID[rows[logical].rtype](aws, props, set(physical.values()))
+                rows[logical].how = "stack (found by its properties)"
+                read_back(logical)
+            except (Missing, Unresolved) as e:
+                rows[logical].findings.append(f"MISSING: the stack says CREATE_COMPLETE, the service: {short(str(e))}")
         for logical in elsewhere:
             # moto with Step Functions execution on (as the harness runs it) serves the API from
             # another backend than its CloudFormation's (shared/devkit/src/provision.rs): made
@@ -1513,6 +1710,24 @@ def run_pass(aws, pass_name, overrides, transformed, ctx, selftest):
                 read_back(logical)
         for logical in topological(post, resources):
             create_by_api(logical)
+        # The real values in place of the placeholders the stack was given for what was made after it.
+        replacements = {}
+        for logical in deferred:
+            replacements[placeholder(logical)] = resolver.refs[logical]
+            for attribute, marker in literals[logical][1].items():
+                replacements[marker] = resolver.getatt(logical, attribute)
+        for logical in in_stack:
+            refers = sorted(references(resources[logical].get("Properties", {})) & deferred)
+            if not refers or logical not in live:
+                continue
+            rtype = resources[logical]["Type"]
+            if rtype not in RELINKERS:
+                rows[logical].findings.append(f"refers to {', '.join(refers)}, made after the stack: nothing sets "
+                                              "the real value in place of the stack's placeholder")
+                continue
+            changed = RELINKERS[rtype](aws, physical[logical], live[logical], replacements)
+            rows[logical].relinked = [(prop, refers) for prop in changed]
+            read_back(logical)
         # Compare every resource with the template.
         pctx["queues_by_arn"] = {v["attrs"]["QueueArn"]: v for l, v in live.items()
                                  if resources[l]["Type"] == "AWS::SQS::Queue"}
@@ -1531,7 +1746,7 @@ def run_pass(aws, pass_name, overrides, transformed, ctx, selftest):
                 compare(row, props, live[logical], pctx)
             except Exception as e:  # noqa: BLE001 - this row fails, the others are still compared
                 row.findings.append(f"comparing it raised {type(e).__name__}: {short(str(e))}")
-        rows["(Outputs)"] = check_outputs(aws, stack_id, transformed, resolver)
+        rows["(Outputs)"] = check_outputs(aws, stack_id, transformed, resolver, deferred)
         if selftest:
             rows["(self-checks)"] = self_checks(aws, resources, resolver, physical, live, pctx)
     except Exception as e:  # noqa: BLE001 - reported in the table, and fails the run
@@ -1555,18 +1770,30 @@ def run_pass(aws, pass_name, overrides, transformed, ctx, selftest):
     completed = sorted({(r.rtype, p) for r in counted for p in r.api_props})
     for rtype, prop in completed:
         print(f"  +API  {rtype} {prop}: {PROPERTY_GAPS[rtype][prop][1]}; set through the service's API, read back")
+    for r in counted:
+        for prop, refers in r.relinked:
+            print(f"  +API  {r.logical} {prop}: a placeholder in the stack for {', '.join(refers)} (made through "
+                  "its API after the stack, as it refers to the stack's resources); the real value set through "
+                  "the service's API, read back")
+    outputs_row = rows.get("(Outputs)")
+    for key, refers in (outputs_row.unchecked if outputs_row else []):
+        print(f"  unchecked  output {key}: refers to {', '.join(refers)}, made through its API after the stack "
+              "(moto's CloudFormation cannot create it, and it needs the stack's resources): the stack's output "
+              "holds the placeholder it was given, and an output cannot be set after the stack is made (the "
+              "value itself is read back and compared in its resource's row)")
     for rtype, prop in gaps:
         print(f"  unchecked  {rtype} {prop}: {PROPERTY_GAPS[rtype][prop][1]}")
     for r in counted:
         if r.how.startswith("unchecked:"):
             print(f"  unchecked  {r.logical} ({r.rtype}): {r.how[len('unchecked: '):]}")
     elapsed = time.monotonic() - started
+    n_outputs = len(outputs_row.unchecked if outputs_row else [])
     summary = {
         "resources": sum(1 for r in rows.values() if not r.logical.startswith("(")),
         "stack": sum(1 for r in counted if r.how.startswith("stack")),
         "api": sum(1 for r in counted if r.how.startswith("API")),
         "unchecked": sum(1 for r in counted if r.how.startswith("unchecked")),
-        "unchecked_properties": sum(len(r.unchecked) for r in counted),
+        "unchecked_properties": sum(len(r.unchecked) for r in counted) + n_outputs,
         "failed": failures,
         "inactive": len(inactive),
         "seconds": elapsed,
@@ -1574,7 +1801,7 @@ def run_pass(aws, pass_name, overrides, transformed, ctx, selftest):
     print(f"pass {pass_name}: {summary['resources']} resources ({len(inactive)} more off by their conditions): "
           f"{summary['stack']} created by the stack and read back, {summary['api']} created through their APIs "
           f"and read back, {summary['unchecked']} unchecked; {summary['unchecked_properties']} properties "
-          f"unchecked ({len(gaps)} kinds, above); {failures} failed rows; {elapsed:.1f} s")
+          f"unchecked ({len(gaps)} kinds, {n_outputs} output{'' if n_outputs == 1 else 's'}, above); {failures} failed rows; {elapsed:.1f} s")
     return summary
 
 
@@ -1630,7 +1857,9 @@ def compare(row, props, live, ctx):
     return ck
 
 
-def check_outputs(aws, stack_id, transformed, resolver):
+def check_outputs(aws, stack_id, transformed, resolver, deferred=frozenset()):
+    """The stack's outputs against the template's; those referring to what was made after the
+    stack (DEFERRED) hold a placeholder, and are left unchecked (row.unchecked: (key, refers))."""
     row = Row("(Outputs)", "stack outputs", "DescribeStacks")
     outputs = {o["OutputKey"]: o["OutputValue"] for o in
                aws.cloudformation.describe_stacks(StackName=stack_id)["Stacks"][0].get("Outputs", [])}
@@ -1638,12 +1867,18 @@ def check_outputs(aws, stack_id, transformed, resolver):
     for key, output in transformed.get("Outputs", {}).items():
         if "Condition" in output and not resolver.condition(output["Condition"]):
             continue
+        refers = sorted(references(output["Value"]) & set(deferred))
+        if refers:
+            row.unchecked.append((key, refers))
+            outputs.pop(key, None)
+            continue
         expected[key] = resolver.resolve(output["Value"])
     for key in sorted(set(expected) | set(outputs)):
         if canon(expected.get(key)) != canon(outputs.get(key)):
             row.findings.append(f"{key}: template {short(expected.get(key))}, stack {short(outputs.get(key))}")
     if not row.findings:
-        row.result, row.ok = f"ok ({len(expected)} outputs)", True
+        row.result, row.ok = f"ok ({len(expected)} outputs" + (
+            f"; unchecked: {', '.join(k for k, _ in row.unchecked)})" if row.unchecked else ")"), True
     return row
 
 
@@ -1749,7 +1984,8 @@ def teardown(aws, stack_id, resources, physical, created):
 
 def print_table(rows):
     rows = list(rows)
-    cells = [(r.logical, r.rtype, r.how + (f" +API: {', '.join(r.api_props)}" if r.api_props else ""), r.result)
+    cells = [(r.logical, r.rtype, r.how + (f" +API: {', '.join(r.api_props + [p for p, _ in r.relinked])}"
+                                           if r.api_props or r.relinked else ""), r.result)
              for r in rows]
     header = ("logical id", "type", "created by", "read back through the service's API")
     widths = [max(len(c[i]) for c in cells + [header]) for i in range(3)]

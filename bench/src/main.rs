@@ -148,6 +148,7 @@ fn handler_overhead() {
         acceptances: Default::default(),
         live: None,
         attachment_budget: Default::default(),
+        unsubscribing: Default::default(),
         outcomes: None,
     });
     let batches = 300;

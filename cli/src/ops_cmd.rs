@@ -10,16 +10,24 @@ use courier_adapters::aws::{
 use courier_core::letters::LetterFilter;
 use courier_core::policy::parse_duration;
 use courier_core::ports::{StatusStore, StoreError, SuppressionList};
+use courier_core::unsubscribe::is_list_id;
 use courierctl::table::{self, Cell};
 
 use crate::settings::{Setting, Settings};
 
 #[derive(Subcommand)]
 pub(crate) enum SuppressionCommand {
-    /// Every suppressed address with its reason and, for soft entries, expiry.
+    /// Every suppressed address with its reason and, for soft entries, expiry; and every
+    /// unsubscription from a list (LIST names it; `all` is a suppression of every mail).
     List {
         #[arg(long)]
         json: bool,
+        /// Only the addresses unsubscribed from this list.
+        #[arg(long)]
+        list: Option<String>,
+        /// Only unsubscriptions (from any list, or from every mail).
+        #[arg(long, conflicts_with = "list")]
+        unsubscribed: bool,
     },
     /// Suppress an address (hard, or soft with --expires).
     Add {
@@ -30,8 +38,13 @@ pub(crate) enum SuppressionCommand {
         #[arg(long)]
         expires: Option<String>,
     },
-    /// Take an address off the list.
-    Remove { address: String },
+    /// Take an address off the list (or, with --list, off one list's unsubscriptions).
+    Remove {
+        address: String,
+        /// Remove the address's unsubscription from this list instead.
+        #[arg(long)]
+        list: Option<String>,
+    },
 }
 
 /// The setting, or the usage error naming its variable and output (its message says "is not
@@ -77,14 +90,25 @@ pub(crate) fn suppression(
             let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
             let list = DynamoDbSuppressionList::new(clients.dynamodb, table);
             match command {
-                SuppressionCommand::List { json } => {
+                SuppressionCommand::List {
+                    json,
+                    list: only_list,
+                    unsubscribed,
+                } => {
+                    if let Some(l) = only_list.as_deref().filter(|l| !is_list_id(l)) {
+                        return Err(format!("--list invalid: {l:?} is not a list id"));
+                    }
+                    let wanted = |e: &courier_core::ports::SuppressionEntry| match &only_list {
+                        Some(l) => e.list.as_ref() == Some(l),
+                        None => !unsubscribed || e.reason == courier_core::unsubscribe::REASON,
+                    };
                     // JSON lines stream page by page; the table is printed once every entry is
                     // in (its columns fit the widest).
                     let mut entries = Vec::new();
                     let mut cursor = None;
                     loop {
                         let (page, next) = list.list(500, cursor).await.map_err(store_err)?;
-                        for e in page {
+                        for e in page.into_iter().filter(wanted) {
                             if json {
                                 writeln!(out, "{}", serde_json::to_string(&e).unwrap_or_default())
                                     .map_err(|e| e.to_string())?;
@@ -128,7 +152,10 @@ pub(crate) fn suppression(
                     writeln!(out, "suppressed {address}").map_err(|e| e.to_string())?;
                     Ok(0)
                 }
-                SuppressionCommand::Remove { address } => {
+                SuppressionCommand::Remove {
+                    address,
+                    list: None,
+                } => {
                     if list.remove(&address).await.map_err(store_err)? {
                         writeln!(out, "removed {address}").map_err(|e| e.to_string())?;
                         Ok(0)
@@ -137,19 +164,41 @@ pub(crate) fn suppression(
                         Ok(2)
                     }
                 }
+                SuppressionCommand::Remove {
+                    address,
+                    list: Some(from),
+                } => {
+                    if !is_list_id(&from) {
+                        return Err(format!("--list invalid: {from:?} is not a list id"));
+                    }
+                    if list
+                        .remove_from_list(&address, &from)
+                        .await
+                        .map_err(store_err)?
+                    {
+                        writeln!(out, "removed {address} from list {from}")
+                            .map_err(|e| e.to_string())?;
+                        Ok(0)
+                    } else {
+                        eprintln!("courierctl: {address} is not unsubscribed from list {from}");
+                        Ok(2)
+                    }
+                }
             }
         })
     })())
 }
 
-/// The `suppression list` table: address, expiry (`never` for a hard entry), reason.
+/// The `suppression list` table: address, list (`all` for a suppression of every mail), expiry
+/// (`never` for a hard entry), reason.
 pub(crate) fn render_suppressions(
     entries: &[courier_core::ports::SuppressionEntry],
 ) -> Vec<String> {
-    let mut t = table::new(&["ADDRESS", "EXPIRES", "REASON"]);
+    let mut t = table::new(&["ADDRESS", "LIST", "EXPIRES", "REASON"]);
     for e in entries {
         t.add_row(vec![
             Cell::new(&e.address),
+            Cell::new(e.list.as_deref().unwrap_or("all")),
             Cell::new(e.expires_at.map_or("never".to_owned(), |t| t.to_rfc3339())),
             Cell::new(&e.reason),
         ]);
@@ -452,17 +501,26 @@ mod tests {
     }
 
     #[test]
-    fn the_suppression_list_is_a_table_of_address_expiry_and_reason() {
+    fn the_suppression_list_is_a_table_of_address_list_expiry_and_reason() {
         use courier_core::ports::SuppressionEntry;
         let entries = [
             SuppressionEntry {
+                address: "ann@example.com".into(),
+                list: Some("news".into()),
+                reason: "unsubscribed".into(),
+                suppressed_at: t(0),
+                expires_at: None,
+            },
+            SuppressionEntry {
                 address: "bounced@example.com".into(),
+                list: None,
                 reason: "bounce: 550 5.1.1".into(),
                 suppressed_at: t(0),
                 expires_at: None,
             },
             SuppressionEntry {
                 address: "a@example.com".into(),
+                list: None,
                 reason: "soft: mailbox full".into(),
                 suppressed_at: t(0),
                 expires_at: Some(t(3600)),
@@ -471,14 +529,15 @@ mod tests {
         assert_eq!(
             super::render_suppressions(&entries),
             [
-                "ADDRESS              EXPIRES                    REASON",
-                "bounced@example.com  never                      bounce: 550 5.1.1",
-                "a@example.com        2027-01-15T09:00:00+00:00  soft: mailbox full",
+                "ADDRESS              LIST  EXPIRES                    REASON",
+                "ann@example.com      news  never                      unsubscribed",
+                "bounced@example.com  all   never                      bounce: 550 5.1.1",
+                "a@example.com        all   2027-01-15T09:00:00+00:00  soft: mailbox full",
             ]
         );
         assert_eq!(
             super::render_suppressions(&[]),
-            ["ADDRESS  EXPIRES  REASON"]
+            ["ADDRESS  LIST  EXPIRES  REASON"]
         );
     }
 

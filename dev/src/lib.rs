@@ -5,11 +5,13 @@
 //!
 //! # Layout
 //! - [`driver`]: Lambda's SQS event source mapping as a local loop.
+//! - [`function_url`]: a Lambda function URL on the loopback (the unsubscribe function's).
 //! - [`send_resources`], [`archiver_settings`]: the functions' resources on a provisioned stack.
 //! - The binary: `demo` (what `make demo` runs), `drive` (the send function as a local process),
 //!   `provision` (a stack on the emulator) and `simulate` (the outage simulator, offline).
 
 pub mod driver;
+pub mod function_url;
 
 use courier_core::ports::Provider;
 use courier_devkit::provision::Provisioned;
@@ -38,6 +40,7 @@ pub fn send_resources(
         smtp,
         envelope_key_secret: stack.envelope_key_secret.clone(),
         outcome_bus: Some(stack.outcome_bus.clone()),
+        unsubscribe: None,
     }
 }
 

@@ -483,6 +483,140 @@ async fn suppression_contract(list: &dyn SuppressionList) {
             .unwrap()
             .is_empty()
     );
+    unsubscription_contract(list).await;
+}
+
+/// Unsubscriptions (one-click unsubscribe): per list apart from suppressions, global ones as
+/// suppressions that never soften a hard entry, replays idempotent, listed and removable.
+async fn unsubscription_contract(list: &dyn SuppressionList) {
+    use courier_core::unsubscribe::Scope;
+    let t = now();
+    let news = Scope::List("news".into());
+    // GIVEN ann unsubscribed from "news", written as the token names her
+    assert!(list.unsubscribe("ann@example.org", &news, t).await.unwrap());
+    // THEN a replay writes nothing
+    assert!(!list.unsubscribe("ANN@example.org", &news, t).await.unwrap());
+    // AND she is unsubscribed from "news" in any form, from no other list, and not suppressed
+    let asked: Vec<String> = vec![
+        "Ann <ann@EXAMPLE.org>".into(),
+        "bob@example.org".into(),
+        "ann@example.org".into(),
+    ];
+    assert_eq!(
+        list.unsubscribed(&asked, "news").await.unwrap(),
+        vec![asked[0].clone(), asked[2].clone()]
+    );
+    assert!(
+        list.unsubscribed(&asked, "offers")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(list.unsubscribed(&[], "news").await.unwrap().is_empty());
+    assert!(
+        list.suppressed(&asked, t + chrono::Duration::days(3650))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // AND a list whose name looks like another's key prefix stays apart
+    let odd = Scope::List("news:3".into());
+    assert!(list.unsubscribe("bob@example.org", &odd, t).await.unwrap());
+    assert!(list.unsubscribed(&asked, "news").await.unwrap().len() == 2);
+    assert_eq!(
+        list.unsubscribed(&asked, "news:3").await.unwrap(),
+        vec!["bob@example.org".to_owned()]
+    );
+    // A global unsubscription is a suppression of every mail, for good...
+    assert!(
+        list.unsubscribe("Carl <carl@example.org>", &Scope::Global, t)
+            .await
+            .unwrap()
+    );
+    assert_eq!(
+        list.suppressed(
+            &["carl@example.org".into()],
+            t + chrono::Duration::days(3650)
+        )
+        .await
+        .unwrap()
+        .len(),
+        1
+    );
+    // ...that replaces a soft entry and never a hard one.
+    list.suppress_until(
+        "dora@example.org",
+        "soft: gave up",
+        t,
+        Some(t + chrono::Duration::days(1)),
+    )
+    .await
+    .unwrap();
+    assert!(
+        list.unsubscribe("dora@example.org", &Scope::Global, t)
+            .await
+            .unwrap()
+    );
+    list.suppress("eve@example.org", "550 5.1.1", t)
+        .await
+        .unwrap();
+    assert!(
+        !list
+            .unsubscribe("eve@example.org", &Scope::Global, t)
+            .await
+            .unwrap()
+    );
+    // Listing names the list of each unsubscription; removal takes one list's entry only.
+    let mut listed = Vec::new();
+    let mut cursor = None;
+    loop {
+        let (page, next) = list.list(2, cursor).await.unwrap();
+        listed.extend(page);
+        match next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    let entry = |address: &str, l: Option<&str>| {
+        listed
+            .iter()
+            .find(|e| e.address == address && e.list.as_deref() == l)
+            .cloned()
+            .unwrap_or_else(|| panic!("{address} {l:?} not in {listed:?}"))
+    };
+    assert_eq!(
+        entry("ann@example.org", Some("news")).reason,
+        "unsubscribed"
+    );
+    assert_eq!(
+        entry("bob@example.org", Some("news:3")).reason,
+        "unsubscribed"
+    );
+    let carl = entry("carl@example.org", None);
+    assert_eq!(
+        (carl.reason.as_str(), carl.expires_at),
+        ("unsubscribed", None)
+    );
+    assert_eq!(entry("dora@example.org", None).expires_at, None);
+    assert_eq!(entry("eve@example.org", None).reason, "550 5.1.1");
+    assert!(
+        list.remove_from_list("Ann@example.org", "news")
+            .await
+            .unwrap()
+    );
+    assert!(
+        !list
+            .remove_from_list("ann@example.org", "news")
+            .await
+            .unwrap()
+    );
+    assert!(list.unsubscribed(&asked, "news").await.unwrap().is_empty());
+    assert!(
+        !list
+            .remove_from_list("carl@example.org", "news")
+            .await
+            .unwrap()
+    );
 }
 
 #[tokio::test]

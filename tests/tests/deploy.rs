@@ -799,7 +799,7 @@ fn every_function_logs_to_a_group_that_expires() {
             "{name}"
         );
     }
-    assert_eq!(functions, 4);
+    assert_eq!(functions, 5);
     assert_eq!(
         t.parameter_default("LogRetentionDays").as_deref(),
         Some("30")
@@ -1128,9 +1128,10 @@ fn actions(statement: &Yaml) -> Vec<String> {
 }
 
 /// SES sends are scoped to this account's identities in the stack's region and to the stack's
-/// configuration set (never `*`), and the quota that paces sends (`GetAccount`, which has no
-/// resource-level permissions) is readable: the send function reads it at INIT when
-/// `SesMaxSendRate` is empty, its default.
+/// configuration set (never `*`), and, when `AllowedSenders` is set, to those identities
+/// (`ses:FromAddress`); the quota that paces sends (`GetAccount`, which has no resource-level
+/// permissions) is readable: the send function reads it at INIT when `SesMaxSendRate` is empty,
+/// its default.
 #[test]
 fn ses_sends_are_scoped_and_the_quota_that_paces_them_is_readable() {
     let t = Template::load();
@@ -1155,6 +1156,140 @@ fn ses_sends_are_scoped_and_the_quota_that_paces_them_is_readable() {
             .any(|s| actions(s) == ["ses:GetAccount"] && s["Resource"].as_str() == Some("*"))
     );
     assert_eq!(t.parameter_default("SesMaxSendRate").as_deref(), Some(""));
+
+    // With AllowedSenders set, only from those identities (ses:FromAddress); empty, no
+    // condition (every verified identity, as the parameter's Description says).
+    let (tag, branches) = tag_and_value(&sends[0]["Condition"]).expect("Condition: !If");
+    assert_eq!(tag, "If");
+    let branches = branches.as_sequence().unwrap();
+    assert_eq!(branches[0].as_str(), Some("HasAllowedSenders"));
+    assert!(Template::is_no_value(&branches[2]), "{:?}", branches[2]);
+    assert_eq!(
+        t.doc["Conditions"]["HasAllowedSenders"],
+        serde_norway::from_str::<Yaml>(r#"!Not [!Equals [!Ref AllowedSenders, ""]]"#).unwrap()
+    );
+    let condition = branches[1].as_mapping().unwrap();
+    assert_eq!(condition.len(), 1, "one operator: {condition:?}");
+    let keys = branches[1]["StringLike"].as_mapping().expect("StringLike");
+    assert_eq!(keys.len(), 1, "one key: {keys:?}");
+    let parameters = BTreeMap::from([("AllowedSenders", "news@x.example,y.example")]);
+    let patterns: Vec<String> =
+        evaluate(&branches[1]["StringLike"]["ses:FromAddress"], &parameters)
+            .as_sequence()
+            .expect("a list of patterns")
+            .iter()
+            .map(|p| p.as_str().unwrap().to_owned())
+            .collect();
+    assert_eq!(
+        patterns,
+        [
+            "news@x.example",
+            "y.example",
+            "*@news@x.example",
+            "*@y.example"
+        ]
+    );
+    let allowed = |from: &str| patterns.iter().any(|p| string_like(p, from));
+    for from in ["news@x.example", "a@y.example"] {
+        assert!(allowed(from), "{from}");
+    }
+    // Another domain, another address of an address entry's domain, a subdomain (the stack's
+    // own check takes none either), and another case (IAM compares case-sensitively; the
+    // parameter's Description asks for lower case).
+    for from in [
+        "a@z.example",
+        "other@x.example",
+        "a@sub.y.example",
+        "a@y.example.z.example",
+        "News@x.example",
+    ] {
+        assert!(!allowed(from), "{from}");
+    }
+    let parameter = &t.doc["Parameters"]["AllowedSenders"];
+    // CloudFormation cannot trim entries: " y.example" would match no address, so the
+    // parameter refuses whitespace (and empty entries) before anything is created.
+    assert_eq!(
+        parameter["AllowedPattern"].as_str(),
+        Some(r"^([^,\s]+(,[^,\s]+)*)?$")
+    );
+    let description = parameter["Description"].as_str().unwrap();
+    for words in [
+        "without spaces",
+        "Empty (the default) allows every verified SES identity",
+        "set it for production",
+        "ses:FromAddress",
+    ] {
+        assert!(description.contains(words), "{words}: {description}");
+    }
+    assert_eq!(t.parameter_default("AllowedSenders").as_deref(), Some(""));
+}
+
+/// A string intrinsic as CloudFormation evaluates it for the given parameter values: `!Ref` of
+/// a parameter, `!Sub` with a variable map, `!Join` and `!Split`.
+fn evaluate(v: &Yaml, parameters: &BTreeMap<&str, &str>) -> Yaml {
+    if let Yaml::Sequence(items) = v {
+        return Yaml::Sequence(items.iter().map(|v| evaluate(v, parameters)).collect());
+    }
+    let Some((tag, inner)) = tag_and_value(v) else {
+        return v.clone();
+    };
+    let text = |v: &Yaml| evaluate(v, parameters).as_str().unwrap().to_owned();
+    let args = inner.as_sequence();
+    match tag.as_str() {
+        "Ref" => {
+            let name = inner.as_str().unwrap();
+            let value = parameters
+                .get(name)
+                .unwrap_or_else(|| panic!("parameter {name} not given"));
+            Yaml::String((*value).to_owned())
+        }
+        "Split" => {
+            let args = args.unwrap();
+            let separator = args[0].as_str().unwrap();
+            Yaml::Sequence(
+                text(&args[1])
+                    .split(separator)
+                    .map(|p| Yaml::String(p.into()))
+                    .collect(),
+            )
+        }
+        "Join" => {
+            let args = args.unwrap();
+            let parts: Vec<String> = evaluate(&args[1], parameters)
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|p| p.as_str().unwrap().to_owned())
+                .collect();
+            Yaml::String(parts.join(args[0].as_str().unwrap()))
+        }
+        "Sub" => {
+            let args = args.unwrap();
+            let mut out = args[0].as_str().unwrap().to_owned();
+            for (name, value) in args[1].as_mapping().unwrap() {
+                out = out.replace(&format!("${{{}}}", name.as_str().unwrap()), &text(value));
+            }
+            assert!(!out.contains("${"), "unbound variable in {out}");
+            Yaml::String(out)
+        }
+        other => panic!("intrinsic {other} not modelled"),
+    }
+}
+
+/// IAM's `StringLike`: `*` any run of characters (none included), `?` any one, the rest
+/// compared case-sensitively.
+fn string_like(pattern: &str, value: &str) -> bool {
+    fn from(p: &[char], v: &[char]) -> bool {
+        match p.split_first() {
+            None => v.is_empty(),
+            Some(('*', rest)) => (0..=v.len()).any(|i| from(rest, &v[i..])),
+            Some(('?', rest)) => !v.is_empty() && from(rest, &v[1..]),
+            Some((c, rest)) => v.first() == Some(c) && from(rest, &v[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let v: Vec<char> = value.chars().collect();
+    from(&p, &v)
 }
 
 /// Outcome events (docs/outcomes.md): the bus is the stack's own; each function that writes
@@ -1285,6 +1420,7 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
     ];
     let cli_only = [
         ("delete_item", "remove"),
+        ("delete_item", "remove_from_list"),
         ("scan", "list"),
         ("scan", "search"),
     ];
@@ -1322,6 +1458,7 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
         "EventsFunction",
         "ArchiverFunction",
         "SweeperFunction",
+        "UnsubscribeFunction",
     ] {
         let granted: BTreeSet<String> = inline_statements(&t, function)
             .into_iter()
@@ -1338,6 +1475,11 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
                 !granted.contains(forbidden),
                 "{function} grants {forbidden}"
             );
+        }
+        if function == "UnsubscribeFunction" {
+            // Public behind its URL: it may only add suppression entries.
+            assert_eq!(granted, BTreeSet::from(["dynamodb:PutItem".into()]));
+            continue;
         }
         if function == "SweeperFunction" {
             // Narrower still: it queries two indexes, reads and updates what it finds.
@@ -1361,6 +1503,7 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
         "functions/events/src",
         "functions/archiver/src",
         "functions/sweeper/src",
+        "functions/unsubscribe/src",
     ] {
         for entry in std::fs::read_dir(repo().join(crate_dir)).unwrap() {
             let path = entry.unwrap().path();
@@ -1368,7 +1511,12 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
                 continue;
             }
             let source = std::fs::read_to_string(&path).unwrap();
-            for call in ["suppression.remove(", "suppression.list(", ".search("] {
+            for call in [
+                "suppression.remove(",
+                "suppression.list(",
+                ".search(",
+                ".remove_from_list(",
+            ] {
                 assert!(!source.contains(call), "{} calls {call}", path.display());
             }
         }
@@ -1513,5 +1661,70 @@ fn a_refused_event_or_an_unsealed_envelope_raises_an_alarm() {
         // The metric is what the function emits (its source names it).
         let source = std::fs::read_to_string(repo().join(emitter)).unwrap();
         assert!(source.contains(&format!("\"{metric}\"")), "{metric}");
+    }
+}
+
+/// The unsubscribe function is public (RFC 8058: mailbox providers POST without credentials)
+/// and so is narrow: a function URL with AuthType NONE, capped concurrency, one table action and
+/// one secret; the send function links to that URL and signs with that secret.
+#[test]
+fn the_unsubscribe_function_is_public_only_through_its_url_and_can_only_add_suppressions() {
+    let t = Template::load();
+    let function = &t.doc["Resources"]["UnsubscribeFunction"]["Properties"];
+    assert_eq!(
+        function["FunctionUrlConfig"]["AuthType"].as_str(),
+        Some("NONE")
+    );
+    assert!(
+        function["ReservedConcurrentExecutions"]
+            .as_i64()
+            .is_some_and(|n| (1..=50).contains(&n)),
+        "a public endpoint's concurrency is capped"
+    );
+    let statements = inline_statements(&t, "UnsubscribeFunction");
+    let all: BTreeSet<String> = statements.iter().copied().flat_map(actions).collect();
+    assert_eq!(
+        all,
+        BTreeSet::from([
+            "dynamodb:PutItem".into(),
+            "secretsmanager:GetSecretValue".into()
+        ])
+    );
+    for statement in &statements {
+        let resource = format!("{:?}", statement["Resource"]);
+        assert!(
+            resource.contains("SuppressionTable") || resource.contains("UnsubscribeKeySecret"),
+            "{resource}"
+        );
+        assert!(!resource.contains('*'), "{resource}");
+    }
+    // The send function links to the URL and may read the signing key.
+    let send_env = &t.doc["Resources"]["SendFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        format!("{:?}", send_env["COURIER_UNSUBSCRIBE_URL"]),
+        format!(
+            "{:?}",
+            serde_norway::from_str::<Yaml>("!GetAtt UnsubscribeFunctionUrl.FunctionUrl").unwrap()
+        )
+    );
+    assert!(
+        inline_statements(&t, "SendFunction")
+            .iter()
+            .any(|s| format!("{:?}", s["Resource"]).contains("UnsubscribeKeySecret")),
+        "the send function reads the unsubscribe key"
+    );
+    // No other function has a URL.
+    for f in [
+        "SendFunction",
+        "EventsFunction",
+        "ArchiverFunction",
+        "SweeperFunction",
+    ] {
+        assert!(
+            t.doc["Resources"][f]["Properties"]
+                .get("FunctionUrlConfig")
+                .is_none(),
+            "{f} has a function URL"
+        );
     }
 }

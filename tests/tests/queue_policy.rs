@@ -1,10 +1,11 @@
 //! Who may send to the events queue, decided the way IAM decides it, for each way the template
 //! can be deployed (`SesEventsVia` sns or eventbridge, `EventsReplayRoleArn` empty or set). No
 //! emulator enforces queue policies, so this reads `infra/template.yaml`, resolves its intrinsic
-//! functions for the chosen parameters and evaluates `EventsQueuePolicy` against requests, with
-//! IAM's documented rules ("Policy evaluation logic"; "Condition operators"): an explicit Deny
-//! wins over any Allow; the keys of one operator are ANDed, its values ORed; a negated operator
-//! (`ArnNotEquals`) is true when the key is absent from the request.
+//! functions for the chosen parameters and evaluates `EventsQueuePolicy` (and, on the EventBridge
+//! path, `EventsDeadLetterQueuePolicy`) against requests, with IAM's documented rules ("Policy
+//! evaluation logic"; "Condition operators"): an explicit Deny wins over any Allow; the keys of
+//! one operator are ANDed, its values ORed; a negated operator (`ArnNotEquals`) is true when the
+//! key is absent from the request.
 
 #![allow(clippy::expect_used, clippy::unwrap_used)] // test helpers fail the test loudly
 
@@ -184,8 +185,40 @@ fn role(arn: &'static str) -> Request {
     }
 }
 
+/// `EventsDeadLetterQueuePolicy` for one deployment, each statement checked to be about the
+/// events DLQ only.
+fn events_dead_letter_queue_policy(template: &Yaml, deployment: &Deployment) -> Yaml {
+    let resource = &template["Resources"]["EventsDeadLetterQueuePolicy"];
+    assert_eq!(
+        strings(
+            &deployment
+                .resolve(&resource["Properties"]["Queues"])
+                .unwrap()
+        ),
+        vec!["ref:EventsDeadLetterQueue".to_owned()]
+    );
+    let policy = deployment
+        .resolve(&resource["Properties"]["PolicyDocument"])
+        .unwrap();
+    for statement in policy["Statement"].as_sequence().unwrap() {
+        assert_eq!(
+            strings(&statement["Resource"]),
+            ["arn:EventsDeadLetterQueue.Arn"],
+            "{statement:?}"
+        );
+    }
+    policy
+}
+
 fn decisions(template: &Yaml, via: &str, replay: Option<&'static str>) -> Vec<(String, bool)> {
-    let policy = events_queue_policy(template, &Deployment::new(via, replay));
+    decisions_on(&events_queue_policy(
+        template,
+        &Deployment::new(via, replay),
+    ))
+}
+
+/// IAM's decision for each sender of interest against one queue policy.
+fn decisions_on(policy: &Yaml) -> Vec<(String, bool)> {
     [
         ("the stack's topic", sns(TOPIC)),
         (
@@ -204,7 +237,7 @@ fn decisions(template: &Yaml, via: &str, replay: Option<&'static str>) -> Vec<(S
         ("the replay role", role(REPLAY)),
     ]
     .into_iter()
-    .map(|(who, request)| (who.to_owned(), allowed(&policy, &request)))
+    .map(|(who, request)| (who.to_owned(), allowed(policy, &request)))
     .collect()
 }
 
@@ -253,6 +286,46 @@ fn without_the_deny_any_role_of_the_account_could_forge_events() {
             "an application role",
             "the replay role"
         ]
+    );
+}
+
+/// On the EventBridge path the rule's undeliverable events go to the events DLQ, from which a
+/// message move task (the replay role) brings them back to the events queue: a message anyone
+/// put there would be replayed as an SES event, and no SNS signature vouches for it on this
+/// path. So only the rule may send to it; the replay role only moves messages out (and SQS's
+/// own redrive from the events queue is no SendMessage call).
+#[test]
+fn only_the_rule_may_send_to_the_events_dead_letter_queue() {
+    let t = template();
+    assert_eq!(
+        t["Resources"]["EventsDeadLetterQueuePolicy"]["Condition"].as_str(),
+        Some("SesEventsViaEventBridge"),
+        "the policy of the EventBridge path, where the rule sends dead letters"
+    );
+    for replay in [None, Some(REPLAY)] {
+        let policy = events_dead_letter_queue_policy(&t, &Deployment::new("eventbridge", replay));
+        assert_eq!(
+            admitted(&decisions_on(&policy)),
+            ["the stack's rule"],
+            "replay role {replay:?}"
+        );
+    }
+}
+
+#[test]
+fn without_its_deny_any_role_of_the_account_could_put_forged_events_in_the_events_dlq() {
+    let mut t = template();
+    let statements = t["Resources"]["EventsDeadLetterQueuePolicy"]["Properties"]["PolicyDocument"]
+        ["Statement"]
+        .as_sequence_mut()
+        .unwrap();
+    let before = statements.len();
+    statements.retain(|s| s["Effect"].as_str() != Some("Deny"));
+    assert_eq!(statements.len(), before - 1, "one Deny statement");
+    let policy = events_dead_letter_queue_policy(&t, &Deployment::new("eventbridge", None));
+    assert_eq!(
+        admitted(&decisions_on(&policy)),
+        ["the stack's rule", "an application role", "the replay role"]
     );
 }
 

@@ -7,6 +7,7 @@ use courier_core::job::{
     AttachmentRef, Content, EmailJob, JOB_VERSION, JobError, Priority, ProviderHint, TemplateRef,
     fingerprint,
 };
+use courier_core::unsubscribe::UnsubscribeMode;
 /// The largest message body the client sends (through the claim check): 8 MiB, above anything
 /// the contract's limits allow (512 KiB of body and of template variables, even when JSON
 /// escapes every character).
@@ -156,6 +157,8 @@ pub struct EmailBuilder {
     attachments: Vec<AttachmentRef>,
     files: Vec<(String, Vec<u8>)>,
     metadata: BTreeMap<String, String>,
+    list_id: Option<String>,
+    unsubscribe: Option<UnsubscribeMode>,
 }
 
 impl EmailBuilder {
@@ -293,6 +296,20 @@ impl EmailBuilder {
         self
     }
 
+    /// The mailing list the job belongs to, named in its one-click unsubscribe link (default:
+    /// the campaign id, when it is a list id).
+    pub fn list_id(mut self, list: impl Into<String>) -> Self {
+        self.list_id = Some(list.into());
+        self
+    }
+
+    /// Whether Courier adds `List-Unsubscribe` (one-click, RFC 8058): default `List` for bulk
+    /// jobs with one recipient, `None` otherwise. `List` and `Global` need one recipient.
+    pub fn unsubscribe(mut self, mode: UnsubscribeMode) -> Self {
+        self.unsubscribe = Some(mode);
+        self
+    }
+
     /// Validates the job as the send function will, on the message body it becomes.
     pub fn build(self) -> Result<Email, InvalidEmail> {
         let inline = self.subject.is_some() || self.text.is_some() || self.html.is_some();
@@ -324,6 +341,8 @@ impl EmailBuilder {
             not_after: self.not_after,
             attachments: self.attachments,
             metadata: self.metadata,
+            list_id: self.list_id,
+            unsubscribe: self.unsubscribe,
         })?;
         Ok(Email { files, ..email })
     }

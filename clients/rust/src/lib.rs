@@ -39,6 +39,7 @@ pub use courier_core::job::{EmailJob, JobError, Priority, ProviderHint};
 /// An outcome event's detail (docs/outcomes.md): [`Outcome::from_event`] reads the event an
 /// EventBridge rule on the stack's outcome bus delivers, or its detail alone.
 pub use courier_core::outcome::{OutcomeDetail as Outcome, OutcomeEventError};
+pub use courier_core::unsubscribe::UnsubscribeMode;
 pub use email::{Email, EmailBuilder, InvalidEmail, MAX_BODY_BYTES, message_id_for};
 pub use queue::{
     ConfigError, CourierQueue, EntryResult, FileStore, QueueWriter, S3FileStore, SendError, Sent,

@@ -49,6 +49,7 @@ use courier_core::breaker::{BreakerConfig, BreakerState, Mode};
 use courier_core::classify::{SesFailureEvent, Verdict, classify_ses_event};
 use courier_core::envelope::{Incoming, parse_body};
 use courier_core::job::fingerprint;
+use courier_core::mailbox::redact;
 use courier_core::plan::{self, Acceptance, Failure, Plan, Wait};
 use courier_core::policy::{DeadLetterCategory, RetryPolicy};
 use courier_core::ports::{
@@ -627,12 +628,13 @@ impl Applier {
         let outer = match self.gate.admit(body).await {
             Ok(outer) => outer,
             Err(Refusal::Forged(forgery)) => {
-                warn!(sqs_message_id = %id, error = %forgery, "event refused; acknowledged");
+                // What a refused message shows (a topic, a URL) is the sender's text: redacted.
+                warn!(sqs_message_id = %id, error = %redact(&forgery.to_string()), "event refused; acknowledged");
                 report.refused.push(forgery);
                 return;
             }
             Err(e @ Refusal::Unchecked(_)) => {
-                warn!(sqs_message_id = %id, error = %e, "event not checked; retried later");
+                warn!(sqs_message_id = %id, error = %redact(&e.to_string()), "event not checked; retried later");
                 report.failures.push(id);
                 return;
             }
@@ -640,7 +642,8 @@ impl Applier {
         let parsed = match parse_value(outer) {
             Ok(e) => e,
             Err(e) => {
-                warn!(sqs_message_id = %id, error = %e, "not an SES event; acknowledged");
+                // A parse error quotes what it could not read (an unknown eventType, say).
+                warn!(sqs_message_id = %id, error = %redact(&e.to_string()), "not an SES event; acknowledged");
                 report.unparseable += 1;
                 return;
             }
@@ -662,7 +665,7 @@ impl Applier {
             }
             Ok(applied) => report.applied.push(applied),
             Err(e) => {
-                warn!(sqs_message_id = %id, error = %e, "event not applied; retried later");
+                warn!(sqs_message_id = %id, error = %redact(&e.to_string()), "event not applied; retried later");
                 report.failures.push(id);
                 return;
             }
@@ -675,7 +678,7 @@ impl Applier {
             Ok(false) => report.recounts_skipped += 1,
             Err(e) => {
                 // Applied, not yet counted: the redelivery is absorbed and counted.
-                warn!(sqs_message_id = %id, error = %e, "event not counted; retried later");
+                warn!(sqs_message_id = %id, error = %redact(&e.to_string()), "event not counted; retried later");
                 report.failures.push(id);
             }
         }

@@ -862,6 +862,20 @@ impl SuppressionList for FailingSuppression {
     async fn remove(&self, _: &str) -> Result<bool, StoreError> {
         Ok(false)
     }
+    async fn unsubscribed(&self, _: &[String], _: &str) -> Result<Vec<String>, StoreError> {
+        Ok(Vec::new())
+    }
+    async fn unsubscribe(
+        &self,
+        _: &str,
+        _: &courier_core::unsubscribe::Scope,
+        _: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        Err(StoreError::msg("unsubscribe", "injected failure"))
+    }
+    async fn remove_from_list(&self, _: &str, _: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
     async fn list(
         &self,
         _: usize,
@@ -1038,6 +1052,7 @@ fn count_keys_tell_events_apart_and_not_their_copies() {
 }
 
 mod gate;
+mod logs;
 
 /// The live settings' retry policy decides a transient bounce's resend: with no
 /// `mailbox_temporary` retries stored, the bounced job is dead-lettered instead of resent; a

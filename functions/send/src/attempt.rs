@@ -142,6 +142,11 @@ impl Pipeline {
                     .await;
             }
         };
+        // One-click unsubscribe (RFC 8058), for the one recipient the link names.
+        match self.unsubscribing.headers(job).await {
+            Ok(headers) => email.headers.extend(headers),
+            Err(e) => return Fate::Redeliver(e.into()),
+        }
         // Attachments, from the payload bucket, each checked against its reference; held
         // within the instance's budget until this attempt ends.
         let total: u64 = job.attachments.iter().map(|a| a.bytes).sum();

@@ -157,6 +157,62 @@ pub struct Resources {
     pub envelope_key_secret: String,
     /// `COURIER_OUTCOME_BUS`: the event bus for outcome events; none: not published.
     pub outcome_bus: Option<String>,
+    /// One-click unsubscribe links; none: no links are added.
+    pub unsubscribe: Option<UnsubscribeSettings>,
+}
+
+/// `COURIER_UNSUBSCRIBE_URL` (the unsubscribe function's HTTPS URL), `COURIER_UNSUBSCRIBE_MAILTO`
+/// (optional) and `COURIER_UNSUBSCRIBE_KEY_SECRET` (the secret, ARN or name, holding the
+/// token keys `{"key": "...", "previous": [...]}`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnsubscribeSettings {
+    pub links: courier_core::unsubscribe::Links,
+    pub key_secret: String,
+}
+
+fn unsubscribe_settings(
+    lookup: &impl Fn(&str) -> Option<String>,
+) -> Result<Option<UnsubscribeSettings>, ConfigError> {
+    let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    let Some(url) = set("COURIER_UNSUBSCRIBE_URL") else {
+        for name in [
+            "COURIER_UNSUBSCRIBE_MAILTO",
+            "COURIER_UNSUBSCRIBE_KEY_SECRET",
+        ] {
+            if set(name).is_some() {
+                return Err(missing("COURIER_UNSUBSCRIBE_URL", name_of(name)));
+            }
+        }
+        return Ok(None);
+    };
+    let mailto = set("COURIER_UNSUBSCRIBE_MAILTO");
+    let links = courier_core::unsubscribe::Links::new(&url, mailto.as_deref()).map_err(|e| {
+        let (name, value) = match &e {
+            courier_core::unsubscribe::LinksError::Url(_) => {
+                ("COURIER_UNSUBSCRIBE_URL", url.clone())
+            }
+            courier_core::unsubscribe::LinksError::Mailto(_) => (
+                "COURIER_UNSUBSCRIBE_MAILTO",
+                mailto.clone().unwrap_or_default(),
+            ),
+        };
+        ConfigError::Invalid {
+            name,
+            value,
+            problem: e.to_string(),
+        }
+    })?;
+    let key_secret = set("COURIER_UNSUBSCRIBE_KEY_SECRET")
+        .ok_or_else(|| missing("COURIER_UNSUBSCRIBE_KEY_SECRET", "COURIER_UNSUBSCRIBE_URL"))?;
+    Ok(Some(UnsubscribeSettings { links, key_secret }))
+}
+
+/// The variable's name as a `'static` (the names checked above).
+fn name_of(name: &str) -> &'static str {
+    match name {
+        "COURIER_UNSUBSCRIBE_MAILTO" => "COURIER_UNSUBSCRIBE_MAILTO",
+        _ => "COURIER_UNSUBSCRIBE_KEY_SECRET",
+    }
 }
 
 impl Resources {
@@ -190,6 +246,13 @@ impl Resources {
             ),
         ];
         env.extend(bus);
+        if let Some(u) = &self.unsubscribe {
+            env.push(("COURIER_UNSUBSCRIBE_URL", u.links.url.clone()));
+            env.push(("COURIER_UNSUBSCRIBE_KEY_SECRET", u.key_secret.clone()));
+            if let Some(mailto) = &u.links.mailto {
+                env.push(("COURIER_UNSUBSCRIBE_MAILTO", mailto.clone()));
+            }
+        }
         env
     }
 }
@@ -528,6 +591,7 @@ impl SendConfig {
             smtp,
             envelope_key_secret: required(&lookup, "COURIER_ENVELOPE_KEY_SECRET")?,
             outcome_bus: lookup("COURIER_OUTCOME_BUS").filter(|v| !v.is_empty()),
+            unsubscribe: unsubscribe_settings(&lookup)?,
         };
         (
             config.rate_limits,

@@ -125,7 +125,8 @@ impl Pipeline {
                     "worker-panic",
                     format!("the worker panicked on this job: {what}"),
                 );
-                warn!(message_id = %incoming.job.message_id, panic = %what, "the job crashed the worker; dead-lettered as poison");
+                // The panic's text may quote a recipient: redacted here, kept whole in the letter.
+                warn!(message_id = %incoming.job.message_id, panic = %redact(what), "the job crashed the worker; dead-lettered as poison");
                 let category = DeadLetterCategory::Poison;
                 let reason = format!("crashed the worker: {what}");
                 let plan = Plan::DeadLetter {

@@ -70,7 +70,14 @@ pub(crate) enum Holding {
     Unknown,
 }
 
-/// Why a record is left for redelivery.
+/// Text for a log line or a batch report's reason: a panic's message can quote a recipient
+/// ([`redact`]).
+fn redacted(text: &impl std::fmt::Display) -> String {
+    redact(&text.to_string())
+}
+
+/// Why a record is left for redelivery (logged, and in the batch report's reasons: whatever
+/// text it carries from a panic is redacted).
 #[derive(Debug, thiserror::Error)]
 pub enum Cause {
     #[error(transparent)]
@@ -79,9 +86,11 @@ pub enum Cause {
     Busy { until: DateTime<Utc> },
     #[error("the claim reported {hits} suppressed addresses it was not asked about")]
     UnaskedSuppression { hits: usize },
-    #[error("the record's task panicked after calling the provider: {0}")]
+    /// The panic's message, as it was (it may quote an address): shown redacted.
+    #[error("the record's task panicked after calling the provider: {}", redacted(.0))]
     PanickedAfterCall(String),
-    #[error("the record's task failed: {0}")]
+    /// A join error shows its task's panic message: shown redacted.
+    #[error("the record's task failed: {}", redacted(.0))]
     Task(#[source] tokio::task::JoinError),
     #[error(
         "the send's outcome is ambiguous and unknown could not be written ({tries} tries: {source}); the lease expires into unknown"

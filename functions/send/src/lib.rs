@@ -31,6 +31,7 @@ use fate::{Fate, Holding, Step};
 pub mod governor;
 pub mod live;
 pub mod metrics;
+pub mod unsubscribing;
 pub mod wiring;
 
 use std::sync::Arc;
@@ -103,6 +104,8 @@ pub struct Pipeline {
     pub live: Option<live::Live>,
     /// Attachment bytes this instance holds at once ([`AttachmentBudget`]).
     pub attachment_budget: AttachmentBudget,
+    /// One-click unsubscribe links ([`unsubscribing`]).
+    pub unsubscribing: unsubscribing::Unsubscribing,
 }
 
 /// The seal keys, and how many copies' seals did not verify during the current batch (drained
@@ -408,6 +411,13 @@ impl Pipeline {
         if unverified > 0 {
             report.metrics.add("EnvelopesUnverified", unverified);
         }
+        let (links, no_links) = self.unsubscribing.drain();
+        if links > 0 {
+            report.metrics.add("UnsubscribeLinksAdded", links);
+        }
+        if no_links > 0 {
+            report.metrics.add("UnsubscribeLinksNotAdded", no_links);
+        }
         if total > 0 && report.failures.len() == total {
             warn!(records = total, "every record of the batch failed");
         }
@@ -555,8 +565,28 @@ impl Pipeline {
         if let Some(fate) = self.wait_unclaimed(&incoming, now).await {
             return unclaimed(fate);
         }
-        // 3 + 4. Suppression check and idempotent claim, in one conditional write.
+        // 3. Recipients unsubscribed from the job's list are not sent to (read before the
+        // claim; a global unsubscription is a suppression, checked inside it).
         let recipients: Vec<String> = job.recipients().map(str::to_owned).collect();
+        let mut unsubscribed: Vec<String> = Vec::new();
+        if let Some(list) = courier_core::unsubscribe::checked_list(job) {
+            unsubscribed = match self.suppression.unsubscribed(&recipients, &list).await {
+                Ok(hit) => hit,
+                Err(e) => return unclaimed(Fate::Redeliver(e.into())),
+            };
+            if !unsubscribed.is_empty() {
+                let hashes: Vec<String> = unsubscribed.iter().map(|r| address_hash(r)).collect();
+                info!(recipients = ?hashes, %list, "recipients unsubscribed from the job's list");
+            }
+            if recipients.iter().all(|r| is_listed(&unsubscribed, r)) {
+                let detail = format!(
+                    "{}: every recipient unsubscribed from list {list}",
+                    courier_core::unsubscribe::REASON
+                );
+                return unclaimed(suppressed_job(&incoming, owner, now, Some(detail)));
+            }
+        }
+        // 4 + 5. Suppression check and idempotent claim, in one conditional write.
         let lease_end = (now
             + chrono::Duration::from_std(self.config.max_lease).unwrap_or_default())
         .min(deadline - chrono::Duration::from_std(self.config.lease_margin).unwrap_or_default());
@@ -584,22 +614,13 @@ impl Pipeline {
                 }
                 Ok(ClaimOutcome::Suppressed(hit)) => {
                     suppressed = hit;
-                    let all = recipients.iter().all(|r| is_listed(&suppressed, r));
+                    let all = recipients
+                        .iter()
+                        .all(|r| is_listed(&suppressed, r) || is_listed(&unsubscribed, r));
                     let hashes: Vec<String> = suppressed.iter().map(|r| address_hash(r)).collect();
                     if all {
                         info!(recipients = ?hashes, "all recipients suppressed");
-                        let mut update = StatusUpdate::new(
-                            job.message_id.clone(),
-                            owner,
-                            Status::Suppressed,
-                            incoming.attempt,
-                            now,
-                        );
-                        update.facts = Some(Box::new(JobFacts::of(job)));
-                        return unclaimed(Fate::Record {
-                            update,
-                            outcome: Outcome::Suppressed,
-                        });
+                        return unclaimed(suppressed_job(&incoming, owner, now, None));
                     }
                     info!(recipients = ?hashes, "some recipients suppressed; sending to the rest");
                     // The others were checked in the same write: claim without checks.
@@ -636,6 +657,7 @@ impl Pipeline {
             owner: owner.clone(),
             attempt: incoming.attempt,
         };
+        suppressed.extend(unsubscribed);
         // 5-8. Provider, render, send, and the fate of its outcome.
         let send_by = claim.lease_until
             - chrono::Duration::from_std(self.config.lease_margin).unwrap_or_default();
@@ -648,6 +670,30 @@ impl Pipeline {
             .attempt(&incoming, &suppressed, now, &owner, &budget)
             .await;
         (fate, holding)
+    }
+}
+
+/// The fate of a job none of whose recipients may get it: `suppressed`, without a lease, with
+/// why when it is not the suppression list's doing.
+fn suppressed_job(
+    incoming: &Incoming,
+    owner: String,
+    now: DateTime<Utc>,
+    detail: Option<String>,
+) -> Fate {
+    let job = &incoming.job;
+    let mut update = StatusUpdate::new(
+        job.message_id.clone(),
+        owner,
+        Status::Suppressed,
+        incoming.attempt,
+        now,
+    );
+    update.detail = detail;
+    update.facts = Some(Box::new(JobFacts::of(job)));
+    Fate::Record {
+        update,
+        outcome: Outcome::Suppressed,
     }
 }
 

@@ -20,6 +20,7 @@ mod outcomes;
 mod pacing;
 mod seal;
 mod trace;
+mod unsubscribe;
 
 struct World {
     pipeline: Arc<Pipeline>,
@@ -99,6 +100,7 @@ fn world_with(mailer: MemoryMailer) -> World {
         acceptances: Default::default(),
         live: None,
         attachment_budget: Default::default(),
+        unsubscribing: Default::default(),
         outcomes: None,
     });
     World {
@@ -244,6 +246,7 @@ fn rebuilt(
         acceptances: Default::default(),
         live,
         attachment_budget: Default::default(),
+        unsubscribing: Default::default(),
         outcomes,
     })
 }
@@ -1481,6 +1484,229 @@ async fn hostile_and_broken_jobs_each_end_in_the_right_category() {
     assert_eq!(w.status_of("idn"), Some(Status::SentToProvider));
 }
 
+/// The good side of the bad-input suite: jobs at each size limit AWS sets on their way, each in
+/// a batch between two ordinary jobs; all are sent, their neighbours too.
+///
+/// - The job's own body limit, `MAX_BODY_BYTES` (512 KiB of subject, text and html), in
+///   characters JSON writes as two bytes each (`"` and `\`): the job is then larger than an SQS
+///   message (`SQS_MAX_BYTES`, 1 MiB), so a producer can only send it through the claim check
+///   (the clients do, above their threshold). Sent through SES and through SMTP.
+/// - The payload kept beside a sent SES job's record for a soft-bounce resend,
+///   `MAX_KEPT_PAYLOAD` (300 KiB, under DynamoDB's 400 KB item): one byte under and at it are
+///   kept, one byte over is not (and the job is sent all the same).
+/// - A transient failure of the largest job: its retry copy is larger than a queue message may
+///   be (`MAX_INLINE_BYTES`), so the retry scheduler stores it apart (`claim_check::stow`, as
+///   `SqsRetryScheduler` does); the pointer comes back and the copy is sent.
+/// - SES v2's 50 recipients (`MAX_RECIPIENTS`), each address 254 characters (RFC 5321's
+///   longest path less its angle brackets: a 64-character local part, a 189-character domain);
+///   ids of exactly `MAX_ID_LEN` characters.
+///
+/// Not reachable from a job's body: SES's 40 MB message (`MAX_MESSAGE_BYTES` in the adapter;
+/// a valid body is at most 512 KiB, attachments have their own budget). Step Functions' 256 KiB
+/// input: a copy over it that waits longer than 900 s hops through the queue instead
+/// (`a_long_wait_too_large_for_the_state_machine_hops_through_the_queue_until_due`).
+#[tokio::test]
+async fn jobs_near_each_aws_size_limit_are_sent_and_their_neighbours_too() {
+    use courier_core::claim_check::{ClaimCheck, MAX_INLINE_BYTES};
+    use courier_core::envelope::{current_body, parse_body};
+    use courier_core::job::{MAX_BODY_BYTES, MAX_ID_LEN, MAX_RECIPIENTS};
+    use courier_core::limits::SQS_MAX_BYTES;
+    use courier_core::ports::{PayloadStore, Provider};
+    use serde_json::json;
+
+    /// `near` (the job `near_id`, or a pointer to it) between two ordinary jobs: all three sent.
+    async fn sandwiched(w: &World, tag: &str, near: String, near_id: &str) {
+        let (before, after) = (format!("{tag}-before"), format!("{tag}-after"));
+        let report = w
+            .run(vec![
+                rec("a", job(&before, "a@example.org")),
+                rec("near", near),
+                rec("b", job(&after, "b@example.org")),
+            ])
+            .await;
+        assert!(report.failures.is_empty(), "{tag}: {:?}", report.reasons);
+        for id in [before.as_str(), near_id, after.as_str()] {
+            assert_eq!(w.status_of(id), Some(Status::SentToProvider), "{tag}: {id}");
+        }
+        assert!(w.dead.letters.lock().unwrap().is_empty(), "{tag}");
+    }
+    let job_with = |id: &str, content: serde_json::Value| {
+        json!({
+            "version": 1, "message_id": id, "campaign_id": "c", "from": "shop@example.com",
+            "to": ["r@example.org"], "content": content
+        })
+        .to_string()
+    };
+
+    // The body limit, in two-byte characters: only the claim check can carry the job.
+    let subject = "Hi";
+    let escaped: String = "\"\\"
+        .chars()
+        .cycle()
+        .take(MAX_BODY_BYTES - subject.len())
+        .collect();
+    let largest = |id: &str| job_with(id, json!({"subject": subject, "text": escaped}));
+    let body = largest("largest");
+    assert!(body.len() > SQS_MAX_BYTES, "{} bytes", body.len());
+    let over = job_with(
+        "over",
+        json!({"subject": subject, "text": format!("{escaped}x")}),
+    );
+    let refused = parse_body(over.as_bytes()).map(|_| ()).unwrap_err();
+    assert_eq!(refused.error.code(), "body_too_large", "the limit is exact");
+    for (provider, tag) in [(Provider::Ses, "ses"), (Provider::Smtp, "smtp")] {
+        let w = world_with(MemoryMailer::accepting(provider));
+        let id = format!("largest-{tag}");
+        let pointer = claim_checked(&w, &largest(&id)).await;
+        sandwiched(&w, &id, pointer, &id).await;
+        let sent = w.mailer.sent.lock().unwrap();
+        let email = sent.iter().find(|e| e.message_id == id).unwrap();
+        assert_eq!(email.text.as_deref(), Some(escaped.as_str()), "{tag}");
+        // Too large to keep beside the record (SES), or nothing kept (SMTP).
+        assert_eq!(w.status.records.lock().unwrap()[&id].payload, None, "{tag}");
+    }
+
+    // The kept payload: one byte under the limit, at it, one byte over.
+    let w = world_with(MemoryMailer::accepting(Provider::Ses));
+    let kept_len = |body: &str| current_body(&parse_body(body.as_bytes()).unwrap()).len();
+    let sized = |id: &str, kept: usize| {
+        let with_text = |n: usize| job_with(id, json!({"subject": "Hi", "text": "x".repeat(n)}));
+        let body = with_text(kept + 1 - kept_len(&with_text(1)));
+        assert_eq!(kept_len(&body), kept, "{id}");
+        body
+    };
+    for (id, kept, is_kept) in [
+        ("kept-under", MAX_KEPT_PAYLOAD - 1, true),
+        ("kept-at", MAX_KEPT_PAYLOAD, true),
+        ("kept-over", MAX_KEPT_PAYLOAD + 1, false),
+    ] {
+        sandwiched(&w, id, sized(id, kept), id).await;
+        let payload = w.status.records.lock().unwrap()[id].payload.clone();
+        assert_eq!(payload.map(|p| p.len()), is_kept.then_some(kept), "{id}");
+    }
+
+    // A transient failure of the largest job: its retry copy goes through the claim check.
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let w = world_with(MemoryMailer::with(
+        Provider::Ses,
+        Box::new(move |e| {
+            if e.message_id == "largest-retried"
+                && !failed.swap(true, std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(SendFailure {
+                    verdict: Verdict::local(
+                        ErrorClass::Network,
+                        "connection-reset",
+                        "connection reset by peer",
+                    ),
+                    ambiguous: false,
+                    source: None,
+                });
+            }
+            Ok(Receipt {
+                provider_message_id: format!("mem-{}", e.message_id),
+            })
+        }),
+    ));
+    let pointer = claim_checked(&w, &largest("largest-retried")).await;
+    let report = w
+        .run(vec![
+            rec("a", job("retried-before", "a@example.org")),
+            rec("near", pointer),
+            rec("b", job("retried-after", "b@example.org")),
+        ])
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    for id in ["retried-before", "retried-after"] {
+        assert_eq!(w.status_of(id), Some(Status::SentToProvider), "{id}");
+    }
+    assert_eq!(w.status_of("largest-retried"), Some(Status::Deferred));
+    assert!(
+        w.scheduler.waits.lock().unwrap().is_empty(),
+        "the queue's delay"
+    );
+    let copy = w
+        .scheduler
+        .queued
+        .lock()
+        .unwrap()
+        .pop()
+        .expect("a retry copy");
+    assert!(copy.delay_secs <= 900, "{}", copy.delay_secs);
+    assert!(
+        copy.body.len() > MAX_INLINE_BYTES,
+        "{} bytes",
+        copy.body.len()
+    );
+    let store: &dyn PayloadStore = &*w.payloads;
+    let pointer = courier_core::claim_check::stow(Some(store), &copy.body)
+        .await
+        .unwrap()
+        .into_owned();
+    assert!(
+        ClaimCheck::parse(&pointer).is_some() && pointer.len() < 1_024,
+        "{pointer}"
+    );
+    w.clock.advance(copy.delay_secs as i64);
+    sandwiched(&w, "retried-again", pointer, "largest-retried").await;
+    let record = w.status.records.lock().unwrap()["largest-retried"].clone();
+    assert_eq!(record.attempt, 1);
+    assert_eq!(w.mailer.sent_count(), 6, "two tries of it, four neighbours");
+
+    // The job-level limits, exactly: 50 recipients of the longest address, ids of MAX_ID_LEN.
+    let w = world_with(MemoryMailer::accepting(Provider::Ses));
+    let domain = format!(
+        "{}.{}.{}.example",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(53)
+    );
+    let longest: Vec<String> = (0..MAX_RECIPIENTS)
+        .map(|i| format!("r{i:063}@{domain}"))
+        .collect();
+    assert!(longest.iter().all(|a| a.len() == 254), "{}", longest[0]);
+    let parsed = |body: String| serde_json::from_str::<serde_json::Value>(&body).unwrap();
+    let mut all_to = parsed(job("longest-to", "x@example.org"));
+    all_to["to"] = json!(longest);
+    let mut spread = parsed(job("longest-spread", "x@example.org"));
+    spread["to"] = json!(longest[..MAX_RECIPIENTS - 2]);
+    spread["cc"] = json!([longest[MAX_RECIPIENTS - 2]]);
+    spread["bcc"] = json!([longest[MAX_RECIPIENTS - 1]]);
+    let long_id = "i".repeat(MAX_ID_LEN);
+    let mut ids = parsed(job(&long_id, "x@example.org"));
+    ids["campaign_id"] = json!("é".repeat(MAX_ID_LEN));
+    for (near, id) in [
+        (all_to, "longest-to"),
+        (spread, "longest-spread"),
+        (ids, long_id.as_str()),
+    ] {
+        sandwiched(&w, &id[..id.len().min(16)], near.to_string(), id).await;
+    }
+    let sent = w.mailer.sent.lock().unwrap();
+    for id in ["longest-to", "longest-spread"] {
+        let email = sent.iter().find(|e| e.message_id == id).unwrap();
+        assert_eq!(
+            email.to.len() + email.cc.len() + email.bcc.len(),
+            MAX_RECIPIENTS,
+            "{id}"
+        );
+    }
+    // One more of each is refused (the bad-input suite above dead-letters them in a batch).
+    let refusal = |body: &serde_json::Value| {
+        parse_body(body.to_string().as_bytes())
+            .map(|_| ())
+            .unwrap_err()
+            .error
+            .code()
+    };
+    let mut over = parsed(job(&format!("{long_id}i"), "x@example.org"));
+    assert_eq!(refusal(&over), "too_long");
+    over["message_id"] = json!("m");
+    over["to"] = json!(longest);
+    over["cc"] = json!(["one-more@example.org"]);
+    assert_eq!(refusal(&over), "too_many_recipients");
+}
+
 #[tokio::test]
 async fn a_sent_job_keeps_its_history_and_for_ses_its_payload() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
@@ -1786,4 +2012,71 @@ async fn no_log_line_names_a_recipient_in_clear() {
                 .as_deref()
                 .is_some_and(|t| t.contains("ann@example.org"))
     }));
+}
+
+/// A template store whose bug quotes the recipient in its panic.
+struct RecipientQuotingTemplates;
+
+#[async_trait::async_trait]
+impl courier_core::ports::TemplateStore for RecipientQuotingTemplates {
+    async fn get(&self, _id: &str) -> Result<Template, courier_core::ports::TemplateError> {
+        panic!("template store bug while rendering for ann@example.org");
+    }
+}
+
+/// A panic's message can quote a recipient: the log lines it reaches (the poison warning
+/// before any provider call, the redelivery warning after one) and the batch report's reasons
+/// show it redacted; the poison letter keeps it whole, behind IAM.
+#[tokio::test]
+async fn a_panic_that_quotes_a_recipient_is_logged_redacted() {
+    let (captured, _guard) = courier_devkit::logs::Captured::start();
+    // After the provider call: left for redelivery.
+    let w = world_with(MemoryMailer::with(
+        courier_core::ports::Provider::Ses,
+        Box::new(|_| panic!("adapter bug after sending to ann@example.org")),
+    ));
+    let report = w
+        .run(vec![rec("a", job("maybe-sent", "ann@example.org"))])
+        .await;
+    assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert!(
+        report.reasons[0].contains("after calling the provider")
+            && report.reasons[0].contains("<addr:")
+            && !report.reasons[0].contains("ann@example.org"),
+        "{:?}",
+        report.reasons
+    );
+    // Before it: poison.
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    let mut pipeline = rebuilt(
+        &w,
+        Arc::new(MemoryBreakerStore::default()),
+        1,
+        unlimited(),
+        None,
+        None,
+    );
+    Arc::get_mut(&mut pipeline).unwrap().templates = Arc::new(RecipientQuotingTemplates);
+    let templated = serde_json::json!({
+        "version": 1, "message_id": "crash", "campaign_id": "c", "from": "shop@example.com",
+        "to": ["ann@example.org"], "template": {"id": "welcome", "variables": {}}
+    })
+    .to_string();
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = pipeline
+        .handle_records(vec![rec("b", templated)], deadline, "req-1")
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    let logs = captured.text();
+    assert!(logs.contains("the job crashed the worker"), "{logs}");
+    assert!(logs.contains("record left for redelivery"), "{logs}");
+    assert!(logs.contains("<addr:"), "addresses are hashed: {logs}");
+    assert!(!logs.contains("ann@example.org"), "{logs}");
+    let letters = w.dead.letters.lock().unwrap();
+    assert_eq!(letters.len(), 1);
+    assert!(
+        letters[0].reason.contains("ann@example.org"),
+        "{}",
+        letters[0].reason
+    );
 }

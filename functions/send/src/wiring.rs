@@ -37,6 +37,9 @@ pub enum WiringError {
     /// `COURIER_ENVELOPE_KEY_SECRET` could not be read or is not a set of seal keys.
     #[error("COURIER_ENVELOPE_KEY_SECRET: {0}")]
     EnvelopeKey(#[source] courier_core::ports::StoreError),
+    /// `COURIER_UNSUBSCRIBE_KEY_SECRET` could not be read or is not a set of keys.
+    #[error("COURIER_UNSUBSCRIBE_KEY_SECRET: {0}")]
+    UnsubscribeKey(#[source] courier_core::ports::StoreError),
 }
 
 /// Wires the pipeline from the process environment; reads the SES quota when SES is paced by
@@ -66,6 +69,9 @@ pub async fn from_env() -> Result<Pipeline, WiringError> {
         .keys()
         .await
         .map_err(WiringError::EnvelopeKey)?;
+    if let Some(keys) = pipeline.unsubscribing.keys() {
+        keys.keys().await.map_err(WiringError::UnsubscribeKey)?;
+    }
     pipeline.read_quota().await;
     Ok(pipeline)
 }
@@ -246,6 +252,16 @@ fn wire_with(
         config,
         rng: std::sync::Mutex::new(courier_adapters::clock::seeded_from_entropy()),
         attachment_budget: Default::default(),
+        unsubscribing: match &resources.unsubscribe {
+            Some(u) => crate::unsubscribing::Unsubscribing::new(
+                u.links.clone(),
+                Arc::new(SecretSealKeys::from_secret(
+                    &u.key_secret,
+                    Arc::new(SecretsManagerSecretStore::new(clients.secrets.clone())),
+                )),
+            ),
+            None => crate::unsubscribing::Unsubscribing::off(),
+        },
     })
 }
 

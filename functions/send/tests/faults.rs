@@ -442,6 +442,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         acceptances: Default::default(),
         live: None,
         attachment_budget: Default::default(),
+        unsubscribing: Default::default(),
         outcomes: None,
     });
     for &after in path.copies {

@@ -11,6 +11,8 @@ use lambda_runtime::{Error, LambdaEvent, service_fn};
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Error> {
     lambda_runtime::tracing::init_default_subscriber();
+    // A panic's message can quote a recipient: printed redacted (the default hook would not).
+    courier_core::mailbox::redact_panic_messages();
     let settings = match courier_sweeper::Settings::from_lookup(|k| std::env::var(k).ok()) {
         Ok(s) => s,
         Err(e) => {

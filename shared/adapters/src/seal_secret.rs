@@ -88,10 +88,7 @@ impl SecretSealKeys {
         };
         let text = secrets.secret_string(id).await?;
         let keys = Arc::new(SealKeys::parse(&text).map_err(|problem| {
-            StoreError::msg(
-                "GetSecretValue",
-                format!("envelope key secret {id} {problem}"),
-            )
+            StoreError::msg("GetSecretValue", format!("key secret {id} {problem}"))
         })?);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::clone(&keys));
         Ok(keys)

@@ -23,6 +23,8 @@
 //!   `courier-adapters` implements them over AWS and SMTP, `courier-devkit` in memory.
 //! - [`claim_check`]: bodies too large for a queue, stored apart and pointed to.
 //! - [`random`]: seedable randomness passed into the core.
+//! - [`unsubscribe`]: one-click unsubscribe: which jobs carry `List-Unsubscribe`, signed tokens,
+//!   list-scoped suppression keys, the unsubscribe function's answers.
 
 pub mod breaker;
 pub mod claim;
@@ -48,3 +50,4 @@ pub mod seal;
 pub mod senders;
 pub mod status;
 pub mod trace;
+pub mod unsubscribe;

@@ -233,6 +233,32 @@ pub fn redact(text: &str) -> String {
     out
 }
 
+/// A panic as one log line: where it happened and its message, [`redact`]ed (a panic's message
+/// can quote a recipient). A payload that is not text (`panic_any`) is named as such.
+pub fn panic_line(
+    payload: &(dyn std::any::Any + Send),
+    location: Option<&std::panic::Location<'_>>,
+) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    let at = location
+        .map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column()))
+        .unwrap_or_default();
+    format!("panicked{at}: {}", redact(&text))
+}
+
+/// Replaces the default panic hook, which prints a panic's message as it is to stderr (and a
+/// Lambda function's stderr goes to CloudWatch Logs), with one that prints [`panic_line`]. Each
+/// function calls it first thing in `main`; a caught panic still becomes its record's failure.
+pub fn redact_panic_messages() {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!("{}", panic_line(info.payload(), info.location()));
+    }));
+}
+
 /// A mailbox: an optional display name and an address.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Mailbox {

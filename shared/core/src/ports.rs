@@ -542,11 +542,14 @@ pub trait PayloadStore: Send + Sync {
     async fn copy(&self, from: &str, to: &str) -> Result<bool, StoreError>;
 }
 
-/// One suppressed address.
+/// One suppressed address, or one address unsubscribed from one list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SuppressionEntry {
     /// Lower-cased.
     pub address: String,
+    /// The list an unsubscription covers; `None` for a suppression of every mail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list: Option<String>,
     pub reason: String,
     pub suppressed_at: DateTime<Utc>,
     /// Soft entries expire; hard ones (permanent bounces, complaints) do not.
@@ -592,6 +595,23 @@ pub trait SuppressionList: Send + Sync {
     }
     /// Removes an address; false when it was not listed.
     async fn remove(&self, address: &str) -> Result<bool, StoreError>;
+    /// The subset of `addresses` unsubscribed from `list` (compared as [`crate::mailbox::address_key`]s).
+    async fn unsubscribed(
+        &self,
+        addresses: &[String],
+        list: &str,
+    ) -> Result<Vec<String>, StoreError>;
+    /// Records an unsubscription (reason [`crate::unsubscribe::REASON`], never expiring): a
+    /// global one is a suppression of every mail; it replaces a soft entry and keeps a hard one.
+    /// True when written, false when already recorded (a replayed request).
+    async fn unsubscribe(
+        &self,
+        address: &str,
+        scope: &crate::unsubscribe::Scope,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
+    /// Removes an address's unsubscription from one list; false when there was none.
+    async fn remove_from_list(&self, address: &str, list: &str) -> Result<bool, StoreError>;
     /// Entries (expired ones included, marked by `expires_at`), a page at a time.
     async fn list(
         &self,

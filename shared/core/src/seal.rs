@@ -93,6 +93,24 @@ impl SealKeys {
         mac
     }
 
+    /// The sealing key's HMAC-SHA256 tag of `text` (for other signed values, such as
+    /// unsubscribe tokens, each with its own domain prefix in `text`).
+    pub fn tag(&self, text: &str) -> Vec<u8> {
+        Self::mac(&self.sealing, text)
+            .finalize()
+            .into_bytes()
+            .to_vec()
+    }
+
+    /// Whether `tag` is the leading bytes (at least 16) of some key's tag of `text`, compared in
+    /// constant time.
+    pub fn verifies_truncated(&self, text: &str, tag: &[u8]) -> bool {
+        tag.len() >= 16
+            && std::iter::once(&self.sealing)
+                .chain(&self.verifying)
+                .any(|key| Self::mac(key, text).verify_truncated_left(tag).is_ok())
+    }
+
     fn verifies(&self, canonical: &str, tag: &[u8]) -> bool {
         std::iter::once(&self.sealing)
             .chain(&self.verifying)

@@ -56,6 +56,9 @@ fn every_rejection_code_of_a_json_value_has_a_row() {
         "invalid_attachment",
         "attachment_denied",
         "attachments_too_large",
+        "invalid_metadata",
+        "invalid_list_id",
+        "unsubscribe_not_possible",
     ];
     let cases = conformance::cases();
     for code in codes {

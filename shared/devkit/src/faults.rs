@@ -273,6 +273,30 @@ impl<T: SuppressionList + ?Sized> SuppressionList for Faulty<T> {
     async fn remove(&self, address: &str) -> Result<bool, StoreError> {
         self.gated("remove", self.inner.remove(address)).await
     }
+    async fn unsubscribed(
+        &self,
+        addresses: &[String],
+        list: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        self.gated("unsubscribed", self.inner.unsubscribed(addresses, list))
+            .await
+    }
+    async fn unsubscribe(
+        &self,
+        address: &str,
+        scope: &courier_core::unsubscribe::Scope,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.gated("unsubscribe", self.inner.unsubscribe(address, scope, now))
+            .await
+    }
+    async fn remove_from_list(&self, address: &str, list: &str) -> Result<bool, StoreError> {
+        self.gated(
+            "remove from list",
+            self.inner.remove_from_list(address, list),
+        )
+        .await
+    }
     async fn list(
         &self,
         limit: usize,

@@ -737,8 +737,22 @@ pub async fn envelope_key_secret(
     sdk: &aws_config::SdkConfig,
     prefix: &str,
 ) -> Result<String, StoreError> {
+    key_secret(sdk, &format!("{prefix}-envelope-key")).await
+}
+
+/// Creates the stack's unsubscribe-key secret (`{prefix}-unsubscribe-key`), as the template's
+/// `UnsubscribeKeySecret` generates it (see [`envelope_key_secret`]).
+pub async fn unsubscribe_key_secret(
+    sdk: &aws_config::SdkConfig,
+    prefix: &str,
+) -> Result<String, StoreError> {
+    key_secret(sdk, &format!("{prefix}-unsubscribe-key")).await
+}
+
+async fn key_secret(sdk: &aws_config::SdkConfig, name: &str) -> Result<String, StoreError> {
     let client = aws_sdk_secretsmanager::Client::new(sdk);
-    let name = format!("{prefix}-envelope-key");
+    let prefix = name;
+    let name = name.to_owned();
     let seed = format!(
         "{prefix}/{}/{:?}",
         std::process::id(),

@@ -85,6 +85,9 @@ MAX_METADATA_VALUE_LEN = 512
 #: At most this many UTF-8 bytes of ``metadata`` keys and values together.
 MAX_METADATA_BYTES = 4096
 
+#: Longest ``list_id``, in characters (list ids are ASCII).
+MAX_LIST_ID_LEN = 64
+
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _CONTROL_BUT_TAB = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 # Bidi controls, zero-width space, word joiner, BOM, line and paragraph separators
@@ -108,15 +111,18 @@ _TEMPLATE_ID = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]*(?:/[A-Za-z0-9_-][A-Za-z
 # `is_metadata_key` in shared/core/src/job/metadata.rs (matched with fullmatch: `$` would also
 # match before a final line feed).
 _METADATA_KEY = re.compile(r"[A-Za-z0-9_.:-]{1,%d}" % MAX_METADATA_KEY_LEN)
+# `is_list_id` in shared/core/src/unsubscribe.rs (matched with fullmatch, as metadata keys are).
+_LIST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,%d}" % (MAX_LIST_ID_LEN - 1))
 
 _JOB_FIELDS = frozenset(
     "version message_id campaign_id trace_id priority from to cc bcc template content headers "
-    "provider not_after attachments metadata".split()
+    "provider not_after attachments metadata list_id unsubscribe".split()
 )
 _ATTACHMENT_FIELDS = ("filename", "content_type", "key", "bytes", "sha256")
 _REQUIRED = ("message_id", "campaign_id", "from", "to")
 _PRIORITIES = ("transactional", "bulk")
 _PROVIDERS = ("ses", "smtp")
+_UNSUBSCRIBE_MODES = ("list", "global", "none")
 
 _SCHEMA = json.loads(resources.files(__package__).joinpath("email-job.v1.json").read_text("utf-8"))
 _SCHEMA_VALIDATOR = Draft202012Validator(
@@ -145,8 +151,8 @@ def validate(job: Any) -> None:
     The checks run in the parser's order: an object, its ``version``, the structure (types,
     unknown fields, enum values, the RFC 3339 ``not_after``, required fields: all ``schema``),
     then the rules of ``EmailJob::validate``: ids, ``from``, recipients, headers, template or
-    content, attachments, metadata. The published JSON Schema runs last as a net: it states no
-    rule the parser lacks.
+    content, attachments, metadata, ``list_id``, ``unsubscribe``. The published JSON Schema runs
+    last as a net: it states no rule the parser lacks.
     """
     if not isinstance(job, dict):
         raise InvalidJob("not_an_object", f"job must be a JSON object, found {type(job).__name__}")
@@ -259,6 +265,9 @@ def _check_structure(job: dict) -> None:
     _expect(metadata, dict, "metadata")
     for key, value in metadata.items():
         _expect(value, str, f"metadata.{key}")
+    _expect(job.get("list_id"), str, "list_id", nullable=True)
+    if job.get("unsubscribe") not in _UNSUBSCRIBE_MODES + (None,):
+        raise _schema_error(f"`unsubscribe` must be null or one of {', '.join(_UNSUBSCRIBE_MODES)}")
 
 
 def _check_id(field: str, value: str) -> None:
@@ -355,6 +364,16 @@ def _check_rules(job: dict) -> None:
         _check_content(content)
     _check_attachments(job.get("attachments", []))
     _check_metadata(job.get("metadata", {}))
+    list_id = job.get("list_id")
+    if list_id is not None and not _LIST_ID.fullmatch(list_id):
+        raise InvalidJob(
+            "invalid_list_id",
+            f"list_id {_quoted(list_id)} is invalid: letters, digits, `.`, `_` and `-`, starting "
+            f"with a letter or digit, at most {MAX_LIST_ID_LEN} characters",
+        )
+    reason = _unsubscribe_refusal(job)
+    if reason is not None:
+        raise InvalidJob("unsubscribe_not_possible", reason)
 
 
 def _check_content(content: dict) -> None:
@@ -461,6 +480,26 @@ def _check_metadata(metadata: dict) -> None:
         raise invalid(f"{size} bytes of keys and values (at most {MAX_METADATA_BYTES})")
 
 
+def _unsubscribe_refusal(job: dict) -> Optional[str]:
+    """``unsubscribe::refusal``: why the job's explicit ``unsubscribe`` cannot be honoured.
+    ``list`` and ``global`` need exactly one recipient (the link names it), and ``list`` a list:
+    the ``list_id``, else the ``campaign_id`` when it is a list id. ``none`` or no value never
+    refuses."""
+    asked = job.get("unsubscribe")
+    if asked is None or asked == "none":
+        return None
+    count = sum(len(job.get(field, [])) for field in ("to", "cc", "bcc"))
+    if count != 1:
+        return (
+            f"`unsubscribe: {asked}` needs exactly one recipient (the link names it), "
+            f"found {count}"
+        )
+    has_list = job.get("list_id") is not None or _LIST_ID.fullmatch(job["campaign_id"])
+    if asked == "list" and not has_list:
+        return "`unsubscribe: list` needs a `list_id` (the `campaign_id` is not a list id)"
+    return None
+
+
 def _quoted(text: str) -> str:
     """`text` in double quotes, as the parser's messages write it (Rust's ``{:?}``, near enough)."""
     return json.dumps(text, ensure_ascii=False)
@@ -559,6 +598,8 @@ def build_job(
     not_after: Optional[datetime.datetime] = None,
     attachments: Optional[Sequence[Union[Attachment, Mapping[str, Any]]]] = None,
     metadata: Optional[Mapping[str, str]] = None,
+    list_id: Optional[str] = None,
+    unsubscribe: Optional[str] = None,
 ) -> Job:
     """A validated version-1 job holding the fields given, as a :class:`Job`.
 
@@ -570,7 +611,13 @@ def build_job(
     carries and whose contents go into the job's ``files`` (to be uploaded when it is sent), or
     reference dicts of files already in the payload bucket. `metadata` is up to 20 string pairs
     of yours that Courier echoes in the job's outcome events (see :class:`Outcome`); empty or
-    ``None`` adds nothing. Raises :class:`InvalidJob` when the parser would refuse the job.
+    ``None`` adds nothing. `list_id` names the mailing list the job belongs to, for one-click
+    unsubscribe (letters, digits, ``.``, ``_``, ``-``, at most 64 characters; default: the
+    `campaign_id` when it is one). `unsubscribe` is ``"list"``, ``"global"`` or ``"none"``:
+    whether Courier adds ``List-Unsubscribe`` and what its link stops (default: ``"list"`` for
+    bulk jobs with one recipient, ``"none"`` otherwise); ``"list"`` and ``"global"`` need exactly
+    one recipient, and ``"list"`` a list. ``None`` adds neither field. Raises :class:`InvalidJob`
+    when the parser would refuse the job.
     """
     if message_id is not None and idempotency_key is not None:
         raise ValueError("give message_id or idempotency_key, not both")
@@ -627,6 +674,10 @@ def build_job(
     if metadata:
         # Copied when a mapping; anything else is left for validation to refuse (`schema`).
         job["metadata"] = dict(metadata) if isinstance(metadata, Mapping) else metadata
+    if list_id is not None:
+        job["list_id"] = list_id
+    if unsubscribe is not None:
+        job["unsubscribe"] = unsubscribe
     validate(job)
     return Job(job, files)
 

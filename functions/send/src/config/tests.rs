@@ -343,3 +343,66 @@ fn smtp_credentials_are_never_shown_nor_sent_in_clear() {
         "{err}"
     );
 }
+
+#[test]
+fn unsubscribe_links_need_an_https_url_and_a_key_secret() {
+    // None set: no links.
+    let (_, resources, _) = parse(&base()).unwrap();
+    assert_eq!(resources.unsubscribe, None);
+    // URL, mailto and secret: read, and written back by resource_env.
+    let mut env = base();
+    env.insert(
+        "COURIER_UNSUBSCRIBE_URL",
+        "https://abc.lambda-url.eu-west-1.on.aws/".into(),
+    );
+    env.insert(
+        "COURIER_UNSUBSCRIBE_MAILTO",
+        "unsubscribe@shop.example".into(),
+    );
+    env.insert("COURIER_UNSUBSCRIBE_KEY_SECRET", "unsub-key".into());
+    let (_, resources, _) = parse(&env).unwrap();
+    let u = resources.unsubscribe.clone().unwrap();
+    assert_eq!(u.links.url, "https://abc.lambda-url.eu-west-1.on.aws/");
+    assert_eq!(u.links.mailto.as_deref(), Some("unsubscribe@shop.example"));
+    assert_eq!(u.key_secret, "unsub-key");
+    let written: HashMap<&'static str, String> = resources.resource_env().into_iter().collect();
+    assert_eq!(written, env);
+    // Each error names its variable.
+    let cases: [(&[(&'static str, &str)], &str); 5] = [
+        (
+            &[("COURIER_UNSUBSCRIBE_URL", "https://u.example/")],
+            "COURIER_UNSUBSCRIBE_KEY_SECRET is required when COURIER_UNSUBSCRIBE_URL is set",
+        ),
+        (
+            &[("COURIER_UNSUBSCRIBE_KEY_SECRET", "k")],
+            "COURIER_UNSUBSCRIBE_URL is required when COURIER_UNSUBSCRIBE_KEY_SECRET is set",
+        ),
+        (
+            &[("COURIER_UNSUBSCRIBE_MAILTO", "u@x.example")],
+            "COURIER_UNSUBSCRIBE_URL is required when COURIER_UNSUBSCRIBE_MAILTO is set",
+        ),
+        (
+            &[
+                ("COURIER_UNSUBSCRIBE_URL", "http://u.example/"),
+                ("COURIER_UNSUBSCRIBE_KEY_SECRET", "k"),
+            ],
+            "COURIER_UNSUBSCRIBE_URL=\"http://u.example/\" is invalid",
+        ),
+        (
+            &[
+                ("COURIER_UNSUBSCRIBE_URL", "https://u.example/"),
+                ("COURIER_UNSUBSCRIBE_MAILTO", "Ann <a@x.example>"),
+                ("COURIER_UNSUBSCRIBE_KEY_SECRET", "k"),
+            ],
+            "COURIER_UNSUBSCRIBE_MAILTO=\"Ann <a@x.example>\" is invalid",
+        ),
+    ];
+    for (set, expected) in cases {
+        let mut env = base();
+        for (k, v) in set {
+            env.insert(k, (*v).to_owned());
+        }
+        let error = parse(&env).unwrap_err().to_string();
+        assert!(error.starts_with(expected), "{error}");
+    }
+}

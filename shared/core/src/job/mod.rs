@@ -144,6 +144,16 @@ pub struct EmailJob {
     /// events ([`metadata`]: at most 20 entries, 4 KiB).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub metadata: BTreeMap<String, String>,
+    /// The mailing list the job belongs to, for one-click unsubscribe (default: `campaign_id`
+    /// when it is a list id). Letters, digits, `.`, `_`, `-`; at most 64 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"))]
+    pub list_id: Option<String>,
+    /// Whether Courier adds `List-Unsubscribe` (RFC 8058 one-click): `list`, `global` or
+    /// `none`. Default: `list` for bulk jobs with one recipient, `none` otherwise. `list` and
+    /// `global` need exactly one recipient.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsubscribe: Option<crate::unsubscribe::UnsubscribeMode>,
 }
 
 /// Why a job was refused before any send. Each variant is a documented error code
@@ -218,6 +228,12 @@ pub enum JobError {
     AttachmentsTooLarge { count: usize, bytes: u64 },
     #[error("field `metadata` is invalid: {reason}")]
     InvalidMetadata { reason: String },
+    #[error(
+        "list_id {id:?} is invalid: letters, digits, `.`, `_` and `-`, starting with a letter or digit, at most 64 characters"
+    )]
+    InvalidListId { id: String },
+    #[error("{reason}")]
+    UnsubscribeNotPossible { reason: String },
 }
 
 impl JobError {
@@ -246,6 +262,8 @@ impl JobError {
             JobError::AttachmentDenied { .. } => "attachment_denied",
             JobError::AttachmentsTooLarge { .. } => "attachments_too_large",
             JobError::InvalidMetadata { .. } => "invalid_metadata",
+            JobError::InvalidListId { .. } => "invalid_list_id",
+            JobError::UnsubscribeNotPossible { .. } => "unsubscribe_not_possible",
         }
     }
 }
@@ -422,7 +440,16 @@ impl EmailJob {
             (None, Some(content)) => content.validate()?,
         }
         attachment::validate(&self.attachments)?;
-        metadata::validate(&self.metadata)
+        metadata::validate(&self.metadata)?;
+        if let Some(id) = &self.list_id
+            && !crate::unsubscribe::is_list_id(id)
+        {
+            return Err(JobError::InvalidListId { id: id.clone() });
+        }
+        match crate::unsubscribe::refusal(self) {
+            Some(reason) => Err(JobError::UnsubscribeNotPossible { reason }),
+            None => Ok(()),
+        }
     }
 
     /// Every recipient (to, cc, bcc), in order.

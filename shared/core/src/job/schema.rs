@@ -23,6 +23,7 @@ const CANNOT_EXPRESS: &[&str] = &[
     "an attachment's key is `attachments/` and its own sha256",
     "at most 10 MiB of attachments together",
     "at most 4096 bytes of metadata keys and values together (in UTF-8 bytes)",
+    "`unsubscribe: list` or `global` needs exactly one recipient, and `list` a list id (`list_id`, or a `campaign_id` that is one)",
 ];
 
 /// RFC 6838 `type/subtype` ([`super::attachment::is_media_type`]).

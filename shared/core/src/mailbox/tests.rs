@@ -266,6 +266,35 @@ fn redacted_text_names_no_address_and_keeps_the_rest() {
     assert!(!redact(error).contains("bob@"), "{}", redact(error));
 }
 
+/// The panic hook's line (`redact_panic_messages`): the message redacted, whether the panic
+/// was a literal or formatted, with its location; the default hook would print it in clear.
+#[test]
+fn a_panic_line_names_no_address_and_says_where() {
+    let here = std::panic::Location::caller();
+    let hash = address_hash("ann@example.org");
+    let literal = panic_line(&"template bug rendering for ann@example.org", Some(here));
+    let formatted = panic_line(
+        &String::from("adapter bug after sending to Ann@Example.org"),
+        None,
+    );
+    for line in [&literal, &formatted] {
+        assert!(!line.to_lowercase().contains("ann@"), "{line}");
+        assert!(line.contains(&hash), "{line}");
+    }
+    assert!(
+        literal.starts_with(&format!("panicked at {}:{}:", here.file(), here.line())),
+        "{literal}"
+    );
+    assert_eq!(
+        formatted,
+        format!("panicked: adapter bug after sending to <addr:{hash}>")
+    );
+    assert_eq!(
+        panic_line(&42_u32, None),
+        "panicked: a panic without a message"
+    );
+}
+
 #[test]
 fn allowed_senders_match_addresses_and_domains_however_written() {
     let allowed =

@@ -2,6 +2,7 @@
 //! the dead-letter sink, the suppression and poison lists, templates and breaker state.
 
 use super::*;
+use courier_core::unsubscribe::{Scope, split_key, suppression_key};
 
 /// What a [`MemoryMailer`] does with a message.
 pub type Behaviour = Box<dyn Fn(&OutgoingEmail) -> Result<Receipt, SendFailure> + Send + Sync>;
@@ -97,7 +98,8 @@ impl DeadLetterSink for MemoryDeadLetters {
     }
 }
 
-/// A suppression list in a map (lower-cased addresses -> reason).
+/// A suppression list in a map (suppression keys -> reason; see
+/// [`courier_core::unsubscribe::suppression_key`]).
 #[derive(Debug, Default)]
 pub struct MemorySuppressionList {
     /// Address (lower-cased) -> reason.
@@ -174,6 +176,43 @@ impl SuppressionList for MemorySuppressionList {
         Ok(lock(&self.entries).remove(&key).is_some())
     }
 
+    async fn unsubscribed(
+        &self,
+        addresses: &[String],
+        list: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let scope = Scope::List(list.to_owned());
+        let entries = lock(&self.entries);
+        Ok(addresses
+            .iter()
+            .filter(|a| entries.contains_key(&suppression_key(a, &scope)))
+            .cloned()
+            .collect())
+    }
+
+    async fn unsubscribe(
+        &self,
+        address: &str,
+        scope: &Scope,
+        _now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let key = suppression_key(address, scope);
+        let mut entries = lock(&self.entries);
+        let mut expiries = lock(&self.expiries);
+        // Absent, or a soft entry: written; a hard entry (or this unsubscription) is kept.
+        if entries.contains_key(&key) && !expiries.contains_key(&key) {
+            return Ok(false);
+        }
+        expiries.remove(&key);
+        entries.insert(key, courier_core::unsubscribe::REASON.to_owned());
+        Ok(true)
+    }
+
+    async fn remove_from_list(&self, address: &str, list: &str) -> Result<bool, StoreError> {
+        let key = suppression_key(address, &Scope::List(list.to_owned()));
+        Ok(lock(&self.entries).remove(&key).is_some())
+    }
+
     async fn list(
         &self,
         limit: usize,
@@ -181,21 +220,32 @@ impl SuppressionList for MemorySuppressionList {
     ) -> Result<(Vec<courier_core::ports::SuppressionEntry>, Option<String>), StoreError> {
         let entries = lock(&self.entries);
         let expiries = lock(&self.expiries);
+        let mut last_key: Option<String> = None;
         let page: Vec<courier_core::ports::SuppressionEntry> = entries
             .iter()
             .filter(|(a, _)| cursor.as_ref().is_none_or(|c| *a > c))
             .take(limit.max(1))
-            .map(|(a, r)| courier_core::ports::SuppressionEntry {
-                address: a.clone(),
-                reason: r.clone(),
-                suppressed_at: DateTime::default(),
-                expires_at: expiries.get(a).copied(),
+            .map(|(key, r)| {
+                let (list, address) = split_key(key);
+                (
+                    key.clone(),
+                    courier_core::ports::SuppressionEntry {
+                        address,
+                        list,
+                        reason: r.clone(),
+                        suppressed_at: DateTime::default(),
+                        expires_at: expiries.get(key).copied(),
+                    },
+                )
+            })
+            .collect::<Vec<_>>()
+            .into_iter()
+            .map(|(key, entry)| {
+                last_key = Some(key);
+                entry
             })
             .collect();
-        let next = page
-            .last()
-            .filter(|last| entries.keys().next_back() != Some(&last.address))
-            .map(|l| l.address.clone());
+        let next = last_key.filter(|last| entries.keys().next_back() != Some(last));
         Ok((page, next))
     }
 }

@@ -1,8 +1,10 @@
 //! The suppression table.
 
 use super::*;
+use courier_core::unsubscribe::{Scope, split_key, suppression_key};
 
-/// The suppression list: key `address` (S, lower-cased), with `reason` and `suppressed_at`.
+/// The suppression list: key `address` (S: the address's key, or for an unsubscription from one
+/// list `list:{len}:{list}:{address}`), with `reason` and `suppressed_at`.
 pub struct DynamoDbSuppressionList {
     client: Client,
     table: String,
@@ -17,17 +19,16 @@ impl DynamoDbSuppressionList {
     }
 }
 
-#[async_trait::async_trait]
-impl SuppressionList for DynamoDbSuppressionList {
-    async fn suppressed(
+impl DynamoDbSuppressionList {
+    /// The `addresses` whose key (`key_of`) has an entry in force at `now` (one BatchGetItem per
+    /// 100 keys).
+    async fn listed(
         &self,
         addresses: &[String],
+        key_of: impl Fn(&str) -> String,
         now: DateTime<Utc>,
     ) -> Result<Vec<String>, StoreError> {
-        let mut wanted: Vec<String> = addresses
-            .iter()
-            .map(|a| courier_core::mailbox::address_key(a))
-            .collect();
+        let mut wanted: Vec<String> = addresses.iter().map(|a| key_of(a)).collect();
         wanted.sort();
         wanted.dedup();
         let found: std::collections::HashSet<String> = batch_get(
@@ -45,9 +46,21 @@ impl SuppressionList for DynamoDbSuppressionList {
         .collect();
         Ok(addresses
             .iter()
-            .filter(|a| found.contains(&courier_core::mailbox::address_key(a)))
+            .filter(|a| found.contains(&key_of(a)))
             .cloned()
             .collect())
+    }
+}
+
+#[async_trait::async_trait]
+impl SuppressionList for DynamoDbSuppressionList {
+    async fn suppressed(
+        &self,
+        addresses: &[String],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>, StoreError> {
+        self.listed(addresses, |a| suppression_key(a, &Scope::Global), now)
+            .await
     }
 
     /// `expires_at` (epoch seconds) is also the table's TTL attribute: DynamoDB deletes expired
@@ -109,6 +122,62 @@ impl SuppressionList for DynamoDbSuppressionList {
         Ok(out.attributes.is_some_and(|a| !a.is_empty()))
     }
 
+    async fn unsubscribed(
+        &self,
+        addresses: &[String],
+        list: &str,
+    ) -> Result<Vec<String>, StoreError> {
+        let scope = Scope::List(list.to_owned());
+        // Unsubscriptions never expire: any time will do.
+        self.listed(
+            addresses,
+            |a| suppression_key(a, &scope),
+            DateTime::<Utc>::MIN_UTC,
+        )
+        .await
+    }
+
+    /// One conditional put: absent, or a soft entry (a hard one, or this unsubscription, is
+    /// kept). List entries also carry `list` and `recipient`, for reading them back.
+    async fn unsubscribe(
+        &self,
+        address: &str,
+        scope: &Scope,
+        now: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        let mut request = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("address", s(suppression_key(address, scope)))
+            .item("reason", s(courier_core::unsubscribe::REASON))
+            .item("suppressed_at", n(ms(now)))
+            .condition_expression("attribute_not_exists(address) OR attribute_exists(expires_at)");
+        if let Scope::List(list) = scope {
+            request = request
+                .item("list", s(list))
+                .item("recipient", s(courier_core::mailbox::address_key(address)));
+        }
+        let result = request.send().await;
+        Ok(crate::aws::conditional(result, "unsubscribe")?.is_some())
+    }
+
+    async fn remove_from_list(&self, address: &str, list: &str) -> Result<bool, StoreError> {
+        let out = self
+            .client
+            .delete_item()
+            .table_name(&self.table)
+            .key(
+                "address",
+                s(suppression_key(address, &Scope::List(list.to_owned()))),
+            )
+            .return_values(aws_sdk_dynamodb::types::ReturnValue::AllOld)
+            .send()
+            .await
+            .map_err(err("remove unsubscription"))?;
+        Ok(out.attributes.is_some_and(|a| !a.is_empty()))
+    }
+
     async fn list(
         &self,
         limit: usize,
@@ -128,8 +197,10 @@ impl SuppressionList for DynamoDbSuppressionList {
             .unwrap_or_default()
             .iter()
             .filter_map(|item| {
+                let (list, address) = split_key(&get_s(item, "address")?);
                 Some(courier_core::ports::SuppressionEntry {
-                    address: get_s(item, "address")?,
+                    address,
+                    list,
                     reason: get_s(item, "reason").unwrap_or_default(),
                     suppressed_at: time(item, "suppressed_at").unwrap_or_default(),
                     expires_at: get_n(item, "expires_at")
