@@ -10,6 +10,9 @@
 //!   emulator's SES accepted (noted by a wrapper around the send function's SES mailer) it
 //!   publishes SES's events, in SNS notification envelopes, on the events queue;
 //! - the archiver, once at the end (dead letters to S3);
+//! - the unsubscribe function behind a function URL on the loopback: after the campaign, one
+//!   reader POSTs the one-click link of a delivered message and the next job of that list to
+//!   them is not sent ([`unsubscribe`]);
 //!
 //! then shows live progress and ends with a report. The exit code is 0 only when every job
 //! reached a known end (the send function's final outcomes, and for SES sends the end their
@@ -38,6 +41,7 @@
 pub(crate) mod serve;
 mod ses;
 mod settle;
+mod unsubscribe;
 mod workers;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -472,8 +476,10 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             )
             .await?;
     }
+    let clients = courier_adapters::aws::Clients::new(&sdk);
+    let unsubscribe = unsubscribe::start(&sdk, &clients, &stack.suppression_table, &prefix).await?;
     // SMTP first: jobs without a provider hint go to Postfix, `"provider": "ses"` to SES.
-    let resources = crate::send_resources(
+    let mut resources = crate::send_resources(
         &stack,
         &[Provider::Smtp, Provider::Ses],
         Some(configuration_set.clone()),
@@ -488,11 +494,11 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             max_message_bytes: courier_adapters::smtp::DEFAULT_MAX_MESSAGE_BYTES,
         }),
     );
+    resources.unsubscribe = Some(unsubscribe.settings);
     let config = SendConfig {
         ambiguity_grace: Duration::from_secs(30),
         ..SendConfig::default()
     };
-    let clients = courier_adapters::aws::Clients::new(&sdk);
     // SES's view of what it accepted, for the events it publishes.
     let accepted: Arc<Mutex<Vec<ses::Accepted>>> = Arc::default();
     let (pipeline, applier) =
@@ -640,6 +646,8 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
         jobs: jobs.len(),
         took: started.elapsed(),
     });
+    let (line, unsubscribed) = unsubscribe::show(&sdk, &pipeline, &stack, jobs.len()).await?;
+    println!("{line}");
     // The exit code is the tables' word, not the counters': every job with a status record
     // must be at an end (the others are dead letters: bad input without a usable record).
     let open = open_jobs(&aws_sdk_dynamodb::Client::new(&sdk), &stack.status_table).await?;
@@ -649,5 +657,9 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             println!("  {id}: {status}");
         }
     }
-    Ok(if all_done && open.is_empty() { 0 } else { 1 })
+    Ok(if all_done && open.is_empty() && unsubscribed {
+        0
+    } else {
+        1
+    })
 }

@@ -155,3 +155,55 @@ fn reason(status: u16) -> &'static str {
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
+
+/// One HTTP/1.1 request to a loopback URL (`http://127.0.0.1:PORT/path?query`), as a mailbox
+/// provider's one-click POST or a reader's click would make it: the status code and the body.
+pub async fn request(url: &str, method: &str, form: &str) -> std::io::Result<(u16, String)> {
+    let invalid = || std::io::Error::new(std::io::ErrorKind::InvalidInput, url.to_owned());
+    let rest = url.strip_prefix("http://").ok_or_else(invalid)?;
+    let (host, target) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let target = if target.is_empty() { "/" } else { target };
+    let mut stream = TcpStream::connect(host).await?;
+    let request = format!(
+        "{method} {target} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{form}",
+        form.len()
+    );
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await?;
+    let response = String::from_utf8_lossy(&response);
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(invalid)?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// The value of a delivered message's header (RFC 5322 continuation lines unfolded).
+pub fn header(mail: &str, name: &str) -> Option<String> {
+    let unfolded = mail
+        .replace("\r\n", "\n")
+        .replace("\n ", " ")
+        .replace("\n\t", " ");
+    unfolded
+        .lines()
+        .take_while(|l| !l.is_empty())
+        .find_map(|l| {
+            l.split_once(':')
+                .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+}
+
+/// The first URI of a message's `List-Unsubscribe` (the one-click link Courier puts first).
+pub fn unsubscribe_link(mail: &str) -> Option<String> {
+    let value = header(mail, "List-Unsubscribe")?;
+    let start = value.find('<')? + 1;
+    let end = start + value[start..].find('>')?;
+    Some(value[start..end].to_owned())
+}

@@ -82,8 +82,9 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    // Not locked for the whole run: the demo's and serve's worker threads print too (a function's
+    // EMF line), and would wait for ever on a lock this thread holds.
+    let mut out = std::io::stdout();
     let result = match cli.command {
         Command::Provision { prefix, role_arn } => provision_cmd::run(&prefix, &role_arn, &mut out),
         Command::Demo { jobs, prefix } => demo::run(jobs, prefix).or_else(|e| {

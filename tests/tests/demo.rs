@@ -73,6 +73,13 @@ async fn the_demo_drives_ses_events_through_the_events_function() {
     assert_eq!(number(&stdout, "complaints"), 1, "{stdout}");
     assert!(number(&stdout, "transient bounces resent") >= 1, "{stdout}");
     assert_eq!(number(&stdout, "delivery delays"), 1, "{stdout}");
+    // AND a reader unsubscribed through the one-click link of a delivered message, and the next
+    // job of that list to them was not sent
+    assert_eq!(
+        line(&stdout, "one-click unsubscribe:"),
+        "one-click unsubscribe: reader19@courier.test POSTed the link of its newsletter message (200); the next newsletter job to it: suppressed (unsubscribed: every recipient unsubscribed from list newsletter)",
+        "{stdout}"
+    );
 
     // AND the tables agree, read back directly
     let sdk = aws_config().await;

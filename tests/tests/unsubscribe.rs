@@ -12,7 +12,6 @@ use courier_client::{CourierQueue, Email, Priority};
 use courier_core::ports::StatusStore;
 use courier_core::status::Status;
 use courier_integration::{Stack, courierctl, require_env, unique};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A stack whose send function links to an unsubscribe function served on the loopback.
 struct Linked {
@@ -115,44 +114,11 @@ async fn mailbox(rcpt: &str, count: usize, wait: Duration) -> Vec<String> {
     }
 }
 
-/// A header's value, unfolded (RFC 5322 continuation lines joined).
-fn header(mail: &str, name: &str) -> Option<String> {
-    let unfolded = mail
-        .replace("\r\n", "\n")
-        .replace("\n ", " ")
-        .replace("\n\t", " ");
-    unfolded
-        .lines()
-        .take_while(|l| !l.is_empty())
-        .find_map(|l| {
-            l.split_once(':')
-                .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-                .map(|(_, v)| v.trim().to_owned())
-        })
-}
-
 /// One HTTP/1.1 request to the loopback; the status code and body.
 async fn http(port: u16, method: &str, target: &str, body: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+    courier_dev::function_url::request(&format!("http://127.0.0.1:{port}{target}"), method, body)
         .await
-        .unwrap();
-    let request = format!(
-        "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
+        .unwrap()
 }
 
 #[tokio::test]
@@ -170,7 +136,8 @@ async fn a_one_click_unsubscribe_through_the_url_stops_the_next_bulk_job_of_that
     let mails = mailbox(&ann, 1, Duration::from_secs(20)).await;
     assert_eq!(mails.len(), 1);
     // THEN her message carries the one-click link, the mailto form and List-Unsubscribe-Post
-    let value = header(&mails[0], "List-Unsubscribe").expect("List-Unsubscribe");
+    let value =
+        courier_dev::function_url::header(&mails[0], "List-Unsubscribe").expect("List-Unsubscribe");
     let prefix = format!("<http://127.0.0.1:{}/?t=", l.port);
     let token = value
         .strip_prefix(&prefix)
@@ -184,7 +151,7 @@ async fn a_one_click_unsubscribe_through_the_url_stops_the_next_bulk_job_of_that
         "{value}"
     );
     assert_eq!(
-        header(&mails[0], "List-Unsubscribe-Post").as_deref(),
+        courier_dev::function_url::header(&mails[0], "List-Unsubscribe-Post").as_deref(),
         Some("List-Unsubscribe=One-Click")
     );
     let target = format!("/?t={token}");

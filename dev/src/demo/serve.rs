@@ -2,8 +2,8 @@
 //! `courierctl smoke` and trying jobs by hand. It provisions the stack (sending through SES only,
 //! as the template's default; the identity `courier.test` verified, a configuration set made),
 //! prints the settings courierctl reads as `export` lines and then `serving`, and runs the send
-//! and events functions and the SES stand-in (see `ses`: the simulator's addresses get their
-//! events) until `--seconds` have passed. Retry waits follow the demo's compressed policy.
+//! and events functions, the unsubscribe function on a loopback function URL and the SES stand-in
+//! (see `ses`: the simulator's addresses get their events) until `--seconds` have passed. Retry waits follow the demo's compressed policy.
 
 use std::io::Write;
 
@@ -28,13 +28,17 @@ async fn serve(prefix: String, serve_for: Duration, out: &mut dyn Write) -> Resu
     let sdk = courier_adapters::aws::sdk_config().await;
     let (stack, configuration_set) =
         workers::provision_with_ses(&sdk, &prefix, "courier-serve").await?;
-    let resources = crate::send_resources(
+    let mut resources = crate::send_resources(
         &stack,
         &[Provider::Ses],
         Some(configuration_set.clone()),
         None,
     );
     let clients = courier_adapters::aws::Clients::new(&sdk);
+    // The unsubscribe function on a loopback function URL, linked from bulk mail as on AWS.
+    let unsubscribe =
+        super::unsubscribe::start(&sdk, &clients, &stack.suppression_table, &prefix).await?;
+    resources.unsubscribe = Some(unsubscribe.settings);
     let accepted: Arc<Mutex<Vec<ses::Accepted>>> = Arc::default();
     let config = SendConfig {
         ambiguity_grace: Duration::from_secs(30),
