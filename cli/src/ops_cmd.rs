@@ -435,6 +435,7 @@ pub(crate) fn render_status(
                         .map(|l| format!("    {l}")),
                 );
             }
+            lines.extend(render_recipients(r));
         }
         None => lines.push(format!("{message_id}: no status record (never claimed)")),
     }
@@ -463,6 +464,46 @@ pub(crate) fn render_status(
             lines.push(format!("    {entry}"));
         }
     }
+    lines
+}
+
+/// The record's recipients: one row each (address, role, outcome), then its timeline, oldest
+/// first. Nothing for a record written before a send recorded them.
+fn render_recipients(r: &courier_core::ports::JobRecord) -> Vec<String> {
+    if r.recipients.is_empty() {
+        return Vec::new();
+    }
+    let mut rows = table::new(&["RECIPIENT", "ROLE", "OUTCOME", "TIMELINE"]);
+    for (i, rcpt) in r.recipients.iter().enumerate() {
+        let timeline: Vec<String> = r
+            .recipient_log
+            .iter()
+            .filter(|e| e.recipient == i)
+            .map(|e| {
+                format!(
+                    "{} {}{}",
+                    e.at.to_rfc3339(),
+                    e.status,
+                    e.detail
+                        .as_deref()
+                        .map(|d| format!(" ({d})"))
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        rows.add_row(vec![
+            rcpt.address.clone(),
+            rcpt.role.as_str().to_owned(),
+            rcpt.status.as_str().to_owned(),
+            timeline.join("; "),
+        ]);
+    }
+    let mut lines = vec![format!("  recipients ({}):", r.recipients.len())];
+    lines.extend(
+        table::lines(&mut rows)
+            .into_iter()
+            .map(|l| format!("    {l}")),
+    );
     lines
 }
 
@@ -619,6 +660,90 @@ mod tests {
         assert_eq!(
             render_status("m2", None, &[]),
             vec!["m2: no status record (never claimed)".to_owned()]
+        );
+    }
+
+    #[test]
+    fn each_recipient_is_a_row_with_its_outcome_and_timeline() {
+        use courier_core::recipients::{Recipient, RecipientEntry, RecipientStatus, Role};
+        let mut r = JobRecord::new("m3", Status::PartiallyDelivered, 0, t(40));
+        let rcpt = |address: &str, role, status| Recipient {
+            address: address.into(),
+            role,
+            status,
+        };
+        r.recipients = vec![
+            rcpt("ann@example.org", Role::To, RecipientStatus::Delivered),
+            rcpt(
+                "bob@example.org",
+                Role::Cc,
+                RecipientStatus::BouncedPermanent,
+            ),
+            rcpt("cy@example.org", Role::Bcc, RecipientStatus::Suppressed),
+        ];
+        let entry = |recipient, at, status, detail: &str| RecipientEntry {
+            recipient,
+            status,
+            at: t(at),
+            detail: Some(detail.into()),
+        };
+        r.recipient_log = vec![
+            entry(0, 10, RecipientStatus::Sent, "accepted by ses"),
+            entry(1, 10, RecipientStatus::Sent, "accepted by ses"),
+            entry(2, 10, RecipientStatus::Suppressed, "accepted by ses"),
+            entry(
+                0,
+                20,
+                RecipientStatus::Delivered,
+                "delivered (Delivery event)",
+            ),
+            entry(
+                1,
+                30,
+                RecipientStatus::BouncedPermanent,
+                "Permanent/General bounce",
+            ),
+        ];
+        let lines = render_status("m3", Some(&r), &[]);
+        assert!(lines[0].starts_with("m3: partially_delivered"), "{lines:?}");
+        let at = lines.iter().position(|l| l == "  recipients (3):").unwrap();
+        let rows = &lines[at + 1..];
+        assert!(
+            rows[0]
+                .split_whitespace()
+                .eq(["RECIPIENT", "ROLE", "OUTCOME", "TIMELINE"])
+        );
+        let fields = |row: &str| {
+            row.split_whitespace()
+                .take(3)
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(fields(&rows[1]), ["ann@example.org", "to", "delivered"]);
+        assert_eq!(
+            fields(&rows[2]),
+            ["bob@example.org", "cc", "bounced_permanent"]
+        );
+        assert_eq!(fields(&rows[3]), ["cy@example.org", "bcc", "suppressed"]);
+        // Each recipient's timeline, oldest first, its own entries only.
+        assert!(rows[1].contains("sent (accepted by ses); "), "{}", rows[1]);
+        assert!(
+            rows[1].ends_with("delivered (delivered (Delivery event))"),
+            "{}",
+            rows[1]
+        );
+        assert!(!rows[1].contains("bounce"), "{}", rows[1]);
+        assert!(
+            rows[2].ends_with("bounced_permanent (Permanent/General bounce)"),
+            "{}",
+            rows[2]
+        );
+        // A record without recipients (written before they were kept) has no such section.
+        let old = JobRecord::new("m4", Status::Delivered, 0, t(1));
+        assert!(
+            !render_status("m4", Some(&old), &[])
+                .iter()
+                .any(|l| l.contains("recipients"))
         );
     }
 }

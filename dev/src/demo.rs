@@ -28,7 +28,10 @@
 //!   (`i % 100 == 36`) a permanent bounce, the recipient then suppressed by the events function;
 //!   `softbounce+{i}@` (37) a transient bounce, sent again by the events function through the
 //!   send queue and then delivered; `delay+{i}@` (38) a delivery delay, then the delivery;
-//!   `complaint+{i}@` (`i % 500 == 39`) delivered, then a complaint, the recipient suppressed.
+//!   `complaint+{i}@` (`i % 500 == 39`) delivered, then a complaint, the recipient suppressed;
+//!   `i % 500 == 35` one message to three recipients, `reader{i}@` delivered, `bounce+{i}@` (Cc)
+//!   bounced, `complaint+{i}@` (Bcc) complained: each recipient's outcome is recorded on its own
+//!   and the job ends `complained` (see `courier_core::recipients`).
 //!
 //! Retry waits use a compressed policy ([`DEMO_POLICY`]) so the run takes about a minute; the
 //! production defaults wait minutes to hours. The reputation guard keeps its production
@@ -184,7 +187,15 @@ fn campaign(size: usize, from: &str) -> Campaign {
                 let to = format!("{local}@{DOMAIN}");
                 let mut j = job(i, from, &to);
                 j["provider"] = serde_json::json!("ses");
-                ses.insert(format!("demo-{i:05}"), Script::of(&to).end());
+                let mut end = Script::of(&to).end();
+                if i % 500 == 35 {
+                    // One message, three outcomes: delivered to the reader, a permanent bounce
+                    // from the Cc, a complaint from the Bcc; the job ends `complained`.
+                    j["cc"] = serde_json::json!([format!("bounce+{i}@{DOMAIN}")]);
+                    j["bcc"] = serde_json::json!([format!("complaint+{i}@{DOMAIN}")]);
+                    end = Status::Complained;
+                }
+                ses.insert(format!("demo-{i:05}"), end);
                 j.to_string()
             }
             _ => job(i, from, &format!("reader{i}@{DOMAIN}")).to_string(),
@@ -334,6 +345,7 @@ fn applied_key(applied: &Applied) -> &'static str {
         Applied::Changed(Status::Delivered) => "delivered",
         Applied::Changed(Status::BouncedPermanent) => "bounced_permanent",
         Applied::Changed(Status::Complained) => "complained",
+        Applied::Changed(Status::PartiallyDelivered) => "partially_delivered",
         Applied::Changed(_) => "changed_other",
         Applied::Resent => "resent",
         Applied::GaveUp(_) => "gave_up",
@@ -341,6 +353,7 @@ fn applied_key(applied: &Applied) -> &'static str {
         Applied::NotYet => "not_yet",
         Applied::Uncorrelated => "uncorrelated",
         Applied::Noted => "noted",
+        Applied::Recipients => "recipients",
     }
 }
 
@@ -358,6 +371,8 @@ struct Ended {
     provider: Option<String>,
     /// How many times the send function sent it.
     sends: u32,
+    /// Each recipient and its outcome, as the record lists them.
+    recipients: Vec<(String, courier_core::recipients::RecipientStatus)>,
 }
 
 impl SesJobs {
@@ -373,7 +388,8 @@ impl SesJobs {
             };
             let ended = match record.status {
                 s if s == expected => true,
-                Status::Delivered => expected != Status::Complained,
+                // A complaint may still follow a delivery.
+                Status::Delivered | Status::PartiallyDelivered => expected != Status::Complained,
                 Status::BouncedPermanent
                 | Status::Complained
                 | Status::Suppressed
@@ -391,6 +407,11 @@ impl SesJobs {
                         expected,
                         provider: record.provider.clone(),
                         sends: sends(&record),
+                        recipients: record
+                            .recipients
+                            .iter()
+                            .map(|r| (r.address.clone(), r.status))
+                            .collect(),
                     },
                 );
             }

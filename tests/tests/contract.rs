@@ -52,6 +52,7 @@ fn update(id: &str, owner: &str, status: Status, attempt: u32, at: DateTime<Utc>
         detail: Some(format!("{owner} wrote {status}")),
         payload: (status == Status::SentToProvider).then(|| format!("{{\"body\":\"{id}\"}}")),
         facts: None,
+        recipients: None,
     }
 }
 
@@ -1372,6 +1373,245 @@ async fn letter_queue_memory_and_sqs() {
             .unwrap();
     })
     .await;
+}
+
+/// A job's recipients: written with its send, then moved by changes computed at a version.
+async fn recipients_contract(store: &dyn StatusStore) {
+    use courier_core::recipients::{self, Recipient, RecipientStatus::*, Role};
+    let t = now();
+    let id = unique("rcpt");
+    store.claim(&claim(&id, 0, "a", t, 60)).await.unwrap();
+    let rcpt = |address: &str, role, status| Recipient {
+        address: address.into(),
+        role,
+        status,
+    };
+    let roll = vec![
+        rcpt("ann@example.org", Role::To, Sent),
+        rcpt("bob@example.org", Role::Cc, Sent),
+        rcpt("cy@example.org", Role::Bcc, Suppressed),
+    ];
+    // GIVEN a send recorded with its recipients
+    let mut sent = update(&id, "a", Status::SentToProvider, 0, t);
+    sent.recipients = Some(roll.clone());
+    store.finish(&sent).await.unwrap();
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.recipients, roll);
+    assert_eq!(rec.recipients_version, 1);
+    let logged: Vec<(usize, _, Option<&str>)> = rec
+        .recipient_log
+        .iter()
+        .map(|e| (e.recipient, e.status, e.detail.as_deref()))
+        .collect();
+    let detail = Some("a wrote sent_to_provider");
+    assert_eq!(
+        logged,
+        vec![
+            (0, Sent, detail),
+            (1, Sent, detail),
+            (2, Suppressed, detail)
+        ]
+    );
+    assert!(rec.recipient_log.iter().all(|e| e.at == t));
+    // WHEN a change computed at that version is written THEN it lands, once
+    let change = recipients::apply(
+        &rec.recipients,
+        &rec.recipient_log,
+        rec.recipients_version,
+        &["Bob@Example.org".into()],
+        Delivered,
+        t,
+        Some("delivered"),
+    )
+    .unwrap();
+    assert!(store.update_recipients(&id, &change).await.unwrap());
+    assert!(
+        !store.update_recipients(&id, &change).await.unwrap(),
+        "a change computed at a version the record has left is refused"
+    );
+    let rec = store.get(&id).await.unwrap().unwrap();
+    let statuses: Vec<_> = rec.recipients.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![Sent, Delivered, Suppressed]);
+    assert_eq!(rec.recipients_version, 2);
+    assert_eq!(rec.recipient_log.len(), 4);
+    assert_eq!(rec.recipient_log[3].recipient, 1);
+    assert_eq!(rec.recipient_log[3].detail.as_deref(), Some("delivered"));
+    // The job's own status is not the change's to make.
+    assert_eq!(rec.status, Status::SentToProvider);
+    // Two recipients in one change, the second without a timeline entry.
+    let two = courier_core::recipients::RecipientChange {
+        version: 2,
+        set: vec![(0, BouncedPermanent), (1, Complained)],
+        log: vec![courier_core::recipients::RecipientEntry {
+            recipient: 0,
+            status: BouncedPermanent,
+            at: t,
+            detail: None,
+        }],
+    };
+    assert!(store.update_recipients(&id, &two).await.unwrap());
+    let rec = store.get(&id).await.unwrap().unwrap();
+    let statuses: Vec<_> = rec.recipients.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, vec![BouncedPermanent, Complained, Suppressed]);
+    assert_eq!(rec.recipient_log.len(), 5);
+    assert_eq!(rec.recipient_log[4].detail, None);
+    // No record, or one without recipients: nothing written.
+    assert!(
+        !store
+            .update_recipients(&unique("none"), &two)
+            .await
+            .unwrap()
+    );
+    let bare = unique("bare");
+    store.claim(&claim(&bare, 0, "a", t, 60)).await.unwrap();
+    store
+        .finish(&update(&bare, "a", Status::SentToProvider, 0, t))
+        .await
+        .unwrap();
+    let first = courier_core::recipients::RecipientChange { version: 1, ..two };
+    assert!(!store.update_recipients(&bare, &first).await.unwrap());
+    assert!(
+        store
+            .get(&bare)
+            .await
+            .unwrap()
+            .unwrap()
+            .recipients
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn recipients_memory_and_dynamodb() {
+    recipients_contract(&MemoryStatusStore::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let store = DynamoDbStatusStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    );
+    recipients_contract(&store).await;
+}
+
+/// The largest record a job can make: 50 recipients of 254 characters, every timeline full with
+/// details at their cut, the kept payload at its limit, an id of 256 characters. Written on the
+/// emulator's table (DynamoDB Local refuses items over 400 KB) and measured as DynamoDB counts.
+#[tokio::test]
+async fn a_record_at_fifty_recipients_stays_within_one_dynamodb_item() {
+    use courier_core::recipients::{self, LOG_PER_RECIPIENT, RecipientStatus::*};
+    let stack = Stack::create(&["ses"]).await;
+    let client = aws_sdk_dynamodb::Client::new(&stack.sdk);
+    let table = &stack.resources.status_table;
+    let store = DynamoDbStatusStore::new(client.clone(), table, Duration::from_secs(3600));
+    let size = |id: String| {
+        let client = client.clone();
+        async move {
+            let item = client
+                .get_item()
+                .table_name(table)
+                .key("message_id", aws_sdk_dynamodb::types::AttributeValue::S(id))
+                .consistent_read(true)
+                .send()
+                .await
+                .unwrap()
+                .item
+                .unwrap();
+            courier_adapters::aws::item_size(&item)
+        }
+    };
+    // An address of 254 characters: a 64-character local part, a 189-character domain.
+    let long = |i: usize| {
+        format!(
+            "{i:02}{}@{}.{}.{}.org",
+            "a".repeat(62),
+            "b".repeat(63),
+            "c".repeat(63),
+            "d".repeat(57)
+        )
+    };
+    assert_eq!(long(7).len(), 254);
+    let t = now();
+    let mut measured = Vec::new();
+    // Every recipient through the longest way its outcomes can go, each event one change.
+    let longest = [
+        BouncedTransient,
+        Sent,
+        BouncedTransient,
+        Sent,
+        Delivered,
+        Complained,
+    ];
+    for (name, address, payload, path) in [
+        (
+            "typical: 50 recipients, sent then delivered, no kept payload",
+            false,
+            0,
+            &[Delivered][..],
+        ),
+        (
+            "largest: 50 x 254 characters, full timelines, kept payload at its limit",
+            true,
+            courier_send::MAX_KEPT_PAYLOAD,
+            &longest[..],
+        ),
+    ] {
+        let id = if address {
+            format!("{}{}", unique("big"), "i".repeat(200))
+        } else {
+            unique("typical")
+        };
+        let to: Vec<String> = (0..50)
+            .map(|i| {
+                if address {
+                    long(i)
+                } else {
+                    format!("reader{i}@example.org")
+                }
+            })
+            .collect();
+        let job: courier_core::job::EmailJob = serde_json::from_value(serde_json::json!({
+            "version": 1, "message_id": id, "campaign_id": "c", "from": "shop@example.com",
+            "to": to, "content": {"subject": "s", "text": "t"}
+        }))
+        .unwrap();
+        store.claim(&claim(&id, 0, "a", t, 60)).await.unwrap();
+        let mut sent = update(&id, "a", Status::SentToProvider, 0, t);
+        sent.payload = (payload > 0).then(|| "p".repeat(payload));
+        sent.recipients = Some(recipients::roll(&job, Sent, &[]));
+        store.finish(&sent).await.unwrap();
+        let detail = "x".repeat(recipients::DETAIL_CHARS * 5);
+        for to in path.iter().copied() {
+            let rec = store.get(&id).await.unwrap().unwrap();
+            let change = recipients::apply(
+                &rec.recipients,
+                &rec.recipient_log,
+                rec.recipients_version,
+                &rec.recipients
+                    .iter()
+                    .map(|r| r.address.clone())
+                    .collect::<Vec<_>>(),
+                to,
+                t,
+                Some(&detail),
+            )
+            .unwrap();
+            assert!(store.update_recipients(&id, &change).await.unwrap());
+        }
+        let rec = store.get(&id).await.unwrap().unwrap();
+        assert_eq!(rec.recipients.len(), 50);
+        let last = path[path.len() - 1];
+        assert!(rec.recipients.iter().all(|r| r.status == last));
+        if path.len() == longest.len() {
+            assert_eq!(rec.recipient_log.len(), 50 * LOG_PER_RECIPIENT);
+        }
+        let bytes = size(id).await;
+        eprintln!(
+            "status record, {name}: {bytes} bytes ({} of them the kept payload); DynamoDB's limit 409600",
+            payload
+        );
+        measured.push(bytes);
+    }
+    assert!(measured.iter().all(|b| *b < 400 * 1024), "{measured:?}");
 }
 
 /// History, the kept payload, transient-bounce resends and the sweeper's open-job index.

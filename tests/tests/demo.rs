@@ -62,15 +62,21 @@ async fn the_demo_drives_ses_events_through_the_events_function() {
     );
     // AND the report accounts for the SES slice and the events applied
     assert!(
-        line(&stdout, "SES jobs at their end").contains("of 10 (read back from the status table: bounced_permanent 1, complained 1, delivered 8)"),
+        line(&stdout, "SES jobs at their end").contains("of 10 (read back from the status table: bounced_permanent 1, complained 2, delivered 7)"),
         "{stdout}"
     );
     assert_eq!(number(&stdout, "bounced permanently  "), 1, "{stdout}");
     assert!(
-        line(&stdout, "bounced permanently  ").contains("recipients suppressed: 2 of 2"),
+        line(&stdout, "bounced permanently  ").contains("recipients suppressed: 4 of 4"),
         "{stdout}"
     );
-    assert_eq!(number(&stdout, "complaints"), 1, "{stdout}");
+    assert_eq!(number(&stdout, "complaints"), 2, "{stdout}");
+    // AND the message to three recipients has an outcome per recipient
+    assert_eq!(
+        line(&stdout, "one message to 3 recipients:"),
+        "one message to 3 recipients: demo-00035 complained (reader35@courier.test delivered, bounce+35@courier.test bounced_permanent, complaint+35@courier.test complained)",
+        "{stdout}"
+    );
     assert!(number(&stdout, "transient bounces resent") >= 1, "{stdout}");
     assert_eq!(number(&stdout, "delivery delays"), 1, "{stdout}");
     // AND a reader unsubscribed through the one-click link of a delivered message, and the next

@@ -638,25 +638,9 @@ async fn events_without_our_id_find_their_job_suppress_and_count_once() {
 async fn concurrent_out_of_order_events_end_in_the_furthest_status() {
     // GIVEN jobs sent through SES
     let stack = Stack::create(&["ses"]).await;
-    let pipeline = stack.send_pipeline();
     let ids: Vec<String> = (0..6).map(|i| format!("race-{i}")).collect();
-    let records = ids
-        .iter()
-        .map(|id| RecordIn {
-            sqs_message_id: id.clone(),
-            body: serde_json::json!({"version": 1, "message_id": id, "campaign_id": "race", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}}).to_string(),
-            trace_header: None,
-        })
-        .collect();
-    let deadline = chrono::Utc::now() + chrono::Duration::seconds(30);
-    let report = pipeline.handle_records(records, deadline, "race").await;
-    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    let applier = send_through_ses(&stack, &ids, |id| serde_json::json!({"version": 1, "message_id": id, "campaign_id": "race", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}})).await;
     let status = stack.status_store();
-    let applier = Arc::new(applier(
-        &stack,
-        RetryPolicy::default(),
-        GuardConfig::default(),
-    ));
     // WHEN each job's SEND, DELIVERY, DELIVERY_DELAY and COMPLAINT arrive at once, in an order of
     // their own
     let mut tasks = Vec::new();
@@ -760,4 +744,202 @@ async fn concurrent_out_of_order_events_end_in_the_furthest_status() {
             .count();
         assert_eq!(delays, 1, "{id}: {:?}", rec.history);
     }
+}
+
+/// Sends the jobs `job` makes of `ids` through the send function (SES on the emulator), and
+/// gives the events function with the default policy.
+async fn send_through_ses(
+    stack: &Stack,
+    ids: &[String],
+    job: impl Fn(&str) -> serde_json::Value,
+) -> Arc<Applier> {
+    let records = ids
+        .iter()
+        .map(|id| RecordIn {
+            sqs_message_id: id.clone(),
+            body: job(id).to_string(),
+            trace_header: None,
+        })
+        .collect();
+    let deadline = chrono::Utc::now() + chrono::Duration::seconds(30);
+    let report = stack
+        .send_pipeline()
+        .handle_records(records, deadline, "events-it")
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    Arc::new(applier(
+        stack,
+        RetryPolicy::default(),
+        GuardConfig::default(),
+    ))
+}
+
+/// Applies `bodies` at once (on moto, which does not isolate concurrent conditional writes to
+/// one item, one at a time in the order given), each redelivered until it is acknowledged.
+async fn deliver_all(applier: &Arc<Applier>, bodies: Vec<String>) {
+    let deliver = |body: String| {
+        let applier = Arc::clone(applier);
+        async move {
+            for _ in 0..30 {
+                if applier.handle(sqs(body.clone())).await.failures.is_empty() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            panic!("an event was left for redelivery 30 times: {body}");
+        }
+    };
+    if courier_integration::atomic_conditional_writes() {
+        let tasks: Vec<_> = bodies
+            .into_iter()
+            .map(|b| tokio::spawn(deliver(b)))
+            .collect();
+        for task in futures::future::join_all(tasks).await {
+            task.unwrap();
+        }
+    } else {
+        for body in bodies {
+            deliver(body).await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_job_to_three_recipients_ends_with_one_delivery_one_bounce_and_one_complaint() {
+    use courier_core::recipients::RecipientStatus;
+    // GIVEN two jobs to Ann (to), Bob (cc) and Cy (bcc) sent through SES
+    let stack = Stack::create(&["ses"]).await;
+    let ids = [unique("three"), unique("partly")];
+    let applier = send_through_ses(&stack, &ids, |id| serde_json::json!({"version": 1, "message_id": id, "campaign_id": "rcpt", "from": stack.sender, "to": ["Ann <ann@example.org>"], "cc": ["bob@example.org"], "bcc": ["cy@example.org"], "content": {"subject": "s", "text": "t"}})).await;
+    let status = stack.status_store();
+    let provider = |id: &str| {
+        let status = &status;
+        let id = id.to_owned();
+        async move {
+            status
+                .get(&id)
+                .await
+                .unwrap()
+                .unwrap()
+                .provider_message_id
+                .unwrap()
+        }
+    };
+    let (p0, p1) = (provider(&ids[0]).await, provider(&ids[1]).await);
+    let delivery = |id: &str, p: &str, to: &[&str]| {
+        event(
+            "Delivery",
+            id,
+            p,
+            serde_json::json!({"delivery": {"recipients": to, "smtpResponse": "250 ok"}}),
+        )
+    };
+    let bounce = |id: &str, p: &str| {
+        event(
+            "Bounce",
+            id,
+            p,
+            serde_json::json!({"bounce": {"bounceType": "Permanent", "bounceSubType": "General", "bouncedRecipients": [{"emailAddress": "bob@example.org", "status": "5.1.1", "diagnosticCode": "smtp; 550 5.1.1 user unknown"}]}}),
+        )
+    };
+    // WHEN the first job's delivery to Ann, bounce from Bob and complaint from Cy arrive at once,
+    // and the second's deliveries to Ann and Cy and bounce from Bob
+    deliver_all(
+        &applier,
+        vec![
+            delivery(&ids[0], &p0, &["ann@example.org"]),
+            bounce(&ids[0], &p0),
+            event("Complaint", &ids[0], &p0, serde_json::json!({"complaint": {"complainedRecipients": [{"emailAddress": "cy@example.org"}], "complaintFeedbackType": "abuse"}})),
+            delivery(&ids[1], &p1, &["ann@example.org", "cy@example.org"]),
+            bounce(&ids[1], &p1),
+        ],
+    )
+    .await;
+    // THEN each recipient has its own outcome, and each job the status they make
+    let outcomes = |rec: &courier_core::ports::JobRecord| {
+        rec.recipients
+            .iter()
+            .map(|r| (r.address.clone(), r.role.as_str(), r.status))
+            .collect::<Vec<_>>()
+    };
+    let first = status.get(&ids[0]).await.unwrap().unwrap();
+    assert_eq!(first.status, Status::Complained, "{:?}", first.history);
+    assert_eq!(
+        outcomes(&first),
+        vec![
+            (
+                "ann@example.org".to_owned(),
+                "to",
+                RecipientStatus::Delivered
+            ),
+            (
+                "bob@example.org".to_owned(),
+                "cc",
+                RecipientStatus::BouncedPermanent
+            ),
+            (
+                "cy@example.org".to_owned(),
+                "bcc",
+                RecipientStatus::Complained
+            ),
+        ]
+    );
+    // Every recipient's timeline: its send, then its own event.
+    assert_eq!(first.recipient_log.len(), 6, "{:?}", first.recipient_log);
+    let second = status.get(&ids[1]).await.unwrap().unwrap();
+    assert_eq!(
+        second.status,
+        Status::PartiallyDelivered,
+        "{:?}",
+        second.history
+    );
+    // Bob's bounce suppressed him alone.
+    let suppression = DynamoDbSuppressionList::new(
+        Clients::new(&stack.sdk).dynamodb,
+        &stack.resources.suppression_table,
+    );
+    let listed = suppression
+        .suppressed(
+            &["ann@example.org".into(), "bob@example.org".into()],
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed, vec!["bob@example.org".to_owned()]);
+    // AND `courierctl status` shows a row per recipient with its outcome and timeline
+    let out = std::process::Command::new(courier_integration::courierctl())
+        .envs(stack.resources.resource_env())
+        .args(["status", &ids[1]])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.lines().next().unwrap().contains("partially_delivered"),
+        "{text}"
+    );
+    let row = |address: &str| {
+        text.lines()
+            .find(|l| l.trim_start().starts_with(address))
+            .unwrap_or_else(|| panic!("no row for {address}:\n{text}"))
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        row("ann@example.org"),
+        ["ann@example.org", "to", "delivered"]
+    );
+    assert_eq!(
+        row("bob@example.org"),
+        ["bob@example.org", "cc", "bounced_permanent"]
+    );
+    assert_eq!(
+        row("cy@example.org"),
+        ["cy@example.org", "bcc", "delivered"]
+    );
 }

@@ -58,14 +58,7 @@ fn job_in(store: &MemoryStatusStore, status: Status, attempt: u32) {
             unknown_since: None,
             provider: None,
             provider_message_id: None,
-            updated_at: t(),
-            history: Vec::new(),
-            payload: None,
-            resend_of: None,
-            swept_at: None,
-            trace_id: None,
-            facts: Default::default(),
-            outbox: None,
+            ..JobRecord::new("m1", status, attempt, t())
         },
     );
 }

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from courier_client import OUTCOME_DETAIL_TYPES, OUTCOME_SOURCE, Outcome
+from courier_client import OUTCOME_DETAIL_TYPES, OUTCOME_SOURCE, Outcome, RecipientOutcome
 
 # The detail of `the_event_is_built_from_the_durable_record` in shared/core/src/outcome.rs.
 DETAIL = {
@@ -118,6 +118,7 @@ def test_the_known_outcomes():
     assert list(OUTCOME_DETAIL_TYPES) == [
         "sent",
         "delivered",
+        "partially_delivered",
         "bounced",
         "complained",
         "suppressed",
@@ -130,7 +131,10 @@ def test_the_known_outcomes():
 def test_an_unknown_outcome_is_refused_with_the_known_ones():
     message = refused(detail(outcome="opened"))
     assert "'opened'" in message
-    assert "sent, delivered, bounced, complained, suppressed, dead_lettered, failed" in message
+    assert (
+        "sent, delivered, partially_delivered, bounced, complained, suppressed, dead_lettered, failed"
+        in message
+    )
 
 
 @pytest.mark.parametrize("source", ["aws.ses", "Courier", None, ""])
@@ -231,3 +235,28 @@ def test_what_is_not_an_object_is_refused(value):
 
 def test_a_detail_that_is_not_an_object_is_refused():
     assert "`detail` must be an object" in refused(event(detail="{}"))
+
+
+def test_each_recipients_outcome_is_read():
+    got = Outcome.from_event(
+        detail(
+            outcome="partially_delivered",
+            recipients=[
+                {"address": "ann@example.org", "role": "to", "status": "delivered"},
+                {"address": "bob@example.org", "role": "cc", "status": "bounced_permanent"},
+            ],
+        )
+    )
+    assert got.recipients == (
+        RecipientOutcome("ann@example.org", "to", "delivered"),
+        RecipientOutcome("bob@example.org", "cc", "bounced_permanent"),
+    )
+    # Without the field (before a send recorded the recipients): none.
+    assert Outcome.from_event(DETAIL).recipients == ()
+
+
+@pytest.mark.parametrize(
+    "recipients", ["ann", [{"address": "ann@example.org", "role": "to"}], [1], [{"address": 1, "role": "to", "status": "sent"}]]
+)
+def test_recipients_of_the_wrong_shape_are_refused(recipients):
+    assert "recipients" in refused(detail(recipients=recipients))

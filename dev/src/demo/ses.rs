@@ -278,20 +278,28 @@ fn sns_notification(topic_arn: &str, region: &str, id: &str, message: &Value) ->
     })
 }
 
-/// The events SES would publish for one accepted message: (eventType, SNS envelope, delay).
+/// The events SES would publish for one accepted message: (the event as the report counts it,
+/// SNS envelope, delay). One `Send` for the message, then each recipient's events as its own
+/// script says (a message to several recipients gets an outcome per recipient).
 pub(crate) fn notifications(
     accepted: &Accepted,
     destination: &Destination,
     first: bool,
     rng: &mut SeededRandom,
-) -> Vec<(&'static str, Value, i32)> {
-    let recipient = accepted.to.first().cloned().unwrap_or_default();
-    let script = Script::of(&recipient);
+) -> Vec<(String, Value, i32)> {
     let mail = accepted.mail(destination);
-    script
-        .events(first, &recipient, accepted.at)
+    let mut events: Vec<(Script, &'static str, &'static str, Value)> = Vec::new();
+    for (i, recipient) in accepted.to.iter().enumerate() {
+        let script = Script::of(recipient);
+        for (event_type, key, detail) in script.events(first, recipient, accepted.at) {
+            if event_type != "Send" || i == 0 {
+                events.push((script, event_type, key, detail));
+            }
+        }
+    }
+    events
         .into_iter()
-        .map(|(event_type, key, detail)| {
+        .map(|(script, event_type, key, detail)| {
             let mut event = json!({"eventType": event_type, "mail": mail});
             event[key] = detail;
             let (a, b) = (rng.next_u64(), rng.next_u64());
@@ -303,8 +311,13 @@ pub(crate) fn notifications(
                 (b >> 48) & 0x3fff | 0x8000,
                 b & 0xffff_ffff_ffff
             );
+            let counted = match (event_type, script) {
+                ("Bounce", Script::SoftBounce) => "Bounce (Transient)".to_owned(),
+                ("Bounce", _) => "Bounce (Permanent)".to_owned(),
+                (other, _) => other.to_owned(),
+            };
             (
-                event_type,
+                counted,
                 sns_notification(&destination.topic_arn, &destination.region, &id, &event),
                 delay_of(script, event_type),
             )
@@ -436,20 +449,17 @@ impl EventPublisher {
             ));
         }
         self.seen.insert(accepted.message_id.clone());
-        let script = accepted
-            .to
-            .first()
-            .map_or(Script::Deliver, |r| Script::of(r));
-        for (event_type, _, _) in &notes {
-            let name = match (*event_type, script) {
-                ("Bounce", Script::SoftBounce) => "Bounce (Transient)".to_owned(),
-                ("Bounce", _) => "Bounce (Permanent)".to_owned(),
-                (other, _) => other.to_owned(),
-            };
-            *out.events.entry(name).or_default() += 1;
+        for (counted, _, _) in &notes {
+            *out.events.entry(counted.clone()).or_default() += 1;
         }
-        if first && matches!(script, Script::Bounce | Script::Complaint) {
-            out.to_suppress.extend(accepted.to.iter().cloned());
+        if first {
+            out.to_suppress.extend(
+                accepted
+                    .to
+                    .iter()
+                    .filter(|r| matches!(Script::of(r), Script::Bounce | Script::Complaint))
+                    .cloned(),
+            );
         }
         Ok(())
     }
@@ -472,13 +482,13 @@ mod tests {
         }
     }
 
-    fn accepted(to: &str) -> Accepted {
+    fn accepted(to: &[&str]) -> Accepted {
         Accepted {
             message_id: "demo-00036".into(),
             campaign_id: "winter-sale".into(),
             provider_message_id: "ses-36".into(),
             from: "Courier Demo <demo@courier.test>".into(),
-            to: vec![to.into()],
+            to: to.iter().map(|a| (*a).to_owned()).collect(),
             subject: "Welcome, Reader 36".into(),
             at: Utc::now(),
         }
@@ -507,7 +517,7 @@ mod tests {
 
     fn kinds(to: &str, first: bool) -> Vec<EventKind> {
         let mut rng = SeededRandom::new(7);
-        notifications(&accepted(to), &destination(), first, &mut rng)
+        notifications(&accepted(&[to]), &destination(), first, &mut rng)
             .into_iter()
             .map(|(_, body, _)| {
                 // GIVEN the SNS envelope the demo publishes
@@ -546,6 +556,41 @@ mod tests {
         let k = kinds("complaint+39@courier.test", true);
         assert_eq!(k[1], EventKind::Delivery);
         assert!(matches!(&k[2], EventKind::Failure(F::Complaint { .. })));
+    }
+
+    #[test]
+    fn a_message_to_several_recipients_gets_one_send_and_each_recipient_its_outcome() {
+        use courier_core::classify::SesFailureEvent as F;
+        let mut rng = SeededRandom::new(7);
+        let to = [
+            "reader35@courier.test",
+            "bounce+35@courier.test",
+            "complaint+35@courier.test",
+        ];
+        let events: Vec<(String, courier_events::SesEvent)> =
+            notifications(&accepted(&to), &destination(), true, &mut rng)
+                .into_iter()
+                .map(|(counted, body, _)| (counted, parse(&body.to_string()).expect("parses")))
+                .collect();
+        let seen: Vec<(&str, Vec<String>)> = events
+            .iter()
+            .map(|(counted, e)| (counted.as_str(), e.recipients.clone()))
+            .collect();
+        let one = |a: &str| vec![a.to_owned()];
+        assert_eq!(
+            seen,
+            vec![
+                ("Send", to.iter().map(|a| (*a).to_owned()).collect()),
+                ("Delivery", one(to[0])),
+                ("Bounce (Permanent)", one(to[1])),
+                ("Delivery", one(to[2])),
+                ("Complaint", one(to[2])),
+            ]
+        );
+        assert!(matches!(
+            &events[2].1.kind,
+            EventKind::Failure(F::Bounce { bounce_type, .. }) if bounce_type == "Permanent"
+        ));
     }
 
     #[test]

@@ -150,6 +150,12 @@ pub(super) fn report(r: &Report<'_>) {
         "    complaints                {:>6}  (recipients suppressed, counted above)",
         applied("complained")
     );
+    if applied("recipients") > 0 {
+        println!(
+            "    one recipient's outcome   {:>6}  (the job waits for its other recipients)",
+            applied("recipients")
+        );
+    }
     println!(
         "    transient bounces resent  {:>6}  (through the send queue; sent again by the send function)",
         applied("resent")
@@ -207,6 +213,19 @@ pub(super) fn report(r: &Report<'_>) {
             e.status,
             e.provider.as_deref().unwrap_or("no provider"),
             e.expected
+        );
+    }
+    if let Some((id, e)) = r.ses.ended.iter().find(|(_, e)| e.recipients.len() > 1) {
+        let each: Vec<String> = e
+            .recipients
+            .iter()
+            .map(|(address, outcome)| format!("{address} {outcome}"))
+            .collect();
+        println!(
+            "  one message to {} recipients: {id} {} ({})",
+            e.recipients.len(),
+            e.status,
+            each.join(", ")
         );
     }
     if !r.ses.pending.is_empty() {

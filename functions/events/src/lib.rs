@@ -13,6 +13,11 @@
 //! its grace window. Delivery delays and undetermined bounces change no status: they are noted
 //! in the job's timeline, once per event.
 //!
+//! Each event moves the recipients it names on the record's list of recipients, forward only;
+//! a job with several recipients takes the status their outcomes make once each is final
+//! (`delivered`, `partially_delivered`, `bounced_permanent`, `complained`; see
+//! [`courier_core::recipients`]) and keeps its status until then.
+//!
 //! A transient bounce (SES gave up on a soft failure, e.g. a full mailbox) sends the job again
 //! on the soft-bounce schedule of the retry policy, from the payload the send function kept with
 //! the record, within the give-up horizon; past it the recipients are soft-suppressed and the
@@ -29,9 +34,11 @@
 //!   notifications whose signature verifies ([`sns`]). Others are refused (`EventsRefused`).
 //! - [`parse`]: SNS notifications, EventBridge events and raw SES events into [`SesEvent`]s.
 //! - [`Applier::handle`]: one SQS batch, partial batch failures for events not yet applicable.
+//! - `recipients`: per-recipient outcomes and the job status that follows from them.
 //! - [`Resender`]: the soft-bounce resend; [`Guard`]: the reputation guard.
 
 mod event;
+mod recipients;
 pub mod sns;
 pub mod wiring;
 
@@ -112,6 +119,8 @@ pub enum Applied {
     /// Recorded in the job's timeline without a transition (a delivery delay, an undetermined
     /// bounce).
     Noted,
+    /// The recipients it names moved; the job's status waits for its other recipients.
+    Recipients,
 }
 
 /// How long an event without our header and tag is retried while no record has its SES
@@ -243,6 +252,12 @@ impl Applier {
         };
         let Some(record) = self.status.get(message_id).await? else {
             return Ok(Applied::NotYet);
+        };
+        let (record, to) = match self.follow(event, record, to).await? {
+            recipients::Follow::Job(record, to) => (*record, to),
+            recipients::Follow::Waits => return Ok(Applied::Recipients),
+            recipients::Follow::Absorbed => return Ok(Applied::Absorbed),
+            recipients::Follow::Gone => return Ok(Applied::NotYet),
         };
         if to == Status::BouncedTransient
             && let Some(applied) = self.transient_bounce(event, &record).await?

@@ -65,14 +65,7 @@ fn world(status_now: Option<Status>) -> World {
                 unknown_since: None,
                 provider: Some("ses".into()),
                 provider_message_id: None,
-                updated_at: t0(),
-                history: Vec::new(),
-                payload: None,
-                resend_of: None,
-                swept_at: None,
-                trace_id: None,
-                facts: Default::default(),
-                outbox: None,
+                ..JobRecord::new("order-4711", s, 0, t0())
             },
         );
     }
@@ -1053,6 +1046,7 @@ fn count_keys_tell_events_apart_and_not_their_copies() {
 
 mod gate;
 mod logs;
+mod recipients;
 
 /// The live settings' retry policy decides a transient bounce's resend: with no
 /// `mailbox_temporary` retries stored, the bounced job is dead-lettered instead of resent; a

@@ -7,7 +7,8 @@
 //!
 //! - the event is acknowledged within a few deliveries (it never ends in the events DLQ,
 //!   which nothing consumes);
-//! - the job ends as the event says (its status, the suppression of a dead address, a resend
+//! - the job ends as the event says (its status and its recipient's, the suppression of a dead
+//!   address, a resend
 //!   of the next generation with the record pointing at it, or a complete dead letter);
 //! - a resend schedules only copies of the next generation, and never leaves the job `deferred`
 //!   with no copy on its way;
@@ -25,6 +26,7 @@ use courier_core::envelope::parse_body;
 use courier_core::policy::{DeadLetterCategory, RetryPolicy, RetryState};
 use courier_core::ports::{JobRecord, Requeue};
 use courier_core::random::SeededRandom;
+use courier_core::recipients::{Recipient, RecipientStatus, Role};
 use courier_core::reputation::GuardConfig;
 use courier_core::status::Status;
 use courier_devkit::faults::{FAULTS, Fault, Faults, Faulty};
@@ -163,14 +165,15 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             unknown_since: (path.before == Status::Unknown).then(t0),
             provider: Some("ses".into()),
             provider_message_id: None,
-            updated_at: t0(),
-            history: Vec::new(),
             payload: path.payload.map(kept_payload),
-            resend_of: None,
-            swept_at: None,
-            trace_id: None,
-            facts: Default::default(),
-            outbox: None,
+            // The recipients as the send records them: every path moves Ann's outcome too.
+            recipients: vec![Recipient {
+                address: RECIPIENT.into(),
+                role: Role::To,
+                status: RecipientStatus::of_status(path.before).unwrap(),
+            }],
+            recipients_version: 1,
+            ..JobRecord::new(JOB_ID, path.before, 0, t0())
         },
     );
     let suppression = Arc::new(MemorySuppressionList::default());
@@ -240,6 +243,12 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             if record.status != want {
                 out.violations
                     .push(format!("ended {}, expected {want}", record.status));
+            }
+            let ann = record.recipients.first().map(|r| r.status);
+            if ann != RecipientStatus::of_status(want) {
+                out.violations.push(format!(
+                    "the recipient ended {ann:?}, expected as the job: {want}"
+                ));
             }
             if suppressed != (listed.is_some() && !soft) {
                 out.violations.push(format!(

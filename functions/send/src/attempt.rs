@@ -2,6 +2,7 @@
 //! failover order, then the call and its status write.
 
 use super::*;
+use courier_core::recipients::RecipientStatus;
 
 /// The attachment bytes an instance holds at once. A message is held about five times over
 /// while it is fetched, encoded (base64) and sent, so 16 MiB of files in flight is about 80 MB of
@@ -249,6 +250,11 @@ impl Pipeline {
                     update.provider = Some(name.to_owned());
                     update.provider_message_id = Some(receipt.provider_message_id.clone());
                     update.detail = Some(format!("accepted by {name}"));
+                    update.recipients = Some(courier_core::recipients::roll(
+                        job,
+                        RecipientStatus::Sent,
+                        suppressed,
+                    ));
                     // Kept for a resend on a transient bounce (only SES reports those), unless
                     // it would crowd the 400 KB DynamoDB item (then the bounce is recorded only).
                     if provider == Provider::Ses {

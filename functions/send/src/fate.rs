@@ -128,7 +128,7 @@ pub(crate) enum Step {
     /// Acknowledge once the batch's re-enqueue of `requeue` is written, then write `then`.
     Queue {
         requeue: Requeue,
-        then: Option<StatusUpdate>,
+        then: Option<Box<StatusUpdate>>,
         outcome: Outcome,
         holding: Holding,
     },
@@ -148,7 +148,7 @@ impl Pipeline {
                 if wait.via_queue() {
                     return Step::Queue {
                         requeue: wait.into_requeue(),
-                        then,
+                        then: then.map(Box::new),
                         outcome,
                         holding,
                     };

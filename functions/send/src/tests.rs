@@ -12,6 +12,7 @@ use courier_core::status::Status;
 use courier_devkit::memory::*;
 
 use super::*;
+use courier_core::recipients::RecipientStatus;
 
 mod attachments;
 mod lane;
@@ -719,14 +720,7 @@ async fn a_live_lease_leaves_the_record_for_later_and_an_expired_one_is_ambiguou
             unknown_since: None,
             provider: None,
             provider_message_id: None,
-            updated_at: t0(),
-            history: Vec::new(),
-            payload: None,
-            resend_of: None,
-            swept_at: None,
-            trace_id: None,
-            facts: Default::default(),
-            outbox: None,
+            ..courier_core::ports::JobRecord::new("m12", Status::Processing, 0, t0())
         },
     );
     let report = w.run(vec![rec("x", job("m12", "y@example.org"))]).await;
@@ -1184,6 +1178,22 @@ async fn only_the_suppressed_recipients_of_a_job_are_skipped() {
     let to: Vec<String> = sent[0].to.iter().map(|m| m.email.to_string()).collect();
     assert_eq!(to, vec!["here@example.org".to_owned()]);
     assert_eq!(w.status_of("two"), Some(Status::SentToProvider));
+    // The record lists both recipients: the one sent to, and the one left out.
+    let record = w.status.records.lock().unwrap()["two"].clone();
+    let roll: Vec<(&str, RecipientStatus)> = record
+        .recipients
+        .iter()
+        .map(|r| (r.address.as_str(), r.status))
+        .collect();
+    assert_eq!(
+        roll,
+        vec![
+            ("gone@example.org", RecipientStatus::Suppressed),
+            ("here@example.org", RecipientStatus::Sent)
+        ]
+    );
+    assert_eq!(record.recipient_log.len(), 2);
+    assert_eq!(record.recipients_version, 1);
 }
 
 #[tokio::test]

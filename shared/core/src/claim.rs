@@ -148,14 +148,8 @@ mod tests {
             unknown_since: (status == Status::Unknown).then(|| t(0)),
             provider: None,
             provider_message_id: None,
-            updated_at: t(0),
-            history: Vec::new(),
-            payload: None,
-            resend_of: None,
-            swept_at: None,
-            trace_id: None,
-            facts: Default::default(),
             outbox: None,
+            ..JobRecord::new("m", status, attempt, t(0))
         }
     }
 

@@ -11,7 +11,8 @@
 //!   SES events and local failures.
 //! - [`policy`]: the retry policy matrix and the decision after a failure; [`plan`]: what
 //!   that decision leads to (the copy and how it waits, the letter, the final status).
-//! - [`status`]: the forward-only job status machine.
+//! - [`status`]: the forward-only job status machine; [`recipients`]: each recipient's
+//!   outcome, and the job status derived from them.
 //! - [`breaker`]: the circuit breaker state machine.
 //! - [`rate`]: the shared send-rate schedule (reservations against a provider's quota).
 //! - [`reputation`]: the reputation guard's rates and thresholds.
@@ -44,6 +45,7 @@ pub mod policy;
 pub mod ports;
 pub mod random;
 pub mod rate;
+pub mod recipients;
 pub mod render;
 pub mod reputation;
 pub mod seal;

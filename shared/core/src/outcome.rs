@@ -33,6 +33,8 @@ pub enum Outcome {
     /// A provider accepted the message (through SMTP, the last thing Courier learns).
     Sent,
     Delivered,
+    /// Some recipients delivered, the others bounced (see [`crate::recipients::derive`]).
+    PartiallyDelivered,
     /// Bounced permanently.
     Bounced,
     Complained,
@@ -43,9 +45,10 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 7] = [
+    pub const ALL: [Outcome; 8] = [
         Outcome::Sent,
         Outcome::Delivered,
+        Outcome::PartiallyDelivered,
         Outcome::Bounced,
         Outcome::Complained,
         Outcome::Suppressed,
@@ -59,6 +62,7 @@ impl Outcome {
         match status {
             Status::SentToProvider => Some(Outcome::Sent),
             Status::Delivered => Some(Outcome::Delivered),
+            Status::PartiallyDelivered => Some(Outcome::PartiallyDelivered),
             Status::BouncedPermanent => Some(Outcome::Bounced),
             Status::Complained => Some(Outcome::Complained),
             Status::Suppressed => Some(Outcome::Suppressed),
@@ -77,6 +81,7 @@ impl Outcome {
         match self {
             Outcome::Sent => "sent",
             Outcome::Delivered => "delivered",
+            Outcome::PartiallyDelivered => "partially_delivered",
             Outcome::Bounced => "bounced",
             Outcome::Complained => "complained",
             Outcome::Suppressed => "suppressed",
@@ -90,6 +95,7 @@ impl Outcome {
         match self {
             Outcome::Sent => "Email Sent",
             Outcome::Delivered => "Email Delivered",
+            Outcome::PartiallyDelivered => "Email Partially Delivered",
             Outcome::Bounced => "Email Bounced",
             Outcome::Complained => "Email Complained",
             Outcome::Suppressed => "Email Suppressed",
@@ -121,6 +127,17 @@ pub struct OutcomeDetail {
     pub reason: Option<String>,
     /// When the outcome was written (RFC 3339, UTC, milliseconds).
     pub at: String,
+    /// Each recipient's outcome so far (absent before a send recorded them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recipients: Vec<RecipientOutcome>,
+}
+
+/// One recipient in an outcome event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecipientOutcome {
+    pub address: String,
+    pub role: String,
+    pub status: String,
 }
 
 /// Why an outcome event could not be read ([`OutcomeDetail::from_event`]).
@@ -136,7 +153,7 @@ pub enum OutcomeEventError {
     #[error("detail version {found} is not {DETAIL_VERSION}, the layout this build reads")]
     Version { found: u32 },
     #[error(
-        "unknown outcome {found:?} (known: sent, delivered, bounced, complained, suppressed, dead_lettered, failed)"
+        "unknown outcome {found:?} (known: sent, delivered, partially_delivered, bounced, complained, suppressed, dead_lettered, failed)"
     )]
     UnknownOutcome { found: String },
 }
@@ -219,6 +236,15 @@ impl OutcomeEvent {
                 provider_message_id: record.provider_message_id.clone(),
                 reason,
                 at: outbox.at.to_rfc3339_opts(SecondsFormat::Millis, true),
+                recipients: record
+                    .recipients
+                    .iter()
+                    .map(|r| RecipientOutcome {
+                        address: r.address.clone(),
+                        role: r.role.as_str().to_owned(),
+                        status: r.status.as_str().to_owned(),
+                    })
+                    .collect(),
             },
         })
     }
@@ -440,6 +466,13 @@ impl StatusStore for OutcomeWrites {
     ) -> Result<Vec<String>, StoreError> {
         self.inner.outbox_before(before, limit).await
     }
+    async fn update_recipients(
+        &self,
+        message_id: &str,
+        change: &crate::recipients::RecipientChange,
+    ) -> Result<bool, StoreError> {
+        self.inner.update_recipients(message_id, change).await
+    }
     async fn outcome_published(
         &self,
         message_id: &str,
@@ -495,6 +528,7 @@ mod tests {
             [
                 Status::SentToProvider,
                 Status::Delivered,
+                Status::PartiallyDelivered,
                 Status::Complained,
                 Status::BouncedPermanent,
                 Status::Suppressed,

@@ -12,6 +12,7 @@ use crate::status::Status;
 
 pub use crate::claim::{ClaimJudgement, ClaimOutcome, ClaimRequest, judge_claim};
 pub use crate::letters::{AttemptRecord, DeadLetter};
+pub use crate::recipients::{Recipient, RecipientChange, RecipientEntry};
 
 /// A storage or queue call failed; the record must not be acknowledged.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +81,16 @@ pub struct JobRecord {
     /// An outcome written to this record and not yet published (the transactional outbox).
     #[serde(default)]
     pub outbox: Option<Outbox>,
+    /// The job's recipients and their outcomes, written by the send (see [`crate::recipients`]).
+    #[serde(default)]
+    pub recipients: Vec<Recipient>,
+    /// The recipients' timelines, oldest first.
+    #[serde(default)]
+    pub recipient_log: Vec<RecipientEntry>,
+    /// Counts the writes of `recipients` (a recipient change is written only at the version it
+    /// was computed from).
+    #[serde(default)]
+    pub recipients_version: u32,
 }
 
 /// What a job's outcome events say about the job besides its status: written by its claim (or
@@ -136,6 +147,9 @@ impl JobRecord {
             trace_id: None,
             facts: JobFacts::default(),
             outbox: None,
+            recipients: Vec::new(),
+            recipient_log: Vec::new(),
+            recipients_version: 0,
         }
     }
 }
@@ -239,6 +253,10 @@ pub struct StatusUpdate {
     pub payload: Option<String>,
     /// Kept where the record has none (a write that precedes any claim: suppressed).
     pub facts: Option<Box<JobFacts>>,
+    /// The recipients as this send reached them (with `SentToProvider` or `Unknown` from
+    /// [`StatusStore::finish`]): they replace the record's list, and their entries are added to
+    /// its timeline.
+    pub recipients: Option<Vec<Recipient>>,
 }
 
 impl StatusUpdate {
@@ -260,6 +278,7 @@ impl StatusUpdate {
             detail: None,
             payload: None,
             facts: None,
+            recipients: None,
         }
     }
 }
@@ -322,6 +341,14 @@ pub trait StatusStore: Send + Sync {
         before: DateTime<Utc>,
         limit: usize,
     ) -> Result<Vec<String>, StoreError>;
+    /// Writes a change to the record's recipients (their new outcomes and timeline entries) if
+    /// its recipients are still at `change.version`; false (nothing written) when they changed
+    /// meanwhile (read again and compute the change again) or the record is absent.
+    async fn update_recipients(
+        &self,
+        message_id: &str,
+        change: &RecipientChange,
+    ) -> Result<bool, StoreError>;
     /// Clears the record's outbox after `outbox` was published; false (nothing changes) when
     /// the record holds another outbox by now (a later outcome, published on its own).
     async fn outcome_published(

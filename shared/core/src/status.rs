@@ -13,6 +13,10 @@
 //!    +----------+--> suppressed | dead_lettered | failed_internal | bounced_permanent
 //! ```
 //!
+//! A job with several recipients takes the status its recipients' outcomes make once each is
+//! final ([`crate::recipients::derive`]): `partially_delivered` (some delivered, the others
+//! bounced) stands beside `delivered`, from the same statuses, and moves on only to `complained`.
+//!
 //! Transitions only move forward. A transition to the current status is a duplicate and a
 //! transition to an earlier status (a late event, a stale redelivery) is absorbed: neither is an
 //! error and neither changes anything. Anything else not in the table is illegal.
@@ -37,6 +41,8 @@ pub enum Status {
     SentToProvider,
     BouncedTransient,
     Delivered,
+    /// Some recipients delivered, the others bounced (see [`crate::recipients::derive`]).
+    PartiallyDelivered,
     Complained,
     BouncedPermanent,
     Suppressed,
@@ -45,7 +51,7 @@ pub enum Status {
 }
 
 impl Status {
-    pub const ALL: [Status; 12] = [
+    pub const ALL: [Status; 13] = [
         Status::Pending,
         Status::Processing,
         Status::Deferred,
@@ -53,6 +59,7 @@ impl Status {
         Status::SentToProvider,
         Status::BouncedTransient,
         Status::Delivered,
+        Status::PartiallyDelivered,
         Status::Complained,
         Status::BouncedPermanent,
         Status::Suppressed,
@@ -69,6 +76,7 @@ impl Status {
             Status::SentToProvider => "sent_to_provider",
             Status::BouncedTransient => "bounced_transient",
             Status::Delivered => "delivered",
+            Status::PartiallyDelivered => "partially_delivered",
             Status::Complained => "complained",
             Status::BouncedPermanent => "bounced_permanent",
             Status::Suppressed => "suppressed",
@@ -90,7 +98,7 @@ impl Status {
             Status::Unknown => 3,
             Status::SentToProvider => 4,
             Status::BouncedTransient => 5,
-            Status::Delivered => 6,
+            Status::Delivered | Status::PartiallyDelivered => 6,
             Status::Complained => 7,
             Status::BouncedPermanent
             | Status::Suppressed
@@ -106,6 +114,7 @@ impl Status {
             Status::SentToProvider
                 | Status::BouncedTransient
                 | Status::Delivered
+                | Status::PartiallyDelivered
                 | Status::Complained
                 | Status::BouncedPermanent
         )
@@ -116,6 +125,7 @@ impl Status {
         matches!(
             self,
             Status::Delivered
+                | Status::PartiallyDelivered
                 | Status::Complained
                 | Status::BouncedPermanent
                 | Status::Suppressed
@@ -178,6 +188,7 @@ fn allowed(from: Status, to: Status) -> bool {
                 | SentToProvider
                 | BouncedTransient
                 | Delivered
+                | PartiallyDelivered
                 | Complained
                 | BouncedPermanent
                 | DeadLettered
@@ -185,13 +196,19 @@ fn allowed(from: Status, to: Status) -> bool {
         ),
         SentToProvider => matches!(
             to,
-            BouncedTransient | Delivered | Complained | BouncedPermanent
+            BouncedTransient | Delivered | PartiallyDelivered | Complained | BouncedPermanent
         ),
         BouncedTransient => matches!(
             to,
-            Processing | Deferred | Delivered | Complained | BouncedPermanent | DeadLettered
+            Processing
+                | Deferred
+                | Delivered
+                | PartiallyDelivered
+                | Complained
+                | BouncedPermanent
+                | DeadLettered
         ),
-        Delivered => matches!(to, Complained),
+        Delivered | PartiallyDelivered => matches!(to, Complained),
         Complained | BouncedPermanent | Suppressed | FailedInternal | DeadLettered => false,
     }
 }
@@ -274,7 +291,10 @@ mod tests {
         for from in Status::ALL.into_iter().filter(|s| s.is_terminal()) {
             for to in Status::ALL {
                 if let Ok(Transition::Applied) = transition(from, to) {
-                    assert_eq!((from, to), (Delivered, Complained));
+                    assert!(
+                        matches!((from, to), (Delivered | PartiallyDelivered, Complained)),
+                        "{from} -> {to}"
+                    );
                 }
             }
         }

@@ -185,6 +185,17 @@ impl<T: StatusStore + ?Sized> StatusStore for Faulty<T> {
         self.gated("outbox_before", self.inner.outbox_before(before, limit))
             .await
     }
+    async fn update_recipients(
+        &self,
+        id: &str,
+        change: &courier_core::recipients::RecipientChange,
+    ) -> Result<bool, StoreError> {
+        self.gated(
+            "update_recipients",
+            self.inner.update_recipients(id, change),
+        )
+        .await
+    }
     async fn outcome_published(&self, id: &str, outbox: &Outbox) -> Result<bool, StoreError> {
         self.gated(
             "outcome_published",

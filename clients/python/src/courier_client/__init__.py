@@ -37,7 +37,7 @@ from ._job import (
     message_id_for,
     validate,
 )
-from ._outcome import OUTCOME_DETAIL_TYPES, OUTCOME_SOURCE, Outcome
+from ._outcome import OUTCOME_DETAIL_TYPES, OUTCOME_SOURCE, Outcome, RecipientOutcome
 from ._queue import (
     CLAIM_CHECK_KEY_PREFIX,
     MAX_INLINE_BYTES,
@@ -77,6 +77,7 @@ __all__ = [
     "InvalidJob",
     "Job",
     "Outcome",
+    "RecipientOutcome",
     "SendResult",
     "build_job",
     "encode",

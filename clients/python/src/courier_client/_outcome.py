@@ -18,6 +18,7 @@ OUTCOME_DETAIL_VERSION = 1
 OUTCOME_DETAIL_TYPES = {
     "sent": "Email Sent",
     "delivered": "Email Delivered",
+    "partially_delivered": "Email Partially Delivered",
     "bounced": "Email Bounced",
     "complained": "Email Complained",
     "suppressed": "Email Suppressed",
@@ -32,6 +33,17 @@ _RFC3339 = re.compile(
 
 
 @dataclass(frozen=True)
+class RecipientOutcome:
+    """One recipient of the job and its own outcome so far: ``role`` is ``to``, ``cc`` or
+    ``bcc``; ``status`` one of ``unknown``, ``sent``, ``bounced_transient``, ``delivered``,
+    ``complained``, ``bounced_permanent``, ``suppressed``."""
+
+    address: str
+    role: str
+    status: str
+
+
+@dataclass(frozen=True)
 class Outcome:
     """One outcome of one job: the ``detail`` of a Courier outcome event.
 
@@ -40,6 +52,8 @@ class Outcome:
     ``sent`` through a provider that reports later (SES: ``delivered``, ``bounced`` or
     ``complained`` usually follows); a ``complained`` can also follow ``delivered``. ``metadata`` is the
     job's own (``{}`` when it had none); ``at`` is when the outcome was written (UTC).
+    ``recipients`` holds each recipient's own outcome (empty before a send recorded them);
+    ``partially_delivered`` means some were delivered and the others bounced.
     """
 
     event_id: str
@@ -55,6 +69,7 @@ class Outcome:
     reason: Optional[str]
     at: datetime.datetime
     version: int = OUTCOME_DETAIL_VERSION
+    recipients: "tuple[RecipientOutcome, ...]" = ()
 
     @classmethod
     def from_event(cls, event: Mapping[str, Any]) -> "Outcome":
@@ -123,7 +138,27 @@ class Outcome:
             reason=_field(detail, "reason", str, nullable=True),
             at=_timestamp(_field(detail, "at", str)),
             version=version,
+            recipients=_recipients(detail),
         )
+
+
+def _recipients(detail: Mapping[str, Any]) -> "tuple[RecipientOutcome, ...]":
+    listed = detail.get("recipients", [])
+    if not isinstance(listed, list):
+        raise ValueError(
+            f"outcome event detail `recipients` must be a list, found {type(listed).__name__}"
+        )
+    out = []
+    for r in listed:
+        if not isinstance(r, Mapping) or not all(
+            isinstance(r.get(k), str) for k in ("address", "role", "status")
+        ):
+            raise ValueError(
+                "each of the outcome event detail's `recipients` must be an object with "
+                f"string `address`, `role` and `status`, found {r!r}"
+            )
+        out.append(RecipientOutcome(address=r["address"], role=r["role"], status=r["status"]))
+    return tuple(out)
 
 
 def _field(detail: Mapping[str, Any], name: str, kind: type, nullable: bool = False) -> Any:

@@ -15,7 +15,7 @@ pub mod sqs;
 pub use dynamodb::{
     DynamoDbBreakerStore, DynamoDbDestinationRates, DynamoDbEventLedger, DynamoDbLiveSettings,
     DynamoDbPoisonList, DynamoDbReputationStore, DynamoDbSendSchedule, DynamoDbSightings,
-    DynamoDbStatusStore, DynamoDbSuppressionList,
+    DynamoDbStatusStore, DynamoDbSuppressionList, item_size,
 };
 pub use eventbridge::EventBridgeOutcomeBus;
 pub use letters::{DynamoDbLetterIndex, IndexedDeadLetterSink, S3ArchiveStore, SqsLetterQueue};

@@ -103,6 +103,16 @@ impl StatusStore for MemoryStatusStore {
             return Err(StoreError::msg("finish", "lease lost"));
         }
         apply(rec, update);
+        if let Some(list) = &update.recipients {
+            rec.recipient_log
+                .extend(courier_core::recipients::entries_of(
+                    list,
+                    update.now,
+                    update.detail.as_deref(),
+                ));
+            rec.recipients.clone_from(list);
+            rec.recipients_version += 1;
+        }
         Ok(())
     }
 
@@ -314,6 +324,26 @@ impl StatusStore for MemoryStatusStore {
         found.sort();
         found.truncate(limit);
         Ok(found.into_iter().map(|(_, id)| id).collect())
+    }
+
+    async fn update_recipients(
+        &self,
+        message_id: &str,
+        change: &RecipientChange,
+    ) -> Result<bool, StoreError> {
+        self.fail_finishes.take("update recipients")?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut records = lock(&self.records);
+        let Some(rec) = records.get_mut(message_id) else {
+            return Ok(false);
+        };
+        if rec.recipients_version != change.version {
+            return Ok(false);
+        }
+        rec.recipients = courier_core::recipients::applied(&rec.recipients, change);
+        rec.recipient_log.extend(change.log.iter().cloned());
+        rec.recipients_version += 1;
+        Ok(true)
     }
 
     async fn outcome_published(

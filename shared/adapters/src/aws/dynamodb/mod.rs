@@ -28,8 +28,8 @@ use courier_core::breaker::BreakerState;
 use courier_core::outcome::Outcome;
 use courier_core::ports::{
     BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, HistoryEntry, JobFacts, JobRecord,
-    OpenState, Outbox, PoisonList, ReputationStore, Resend, SendSchedule, Sightings, StatusStore,
-    StatusUpdate, StoreError, SuppressionList, SweepMark, judge_claim,
+    OpenState, Outbox, PoisonList, RecipientChange, ReputationStore, Resend, SendSchedule,
+    Sightings, StatusStore, StatusUpdate, StoreError, SuppressionList, SweepMark, judge_claim,
 };
 use courier_core::rate::Reservation;
 use courier_core::reputation::ReputationCounts;
@@ -38,6 +38,7 @@ use courier_core::status::{Status, predecessors};
 mod control;
 mod live;
 mod pacing;
+mod recipients;
 mod status;
 mod suppression;
 
@@ -76,6 +77,40 @@ fn time(item: &HashMap<String, AttributeValue>, key: &str) -> Option<DateTime<Ut
     get_n(item, key).and_then(DateTime::from_timestamp_millis)
 }
 
+/// An item's size as DynamoDB counts it against its 400 KB limit: each attribute's name and
+/// value, a number one byte per two significant digits plus one, a list or map three bytes
+/// plus one per element (AWS, "DynamoDB item sizes and formats").
+pub fn item_size(item: &HashMap<String, AttributeValue>) -> usize {
+    item.iter().map(|(k, v)| k.len() + value_size(v)).sum()
+}
+
+fn value_size(v: &AttributeValue) -> usize {
+    match v {
+        AttributeValue::S(s) => s.len(),
+        AttributeValue::N(n) => {
+            let digits: String = n.chars().filter(char::is_ascii_digit).collect();
+            let significant = digits.trim_start_matches('0').trim_end_matches('0').len();
+            significant.div_ceil(2) + 1
+        }
+        AttributeValue::B(b) => b.as_ref().len(),
+        AttributeValue::Bool(_) | AttributeValue::Null(_) => 1,
+        AttributeValue::L(l) => 3 + l.iter().map(|e| 1 + value_size(e)).sum::<usize>(),
+        AttributeValue::M(m) => {
+            3 + m
+                .iter()
+                .map(|(k, e)| 1 + k.len() + value_size(e))
+                .sum::<usize>()
+        }
+        AttributeValue::Ss(l) => l.iter().map(String::len).sum(),
+        AttributeValue::Ns(l) => l
+            .iter()
+            .map(|n| value_size(&AttributeValue::N(n.clone())))
+            .sum(),
+        AttributeValue::Bs(l) => l.iter().map(|b| b.as_ref().len()).sum(),
+        _ => 0,
+    }
+}
+
 /// Reads a status item back into a record; `None` when it is not one of ours.
 pub fn record_of(item: &HashMap<String, AttributeValue>) -> Option<JobRecord> {
     let history = item
@@ -83,6 +118,7 @@ pub fn record_of(item: &HashMap<String, AttributeValue>) -> Option<JobRecord> {
         .and_then(|v| v.as_l().ok())
         .map(|list| list.iter().filter_map(history_of).collect())
         .unwrap_or_default();
+    let (recipients, recipient_log, recipients_version) = recipients::read(item);
     Some(JobRecord {
         message_id: get_s(item, "message_id")?,
         status: Status::parse(&get_s(item, "status")?)?,
@@ -111,6 +147,9 @@ pub fn record_of(item: &HashMap<String, AttributeValue>) -> Option<JobRecord> {
                 .unwrap_or_default(),
         },
         outbox: outbox_of(item),
+        recipients,
+        recipient_log,
+        recipients_version,
     })
 }
 
@@ -315,4 +354,36 @@ pub(crate) async fn batch_get(
         }
     }
     Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item_sizes_follow_the_documented_rules() {
+        // A string: name + UTF-8 bytes; a number: name + one byte per two significant digits + 1.
+        let item = HashMap::from([
+            ("id".to_owned(), s("héllo")),
+            ("n".to_owned(), n(1_700_000_000_123_i64)),
+            ("z".to_owned(), n(1000)),
+        ]);
+        assert_eq!(item_size(&item), (2 + 6) + (1 + 7 + 1) + (1 + 1 + 1));
+        // A list: 3 bytes + 1 per element; a map: 3 bytes + 1 per element, keys counted.
+        let item = HashMap::from([(
+            "l".to_owned(),
+            AttributeValue::L(vec![
+                s("ab"),
+                AttributeValue::M(HashMap::from([("k".to_owned(), s("v"))])),
+            ]),
+        )]);
+        assert_eq!(item_size(&item), 1 + 3 + (1 + 2) + (1 + 3 + (1 + 1 + 1)));
+        assert_eq!(
+            item_size(&HashMap::from([(
+                "e".to_owned(),
+                AttributeValue::L(vec![])
+            )])),
+            4
+        );
+    }
 }

@@ -427,6 +427,14 @@ impl StatusStore for DynamoDbStatusStore {
         if update.status == Status::Unknown {
             set.push("unknown_since = :now");
         }
+        if let Some(list) = &update.recipients {
+            set.extend(super::recipients::SET_ROLL);
+            for (name, value) in
+                super::recipients::roll_values(list, update.now, update.detail.as_deref())
+            {
+                req = req.expression_attribute_values(name, value);
+            }
+        }
         req.update_expression(expression(&set, &remove))
             .send()
             .await
@@ -769,6 +777,14 @@ impl StatusStore for DynamoDbStatusStore {
         found.sort();
         found.truncate(limit);
         Ok(found.into_iter().map(|(_, id)| id).collect())
+    }
+
+    async fn update_recipients(
+        &self,
+        message_id: &str,
+        change: &RecipientChange,
+    ) -> Result<bool, StoreError> {
+        super::recipients::update(&self.client, &self.table, message_id, change).await
     }
 
     async fn outcome_published(
