@@ -46,7 +46,7 @@ unit:
 
 # The function binaries are built first: tests/tests/binary.rs runs them under a Runtime API,
 # tests/tests/demo.rs runs `courier-dev demo`, tests/tests/cli.rs runs `courierctl`.
-BINS := $(CARGO) build -q -p courier-send -p courier-archiver -p courier-events -p courierctl -p courier-dev
+BINS := $(CARGO) build -q -p courier-send -p courier-archiver -p courier-events -p courier-unsubscribe -p courierctl -p courier-dev
 
 ## make lambda-build: what cargo-lambda builds for every crate under functions/.
 ## - lambda-zips: the arm64 zips in target/lambda/<bin>/bootstrap.zip with the release profile (what

@@ -301,3 +301,40 @@ async fn the_release_bootstrap_answers_sqs_batches() {
         courier_core::status::Status::DeadLettered
     );
 }
+
+/// The unsubscribe function reads its token keys at INIT: a secret it cannot read, or no secret
+/// named, stops it there with the variable named (Lambda reports an INIT failure), instead of
+/// answering every one-click POST with 503.
+#[test]
+fn the_unsubscribe_binary_does_not_start_without_its_token_keys() {
+    require_env("AWS_ENDPOINT_URL");
+    let run = |secret: Option<String>| {
+        let mut command = Command::new(debug_binary("courier-unsubscribe"));
+        command
+            .env("COURIER_SUPPRESSION_TABLE", "courier-unsubscribe-it")
+            .env_remove("COURIER_UNSUBSCRIBE_KEY_SECRET")
+            // Not under a Lambda runtime: INIT is all it may get to.
+            .env_remove("AWS_LAMBDA_RUNTIME_API")
+            .stdin(Stdio::null());
+        if let Some(secret) = secret {
+            command.env("COURIER_UNSUBSCRIBE_KEY_SECRET", secret);
+        }
+        let out = command.output().expect("run courier-unsubscribe");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(Some(courier_integration::unique("no-such-secret")));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("courier-unsubscribe: cannot start: COURIER_UNSUBSCRIBE_KEY_SECRET: "),
+        "{stderr}"
+    );
+    let (code, stderr) = run(None);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot start: COURIER_UNSUBSCRIBE_KEY_SECRET is required"),
+        "{stderr}"
+    );
+}

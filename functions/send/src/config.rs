@@ -180,7 +180,7 @@ fn unsubscribe_settings(
             "COURIER_UNSUBSCRIBE_KEY_SECRET",
         ] {
             if set(name).is_some() {
-                return Err(missing("COURIER_UNSUBSCRIBE_URL", name_of(name)));
+                return Err(missing("COURIER_UNSUBSCRIBE_URL", name));
             }
         }
         return Ok(None);
@@ -205,14 +205,6 @@ fn unsubscribe_settings(
     let key_secret = set("COURIER_UNSUBSCRIBE_KEY_SECRET")
         .ok_or_else(|| missing("COURIER_UNSUBSCRIBE_KEY_SECRET", "COURIER_UNSUBSCRIBE_URL"))?;
     Ok(Some(UnsubscribeSettings { links, key_secret }))
-}
-
-/// The variable's name as a `'static` (the names checked above).
-fn name_of(name: &str) -> &'static str {
-    match name {
-        "COURIER_UNSUBSCRIBE_MAILTO" => "COURIER_UNSUBSCRIBE_MAILTO",
-        _ => "COURIER_UNSUBSCRIBE_KEY_SECRET",
-    }
 }
 
 impl Resources {

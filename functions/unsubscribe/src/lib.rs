@@ -73,19 +73,35 @@ pub fn wire(clients: &courier_adapters::aws::Clients, settings: &Settings) -> Un
 }
 
 impl Unsubscriber {
-    /// Answers one request (never an error: every failure is an HTTP status).
+    /// Answers one request (never an error: every failure is an HTTP status), and prints what
+    /// it counted as an EMF line (`Unsubscribed`, `UnsubscribeRefused`).
     pub async fn handle(&self, request: &LambdaFunctionUrlRequest) -> LambdaFunctionUrlResponse {
+        let (response, counted) = self.answer(request).await;
+        if let Some(metric) = counted {
+            println!("{}", emf(self.clock.now().timestamp_millis(), metric));
+        }
+        response
+    }
+
+    /// The response to one request, and the metric it counts, if any.
+    pub async fn answer(
+        &self,
+        request: &LambdaFunctionUrlRequest,
+    ) -> (LambdaFunctionUrlResponse, Option<&'static str>) {
         let method = request.request_context.http.method.as_deref().unwrap_or("");
         let token = token_of(request);
         let body = body_of(request);
         let Some(body) = body else {
-            return respond(400, "text/plain", "the request body is not valid base64\n");
+            return (
+                respond(400, "text/plain", "the request body is not valid base64\n"),
+                None,
+            );
         };
         let keys = match self.keys.keys().await {
             Ok(keys) => keys,
             Err(e) => {
                 warn!(error = %e, "the unsubscribe keys could not be read");
-                return respond(503, "text/plain", "try again in a minute\n");
+                return (respond(503, "text/plain", "try again in a minute\n"), None);
             }
         };
         let content_type = request
@@ -101,7 +117,12 @@ impl Unsubscriber {
             },
             &keys,
         );
-        match answer {
+        let counted = match &answer {
+            Answer::Unsubscribe(_) => Some("Unsubscribed"),
+            Answer::BadRequest(_) => Some("UnsubscribeRefused"),
+            Answer::Confirm(_) | Answer::MethodNotAllowed => None,
+        };
+        let response = match answer {
             Answer::Unsubscribe(subscription) => {
                 let now = self.clock.now();
                 match self
@@ -116,12 +137,11 @@ impl Unsubscriber {
                             written,
                             "unsubscribed"
                         );
-                        println!("{}", emf(now.timestamp_millis(), "Unsubscribed"));
                         respond(200, "text/html; charset=utf-8", &done_page(&subscription))
                     }
                     Err(e) => {
                         warn!(error = %e, "the unsubscription could not be recorded");
-                        respond(503, "text/plain", "try again in a minute\n")
+                        return (respond(503, "text/plain", "try again in a minute\n"), None);
                     }
                 }
             }
@@ -135,10 +155,6 @@ impl Unsubscriber {
             }
             Answer::BadRequest(why) => {
                 info!(%why, "unsubscribe request refused");
-                println!(
-                    "{}",
-                    emf(self.clock.now().timestamp_millis(), "UnsubscribeRefused")
-                );
                 respond(
                     400,
                     "text/plain",
@@ -152,7 +168,8 @@ impl Unsubscriber {
                     .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD, POST"));
                 response
             }
-        }
+        };
+        (response, counted)
     }
 }
 
@@ -205,7 +222,7 @@ fn respond(status: i64, content_type: &'static str, body: &str) -> LambdaFunctio
 }
 
 /// One count as an EMF document (namespace `Courier`, dimension `Function`).
-fn emf(timestamp_ms: i64, name: &str) -> serde_json::Value {
+pub fn emf(timestamp_ms: i64, name: &str) -> serde_json::Value {
     serde_json::json!({
         "_aws": {"Timestamp": timestamp_ms, "CloudWatchMetrics": [{
             "Namespace": "Courier", "Dimensions": [["Function"]],

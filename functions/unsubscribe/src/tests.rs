@@ -299,3 +299,54 @@ fn settings_name_the_missing_variable() {
         Err(SettingsError("COURIER_SUPPRESSION_TABLE"))
     );
 }
+
+#[tokio::test]
+async fn an_unsubscription_and_a_refusal_are_counted_and_nothing_else_is() {
+    let list = Arc::new(MemorySuppressionList::default());
+    let u = unsubscriber(list.clone());
+    let q = format!("t={}", news_token("ann@example.org"));
+    let counted = |r: (LambdaFunctionUrlResponse, Option<&'static str>)| (r.0.status_code, r.1);
+    assert_eq!(
+        counted(u.answer(&request("POST", &q, FORM, ONE_CLICK, false)).await),
+        (200, Some("Unsubscribed"))
+    );
+    assert_eq!(
+        counted(
+            u.answer(&request("POST", "t=1.x.y", FORM, ONE_CLICK, false))
+                .await
+        ),
+        (400, Some("UnsubscribeRefused"))
+    );
+    // A confirmation page, another method, a failed write: not counted.
+    assert_eq!(
+        counted(u.answer(&request("GET", &q, FORM, "", false)).await),
+        (200, None)
+    );
+    assert_eq!(
+        counted(u.answer(&request("PUT", &q, FORM, ONE_CLICK, false)).await),
+        (405, None)
+    );
+    let faults = Arc::new(Faults::default());
+    faults.arm(0, Fault::FailBefore);
+    let failing = unsubscriber(Arc::new(Faulty::new(list.clone(), faults)));
+    assert_eq!(
+        counted(
+            failing
+                .answer(&request("POST", &q, FORM, ONE_CLICK, false))
+                .await
+        ),
+        (503, None)
+    );
+    // The line: one count in namespace Courier, dimension Function=unsubscribe.
+    let line = emf(1_800_000_000_000, "Unsubscribed");
+    assert_eq!(line["Unsubscribed"], 1);
+    assert_eq!(line["Function"], "unsubscribe");
+    let declared = &line["_aws"]["CloudWatchMetrics"][0];
+    assert_eq!(declared["Namespace"], "Courier");
+    assert_eq!(declared["Dimensions"], serde_json::json!([["Function"]]));
+    assert_eq!(
+        declared["Metrics"],
+        serde_json::json!([{"Name": "Unsubscribed", "Unit": "Count"}])
+    );
+    assert_eq!(line["_aws"]["Timestamp"], 1_800_000_000_000_i64);
+}

@@ -583,6 +583,26 @@ pub struct SuppressionEntry {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+impl SuppressionEntry {
+    /// The entry stored under `key` (an address key, or a list-scoped one:
+    /// [`crate::unsubscribe::suppression_key`]).
+    pub fn from_key(
+        key: &str,
+        reason: String,
+        suppressed_at: DateTime<Utc>,
+        expires_at: Option<DateTime<Utc>>,
+    ) -> SuppressionEntry {
+        let (list, address) = crate::unsubscribe::split_key(key);
+        SuppressionEntry {
+            address,
+            list,
+            reason,
+            suppressed_at,
+            expires_at,
+        }
+    }
+}
+
 /// The suppression list.
 #[async_trait::async_trait]
 pub trait SuppressionList: Send + Sync {

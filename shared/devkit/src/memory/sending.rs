@@ -2,7 +2,7 @@
 //! the dead-letter sink, the suppression and poison lists, templates and breaker state.
 
 use super::*;
-use courier_core::unsubscribe::{Scope, split_key, suppression_key};
+use courier_core::unsubscribe::{Scope, suppression_key};
 
 /// What a [`MemoryMailer`] does with a message.
 pub type Behaviour = Box<dyn Fn(&OutgoingEmail) -> Result<Receipt, SendFailure> + Send + Sync>;
@@ -226,16 +226,14 @@ impl SuppressionList for MemorySuppressionList {
             .filter(|(a, _)| cursor.as_ref().is_none_or(|c| *a > c))
             .take(limit.max(1))
             .map(|(key, r)| {
-                let (list, address) = split_key(key);
                 (
                     key.clone(),
-                    courier_core::ports::SuppressionEntry {
-                        address,
-                        list,
-                        reason: r.clone(),
-                        suppressed_at: DateTime::default(),
-                        expires_at: expiries.get(key).copied(),
-                    },
+                    courier_core::ports::SuppressionEntry::from_key(
+                        key,
+                        r.clone(),
+                        DateTime::default(),
+                        expiries.get(key).copied(),
+                    ),
                 )
             })
             .collect::<Vec<_>>()

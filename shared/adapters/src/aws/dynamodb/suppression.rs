@@ -1,7 +1,7 @@
 //! The suppression table.
 
 use super::*;
-use courier_core::unsubscribe::{Scope, split_key, suppression_key};
+use courier_core::unsubscribe::{Scope, suppression_key};
 
 /// The suppression list: key `address` (S: the address's key, or for an unsubscription from one
 /// list `list:{len}:{list}:{address}`), with `reason` and `suppressed_at`.
@@ -197,15 +197,12 @@ impl SuppressionList for DynamoDbSuppressionList {
             .unwrap_or_default()
             .iter()
             .filter_map(|item| {
-                let (list, address) = split_key(&get_s(item, "address")?);
-                Some(courier_core::ports::SuppressionEntry {
-                    address,
-                    list,
-                    reason: get_s(item, "reason").unwrap_or_default(),
-                    suppressed_at: time(item, "suppressed_at").unwrap_or_default(),
-                    expires_at: get_n(item, "expires_at")
-                        .and_then(|t| DateTime::from_timestamp(t, 0)),
-                })
+                Some(courier_core::ports::SuppressionEntry::from_key(
+                    &get_s(item, "address")?,
+                    get_s(item, "reason").unwrap_or_default(),
+                    time(item, "suppressed_at").unwrap_or_default(),
+                    get_n(item, "expires_at").and_then(|t| DateTime::from_timestamp(t, 0)),
+                ))
             })
             .collect();
         let next = out
