@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use courier_core::classify::SesFailureEvent;
+use courier_core::job::fingerprint;
 use courier_core::reputation::domain_of;
 use serde_json::Value;
 
@@ -213,4 +214,36 @@ pub fn parse_value(outer: Value) -> Result<SesEvent, ParseError> {
         occurred_at,
         trace_id,
     })
+}
+
+/// The ledger key of an event that counts toward the reputation rates (a send, a delivery, a
+/// permanent bounce, a complaint): SES's message id, the kind and the recipients, so an SNS or
+/// SQS redelivery, or SES publishing the same event twice, counts once. `None` for other kinds
+/// and for events without an SES message id (counted as they come).
+pub fn count_key(event: &SesEvent) -> Option<String> {
+    let kind = match &event.kind {
+        EventKind::Send => "send",
+        EventKind::Delivery => "delivery",
+        EventKind::Failure(SesFailureEvent::Bounce { bounce_type, .. })
+            if bounce_type == "Permanent" =>
+        {
+            "bounce"
+        }
+        EventKind::Failure(SesFailureEvent::Complaint { .. }) => "complaint",
+        _ => return None,
+    };
+    let provider_message_id = event.provider_message_id.as_deref()?;
+    let mut recipients: Vec<String> = event
+        .recipients
+        .iter()
+        .map(|r| courier_core::mailbox::address_key(r))
+        .collect();
+    recipients.sort();
+    recipients.dedup();
+    let what = format!("{kind}\n{}", recipients.join("\n"));
+    // Bounded length whatever the recipients (a key is at most 2 KB in DynamoDB).
+    Some(format!(
+        "{provider_message_id}#{kind}#{}",
+        &fingerprint(what.as_bytes())[..32]
+    ))
 }

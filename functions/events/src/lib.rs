@@ -42,7 +42,7 @@ mod recipients;
 pub mod sns;
 pub mod wiring;
 
-pub use event::{EventKind, ParseError, SesEvent, parse, parse_value};
+pub use event::{EventKind, ParseError, SesEvent, count_key, parse, parse_value};
 pub use sns::{Admission, Forgery, Gate, NoCertificates, Refusal, SnsTrust};
 
 use std::sync::Arc;
@@ -55,7 +55,6 @@ use chrono::{DateTime, Utc};
 use courier_core::breaker::{BreakerConfig, BreakerState, Mode};
 use courier_core::classify::{SesFailureEvent, Verdict, classify_ses_event};
 use courier_core::envelope::{Incoming, parse_body};
-use courier_core::job::fingerprint;
 use courier_core::mailbox::redact;
 use courier_core::plan::{self, Acceptance, Failure, Plan, Wait};
 use courier_core::policy::{DeadLetterCategory, RetryPolicy};
@@ -131,38 +130,6 @@ pub const EARLY_EVENT_WINDOW_SECS: i64 = 15 * 60;
 /// How long a counted event's key is kept, so a redelivery within it counts no more (SQS
 /// redelivers within the events queue's retention; SES and SNS duplicates come within minutes).
 pub const COUNTED_KEEP_SECS: i64 = 2 * 24 * 3600;
-
-/// The ledger key of an event that counts toward the reputation rates (a send, a delivery, a
-/// permanent bounce, a complaint): SES's message id, the kind and the recipients, so an SNS or
-/// SQS redelivery, or SES publishing the same event twice, counts once. `None` for other kinds
-/// and for events without an SES message id (counted as they come).
-pub fn count_key(event: &SesEvent) -> Option<String> {
-    let kind = match &event.kind {
-        EventKind::Send => "send",
-        EventKind::Delivery => "delivery",
-        EventKind::Failure(SesFailureEvent::Bounce { bounce_type, .. })
-            if bounce_type == "Permanent" =>
-        {
-            "bounce"
-        }
-        EventKind::Failure(SesFailureEvent::Complaint { .. }) => "complaint",
-        _ => return None,
-    };
-    let provider_message_id = event.provider_message_id.as_deref()?;
-    let mut recipients: Vec<String> = event
-        .recipients
-        .iter()
-        .map(|r| courier_core::mailbox::address_key(r))
-        .collect();
-    recipients.sort();
-    recipients.dedup();
-    let what = format!("{kind}\n{}", recipients.join("\n"));
-    // Bounded length whatever the recipients (a key is at most 2 KB in DynamoDB).
-    Some(format!(
-        "{provider_message_id}#{kind}#{}",
-        &fingerprint(what.as_bytes())[..32]
-    ))
-}
 
 /// Whether an event is an undetermined bounce (SES could not tell soft from hard).
 fn undetermined_bounce(kind: &EventKind) -> bool {
