@@ -53,6 +53,7 @@ fn update(id: &str, owner: &str, status: Status, attempt: u32, at: DateTime<Utc>
         payload: (status == Status::SentToProvider).then(|| format!("{{\"body\":\"{id}\"}}")),
         facts: None,
         recipients: None,
+        recipient_notes: Vec::new(),
     }
 }
 
@@ -1390,10 +1391,12 @@ async fn recipients_contract(store: &dyn StatusStore) {
         rcpt("ann@example.org", Role::To, Sent),
         rcpt("bob@example.org", Role::Cc, Sent),
         rcpt("cy@example.org", Role::Bcc, Suppressed),
+        rcpt("dee@example.org", Role::Bcc, BouncedPermanent),
     ];
-    // GIVEN a send recorded with its recipients
+    // GIVEN a send recorded with its recipients, one refused with a note of its own
     let mut sent = update(&id, "a", Status::SentToProvider, 0, t);
     sent.recipients = Some(roll.clone());
+    sent.recipient_notes = vec![("dee@example.org".into(), "refused: 550 5.1.1".into())];
     store.finish(&sent).await.unwrap();
     let rec = store.get(&id).await.unwrap().unwrap();
     assert_eq!(rec.recipients, roll);
@@ -1409,7 +1412,8 @@ async fn recipients_contract(store: &dyn StatusStore) {
         vec![
             (0, Sent, detail),
             (1, Sent, detail),
-            (2, Suppressed, detail)
+            (2, Suppressed, detail),
+            (3, BouncedPermanent, Some("refused: 550 5.1.1"))
         ]
     );
     assert!(rec.recipient_log.iter().all(|e| e.at == t));
@@ -1431,11 +1435,14 @@ async fn recipients_contract(store: &dyn StatusStore) {
     );
     let rec = store.get(&id).await.unwrap().unwrap();
     let statuses: Vec<_> = rec.recipients.iter().map(|r| r.status).collect();
-    assert_eq!(statuses, vec![Sent, Delivered, Suppressed]);
+    assert_eq!(
+        statuses,
+        vec![Sent, Delivered, Suppressed, BouncedPermanent]
+    );
     assert_eq!(rec.recipients_version, 2);
-    assert_eq!(rec.recipient_log.len(), 4);
-    assert_eq!(rec.recipient_log[3].recipient, 1);
-    assert_eq!(rec.recipient_log[3].detail.as_deref(), Some("delivered"));
+    assert_eq!(rec.recipient_log.len(), 5);
+    assert_eq!(rec.recipient_log[4].recipient, 1);
+    assert_eq!(rec.recipient_log[4].detail.as_deref(), Some("delivered"));
     // The job's own status is not the change's to make.
     assert_eq!(rec.status, Status::SentToProvider);
     // Two recipients in one change, the second without a timeline entry.
@@ -1452,9 +1459,12 @@ async fn recipients_contract(store: &dyn StatusStore) {
     assert!(store.update_recipients(&id, &two).await.unwrap());
     let rec = store.get(&id).await.unwrap().unwrap();
     let statuses: Vec<_> = rec.recipients.iter().map(|r| r.status).collect();
-    assert_eq!(statuses, vec![BouncedPermanent, Complained, Suppressed]);
-    assert_eq!(rec.recipient_log.len(), 5);
-    assert_eq!(rec.recipient_log[4].detail, None);
+    assert_eq!(
+        statuses,
+        vec![BouncedPermanent, Complained, Suppressed, BouncedPermanent]
+    );
+    assert_eq!(rec.recipient_log.len(), 6);
+    assert_eq!(rec.recipient_log[5].detail, None);
     // No record, or one without recipients: nothing written.
     assert!(
         !store

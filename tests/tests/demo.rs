@@ -65,12 +65,15 @@ async fn the_demo_drives_ses_events_through_the_events_function() {
         line(&stdout, "SES jobs at their end").contains("of 10 (read back from the status table: bounced_permanent 1, complained 2, delivered 7)"),
         "{stdout}"
     );
-    assert_eq!(number(&stdout, "bounced permanently  "), 1, "{stdout}");
+    // The counts below are of applications: the events queue delivers at least once, so an event
+    // handled twice (a redelivery, or two pollers given one message) counts twice while changing
+    // nothing; the read-back above is exact.
+    assert!(number(&stdout, "bounced permanently  ") >= 1, "{stdout}");
     assert!(
         line(&stdout, "bounced permanently  ").contains("recipients suppressed: 4 of 4"),
         "{stdout}"
     );
-    assert_eq!(number(&stdout, "complaints"), 2, "{stdout}");
+    assert!(number(&stdout, "complaints") >= 2, "{stdout}");
     // AND the message to three recipients has an outcome per recipient
     assert_eq!(
         line(&stdout, "one message to 3 recipients:"),

@@ -201,62 +201,25 @@ async fn delivery_and_bounce_events_reach_the_status_and_suppression_tables() {
     assert_eq!(early.failures, vec!["e1".to_owned()]);
 }
 
-#[tokio::test]
-async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
-    let stack = Stack::create(&["ses"]).await;
-    let clients = Clients::new(&stack.sdk);
-    let policy = RetryPolicy::from_json(SOFT_POLICY).unwrap();
-    let pipeline = Arc::new(
+/// The send function on `stack` with the short soft-bounce policy.
+fn soft_pipeline(stack: &Stack) -> Arc<courier_send::Pipeline> {
+    Arc::new(
         wiring::wire(
-            &clients,
+            &Clients::new(&stack.sdk),
             SendConfig::default(),
             &stack.resources,
-            policy.clone(),
+            RetryPolicy::from_json(SOFT_POLICY).unwrap(),
         )
         .unwrap(),
-    );
-    let id = unique("soft");
-    let job = serde_json::json!({"version": 1, "message_id": id, "campaign_id": "soft", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}}).to_string();
-    let deadline = chrono::Utc::now() + chrono::Duration::seconds(30);
+    )
+}
+
+/// One queue message through the send function; it must be handled.
+async fn send_one(pipeline: &Arc<courier_send::Pipeline>, sqs_message_id: &str, body: String) {
     let report = pipeline
         .handle_records(
             vec![RecordIn {
-                sqs_message_id: "a".into(),
-                body: job,
-                trace_header: None,
-            }],
-            deadline,
-            "soft",
-        )
-        .await;
-    assert!(report.failures.is_empty(), "{:?}", report.reasons);
-    let status = stack.status_store();
-    let sent = status.get(&id).await.unwrap().unwrap();
-    assert!(sent.payload.is_some(), "the SES send keeps its payload");
-    let first = sent.provider_message_id.clone().unwrap();
-
-    let bounce = serde_json::json!({"bounce": {"bounceType": "Transient", "bounceSubType": "MailboxFull", "bouncedRecipients": [{"emailAddress": "ann@example.org", "status": "4.2.2", "diagnosticCode": "smtp; 452 4.2.2 mailbox full"}]}});
-    let events = applier(&stack, policy, GuardConfig::default());
-    let applied = events
-        .handle(sqs(event("Bounce", &id, &first, bounce)))
-        .await;
-    assert_eq!(applied.applied, vec![Applied::Resent], "{applied:?}");
-    let rec = status.get(&id).await.unwrap().unwrap();
-    assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
-
-    // The copy is on the send queue after its delay; the send function sends it again.
-    let copies = courier_integration::eventually(Duration::from_secs(20), || async {
-        let got = stack.drain(&stack.resources.queue_url).await;
-        (!got.is_empty()).then_some(got)
-    })
-    .await
-    .expect("the resent copy reaches the queue");
-    assert_eq!(copies.len(), 1);
-    let body = copies[0].body().unwrap().to_owned();
-    let report = pipeline
-        .handle_records(
-            vec![RecordIn {
-                sqs_message_id: "b".into(),
+                sqs_message_id: sqs_message_id.into(),
                 body,
                 trace_header: None,
             }],
@@ -265,6 +228,53 @@ async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
         )
         .await;
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
+}
+
+/// The one copy a resend put on the send queue, once its delay is over.
+async fn the_resent_copy(stack: &Stack) -> String {
+    let copies = courier_integration::eventually(Duration::from_secs(20), || async {
+        let got = stack.drain(&stack.resources.queue_url).await;
+        (!got.is_empty()).then_some(got)
+    })
+    .await
+    .expect("the resent copy reaches the queue");
+    assert_eq!(copies.len(), 1);
+    copies[0].body().unwrap().to_owned()
+}
+
+/// SES's transient bounce of `address` (a full mailbox).
+fn mailbox_full(address: &str) -> serde_json::Value {
+    serde_json::json!({"bounce": {"bounceType": "Transient", "bounceSubType": "MailboxFull", "bouncedRecipients": [{"emailAddress": address, "status": "4.2.2", "diagnosticCode": "smtp; 452 4.2.2 mailbox full"}]}})
+}
+
+#[tokio::test]
+async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
+    let stack = Stack::create(&["ses"]).await;
+    let pipeline = soft_pipeline(&stack);
+    let id = unique("soft");
+    let job = serde_json::json!({"version": 1, "message_id": id, "campaign_id": "soft", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}}).to_string();
+    send_one(&pipeline, "a", job).await;
+    let status = stack.status_store();
+    let sent = status.get(&id).await.unwrap().unwrap();
+    assert!(sent.payload.is_some(), "the SES send keeps its payload");
+    let first = sent.provider_message_id.clone().unwrap();
+
+    let policy = RetryPolicy::from_json(SOFT_POLICY).unwrap();
+    let events = applier(&stack, policy, GuardConfig::default());
+    let applied = events
+        .handle(sqs(event(
+            "Bounce",
+            &id,
+            &first,
+            mailbox_full("ann@example.org"),
+        )))
+        .await;
+    assert_eq!(applied.applied, vec![Applied::Resent], "{applied:?}");
+    let rec = status.get(&id).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
+
+    // The copy is on the send queue after its delay; the send function sends it again.
+    send_one(&pipeline, "b", the_resent_copy(&stack).await).await;
     let rec = status.get(&id).await.unwrap().unwrap();
     assert_eq!((rec.status, rec.attempt), (Status::SentToProvider, 1));
     assert_ne!(rec.provider_message_id.as_deref(), Some(first.as_str()));
@@ -280,6 +290,62 @@ async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
             Status::SentToProvider
         ]
     );
+}
+
+#[tokio::test]
+async fn a_transient_bounce_of_one_of_three_recipients_resends_to_it_alone_through_the_real_queue()
+{
+    use courier_core::recipients::RecipientStatus;
+    // GIVEN a job to Ann (to), Bob (cc) and Cy (bcc) sent through SES
+    let stack = Stack::create(&["ses"]).await;
+    let pipeline = soft_pipeline(&stack);
+    let id = unique("part");
+    let job = serde_json::json!({"version": 1, "message_id": id, "campaign_id": "soft", "from": stack.sender, "to": ["Ann <ann@example.org>"], "cc": ["Bob <bob@example.org>"], "bcc": ["cy@example.org"], "content": {"subject": "s", "text": "t"}}).to_string();
+    send_one(&pipeline, "a", job).await;
+    let status = stack.status_store();
+    let first = status
+        .get(&id)
+        .await
+        .unwrap()
+        .unwrap()
+        .provider_message_id
+        .unwrap();
+    // WHEN SES reports Bob's mailbox full
+    let policy = RetryPolicy::from_json(SOFT_POLICY).unwrap();
+    let events = applier(&stack, policy, GuardConfig::default());
+    let bounce = event("Bounce", &id, &first, mailbox_full("bob@example.org"));
+    let applied = events.handle(sqs(bounce.clone())).await;
+    assert_eq!(applied.applied, vec![Applied::Resent], "{applied:?}");
+    // THEN the job keeps its send, and Bob is resent as a job of its own
+    let rec = status.get(&id).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempt), (Status::SentToProvider, 0));
+    let part = courier_core::recipients::part_id(&id, &first, &["bob@example.org".into()]);
+    let roll: Vec<RecipientStatus> = rec.recipients.iter().map(|r| r.status).collect();
+    assert_eq!(
+        roll,
+        vec![
+            RecipientStatus::Sent,
+            RecipientStatus::Resent,
+            RecipientStatus::Sent
+        ]
+    );
+    // AND its copy reaches the send queue, and the send function sends it to Bob alone, as Cc
+    send_one(&pipeline, "b", the_resent_copy(&stack).await).await;
+    let resent = status.get(&part).await.unwrap().expect("the part's record");
+    assert_eq!(resent.status, Status::SentToProvider);
+    assert_ne!(resent.provider_message_id.as_deref(), Some(first.as_str()));
+    let recipients: Vec<(&str, &str, RecipientStatus)> = resent
+        .recipients
+        .iter()
+        .map(|r| (r.address.as_str(), r.role.as_str(), r.status))
+        .collect();
+    assert_eq!(
+        recipients,
+        vec![("bob@example.org", "cc", RecipientStatus::Sent)]
+    );
+    // AND the same bounce again changes nothing and schedules nothing
+    let again = events.handle(sqs(bounce)).await;
+    assert_eq!(again.applied, vec![Applied::Absorbed]);
 }
 
 #[tokio::test]

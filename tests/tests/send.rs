@@ -147,6 +147,70 @@ fn captured(to: &str) -> usize {
 }
 
 #[tokio::test]
+async fn a_relay_refusing_one_of_three_recipients_suppresses_it_and_delivers_to_the_others() {
+    // GIVEN a job to three recipients, one of whom Postfix refuses with 550 5.1.1 at RCPT TO
+    let stack = Stack::create(&["smtp"]).await;
+    let to = format!("{}@courier.test", unique("to"));
+    let bcc = format!("{}@courier.test", unique("bcc"));
+    let id = unique("three");
+    let mut body = job(&stack, &id, &to);
+    body["cc"] = serde_json::json!(["Gone <Unknown@courier.test>"]);
+    body["bcc"] = serde_json::json!([bcc]);
+    enqueue(&stack, &[body.to_string()]).await;
+    // WHEN the send function runs
+    let p = pipeline(&stack, config());
+    run_until(&stack, &p, Duration::from_secs(30), async || {
+        captured(&to) == 1 && captured(&bcc) == 1
+    })
+    .await;
+    // THEN the message reached the two others once each (read back from Postfix's Maildir),
+    assert_eq!((captured(&to), captured(&bcc)), (1, 1));
+    // the job is sent, with the refused recipient bounced and the relay's reply in its timeline,
+    let record = store(&stack).get(&id).await.unwrap().expect("record");
+    assert_eq!(record.status, Status::SentToProvider);
+    let roll: Vec<(String, &str, &str)> = record
+        .recipients
+        .iter()
+        .map(|r| (r.address.clone(), r.role.as_str(), r.status.as_str()))
+        .collect();
+    assert_eq!(
+        roll,
+        vec![
+            (to.clone(), "to", "sent"),
+            ("unknown@courier.test".to_owned(), "cc", "bounced_permanent"),
+            (bcc.clone(), "bcc", "sent"),
+        ]
+    );
+    let refused = record
+        .recipient_log
+        .iter()
+        .find(|e| e.recipient == 1)
+        .and_then(|e| e.detail.clone())
+        .unwrap_or_default();
+    assert!(
+        refused.starts_with("refused by smtp (")
+            && refused
+                .to_lowercase()
+                .contains("): 550 5.1.1 <unknown@courier.test>"),
+        "{refused}"
+    );
+    // and the refused address is suppressed (the others are not).
+    let suppression = courier_adapters::aws::DynamoDbSuppressionList::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.suppression_table,
+    );
+    use courier_core::ports::SuppressionList;
+    let listed = suppression
+        .suppressed(
+            &["unknown@courier.test".into(), to.clone(), bcc.clone()],
+            chrono::Utc::now(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(listed, vec!["unknown@courier.test".to_owned()]);
+}
+
+#[tokio::test]
 async fn every_smtp_class_ends_where_it_should() {
     let stack = Stack::create(&["smtp"]).await;
     let control = DynamoDbPoisonList::new(
@@ -581,9 +645,10 @@ async fn aws_api_calls_per_job() {
                     source: None,
                 })
             } else {
-                Ok(courier_core::ports::Receipt {
-                    provider_message_id: format!("p-{}", email.message_id),
-                })
+                Ok(courier_core::ports::Receipt::new(format!(
+                    "p-{}",
+                    email.message_id
+                )))
             }
         }),
     ));

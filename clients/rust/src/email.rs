@@ -197,7 +197,7 @@ impl EmailBuilder {
         self
     }
 
-    /// Adds a `To` recipient (at least one; 50 recipients in all at most).
+    /// Adds a `To` recipient (at least one recipient in `to`, `cc` and `bcc`; 50 in all at most).
     pub fn to(mut self, mailbox: impl Into<String>) -> Self {
         self.to.push(mailbox.into());
         self

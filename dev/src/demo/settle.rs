@@ -138,7 +138,9 @@ pub(super) fn report(r: &Report<'_>) {
     );
     let applied = |k: &str| ev.applied.get(k).copied().unwrap_or(0);
     let to_suppress: BTreeSet<&String> = ev.to_suppress.iter().collect();
-    println!("  applied by the events function:");
+    println!(
+        "  applied by the events function (each delivery of an event; a redelivery counts again):"
+    );
     println!("    delivered                 {:>6}", applied("delivered"));
     println!(
         "    bounced permanently       {:>6}  (recipients suppressed: {} of {}, read back from the suppression list)",

@@ -21,7 +21,8 @@
 //! A transient bounce (SES gave up on a soft failure, e.g. a full mailbox) sends the job again
 //! on the soft-bounce schedule of the retry policy, from the payload the send function kept with
 //! the record, within the give-up horizon; past it the recipients are soft-suppressed and the
-//! job is dead-lettered with its record. A delivery delay is noted only: SES is still trying,
+//! job is dead-lettered with its record. In a job with several recipients only those bounced
+//! are sent again, as a job of their own (`resend`), and become `resent` on this one. A delivery delay is noted only: SES is still trying,
 //! and a resend would duplicate.
 //!
 //! The reputation guard counts sends, deliveries, bounces and complaints per sending domain in
@@ -35,10 +36,12 @@
 //! - [`parse`]: SNS notifications, EventBridge events and raw SES events into [`SesEvent`]s.
 //! - [`Applier::handle`]: one SQS batch, partial batch failures for events not yet applicable.
 //! - `recipients`: per-recipient outcomes and the job status that follows from them.
-//! - [`Resender`]: the soft-bounce resend; [`Guard`]: the reputation guard.
+//! - [`Resender`]: the soft-bounce resend (`resend`: of some recipients of a job with several, as
+//!   a job of their own); [`Guard`]: the reputation guard.
 
 mod event;
 mod recipients;
+mod resend;
 pub mod sns;
 pub mod wiring;
 
@@ -226,11 +229,26 @@ impl Applier {
             recipients::Follow::Absorbed => return Ok(Applied::Absorbed),
             recipients::Follow::Gone => return Ok(Applied::NotYet),
         };
+        if to == Status::BouncedTransient && resend::resends_part(&record) {
+            return self.resend_part(event, record).await;
+        }
         if to == Status::BouncedTransient
             && let Some(applied) = self.transient_bounce(event, &record).await?
         {
             return Ok(applied);
         }
+        self.settle(event, &record, to).await
+    }
+
+    /// Moves the job `record` is of to `to`, by the status machine: `Changed` once the write
+    /// landed, `Absorbed` for a repeat or a late event, `NotYet` for an event ahead of it.
+    async fn settle(
+        &self,
+        event: &SesEvent,
+        record: &JobRecord,
+        to: Status,
+    ) -> Result<Applied, StoreError> {
+        let message_id = &record.message_id;
         match transition(record.status, to) {
             Ok(Transition::Applied) => {
                 let mut update = StatusUpdate::new(

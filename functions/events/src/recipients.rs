@@ -31,7 +31,7 @@ impl Applier {
     pub(crate) async fn follow(
         &self,
         event: &SesEvent,
-        mut record: JobRecord,
+        record: JobRecord,
         to: Status,
     ) -> Result<Follow, StoreError> {
         let Some(target) = RecipientStatus::of_status(to) else {
@@ -47,37 +47,15 @@ impl Applier {
             return Ok(Follow::Job(Box::new(record), to));
         }
         let detail = describe(&event.kind);
-        let mut tries = 0;
-        let (roll, moved) = loop {
-            let Some(change) = recipients::apply(
-                &record.recipients,
-                &record.recipient_log,
-                record.recipients_version,
-                &event.recipients,
-                target,
-                self.clock.now(),
-                Some(&detail),
-            ) else {
-                break (record.recipients.clone(), false);
-            };
-            if self
-                .status
-                .update_recipients(&record.message_id, &change)
-                .await?
-            {
-                break (recipients::applied(&record.recipients, &change), true);
-            }
-            tries += 1;
-            if tries == TRIES {
-                return Err(StoreError::msg(
-                    "events recipients",
-                    "the record's recipients kept changing under five writes",
-                ));
-            }
-            match self.status.get(&record.message_id).await? {
-                Some(again) => record = again,
-                None => return Ok(Follow::Gone),
-            }
+        let Some(Moved {
+            record,
+            roll,
+            moved,
+        }) = self
+            .move_recipients(record, &event.recipients, target, &detail)
+            .await?
+        else {
+            return Ok(Follow::Gone);
         };
         if to == Status::BouncedTransient {
             return Ok(Follow::Job(Box::new(record), to));
@@ -93,4 +71,72 @@ impl Applier {
             None => Ok(Follow::Absorbed),
         }
     }
+
+    /// Moves the recipients of `record` that `addresses` name to `target` (forward only), with
+    /// `detail` in their timelines, written at the version they were computed from (computed
+    /// again from a fresh read when another write came first). `None` when the record is gone.
+    pub(crate) async fn move_recipients(
+        &self,
+        mut record: JobRecord,
+        addresses: &[String],
+        target: RecipientStatus,
+        detail: &str,
+    ) -> Result<Option<Moved>, StoreError> {
+        let mut tries = 0;
+        loop {
+            let Some(change) = recipients::apply(
+                &record.recipients,
+                &record.recipient_log,
+                record.recipients_version,
+                addresses,
+                target,
+                self.clock.now(),
+                Some(detail),
+            ) else {
+                let roll = record.recipients.clone();
+                return Ok(Some(Moved {
+                    record,
+                    roll,
+                    moved: false,
+                }));
+            };
+            if self
+                .status
+                .update_recipients(&record.message_id, &change)
+                .await?
+            {
+                let roll = recipients::applied(&record.recipients, &change);
+                // The record as the write left it.
+                record.recipients.clone_from(&roll);
+                record.recipient_log.extend(change.log);
+                record.recipients_version = change.version + 1;
+                return Ok(Some(Moved {
+                    record,
+                    roll,
+                    moved: true,
+                }));
+            }
+            tries += 1;
+            if tries == TRIES {
+                return Err(StoreError::msg(
+                    "events recipients",
+                    "the record's recipients kept changing under five writes",
+                ));
+            }
+            match self.status.get(&record.message_id).await? {
+                Some(again) => record = again,
+                None => return Ok(None),
+            }
+        }
+    }
+}
+
+/// What [`Applier::move_recipients`] did.
+pub(crate) struct Moved {
+    /// The record, with its recipients as the write left them.
+    pub(crate) record: JobRecord,
+    /// The recipients after it.
+    pub(crate) roll: Vec<recipients::Recipient>,
+    /// Whether any recipient moved.
+    pub(crate) moved: bool,
 }

@@ -2,6 +2,7 @@
 //! failover order, then the call and its status write.
 
 use super::*;
+use courier_core::ports::Receipt;
 use courier_core::recipients::RecipientStatus;
 
 /// The attachment bytes an instance holds at once. A message is held about five times over
@@ -250,11 +251,11 @@ impl Pipeline {
                     update.provider = Some(name.to_owned());
                     update.provider_message_id = Some(receipt.provider_message_id.clone());
                     update.detail = Some(format!("accepted by {name}"));
-                    update.recipients = Some(courier_core::recipients::roll(
-                        job,
-                        RecipientStatus::Sent,
-                        suppressed,
-                    ));
+                    let mut roll =
+                        courier_core::recipients::roll(job, RecipientStatus::Sent, suppressed);
+                    let (refused, suppress) = refusals(&receipt, name);
+                    update.recipient_notes = courier_core::recipients::refuse(&mut roll, &refused);
+                    update.recipients = Some(roll);
                     // Kept for a resend on a transient bounce (only SES reports those), unless
                     // it would crowd the 400 KB DynamoDB item (then the bounce is recorded only).
                     if provider == Provider::Ses {
@@ -263,10 +264,14 @@ impl Pipeline {
                             update.payload = Some(body);
                         }
                     }
+                    if !refused.is_empty() {
+                        info!(provider = %name, refused = refused.len(), "sent; some recipients refused");
+                    }
                     Fate::Accepted {
                         update,
                         send_by: budget.send_by,
                         latency,
+                        suppress,
                     }
                 }
                 Err(failure) => {
@@ -285,15 +290,25 @@ impl Pipeline {
                     } else {
                         Acceptance::Refused
                     };
-                    self.after_failure(
-                        incoming,
-                        failure.verdict,
-                        Some(name),
-                        done,
-                        owner,
-                        acceptance,
-                    )
-                    .await
+                    let mut fate = self
+                        .after_failure(
+                            incoming,
+                            failure.verdict,
+                            Some(name),
+                            done,
+                            owner,
+                            acceptance,
+                        )
+                        .await;
+                    // Each recipient the message went to is as ambiguous as the send.
+                    if let Fate::Ambiguous { unknown, .. } = &mut fate {
+                        unknown.recipients = Some(courier_core::recipients::roll(
+                            job,
+                            RecipientStatus::Unknown,
+                            suppressed,
+                        ));
+                    }
+                    fate
                 }
             };
         }
@@ -559,4 +574,28 @@ fn first_recipient_domain(email: &OutgoingEmail) -> Option<String> {
 /// A copy that already waited (a failure or a wait was recorded): it books in the retry lane.
 fn is_retry(incoming: &Incoming) -> bool {
     incoming.retry.first_attempt_at.is_some()
+}
+
+/// What the recipients `receipt` says were refused become: (address, timeline note) for the
+/// record, and (address, reason) for those to suppress (the reply says the address is dead).
+type Refused = (Vec<(String, String)>, Vec<(String, String)>);
+
+fn refusals(receipt: &Receipt, provider: &str) -> Refused {
+    let mut refused = Vec::new();
+    let mut suppress = Vec::new();
+    for r in &receipt.refused {
+        let v = &r.verdict;
+        let reply = v.raw_text.as_deref().unwrap_or(v.rule.as_str());
+        refused.push((
+            r.address.clone(),
+            format!("refused by {provider} ({}): {reply}", v.class),
+        ));
+        if v.suppress_recipient {
+            suppress.push((
+                r.address.clone(),
+                format!("{}: {}", v.rule, v.raw_code.as_deref().unwrap_or("")),
+            ));
+        }
+    }
+    (refused, suppress)
 }

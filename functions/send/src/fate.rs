@@ -41,10 +41,12 @@ pub(crate) enum Fate {
     },
     /// The provider accepted the mail: write `sent_to_provider` while `send_by` allows; when
     /// it cannot be written, keep the acceptance as `unknown` (never release the lease).
+    /// `suppress`: recipients it refused as dead (address, reason), suppressed first.
     Accepted {
         update: StatusUpdate,
         send_by: DateTime<Utc>,
         latency: Duration,
+        suppress: Vec<(String, String)>,
     },
     /// The provider may have the mail: nothing follows until `unknown` is durable; then
     /// `then`, whose failures keep `unknown`.
@@ -223,7 +225,17 @@ impl Pipeline {
                 update,
                 send_by,
                 latency,
-            } => self.keep_acceptance(update, send_by, latency).await,
+                suppress,
+            } => {
+                for (address, reason) in &suppress {
+                    // The mail is out: nothing may send it again, so a failed write here only
+                    // costs the address one more refusal (the next send suppresses it then).
+                    if let Err(e) = self.suppression.suppress(address, reason, update.now).await {
+                        warn!(error = %e, "a refused recipient could not be suppressed");
+                    }
+                }
+                self.keep_acceptance(update, send_by, latency).await
+            }
             Fate::Ambiguous { unknown, then } => {
                 if let Err((tries, source)) =
                     self.finish_durably(&unknown, self.write_deadline()).await

@@ -746,9 +746,7 @@ async fn a_panicking_provider_fails_only_its_record() {
             if e.message_id == "boom" {
                 panic!("provider adapter bug");
             }
-            Ok(Receipt {
-                provider_message_id: "ok".into(),
-            })
+            Ok(Receipt::new("ok"))
         }),
     ));
     let report = w
@@ -899,6 +897,10 @@ async fn an_ambiguous_send_is_marked_unknown_not_resent() {
     let report = w.run(vec![rec("a", job("amb", "a@example.org"))]).await;
     assert!(report.failures.is_empty());
     assert_eq!(w.status_of("amb"), Some(Status::Unknown));
+    // Its recipient is as ambiguous as the send (an SES event about it resolves both).
+    let record = w.status.records.lock().unwrap()["amb"].clone();
+    let roll = roll_of(&record);
+    assert_eq!(roll, vec![("a@example.org", RecipientStatus::Unknown)]);
     let queued = w.scheduler.queued.lock().unwrap();
     assert_eq!(queued.len(), 1);
     assert_eq!(queued[0].delay_secs, 900);
@@ -1110,9 +1112,7 @@ async fn a_long_wait_too_large_for_the_state_machine_hops_through_the_queue_unti
                     source: None,
                 })
             } else {
-                Ok(Receipt {
-                    provider_message_id: "after-the-wait".into(),
-                })
+                Ok(Receipt::new("after-the-wait"))
             }
         }),
     ));
@@ -1158,6 +1158,15 @@ async fn a_long_wait_too_large_for_the_state_machine_hops_through_the_queue_unti
     assert_eq!(w.status_of("big-wait"), Some(Status::SentToProvider));
 }
 
+/// A record's recipients, each with its outcome.
+fn roll_of(record: &courier_core::ports::JobRecord) -> Vec<(&str, RecipientStatus)> {
+    record
+        .recipients
+        .iter()
+        .map(|r| (r.address.as_str(), r.status))
+        .collect()
+}
+
 #[tokio::test]
 async fn only_the_suppressed_recipients_of_a_job_are_skipped() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
@@ -1180,11 +1189,7 @@ async fn only_the_suppressed_recipients_of_a_job_are_skipped() {
     assert_eq!(w.status_of("two"), Some(Status::SentToProvider));
     // The record lists both recipients: the one sent to, and the one left out.
     let record = w.status.records.lock().unwrap()["two"].clone();
-    let roll: Vec<(&str, RecipientStatus)> = record
-        .recipients
-        .iter()
-        .map(|r| (r.address.as_str(), r.status))
-        .collect();
+    let roll = roll_of(&record);
     assert_eq!(
         roll,
         vec![
@@ -1194,6 +1199,102 @@ async fn only_the_suppressed_recipients_of_a_job_are_skipped() {
     );
     assert_eq!(record.recipient_log.len(), 2);
     assert_eq!(record.recipients_version, 1);
+}
+
+#[tokio::test]
+async fn a_recipient_the_relay_refuses_is_bounced_and_suppressed_and_the_others_are_sent() {
+    // GIVEN a relay that takes the message but refuses one of its three recipients by name
+    let w = world_with(MemoryMailer::with(
+        courier_core::ports::Provider::Smtp,
+        Box::new(|e| {
+            let mut receipt = Receipt::new(format!("queued as {}", e.message_id));
+            receipt.refused.push(courier_core::ports::Refusal {
+                address: "gone@example.org".into(),
+                verdict: courier_core::classify::classify_smtp(
+                    "550 5.1.1 <gone@example.org>: Recipient address rejected: User unknown",
+                ),
+            });
+            receipt.refused.push(courier_core::ports::Refusal {
+                address: "policy@example.org".into(),
+                verdict: courier_core::classify::classify_smtp(
+                    "554 5.7.1 <policy@example.org>: Recipient address rejected: message rejected by policy",
+                ),
+            });
+            Ok(receipt)
+        }),
+    ));
+    let body = serde_json::json!({
+        "version": 1, "message_id": "three", "campaign_id": "c", "from": "shop@example.com",
+        "to": ["here@example.org"], "cc": ["Gone <gone@example.org>"], "bcc": ["policy@example.org"],
+        "content": {"subject": "Hi", "text": "Hello"}
+    })
+    .to_string();
+    // WHEN the job is sent
+    let report = w.run(vec![rec("t", body)]).await;
+    // THEN the job is sent, the refused recipients bounced with the relay's reply in their
+    // timeline, and only the dead address (not the policy refusal) is suppressed
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.status_of("three"), Some(Status::SentToProvider));
+    let record = w.status.records.lock().unwrap()["three"].clone();
+    let roll = roll_of(&record);
+    assert_eq!(
+        roll,
+        vec![
+            ("here@example.org", RecipientStatus::Sent),
+            ("gone@example.org", RecipientStatus::BouncedPermanent),
+            ("policy@example.org", RecipientStatus::BouncedPermanent),
+        ]
+    );
+    let details: Vec<&str> = record
+        .recipient_log
+        .iter()
+        .map(|e| e.detail.as_deref().unwrap_or(""))
+        .collect();
+    assert_eq!(details[0], "accepted by smtp");
+    assert!(
+        details[1].starts_with("refused by smtp (") && details[1].contains("): 550 5.1.1 <gone"),
+        "{details:?}"
+    );
+    assert!(details[2].contains("): 554 5.7.1 <policy"), "{details:?}");
+    let now = w.clock.now();
+    assert!(w.suppression.is_suppressed("gone@example.org", now));
+    assert!(!w.suppression.is_suppressed("policy@example.org", now));
+    assert!(!w.suppression.is_suppressed("here@example.org", now));
+}
+
+#[tokio::test]
+async fn a_refused_recipient_that_cannot_be_suppressed_does_not_resend_the_message() {
+    // GIVEN a relay that refuses one of two recipients, and a suppression list that fails
+    let w = world_with(MemoryMailer::with(
+        courier_core::ports::Provider::Smtp,
+        Box::new(|_| {
+            let mut receipt = Receipt::new("queued");
+            receipt.refused.push(courier_core::ports::Refusal {
+                address: "gone@example.org".into(),
+                verdict: courier_core::classify::classify_smtp(
+                    "550 5.1.1 <gone@example.org>: User unknown",
+                ),
+            });
+            Ok(receipt)
+        }),
+    ));
+    w.suppression.fail_writes.set(1);
+    let body = serde_json::json!({
+        "version": 1, "message_id": "two-r", "campaign_id": "c", "from": "shop@example.com",
+        "to": ["here@example.org", "gone@example.org"], "content": {"subject": "Hi", "text": "Hello"}
+    })
+    .to_string();
+    // WHEN it is sent
+    let report = w.run(vec![rec("t", body)]).await;
+    // THEN the acceptance stands (acknowledged, recorded sent, one provider call); the address
+    // is suppressed by its next refusal
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("two-r"), Some(Status::SentToProvider));
+    assert!(
+        !w.suppression
+            .is_suppressed("gone@example.org", w.clock.now())
+    );
 }
 
 #[tokio::test]
@@ -1613,9 +1714,7 @@ async fn jobs_near_each_aws_size_limit_are_sent_and_their_neighbours_too() {
                     source: None,
                 });
             }
-            Ok(Receipt {
-                provider_message_id: format!("mem-{}", e.message_id),
-            })
+            Ok(Receipt::new(format!("mem-{}", e.message_id)))
         }),
     ));
     let pointer = claim_checked(&w, &largest("largest-retried")).await;

@@ -171,9 +171,7 @@ impl Mailer for FaultyMailer {
         self.check_before_call(&email.message_id);
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         let answer = self.answers[n.min(self.answers.len() - 1)];
-        let receipt = Receipt {
-            provider_message_id: format!("smtp-{n}"),
-        };
+        let receipt = Receipt::new(format!("smtp-{n}"));
         let effect = || match answer {
             Answer::Accept => {
                 self.accept();

@@ -3,7 +3,8 @@
 //! lettre bounds only the connect with its own timeout, so the whole exchange is bounded here.
 //! A failure is classified from the server's reply (code, enhanced code, text) when there is
 //! one; a timeout or a broken session without a reply is reported as ambiguous (the relay may
-//! have queued the message).
+//! have queued the message). A recipient the relay refuses permanently by name is left out and
+//! the message sent to the others ([`Receipt::refused`]).
 
 use std::time::Duration;
 
@@ -14,7 +15,9 @@ use lettre::transport::smtp::client::{Tls, TlsParameters};
 use lettre::{AsyncSmtpTransport, AsyncTransport, Message, Tokio1Executor};
 
 use courier_core::classify::{ErrorClass, Verdict, classify_smtp};
-use courier_core::ports::{Mailbox, Mailer, OutgoingEmail, Provider, Receipt, SendFailure};
+use courier_core::ports::{
+    Mailbox, Mailer, OutgoingEmail, Provider, Receipt, Refusal, SendFailure,
+};
 
 /// How the connection is secured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -276,33 +279,98 @@ impl Mailer for SmtpMailer {
                 return Err(too_large(bytes, self.max_message_bytes, "the SMTP relay"));
             }
         }
-        match tokio::time::timeout(self.timeout, self.transport.send(message)).await {
-            Ok(Ok(response)) => Ok(Receipt {
-                provider_message_id: response
-                    .message()
-                    .collect::<Vec<_>>()
-                    .join(" ")
-                    .trim()
-                    .to_owned(),
-            }),
-            Ok(Err(error)) => Err(SendFailure {
-                verdict: classify_lettre(&error),
-                ambiguous: broke_mid_session(&error),
-                source: Some(Box::new(error)),
-            }),
-            // The reply to DATA may be what we were waiting for: the relay may have the
-            // message. Ambiguous, so it is not resent blindly.
-            Err(_) => Err(SendFailure {
-                verdict: Verdict::local(
-                    ErrorClass::Network,
-                    "smtp-timeout",
-                    format!("no reply within {:?}", self.timeout),
-                ),
-                ambiguous: true,
-                source: None,
-            }),
+        let raw = message.formatted();
+        let original = message.envelope();
+        // Recipients refused one by one: the rest are sent again without them (see `refused`).
+        let mut remaining: Vec<lettre::Address> = original.to().to_vec();
+        let mut refused: Vec<Refusal> = Vec::new();
+        let deadline = tokio::time::Instant::now() + self.timeout;
+        loop {
+            let envelope =
+                lettre::address::Envelope::new(original.from().cloned(), remaining.clone())
+                    .map_err(|e| SendFailure {
+                        verdict: Verdict::local(ErrorClass::InvalidJob, "envelope", e.to_string()),
+                        ambiguous: false,
+                        source: Some(Box::new(e)),
+                    })?;
+            match tokio::time::timeout_at(deadline, self.transport.send_raw(&envelope, &raw)).await
+            {
+                Ok(Ok(response)) => {
+                    return Ok(Receipt {
+                        provider_message_id: response
+                            .message()
+                            .collect::<Vec<_>>()
+                            .join(" ")
+                            .trim()
+                            .to_owned(),
+                        refused,
+                    });
+                }
+                Ok(Err(error)) => {
+                    if remaining.len() > 1
+                        && let Some(at) = refused_recipient(&error, &remaining)
+                    {
+                        refused.push(Refusal {
+                            address: remaining.remove(at).to_string(),
+                            verdict: classify_lettre(&error),
+                        });
+                        continue;
+                    }
+                    return Err(SendFailure {
+                        verdict: classify_lettre(&error),
+                        ambiguous: broke_mid_session(&error),
+                        source: Some(Box::new(error)),
+                    });
+                }
+                // The reply to DATA may be what we were waiting for: the relay may have the
+                // message. Ambiguous, so it is not resent blindly.
+                Err(_) => {
+                    return Err(SendFailure {
+                        verdict: Verdict::local(
+                            ErrorClass::Network,
+                            "smtp-timeout",
+                            format!("no reply within {:?}", self.timeout),
+                        ),
+                        ambiguous: true,
+                        source: None,
+                    });
+                }
+            }
         }
     }
+}
+
+/// The position in `remaining` of the one recipient a permanent reply names: a relay refuses a
+/// recipient in its reply to `RCPT TO` and names it (Postfix: `550 5.1.1 <a@x>: Recipient
+/// address rejected`). Any reply ends the transaction before the message is taken, so sending
+/// again to the others cannot duplicate. A transient reply, or one that names no recipient or
+/// several, fails the message as a whole.
+fn refused_recipient(
+    error: &lettre::transport::smtp::Error,
+    remaining: &[lettre::Address],
+) -> Option<usize> {
+    if !error.is_permanent() {
+        return None;
+    }
+    let text = error.to_string().to_lowercase();
+    let named: Vec<usize> = remaining
+        .iter()
+        .enumerate()
+        .filter(|(_, a)| names(&text, &a.to_string().to_lowercase()))
+        .map(|(i, _)| i)
+        .collect();
+    match named.as_slice() {
+        [one] => Some(*one),
+        _ => None,
+    }
+}
+
+/// Whether reply `text` names `address` as a whole (not inside a longer address).
+fn names(text: &str, address: &str) -> bool {
+    let part = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "._%+-@".contains(c));
+    text.match_indices(address).any(|(at, _)| {
+        !part(text[..at].chars().next_back()) && !part(text[at + address.len()..].chars().next())
+    })
 }
 
 #[cfg(test)]
@@ -410,6 +478,26 @@ mod tests {
         e.text = None;
         e.html = None;
         assert_eq!(build_message(&e).unwrap_err(), "no body");
+    }
+
+    #[test]
+    fn a_reply_names_a_recipient_only_as_a_whole_address() {
+        let reply =
+            "permanent error (550): 5.1.1 <unknown@courier.test>: recipient address rejected";
+        assert!(names(reply, "unknown@courier.test"));
+        assert!(
+            !names(reply, "known@courier.test"),
+            "inside a longer local part"
+        );
+        assert!(
+            !names(reply, "unknown@courier.tes"),
+            "inside a longer domain"
+        );
+        assert!(names(
+            "550 5.1.1 ann@x.example user unknown",
+            "ann@x.example"
+        ));
+        assert!(!names("550 5.1.1 user unknown", "ann@x.example"));
     }
 
     #[test]

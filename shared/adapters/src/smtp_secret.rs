@@ -239,9 +239,7 @@ mod tests {
         }
         async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure> {
             if self.password == "new" {
-                return Ok(Receipt {
-                    provider_message_id: email.message_id.clone(),
-                });
+                return Ok(Receipt::new(email.message_id.clone()));
             }
             Err(SendFailure {
                 verdict: classify_smtp("535 5.7.8 Authentication credentials invalid"),

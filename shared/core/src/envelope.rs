@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use crate::classify::Verdict;
 use crate::job::{EmailJob, JobError, Rejected, fingerprint, parse_json};
 use crate::letters::letter_id;
+use crate::mailbox::address_key;
 use crate::policy::{DeadLetterCategory, RetryState};
 use crate::ports::{AttemptRecord, DeadLetter};
 
@@ -63,6 +64,29 @@ pub struct Incoming {
 }
 
 impl Incoming {
+    /// This job sent again to some of its recipients only (`keep`, as [`address_key`]s): a job
+    /// of its own with id `message_id`, the same content, roles, display names and retry state,
+    /// and only those recipients in `to`, `cc` and `bcc` (either may end up empty). `None` when
+    /// none of `keep` is a recipient of the job.
+    pub fn part(&self, message_id: &str, keep: &[String]) -> Option<Incoming> {
+        let mut value: serde_json::Value = serde_json::from_str(&self.original).ok()?;
+        let fields = value.as_object_mut()?;
+        fields.insert("message_id".into(), message_id.into());
+        for field in ["to", "cc", "bcc"] {
+            if let Some(serde_json::Value::Array(list)) = fields.get_mut(field) {
+                list.retain(|r| r.as_str().is_some_and(|r| keep.contains(&address_key(r))));
+            }
+        }
+        let job = EmailJob::from_value(value.clone()).ok()?;
+        let original = value.to_string();
+        Some(Incoming {
+            job,
+            print: job_fingerprint(&original),
+            original,
+            ..self.clone()
+        })
+    }
+
     /// Takes the root of the X-Ray trace header this copy came with as the trace, when the job
     /// has none yet.
     #[must_use]
@@ -301,6 +325,30 @@ pub fn replay_body(
 mod tests {
     use super::*;
     use crate::classify::ErrorClass;
+
+    #[test]
+    fn a_part_keeps_only_its_recipients_in_their_roles() {
+        let raw = r#"{"version": 1, "message_id": "m", "campaign_id": "c", "from": "a@example.com",
+            "to": ["Ann <ann@example.org>"], "cc": ["Bo <BO@example.org>", "cy@example.org"],
+            "bcc": ["dee@example.org"], "content": {"subject": "s", "text": "t"}}"#;
+        let mut whole = parse_body(raw.as_bytes()).unwrap();
+        whole.attempt = 3;
+        let part = whole
+            .part("m~1", &["bo@example.org".into(), "dee@example.org".into()])
+            .unwrap();
+        assert_eq!(part.job.message_id, "m~1");
+        assert!(part.job.to.is_empty());
+        assert_eq!(part.job.cc, vec!["Bo <BO@example.org>".to_owned()]);
+        assert_eq!(part.job.bcc, vec!["dee@example.org".to_owned()]);
+        assert_eq!(part.job.content, whole.job.content);
+        assert_eq!(part.attempt, 3, "the retry state goes on");
+        assert_eq!(part.print, job_fingerprint(&part.original));
+        assert_ne!(part.print, whole.print);
+        // Its next copy carries the part, not the whole job.
+        let next = parse_body(next_body(&part, RetryState::default(), Vec::new()).as_bytes());
+        assert_eq!(next.unwrap().job, part.job);
+        assert_eq!(whole.part("m~2", &["nobody@example.org".into()]), None);
+    }
 
     #[test]
     fn every_copy_of_a_job_has_one_fingerprint() {

@@ -257,6 +257,9 @@ pub struct StatusUpdate {
     /// [`StatusStore::finish`]): they replace the record's list, and their entries are added to
     /// its timeline.
     pub recipients: Option<Vec<Recipient>>,
+    /// A recipient's own timeline detail in that roll (bare address, detail), where it differs
+    /// from `detail` (the reply that refused it).
+    pub recipient_notes: Vec<(String, String)>,
 }
 
 impl StatusUpdate {
@@ -279,6 +282,7 @@ impl StatusUpdate {
             payload: None,
             facts: None,
             recipients: None,
+            recipient_notes: Vec::new(),
         }
     }
 }
@@ -405,10 +409,31 @@ impl std::fmt::Debug for Attachment {
     }
 }
 
-/// A provider accepted the message.
+/// A provider accepted the message (for every recipient but those it `refused`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
     pub provider_message_id: String,
+    /// Recipients the provider refused while it took the message for the others (an SMTP
+    /// relay's permanent reply to one `RCPT TO`); empty when it took every one.
+    pub refused: Vec<Refusal>,
+}
+
+impl Receipt {
+    /// The message was accepted for every recipient.
+    pub fn new(provider_message_id: impl Into<String>) -> Receipt {
+        Receipt {
+            provider_message_id: provider_message_id.into(),
+            refused: Vec::new(),
+        }
+    }
+}
+
+/// One recipient a provider refused, and the verdict on its reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// The address as it was sent in the envelope.
+    pub address: String,
+    pub verdict: Verdict,
 }
 
 /// A provider did not accept the message.

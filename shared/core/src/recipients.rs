@@ -10,11 +10,14 @@
 //! | ----------------------------------------------------------- | --------------------- |
 //! | any complained                                              | `complained`          |
 //! | every one delivered                                         | `delivered`           |
-//! | some delivered, the others bounced permanently              | `partially_delivered` |
+//! | some delivered, the others bounced permanently or resent    | `partially_delivered` |
+//! | none delivered, some resent (the others bounced permanently) | `bounced_transient`   |
 //! | none delivered, every one bounced permanently               | `bounced_permanent`   |
 //! | none left (every recipient suppressed before sending)       | `suppressed`          |
 //!
-//! Until then the job keeps the status its send gave it (`sent_to_provider`, `unknown`).
+//! Until then the job keeps the status its send gave it (`sent_to_provider`, `unknown`). A
+//! recipient `resent` after a transient bounce is sent again by a job of its own ([`part_id`]),
+//! whose record holds its outcome.
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -40,6 +43,9 @@ pub enum RecipientStatus {
     Sent,
     /// The receiver refused it for now; the job (or a resend) tries again.
     BouncedTransient,
+    /// After a transient bounce, handed to a job of its own that sends to it again (with the
+    /// other recipients that bounced with it; see [`part_id`]); its timeline names that job.
+    Resent,
     Delivered,
     Complained,
     BouncedPermanent,
@@ -48,10 +54,11 @@ pub enum RecipientStatus {
 }
 
 impl RecipientStatus {
-    pub const ALL: [RecipientStatus; 7] = [
+    pub const ALL: [RecipientStatus; 8] = [
         RecipientStatus::Unknown,
         RecipientStatus::Sent,
         RecipientStatus::BouncedTransient,
+        RecipientStatus::Resent,
         RecipientStatus::Delivered,
         RecipientStatus::Complained,
         RecipientStatus::BouncedPermanent,
@@ -63,6 +70,7 @@ impl RecipientStatus {
             RecipientStatus::Unknown => "unknown",
             RecipientStatus::Sent => "sent",
             RecipientStatus::BouncedTransient => "bounced_transient",
+            RecipientStatus::Resent => "resent",
             RecipientStatus::Delivered => "delivered",
             RecipientStatus::Complained => "complained",
             RecipientStatus::BouncedPermanent => "bounced_permanent",
@@ -80,7 +88,8 @@ impl RecipientStatus {
     pub fn is_final(self) -> bool {
         matches!(
             self,
-            RecipientStatus::Delivered
+            RecipientStatus::Resent
+                | RecipientStatus::Delivered
                 | RecipientStatus::Complained
                 | RecipientStatus::BouncedPermanent
                 | RecipientStatus::Suppressed
@@ -126,10 +135,15 @@ fn allowed(from: RecipientStatus, to: RecipientStatus) -> bool {
             to,
             BouncedTransient | Delivered | Complained | BouncedPermanent
         ),
-        // A whole-job resend sends to it again; a later event may still report an outcome.
-        BouncedTransient => matches!(to, Sent | Delivered | Complained | BouncedPermanent),
+        // A whole-job resend sends to it again, or a job of its own does; a later event may
+        // still report an outcome.
+        BouncedTransient => matches!(
+            to,
+            Sent | Resent | Delivered | Complained | BouncedPermanent
+        ),
         Delivered => matches!(to, Complained),
-        Complained | BouncedPermanent | Suppressed => false,
+        // Its outcome is the resend's job's.
+        Resent | Complained | BouncedPermanent | Suppressed => false,
     }
 }
 
@@ -219,21 +233,41 @@ pub fn roll(
     list
 }
 
-/// The timeline entries a new roll starts with: one per recipient.
+/// The timeline entries a new roll starts with: one per recipient, with `detail`, or with the
+/// recipient's own note where `notes` (bare address, detail) has one.
 pub fn entries_of(
     list: &[Recipient],
     at: DateTime<Utc>,
     detail: Option<&str>,
+    notes: &[(String, String)],
 ) -> Vec<RecipientEntry> {
     list.iter()
         .enumerate()
-        .map(|(i, r)| RecipientEntry {
-            recipient: i,
-            status: r.status,
-            at,
-            detail: detail.map(cut),
+        .map(|(i, r)| {
+            let note = notes.iter().find(|(a, _)| *a == r.address);
+            RecipientEntry {
+                recipient: i,
+                status: r.status,
+                at,
+                detail: note.map(|(_, d)| d.as_str()).or(detail).map(cut),
+            }
         })
         .collect()
+}
+
+/// `list` (a roll of an accepted send) with each of `refused` (addresses the provider refused
+/// while it took the message for the others) bounced permanently, and the notes their timeline
+/// entries take: `why` of each.
+pub fn refuse(list: &mut [Recipient], refused: &[(String, String)]) -> Vec<(String, String)> {
+    let mut notes = Vec::new();
+    for (address, why) in refused {
+        let key = address_key(address);
+        if let Some(r) = list.iter_mut().find(|r| r.address == key) {
+            r.status = RecipientStatus::BouncedPermanent;
+            notes.push((key, why.clone()));
+        }
+    }
+    notes
 }
 
 /// A change to a record's recipients: new outcomes by position, and their timeline entries.
@@ -313,9 +347,37 @@ pub fn derive(list: &[Recipient]) -> Option<Status> {
         Status::Delivered
     } else if sent.iter().any(reached) {
         Status::PartiallyDelivered
+    } else if sent.contains(&RecipientStatus::Resent) {
+        Status::BouncedTransient
     } else {
         Status::BouncedPermanent
     })
+}
+
+/// The id of the job that sends `parent`'s message again to `addresses` after the transient
+/// bounce of the provider's message `bounced`: the same for the same bounce and recipients (a
+/// redelivered event schedules a copy its claim drops as a duplicate), distinct otherwise, and
+/// at most [`crate::job::MAX_ID_LEN`] characters however often it is derived again:
+/// `parent` (cut to 200 characters) `~` and 12 hex digits of a SHA-256.
+pub fn part_id(parent: &str, bounced: &str, addresses: &[String]) -> String {
+    use sha2::{Digest, Sha256};
+    let mut keys: Vec<String> = addresses.iter().map(|a| address_key(a)).collect();
+    keys.sort();
+    keys.dedup();
+    let mut hash = Sha256::new();
+    for part in [parent, bounced]
+        .into_iter()
+        .chain(keys.iter().map(String::as_str))
+    {
+        hash.update(part.as_bytes());
+        hash.update([0]);
+    }
+    let hex: String = hash.finalize()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let stem: String = parent.chars().take(200).collect();
+    format!("{stem}~{hex}")
 }
 
 fn cut(detail: &str) -> String {
@@ -368,6 +430,16 @@ mod tests {
                 Some(Status::Complained),
             ),
             (vec![Suppressed, Suppressed], Some(Status::Suppressed)),
+            (vec![Delivered, Resent], Some(Status::PartiallyDelivered)),
+            (
+                vec![Resent, BouncedPermanent],
+                Some(Status::BouncedTransient),
+            ),
+            (
+                vec![Resent, Resent, Suppressed],
+                Some(Status::BouncedTransient),
+            ),
+            (vec![Resent, Complained], Some(Status::Complained)),
             (vec![Delivered, Sent], None),
             (vec![Delivered, BouncedTransient], None),
             (vec![Unknown], None),
@@ -390,6 +462,8 @@ mod tests {
         assert!(advance(Sent, Delivered));
         assert!(advance(Delivered, Complained));
         assert!(advance(BouncedTransient, Sent));
+        assert!(advance(BouncedTransient, Resent));
+        assert!(!advance(Sent, Resent), "only a bounced recipient is resent");
         assert!(advance(Unknown, Delivered));
         // Repeats and late events are absorbed.
         assert!(!advance(Delivered, Delivered));
@@ -509,7 +583,47 @@ mod tests {
                 ("dee@example.org", Role::Bcc, Sent),
             ]
         );
-        assert_eq!(entries_of(&roll, at(), Some("accepted")).len(), 4);
+        assert_eq!(entries_of(&roll, at(), Some("accepted"), &[]).len(), 4);
+    }
+
+    #[test]
+    fn a_resends_id_is_one_per_bounce_and_recipients_and_stays_within_the_id_limit() {
+        let a = part_id(
+            "m-1",
+            "ses-1",
+            &["B@example.org".into(), "c@example.org".into()],
+        );
+        assert_eq!(
+            a,
+            part_id(
+                "m-1",
+                "ses-1",
+                &["c@example.org".into(), "b@example.org".into()]
+            ),
+            "the same bounce of the same recipients, in any order and case"
+        );
+        assert!(a.starts_with("m-1~") && a.len() == "m-1~".len() + 12, "{a}");
+        for other in [
+            part_id(
+                "m-1",
+                "ses-2",
+                &["b@example.org".into(), "c@example.org".into()],
+            ),
+            part_id("m-1", "ses-1", &["b@example.org".into()]),
+            part_id(
+                "m-2",
+                "ses-1",
+                &["b@example.org".into(), "c@example.org".into()],
+            ),
+        ] {
+            assert_ne!(a, other);
+        }
+        // Derived again and again, it stays within the contract's id limit.
+        let mut id = "x".repeat(crate::job::MAX_ID_LEN);
+        for n in 0..5 {
+            id = part_id(&id, &format!("ses-{n}"), &["b@example.org".into()]);
+            assert!(id.chars().count() <= crate::job::MAX_ID_LEN, "{id}");
+        }
     }
 
     #[test]

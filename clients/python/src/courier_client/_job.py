@@ -325,8 +325,10 @@ def _check_rules(job: dict) -> None:
         _check_id("trace_id", job["trace_id"])
     _check_mailbox("from", job["from"])
     lists = [(field, job.get(field, [])) for field in ("to", "cc", "bcc")]
-    if not job["to"]:
-        raise InvalidJob("no_recipients", "no recipients: `to` must hold at least one address")
+    if not any(addresses for _, addresses in lists):
+        raise InvalidJob(
+            "no_recipients", "no recipients: `to`, `cc` and `bcc` hold no address between them"
+        )
     count = sum(len(addresses) for _, addresses in lists)
     if count > MAX_RECIPIENTS:
         raise InvalidJob(

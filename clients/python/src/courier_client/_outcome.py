@@ -35,8 +35,9 @@ _RFC3339 = re.compile(
 @dataclass(frozen=True)
 class RecipientOutcome:
     """One recipient of the job and its own outcome so far: ``role`` is ``to``, ``cc`` or
-    ``bcc``; ``status`` one of ``unknown``, ``sent``, ``bounced_transient``, ``delivered``,
-    ``complained``, ``bounced_permanent``, ``suppressed``."""
+    ``bcc``; ``status`` one of ``unknown``, ``sent``, ``bounced_transient``, ``resent`` (sent
+    again as a job of its own), ``delivered``, ``complained``, ``bounced_permanent``,
+    ``suppressed``."""
 
     address: str
     role: str

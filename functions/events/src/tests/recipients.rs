@@ -22,7 +22,7 @@ fn three(status: Status, each: RecipientStatus) -> World {
                 status: each,
             })
             .collect();
-        rec.recipient_log = entries_of(&rec.recipients, t0(), Some("accepted by ses"));
+        rec.recipient_log = entries_of(&rec.recipients, t0(), Some("accepted by ses"), &[]);
         rec.recipients_version = 1;
     }
     w
@@ -33,7 +33,7 @@ fn about(name: &str, addresses: &[&str]) -> String {
     let mut v: Value = serde_json::from_str(&fixture(name)).unwrap();
     match name {
         "delivery" => v["delivery"]["recipients"] = serde_json::json!(addresses),
-        "bounce-permanent" => {
+        "bounce-permanent" | "bounce-transient" => {
             let one = v["bounce"]["bouncedRecipients"][0].clone();
             v["bounce"]["bouncedRecipients"] = addresses
                 .iter()
@@ -240,4 +240,207 @@ async fn an_event_naming_none_of_the_recipients_applies_to_the_job_as_before() {
     let w = world(Some(Status::SentToProvider));
     let r = w.applier.handle(sqs(&[about("delivery", &[ANN])])).await;
     assert_eq!(r.applied, vec![Applied::Changed(Status::Delivered)]);
+}
+
+/// The payload the send kept for the three-recipient job (generation 0, as an envelope).
+fn kept_three(not_after: Option<&str>) -> String {
+    let mut v: Value = serde_json::from_str(&kept_payload(not_after)).unwrap();
+    v["job"]["to"] = serde_json::json!(["Ann <ann@example.org>"]);
+    v["job"]["cc"] = serde_json::json!(["Bob <Bob@example.org>"]);
+    v["job"]["bcc"] = serde_json::json!([CY]);
+    v.to_string()
+}
+
+/// The SES message id of the fixtures' send.
+const SES_ID: &str = "0100018c1a2b3c4d-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9-000000";
+
+fn copy(w: &World, n: usize) -> courier_core::envelope::Incoming {
+    courier_core::envelope::parse_body(w.scheduled()[n].body.as_bytes()).unwrap()
+}
+
+#[tokio::test]
+async fn a_transient_bounce_of_one_recipient_resends_to_it_alone_as_a_job_of_its_own() {
+    use RecipientStatus::*;
+    // GIVEN a job sent to Ann (to), Bob (cc) and Cy (bcc)
+    let w = three(Status::SentToProvider, Sent);
+    w.keep_payload(kept_three(None));
+    // WHEN Bob's mailbox is full
+    let bounce = about("bounce-transient", &[BOB]);
+    let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
+    // THEN one copy is scheduled: a job of its own, to Bob alone, still as Cc
+    assert_eq!(r.applied, vec![Applied::Resent]);
+    assert_eq!(w.scheduled().len(), 1);
+    let part = copy(&w, 0);
+    let id = courier_core::recipients::part_id("order-4711", SES_ID, &[BOB.into()]);
+    assert_eq!(part.job.message_id, id);
+    assert!(part.job.to.is_empty() && part.job.bcc.is_empty());
+    assert_eq!(part.job.cc, vec!["Bob <Bob@example.org>".to_owned()]);
+    assert_eq!(part.job.content, three_content());
+    assert_eq!(
+        part.attempt, 1,
+        "the copy is a retry, on the soft-bounce schedule"
+    );
+    assert_eq!(
+        part.history[0].class,
+        courier_core::classify::ErrorClass::MailboxTemporary
+    );
+    // AND this job keeps its status and its generation; Bob is `resent`, naming that job
+    let rec = w.record();
+    assert_eq!((rec.status, rec.attempt), (Status::SentToProvider, 0));
+    assert_eq!(outcomes(&w), of(&[(ANN, Sent), (BOB, Resent), (CY, Sent)]));
+    let last = rec.recipient_log.last().unwrap();
+    assert_eq!((last.recipient, last.status), (1, Resent));
+    assert_eq!(
+        last.detail.as_deref(),
+        Some(format!("resent as {id}").as_str())
+    );
+    // AND the same event again schedules nothing more
+    let r = w.applier.handle(sqs(&[bounce])).await;
+    assert_eq!(r.applied, vec![Applied::Absorbed]);
+    assert_eq!(w.scheduled().len(), 1);
+    // AND once Ann and Cy are delivered, the job is partially delivered (Bob's outcome is the
+    // resend's)
+    let r = w
+        .applier
+        .handle(sqs(&[about("delivery", &[ANN, CY])]))
+        .await;
+    assert_eq!(
+        r.applied,
+        vec![Applied::Changed(Status::PartiallyDelivered)]
+    );
+}
+
+fn three_content() -> Option<courier_core::job::Content> {
+    let v: Value = serde_json::from_str(&kept_payload(None)).unwrap();
+    Some(serde_json::from_value(v["job"]["content"].clone()).unwrap())
+}
+
+#[tokio::test]
+async fn every_recipient_bounced_for_now_is_resent_together_and_the_job_is_bounced_transient() {
+    use RecipientStatus::*;
+    let w = three(Status::SentToProvider, Sent);
+    w.keep_payload(kept_three(None));
+    let r = w
+        .applier
+        .handle(sqs(&[about("bounce-transient", &[ANN, BOB, CY])]))
+        .await;
+    assert_eq!(r.applied, vec![Applied::Changed(Status::BouncedTransient)]);
+    let part = copy(&w, 0);
+    assert_eq!(part.job.to, vec!["Ann <ann@example.org>".to_owned()]);
+    assert_eq!(part.job.cc, vec!["Bob <Bob@example.org>".to_owned()]);
+    assert_eq!(part.job.bcc, vec![CY.to_owned()]);
+    assert_ne!(part.job.message_id, "order-4711");
+    assert_eq!(
+        outcomes(&w),
+        of(&[(ANN, Resent), (BOB, Resent), (CY, Resent)])
+    );
+    assert_eq!(w.record().attempt, 0, "this job is not sent again itself");
+}
+
+#[tokio::test]
+async fn a_part_whose_scheduling_failed_is_scheduled_when_the_event_returns_and_only_once_marked() {
+    use RecipientStatus::*;
+    let w = three(Status::SentToProvider, Sent);
+    w.keep_payload(kept_three(None));
+    w.scheduler.fail_enqueues.set(10);
+    let bounce = about("bounce-transient", &[BOB]);
+    let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
+    // Nothing scheduled: the event comes back, Bob waits as bounced (never `resent` with no
+    // copy coming)
+    assert_eq!(r.failures, vec!["sqs-0".to_owned()]);
+    assert!(w.scheduled().is_empty());
+    assert_eq!(
+        outcomes(&w),
+        of(&[(ANN, Sent), (BOB, BouncedTransient), (CY, Sent)])
+    );
+    w.scheduler.fail_enqueues.set(0);
+    let r = w.applier.handle(sqs(&[bounce])).await;
+    assert_eq!(r.applied, vec![Applied::Resent]);
+    assert_eq!(w.scheduled().len(), 1);
+    assert_eq!(
+        copy(&w, 0).job.message_id,
+        courier_core::recipients::part_id("order-4711", SES_ID, &[BOB.into()])
+    );
+    assert_eq!(outcomes(&w), of(&[(ANN, Sent), (BOB, Resent), (CY, Sent)]));
+}
+
+#[tokio::test]
+async fn a_recipients_write_failing_after_the_copy_reschedules_the_same_part() {
+    use RecipientStatus::*;
+    let w = three(Status::SentToProvider, Sent);
+    w.keep_payload(kept_three(None));
+    // The first recipients' write (bounced) lands; the second (resent) fails.
+    w.status.fail_finishes.set_after(1, 1);
+    let bounce = about("bounce-transient", &[BOB]);
+    let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
+    assert_eq!(r.failures, vec!["sqs-0".to_owned()]);
+    assert_eq!(
+        outcomes(&w),
+        of(&[(ANN, Sent), (BOB, BouncedTransient), (CY, Sent)])
+    );
+    let r = w.applier.handle(sqs(&[bounce])).await;
+    assert_eq!(r.applied, vec![Applied::Resent]);
+    // Two copies of one part: one id, one generation, so its claim sends one.
+    let copies: Vec<(String, u32)> = (0..2)
+        .map(|n| copy(&w, n))
+        .map(|c| (c.job.message_id, c.attempt))
+        .collect();
+    assert_eq!(copies[0], copies[1]);
+    assert_eq!(outcomes(&w), of(&[(ANN, Sent), (BOB, Resent), (CY, Sent)]));
+}
+
+#[tokio::test]
+async fn a_part_past_the_horizon_is_dead_lettered_as_its_own_job_and_soft_suppressed() {
+    use RecipientStatus::*;
+    let w = three(Status::SentToProvider, Sent);
+    w.keep_payload(kept_three(Some("2026-01-01T00:00:00Z")));
+    let r = w
+        .applier
+        .handle(sqs(&[about("bounce-transient", &[BOB])]))
+        .await;
+    assert_eq!(
+        r.applied,
+        vec![Applied::GaveUp(
+            courier_core::policy::DeadLetterCategory::RetriesExhausted
+        )]
+    );
+    assert!(w.scheduled().is_empty());
+    let id = courier_core::recipients::part_id("order-4711", SES_ID, &[BOB.into()]);
+    {
+        let letters = w.dead.letters.lock().unwrap();
+        assert_eq!(letters.len(), 1);
+        assert_eq!(letters[0].message_id.as_deref(), Some(id.as_str()));
+        // Replayed, the letter sends to Bob alone.
+        let payload: Value = serde_json::from_str(letters[0].payload.as_deref().unwrap()).unwrap();
+        assert_eq!(payload["to"], serde_json::json!([]));
+        assert_eq!(payload["cc"], serde_json::json!(["Bob <Bob@example.org>"]));
+    }
+    assert!(w.suppression.is_suppressed(BOB, t0()));
+    assert!(!w.suppression.is_suppressed(ANN, t0()));
+    assert_eq!(w.status(), Some(Status::SentToProvider));
+    assert_eq!(outcomes(&w), of(&[(ANN, Sent), (BOB, Resent), (CY, Sent)]));
+    let last = w.record().recipient_log.last().unwrap().clone();
+    assert_eq!(last.detail, Some(format!("gave up: dead-lettered as {id}")));
+}
+
+#[tokio::test]
+async fn a_transient_bounce_of_one_recipient_of_an_ambiguous_send_resolves_it_as_sent() {
+    use RecipientStatus::*;
+    // GIVEN a three-recipient send left ambiguous (`unknown`), its payload kept
+    let w = three(Status::Unknown, Unknown);
+    w.keep_payload(kept_three(None));
+    // WHEN Bob's transient bounce arrives
+    let r = w
+        .applier
+        .handle(sqs(&[about("bounce-transient", &[BOB])]))
+        .await;
+    // THEN SES evidently took the message: the job is sent (never sent whole again after the
+    // grace window), and Bob alone is resent
+    assert_eq!(r.applied, vec![Applied::Resent]);
+    assert_eq!(w.status(), Some(Status::SentToProvider));
+    assert_eq!(
+        outcomes(&w),
+        of(&[(ANN, Unknown), (BOB, Resent), (CY, Unknown)])
+    );
+    assert_eq!(copy(&w, 0).job.cc, vec!["Bob <Bob@example.org>".to_owned()]);
 }

@@ -22,9 +22,7 @@ fn big_throttles() -> MemoryMailer {
                     source: None,
                 })
             } else {
-                Ok(Receipt {
-                    provider_message_id: format!("mem-{}", e.message_id),
-                })
+                Ok(Receipt::new(format!("mem-{}", e.message_id)))
             }
         }),
     )

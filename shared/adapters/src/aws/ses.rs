@@ -206,9 +206,7 @@ impl Mailer for SesMailer {
                 .retry_config(aws_sdk_sesv2::config::retry::RetryConfig::disabled()),
         );
         match request.send().await {
-            Ok(out) => Ok(Receipt {
-                provider_message_id: out.message_id.unwrap_or_default(),
-            }),
+            Ok(out) => Ok(Receipt::new(out.message_id.unwrap_or_default())),
             Err(error) => {
                 let (failure, ambiguous) = api_failure(&error);
                 Err(SendFailure {

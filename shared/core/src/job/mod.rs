@@ -117,7 +117,7 @@ pub struct EmailJob {
     pub priority: Priority,
     /// Sender mailbox, `addr@example.com` or `Name <addr@example.com>`.
     pub from: String,
-    /// Recipients; at least one.
+    /// Recipients (`to`, `cc` and `bcc` hold at least one between them; `to` may be empty).
     pub to: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cc: Vec<String>,
@@ -198,7 +198,7 @@ pub enum JobError {
         "template id {id:?} is invalid: letters, digits, `_`, `-` and `.` in segments joined by `/`, no segment starting with `.`"
     )]
     InvalidTemplateId { id: String },
-    #[error("no recipients: `to` must hold at least one address")]
+    #[error("no recipients: `to`, `cc` and `bcc` hold no address between them")]
     NoRecipients,
     #[error("too many recipients: {count} (at most {MAX_RECIPIENTS})")]
     TooManyRecipients { count: usize },
@@ -396,7 +396,7 @@ impl EmailJob {
             check_id("trace_id", trace)?;
         }
         check_mailbox("from", &self.from)?;
-        if self.to.is_empty() {
+        if self.to.is_empty() && self.cc.is_empty() && self.bcc.is_empty() {
             return Err(JobError::NoRecipients);
         }
         let count = self.to.len() + self.cc.len() + self.bcc.len();

@@ -17,7 +17,7 @@ use super::{MAX_RECIPIENTS, is_deceptive};
 const CANNOT_EXPRESS: &[&str] = &[
     "the RFC 5322 grammar of an address beyond `@` and the forbidden characters",
     "internationalised domains that mix scripts (UTS #39 look-alikes)",
-    "at most 50 recipients in `to`, `cc` and `bcc` together",
+    "at least one and at most 50 recipients in `to`, `cc` and `bcc` together",
     "at most 512 KiB of subject, text and html together (in UTF-8 bytes; the schema caps each part in characters)",
     "at most 512 KiB of template variables",
     "an attachment's key is `attachments/` and its own sha256",
@@ -143,9 +143,9 @@ fn contract_rules(schema: &mut Value) {
                 "campaign_id": id,
                 "trace_id": id,
                 "from": mailbox,
-                "to": recipients(1, MAX_RECIPIENTS),
-                "cc": recipients(0, MAX_RECIPIENTS - 1),
-                "bcc": recipients(0, MAX_RECIPIENTS - 1),
+                "to": recipients(0, MAX_RECIPIENTS),
+                "cc": recipients(0, MAX_RECIPIENTS),
+                "bcc": recipients(0, MAX_RECIPIENTS),
                 "headers": {
                     "propertyNames": {"pattern": any_case(ALLOWED_HEADERS)},
                     "patternProperties": {any_case(&["Reply-To"]): mailbox},

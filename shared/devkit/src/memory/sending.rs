@@ -19,11 +19,7 @@ impl MemoryMailer {
     pub fn accepting(provider: Provider) -> MemoryMailer {
         MemoryMailer::with(
             provider,
-            Box::new(|e| {
-                Ok(Receipt {
-                    provider_message_id: format!("mem-{}", e.message_id),
-                })
-            }),
+            Box::new(|e| Ok(Receipt::new(format!("mem-{}", e.message_id)))),
         )
     }
 
@@ -106,6 +102,8 @@ pub struct MemorySuppressionList {
     pub entries: Mutex<BTreeMap<String, String>>,
     /// Soft entries' expiry.
     pub expiries: Mutex<BTreeMap<String, DateTime<Utc>>>,
+    /// Fails the next writes (`suppress`, `suppress_until`), before their effect.
+    pub fail_writes: FailNext,
 }
 
 impl MemorySuppressionList {
@@ -140,6 +138,7 @@ impl SuppressionList for MemorySuppressionList {
         _now: DateTime<Utc>,
         until: Option<DateTime<Utc>>,
     ) -> Result<(), StoreError> {
+        self.fail_writes.take("suppress")?;
         let key = courier_core::mailbox::address_key(address);
         lock(&self.entries).insert(key.clone(), reason.to_owned());
         match until {

@@ -109,6 +109,7 @@ impl StatusStore for MemoryStatusStore {
                     list,
                     update.now,
                     update.detail.as_deref(),
+                    &update.recipient_notes,
                 ));
             rec.recipients.clone_from(list);
             rec.recipients_version += 1;

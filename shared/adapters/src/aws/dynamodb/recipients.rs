@@ -18,6 +18,7 @@ pub(super) fn roll_values(
     list: &[Recipient],
     at: DateTime<Utc>,
     detail: Option<&str>,
+    notes: &[(String, String)],
 ) -> Vec<(&'static str, AttributeValue)> {
     let roll = list
         .iter()
@@ -33,7 +34,9 @@ pub(super) fn roll_values(
         (":rcpt", AttributeValue::L(roll)),
         (
             ":rlog",
-            log_value(&courier_core::recipients::entries_of(list, at, detail)),
+            log_value(&courier_core::recipients::entries_of(
+                list, at, detail, notes,
+            )),
         ),
         (":zero", n(0)),
         (":one", n(1)),

@@ -429,9 +429,12 @@ impl StatusStore for DynamoDbStatusStore {
         }
         if let Some(list) = &update.recipients {
             set.extend(super::recipients::SET_ROLL);
-            for (name, value) in
-                super::recipients::roll_values(list, update.now, update.detail.as_deref())
-            {
+            for (name, value) in super::recipients::roll_values(
+                list,
+                update.now,
+                update.detail.as_deref(),
+                &update.recipient_notes,
+            ) {
                 req = req.expression_attribute_values(name, value);
             }
         }
