@@ -22,8 +22,8 @@
 //! on the soft-bounce schedule of the retry policy, from the payload the send function kept with
 //! the record, within the give-up horizon; past it the recipients are soft-suppressed and the
 //! job is dead-lettered with its record. In a job with several recipients only those bounced
-//! are sent again, as a job of their own (`resend`), and become `resent` on this one. A delivery delay is noted only: SES is still trying,
-//! and a resend would duplicate.
+//! are sent again, as a job of their own (`resend`), and become `resent` on this one. A
+//! delivery delay is noted only: SES is still trying, and a resend would duplicate.
 //!
 //! The reputation guard counts sends, deliveries, bounces and complaints per sending domain in
 //! hourly buckets, each event once (its [`count_key`] entered in an [`EventLedger`] first), and,

@@ -47,11 +47,7 @@ impl Applier {
             return Ok(Follow::Job(Box::new(record), to));
         }
         let detail = describe(&event.kind);
-        let Some(Moved {
-            record,
-            roll,
-            moved,
-        }) = self
+        let Some(Moved { record, moved }) = self
             .move_recipients(record, &event.recipients, target, &detail)
             .await?
         else {
@@ -60,7 +56,7 @@ impl Applier {
         if to == Status::BouncedTransient {
             return Ok(Follow::Job(Box::new(record), to));
         }
-        match recipients::derive(&roll) {
+        match recipients::derive(&record.recipients) {
             Some(derived) => Ok(Follow::Job(Box::new(record), derived)),
             // Provider evidence still resolves an ambiguous send: an accepted message must never
             // be sent again after the grace window.
@@ -93,10 +89,8 @@ impl Applier {
                 self.clock.now(),
                 Some(detail),
             ) else {
-                let roll = record.recipients.clone();
                 return Ok(Some(Moved {
                     record,
-                    roll,
                     moved: false,
                 }));
             };
@@ -105,14 +99,12 @@ impl Applier {
                 .update_recipients(&record.message_id, &change)
                 .await?
             {
-                let roll = recipients::applied(&record.recipients, &change);
                 // The record as the write left it.
-                record.recipients.clone_from(&roll);
+                record.recipients = recipients::applied(&record.recipients, &change);
                 record.recipient_log.extend(change.log);
                 record.recipients_version = change.version + 1;
                 return Ok(Some(Moved {
                     record,
-                    roll,
                     moved: true,
                 }));
             }
@@ -135,8 +127,6 @@ impl Applier {
 pub(crate) struct Moved {
     /// The record, with its recipients as the write left them.
     pub(crate) record: JobRecord,
-    /// The recipients after it.
-    pub(crate) roll: Vec<recipients::Recipient>,
     /// Whether any recipient moved.
     pub(crate) moved: bool,
 }

@@ -124,12 +124,12 @@ impl Applier {
                 Applied::Recipients,
             ),
         };
-        let Some(Moved { record, roll, .. }) =
+        let Some(Moved { record, .. }) =
             self.move_recipients(record, &bounced, to, &detail).await?
         else {
             return Ok(Applied::NotYet);
         };
-        match recipients::derive(&roll) {
+        match recipients::derive(&record.recipients) {
             Some(status) => match self.settle(event, &record, status).await? {
                 Applied::Absorbed => Ok(applied),
                 settled => Ok(settled),

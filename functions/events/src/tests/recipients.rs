@@ -444,3 +444,39 @@ async fn a_transient_bounce_of_one_recipient_of_an_ambiguous_send_resolves_it_as
     );
     assert_eq!(copy(&w, 0).job.cc, vec!["Bob <Bob@example.org>".to_owned()]);
 }
+
+#[tokio::test]
+async fn a_transient_bounce_without_a_kept_payload_or_of_an_earlier_send_resends_nothing() {
+    use RecipientStatus::*;
+    // Without a kept payload there is nothing to send again from: the bounce is recorded on
+    // its recipient, and nothing is scheduled.
+    let w = three(Status::SentToProvider, Sent);
+    let r = w
+        .applier
+        .handle(sqs(&[about("bounce-transient", &[BOB])]))
+        .await;
+    assert_eq!(r.applied, vec![Applied::Recipients]);
+    assert!(w.scheduled().is_empty());
+    assert_eq!(
+        outcomes(&w),
+        of(&[(ANN, Sent), (BOB, BouncedTransient), (CY, Sent)])
+    );
+    // A bounce of an earlier send (the job was sent again whole since, under another SES
+    // message id): recorded on its recipient, and the later send is not resent from.
+    let w = three(Status::SentToProvider, Sent);
+    w.keep_payload(kept_three(None));
+    w.status
+        .records
+        .lock()
+        .unwrap()
+        .get_mut("order-4711")
+        .unwrap()
+        .provider_message_id = Some("a-later-send".into());
+    let r = w
+        .applier
+        .handle(sqs(&[about("bounce-transient", &[BOB])]))
+        .await;
+    assert_eq!(r.applied, vec![Applied::Recipients]);
+    assert!(w.scheduled().is_empty());
+    assert_eq!(w.status(), Some(Status::SentToProvider));
+}
