@@ -5,7 +5,7 @@ CARGO ?= cargo
 IT := $(CARGO) test -p courier-integration -- --test-threads=4
 export COURIER_PHASES_FILE ?= $(CURDIR)/target/phases.txt
 
-.PHONY: test demo deploy fmt-check clippy lint-infra unit lambda-build lambda-zips lambda-build-x86 lambda-build-x86-release it-moto it-localstack deploy-offline deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci classify-eval client-python
+.PHONY: test demo deploy fmt-check clippy lint-infra unit lambda-build lambda-zips lambda-zips-test lambda-build-x86 lambda-build-x86-release it-moto it-localstack deploy-offline deps schema bench bench-lambda bench-cost bench-dlq bench-throughput smoke chaos chaos-ci classify-eval client-python
 
 ## make test: everything CI runs (format, lint, unit tests, integration on moto and LocalStack, the
 ## chaos suite), phase by phase with timings: scripts/test.sh.
@@ -51,7 +51,11 @@ BINS := $(CARGO) build -q -p courier-send -p courier-archiver -p courier-events 
 ## make lambda-build: what cargo-lambda builds for every crate under functions/.
 ## - lambda-zips: the arm64 zips in target/lambda/<bin>/bootstrap.zip with the release profile (what
 ##   `cargo lambda deploy` uploads, see tests/tests/deploy.rs), built in a target directory of their
-##   own (target/arm64-build) so that make test can build them in the background (scripts/test.sh).
+##   own (target/arm64-build).
+## - lambda-zips-test: the same zips with the faster `lambda-test` profile in
+##   target/lambda-arm64-test/<bin>/bootstrap.zip: what the deploy test uploads in make test
+##   (built in the background there, scripts/test.sh; the release build took 36 minutes in
+##   the background of a fresh-clone CI run, the test profile's a few).
 ## - lambda-build-x86: x86_64 bootstraps in target/lambda-x86_64/<bin>/bootstrap with the faster
 ##   `lambda-test` profile (run here by tests/tests/binary.rs).
 ## `make bench-lambda` measures release x86_64 bootstraps of its own (target/lambda-x86_64-release).
@@ -63,6 +67,10 @@ lambda-build: lambda-zips lambda-build-x86
 lambda-zips:
 	@scripts/install-deps.sh lambda
 	CARGO_TARGET_DIR="$(TARGET_DIR)/arm64-build" $(CARGO_LAMBDA) build -q --release --arm64 --output-format zip --lambda-dir "$(TARGET_DIR)/lambda" $(LAMBDA_PKGS)
+
+lambda-zips-test:
+	@scripts/install-deps.sh lambda
+	CARGO_TARGET_DIR="$(TARGET_DIR)/arm64-build" $(CARGO_LAMBDA) build -q --profile lambda-test --arm64 --output-format zip --lambda-dir "$(TARGET_DIR)/lambda-arm64-test" $(LAMBDA_PKGS)
 
 lambda-build-x86:
 	@scripts/install-deps.sh lambda
@@ -81,9 +89,9 @@ it-moto: lambda-build-x86
 	$(BINS)
 	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh moto -- $(IT) --skip the_demo_drives_ses_events_through_the_events_function --skip the_smoke_test_follows_each_simulator_case_to_its_end --skip cargo_lambda_deploys_every_function_as_the_template_configures_it
 
-it-localstack: lambda-build
+it-localstack: lambda-zips-test lambda-build-x86
 	$(BINS)
-	COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh localstack -- $(IT)
+	COURIER_LAMBDA_DIR="$(TARGET_DIR)/lambda-arm64-test" COURIER_HARNESS_SKIP_INSTALL=1 scripts/with-harness.sh localstack -- $(IT)
 
 ## make deploy-offline: the whole template, SAM-transformed locally, deployed as one CloudFormation
 ## stack on moto (two passes: SesEventsVia=sns and =eventbridge); every resource read back through

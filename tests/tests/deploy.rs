@@ -6,7 +6,8 @@
 //!   memory, timeout, runtime, handler, architecture, tracing, tags and the environment's variable
 //!   names (and the values that are not resource references). Each disagreement is listed.
 //! - `cargo lambda deploy` to the emulator's Lambda API (which creates functions without Docker
-//!   and cannot invoke them) from the arm64 zips of `make lambda-zips`, then
+//!   and cannot invoke them) from the arm64 zips of `make lambda-zips-test` (`lambda-test`
+//!   profile; `COURIER_LAMBDA_DIR`, else the release zips of `make lambda-zips`), then
 //!   GetFunctionConfiguration. `make test` runs it on LocalStack (`make it-moto` skips it: the
 //!   zips build in the background and only the LocalStack phase waits for them); it passes on
 //!   moto too.
@@ -944,12 +945,21 @@ fn cargo_lambda_path() -> String {
     )
 }
 
-/// The arm64 zip `make lambda-zips` made for `bin`.
+/// Where the arm64 zips are: `COURIER_LAMBDA_DIR` (`make it-localstack` sets it to the
+/// `lambda-test` zips of `make lambda-zips-test`), else the release zips of `make lambda-zips`.
+fn lambda_dir() -> PathBuf {
+    match std::env::var_os("COURIER_LAMBDA_DIR") {
+        Some(dir) => repo().join(dir),
+        None => target_dir().join("lambda"),
+    }
+}
+
+/// The arm64 zip of `bin` in [`lambda_dir`].
 fn zip_of(bin: &str) -> PathBuf {
-    let zip = target_dir().join("lambda").join(bin).join("bootstrap.zip");
+    let zip = lambda_dir().join(bin).join("bootstrap.zip");
     assert!(
         zip.exists(),
-        "{} is missing: run `make lambda-zips` (make it-localstack does)",
+        "{} is missing: run `make lambda-zips-test` (make it-localstack does) or `make lambda-zips`",
         zip.display()
     );
     zip
@@ -960,6 +970,8 @@ fn deploy(name: &str, endpoint: &str, role: &str, extra: &[String]) {
         .current_dir(repo())
         .env("PATH", cargo_lambda_path())
         .args(["lambda", "deploy", name, "--endpoint-url", endpoint])
+        .arg("--lambda-dir")
+        .arg(lambda_dir())
         .args(["--region", "us-east-1", "--iam-role", role])
         .args(["--output-format", "json"])
         .args(extra)
