@@ -4,7 +4,8 @@
 # Two jobs run in the background beside the phases, each waited for by the first phase that needs
 # it (its summary line gives its own time and how long the run waited):
 # - the test dependencies (scripts/install-deps.sh: Debian packages, the emulators' and linters'
-#   venvs; mostly network), while fmt, clippy and the unit tests (which need only cargo) run;
+#   venvs; mostly network), at a lower CPU priority, while fmt, clippy and the unit tests (which
+#   need only cargo) run;
 # - the arm64 zips the deploy test uploads (`make lambda-zips-test`: cargo-lambda, the
 #   `lambda-test` profile), at the lowest CPU priority and in a target directory of their own (so
 #   they never wait on the other builds' lock), on the CPU the phases leave idle. The deployed
@@ -30,9 +31,9 @@ trap stop_background EXIT
 
 # background NICE LOG COMMAND...: starts COMMAND in a session of its own (so it can be stopped as
 # a whole); its pid in $bg_pid (not printed: `wait` needs a child of this shell, not of a
-# command substitution's). With NICE 19, setsid's session is also a scheduling group of its own
-# where the kernel groups sessions (sched_autogroup), which would share the CPU equally with this
-# one whatever its nice value: that group's priority is lowered too.
+# command substitution's). setsid's session is also a scheduling group of its own where the kernel
+# groups sessions (sched_autogroup), which would share the CPU equally with this one whatever its
+# nice value: that group gets the same nice value.
 background() {
     local nice=$1 log=$2 pid
     shift 2
@@ -40,14 +41,14 @@ background() {
     pid=$!
     bg_pid=$pid
     pids+=("$pid")
-    if [ "$nice" -gt 0 ]; then
+    if [ "$nice" -gt 0 ] && [ "$nice" -le 19 ]; then
         # Only once setsid has made the session (before, the file is this script's own group).
         for _ in $(seq 100); do
             [ "$(ps -o sid= -p "$pid" | tr -d ' ')" = "$pid" ] && break
             sleep 0.02
         done
         if [ "$(ps -o sid= -p "$pid" | tr -d ' ')" = "$pid" ] && [ -w "/proc/$pid/autogroup" ]; then
-            echo 19 >"/proc/$pid/autogroup" || true
+            echo "$nice" >"/proc/$pid/autogroup" || true
         fi
     fi
 }
@@ -77,7 +78,9 @@ echo "== arm64 zips (lambda-test profile): building in the background (log: $zip
 
 deps_log=target/install-deps.log
 deps_start=$(date +%s)
-background 0 "$deps_log" scripts/install-deps.sh all
+# Below the phases' priority (pip unpacking took half the CPU from clippy at equal priority), above
+# the arm64 build's.
+background 10 "$deps_log" scripts/install-deps.sh all
 deps_pid=$bg_pid
 echo "== test dependencies: installing in the background (log: $deps_log)"
 

@@ -240,7 +240,7 @@ impl Pipeline {
             let done = self.now();
             return match result {
                 Ok(receipt) => {
-                    self.breakers.record(name, false, done).await;
+                    // The breaker counts the success once the acceptance is written (Fate::Accepted).
                     let mut update = StatusUpdate::new(
                         job.message_id.clone(),
                         owner,

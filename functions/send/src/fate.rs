@@ -40,8 +40,9 @@ pub(crate) enum Fate {
         outcome: Outcome,
     },
     /// The provider accepted the mail: write `sent_to_provider` while `send_by` allows; when
-    /// it cannot be written, keep the acceptance as `unknown` (never release the lease).
-    /// `suppress`: recipients it refused as dead (address, reason), suppressed first.
+    /// it cannot be written, keep the acceptance as `unknown` (never release the lease). Then
+    /// the breaker counts the success, and `suppress` (recipients it refused as dead: address,
+    /// reason) are suppressed.
     Accepted {
         update: StatusUpdate,
         send_by: DateTime<Utc>,
@@ -227,14 +228,21 @@ impl Pipeline {
                 latency,
                 suppress,
             } => {
+                // The acceptance is written first: until it is durable a crash leaves a mail
+                // out and unrecorded (a recorded duplicate later), so nothing else may come
+                // before it, not even the breaker's bookkeeping (which can read the shared
+                // state, behind the other records' reads and writes).
+                let (provider, at) = (update.provider.clone().unwrap_or_default(), update.now);
+                let step = self.keep_acceptance(update, send_by, latency).await;
+                self.breakers.record(&provider, false, at).await;
                 for (address, reason) in &suppress {
                     // The mail is out: nothing may send it again, so a failed write here only
                     // costs the address one more refusal (the next send suppresses it then).
-                    if let Err(e) = self.suppression.suppress(address, reason, update.now).await {
+                    if let Err(e) = self.suppression.suppress(address, reason, at).await {
                         warn!(error = %e, "a refused recipient could not be suppressed");
                     }
                 }
-                self.keep_acceptance(update, send_by, latency).await
+                step
             }
             Fate::Ambiguous { unknown, then } => {
                 if let Err((tries, source)) =

@@ -208,7 +208,7 @@ fn with_live(w: &World, live: crate::live::Live) -> Arc<Pipeline> {
 
 fn rebuilt(
     w: &World,
-    store: Arc<MemoryBreakerStore>,
+    store: Arc<dyn courier_core::ports::BreakerStore>,
     seed: u64,
     governor: crate::governor::Governor,
     live: Option<crate::live::Live>,
@@ -934,6 +934,71 @@ async fn an_accepted_send_whose_status_write_fails_once_is_written_again_not_res
     assert_eq!(w.status_of("acc1"), Some(Status::SentToProvider));
     // AND a duplicate delivery of the copy sends nothing
     w.run(vec![rec("a", job("acc1", "a@example.org"))]).await;
+    assert_eq!(w.mailer.sent_count(), 1);
+}
+
+/// A breaker store that notes, at each read of the shared state, the status job `watched` has.
+struct StatusAtEachRead {
+    inner: MemoryBreakerStore,
+    status: Arc<MemoryStatusStore>,
+    watched: &'static str,
+    seen: std::sync::Mutex<Vec<Option<Status>>>,
+}
+
+#[async_trait::async_trait]
+impl courier_core::ports::BreakerStore for StatusAtEachRead {
+    async fn load(
+        &self,
+        provider: &str,
+    ) -> Result<Option<courier_core::breaker::BreakerState>, courier_core::ports::StoreError> {
+        let status = self
+            .status
+            .records
+            .lock()
+            .unwrap()
+            .get(self.watched)
+            .map(|r| r.status);
+        self.seen.lock().unwrap().push(status);
+        self.inner.load(provider).await
+    }
+
+    async fn save(
+        &self,
+        provider: &str,
+        state: &courier_core::breaker::BreakerState,
+        expected: Option<u64>,
+    ) -> Result<bool, courier_core::ports::StoreError> {
+        self.inner.save(provider, state, expected).await
+    }
+}
+
+#[tokio::test]
+async fn an_acceptance_is_written_before_the_breaker_counts_it() {
+    // GIVEN breakers that read their shared state at every use (no cache): a read that a slow
+    // or unreachable table can hold up
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Smtp));
+    let store = Arc::new(StatusAtEachRead {
+        inner: MemoryBreakerStore::default(),
+        status: w.status.clone(),
+        watched: "first1",
+        seen: Default::default(),
+    });
+    let pipeline = rebuilt(&w, store.clone(), 3, unlimited(), None, None);
+    // WHEN the provider accepts a job
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = pipeline
+        .handle_records(
+            vec![rec("a", job("first1", "a@example.org"))],
+            deadline,
+            "r",
+        )
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    // THEN a read before the send saw the lease, and the read that counts the success came
+    // after the sent status was written: a crash in between cannot leave the mail unrecorded
+    let seen = store.seen.lock().unwrap().clone();
+    assert!(seen.contains(&Some(Status::Processing)), "{seen:?}");
+    assert_eq!(seen.last(), Some(&Some(Status::SentToProvider)), "{seen:?}");
     assert_eq!(w.mailer.sent_count(), 1);
 }
 
