@@ -265,3 +265,35 @@ fn with_the_retry_lane_fresh_mail_is_not_held_back_by_a_retry_storm() {
         "{both}"
     );
 }
+
+/// Jobs of which most go to one recipient the relay refuses with `reply`, as the function's
+/// Postfix does (`421` at RCPT TO).
+fn refused_recipient(reply: &str) -> Report {
+    let mut sc = Scenario {
+        jobs: 2_000,
+        arrival_secs: 60,
+        ..Scenario::default()
+    };
+    sc.provider.quota_per_sec = 1e6;
+    sc.mix = vec![RecipientShare {
+        share: 0.8,
+        reply: reply.to_owned(),
+    }];
+    run(&sc).unwrap()
+}
+
+#[test]
+fn a_relay_refusing_one_recipient_does_not_open_the_breaker_as_in_the_function() {
+    // GIVEN 80% of the jobs to a recipient the relay answers `421 4.7.0`, naming it
+    let named = refused_recipient(
+        "421 4.7.0 <busy@courier.test>: Recipient address rejected: try again later",
+    );
+    // AND the same reply naming nobody (the relay's own state)
+    let unnamed = refused_recipient("421 4.7.0 try again later");
+    let both = table(&[named.clone(), unnamed.clone()]);
+    // THEN only the reply about the relay itself opens the circuit
+    assert_eq!(named.breaker_opened, 0, "{both}");
+    assert!(unnamed.breaker_opened > 0, "{both}");
+    // AND the other recipients' mail goes either way
+    assert_eq!(named.sent, 400, "{both}");
+}

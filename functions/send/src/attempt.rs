@@ -275,7 +275,14 @@ impl Pipeline {
                     }
                 }
                 Err(failure) => {
-                    let counts = failure.verdict.class.counts_against_provider();
+                    let counts = failure.verdict.counts_against_provider(
+                        email
+                            .to
+                            .iter()
+                            .chain(&email.cc)
+                            .chain(&email.bcc)
+                            .map(|m| m.email.as_str()),
+                    );
                     self.breakers.record(name, counts, done).await;
                     if failure.verdict.throttles_receiver()
                         && let Some(domain) = &destination

@@ -1391,6 +1391,38 @@ async fn breaker_state_is_shared_between_instances_and_written_once_per_batch() 
 }
 
 #[tokio::test]
+async fn a_relay_refusing_one_recipient_does_not_open_the_providers_circuit() {
+    // GIVEN a relay that answers `421` at RCPT TO, naming the recipient (Postfix's form)
+    let refusing =
+        smtp_failure("421 4.7.0 <busy@example.org>: Recipient address rejected: try again later");
+    let w = world_with(refusing);
+    let store = Arc::new(MemoryBreakerStore::default());
+    let pipeline = with_breaker_store(&w, store.clone(), 2);
+    let deadline = t0() + chrono::Duration::seconds(60);
+    // WHEN ten jobs to that recipient fail in one batch
+    let records = (0..10)
+        .map(|i| rec(&format!("r{i}"), job(&format!("r{i}"), "busy@example.org")))
+        .collect();
+    let report = pipeline.handle_records(records, deadline, "a").await;
+    // THEN each is retried as throttled, and the circuit stays closed: the relay answered
+    assert_eq!(report.metrics.counts.get("Retried_throttled"), Some(&10));
+    let mode = store.states.lock().unwrap().get("smtp").map(|s| s.mode);
+    assert_ne!(mode, Some(courier_core::breaker::Mode::Open), "{mode:?}");
+    // AND the same reply naming no recipient (the relay's own state) opens it
+    let w = world_with(smtp_failure("421 4.7.0 try again later"));
+    let store = Arc::new(MemoryBreakerStore::default());
+    let pipeline = with_breaker_store(&w, store.clone(), 2);
+    let records = (0..10)
+        .map(|i| rec(&format!("s{i}"), job(&format!("s{i}"), "busy@example.org")))
+        .collect();
+    pipeline.handle_records(records, deadline, "a").await;
+    assert_eq!(
+        store.states.lock().unwrap()["smtp"].mode,
+        courier_core::breaker::Mode::Open
+    );
+}
+
+#[tokio::test]
 async fn successes_while_closed_write_nothing() {
     let store = Arc::new(MemoryBreakerStore::default());
     let breakers = breakers::Breakers::new(

@@ -46,6 +46,11 @@ impl Address {
         &self.serialized[..self.at]
     }
 
+    /// `user@domain`, as written.
+    pub fn as_str(&self) -> &str {
+        &self.serialized
+    }
+
     pub fn domain(&self) -> &str {
         &self.serialized[self.at + 1..]
     }
@@ -129,6 +134,21 @@ pub fn address_key(raw: &str) -> String {
         }
         Err(_) => raw.to_lowercase(),
     }
+}
+
+/// Whether `text` (a provider's reply) names `address` as a whole, case-insensitively: not
+/// inside a longer address (`ann@x.org` is not named by `joann@x.org`). A relay names the
+/// recipient it refuses in its reply to `RCPT TO` (Postfix: `421 4.7.0 <ann@x.org>: Recipient
+/// address rejected: try again later`).
+pub fn names_address(text: &str, address: &str) -> bool {
+    let (text, address) = (text.to_lowercase(), address.to_lowercase());
+    if address.is_empty() {
+        return false;
+    }
+    let part = |c: Option<char>| c.is_some_and(|c| c.is_alphanumeric() || "._%+-@".contains(c));
+    text.match_indices(&address).any(|(at, _)| {
+        !part(text[..at].chars().next_back()) && !part(text[at + address.len()..].chars().next())
+    })
 }
 
 /// A sender identity as configured: a whole address (its [`address_key`]) or a domain (IDNA

@@ -200,21 +200,35 @@ impl Engine<'_> {
         let (failed, class, ambiguous) = match answer {
             Answer::Accepted { .. } => (false, None, false),
             Answer::Failed { reply, .. } => {
-                let class = self.provider.replies[reply].verdict.class;
+                let verdict = &self.provider.replies[reply].verdict;
+                let class = verdict.class;
                 if class == ErrorClass::Throttled {
                     self.throttled += 1;
                 } else {
                     self.failed_calls += 1;
                 }
-                (class.counts_against_provider(), Some(class), false)
+                // The job's recipient as far as a reply names it: a share's recipient is the
+                // address its own reply names (Postfix's `<a@x>: Recipient address rejected`).
+                let recipient = self
+                    .share_of(job)
+                    .and_then(|share| named_address(&sc.mix[share].reply));
+                (
+                    verdict.counts_against_provider(recipient.into_iter()),
+                    Some(class),
+                    false,
+                )
             }
             Answer::TimedOut { delivered, .. } => {
                 self.timed_out += 1;
                 if delivered {
                     self.jobs[job as usize].flags |= F_MAYBE_DELIVERED;
                 }
-                let class = Provider::timeout_verdict().class;
-                (class.counts_against_provider(), Some(class), true)
+                let verdict = Provider::timeout_verdict();
+                (
+                    verdict.counts_against_provider(std::iter::empty()),
+                    Some(verdict.class),
+                    true,
+                )
             }
         };
         if let Some(shared) = self.shared.as_mut() {
@@ -341,3 +355,10 @@ impl Engine<'_> {
 /// The simulated jobs' queue body (a typical transactional job: the delay mechanism depends on
 /// the body's size).
 const SIMULATED_BODY: &str = r#"{"version":1,"message_id":"sim","campaign_id":"sim","from":"shop@example.com","to":["reader@example.org"],"content":{"subject":"Your order","text":"Thanks for your order."}}"#;
+
+/// The address a reply names in angle brackets (`421 4.7.0 <a@x>: ...` -> `a@x`), if any.
+fn named_address(reply: &str) -> Option<&str> {
+    let start = reply.find('<')? + 1;
+    let len = reply[start..].find('>')?;
+    Some(&reply[start..start + len]).filter(|a| a.contains('@'))
+}

@@ -207,6 +207,23 @@ impl Verdict {
                 .any(|r| self.rule.rsplit('.').next() == Some(*r))
     }
 
+    /// Whether this failure of a message to `recipients` says something about the provider's
+    /// health (feeds its breaker): its class does ([`ErrorClass::counts_against_provider`]),
+    /// and it is not a reply naming one of the recipients (a relay refusing that recipient at
+    /// `RCPT TO`, Postfix's `421 4.7.0 <a@x>: Recipient address rejected`): there the provider
+    /// answered.
+    pub fn counts_against_provider<'a>(
+        &self,
+        mut recipients: impl Iterator<Item = &'a str>,
+    ) -> bool {
+        let names_recipient = self.source == Source::Smtp
+            && self
+                .raw_text
+                .as_deref()
+                .is_some_and(|text| recipients.any(|a| crate::mailbox::names_address(text, a)));
+        self.class.counts_against_provider() && !names_recipient
+    }
+
     /// A verdict for a local failure (no provider involved).
     pub fn local(class: ErrorClass, rule: &str, detail: impl Into<String>) -> Verdict {
         Verdict::new(class, format!("local.{rule}"), Source::Local)

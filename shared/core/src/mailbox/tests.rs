@@ -355,3 +355,27 @@ fn domains_that_mix_scripts_are_flagged_and_real_ones_pass() {
         assert_eq!(mixed_script_label(domain), None, "{domain}");
     }
 }
+
+#[test]
+fn a_reply_names_an_address_only_as_a_whole() {
+    let reply = "permanent error (550): 5.1.1 <unknown@courier.test>: recipient address rejected";
+    assert!(names_address(reply, "unknown@courier.test"));
+    assert!(
+        names_address(reply, "Unknown@Courier.TEST"),
+        "case-insensitive"
+    );
+    assert!(
+        !names_address(reply, "known@courier.test"),
+        "inside a longer local part"
+    );
+    assert!(
+        !names_address(reply, "unknown@courier.tes"),
+        "inside a longer domain"
+    );
+    assert!(names_address(
+        "550 5.1.1 ann@x.example user unknown",
+        "ann@x.example"
+    ));
+    assert!(!names_address("550 5.1.1 user unknown", "ann@x.example"));
+    assert!(!names_address("550 5.1.1 user unknown", ""), "no address");
+}
