@@ -4,16 +4,36 @@
 use super::ErrorClass;
 
 /// A wording rule: a name, the class it implies, and phrases of which any one must appear in the
-/// lower-cased text (all phrases of a `&[&str]` inner list must appear together).
+/// lower-cased text (all phrases of a `&[&str]` inner list must appear together), or a clause.
 pub(super) struct TextRule {
     pub(super) name: &'static str,
     pub(super) class: ErrorClass,
     pub(super) any_of: &'static [&'static [&'static str]],
+    pub(super) clause: Option<&'static Clause>,
 }
+
+/// A subject word followed in the same clause, within [`CLAUSE_REACH`] bytes, by a predicate
+/// phrase: "User <a.b@x> unknown", "the recipient name is not recognized", "mailbox 'bob' does
+/// not exist". A clause ends at `;`, `:`, `,`, a bracket, a line break or a full stop followed by
+/// a space (an address's dots do not end it). A subject right after one of `not_after` does not
+/// count ("sender address", "IP address").
+pub(super) struct Clause {
+    pub(super) subjects: &'static [&'static str],
+    pub(super) not_after: &'static [&'static str],
+    pub(super) predicates: &'static [&'static str],
+}
+
+/// How far after its subject a clause's predicate may start.
+pub(super) const CLAUSE_REACH: usize = 40;
 
 macro_rules! rule {
     ($name:literal, $class:ident, [$([$($p:literal),+]),+ $(,)?]) => {
-        TextRule { name: $name, class: ErrorClass::$class, any_of: &[$(&[$($p),+]),+] }
+        TextRule {
+            name: $name,
+            class: ErrorClass::$class,
+            any_of: &[$(&[$($p),+]),+],
+            clause: None,
+        }
     };
 }
 
@@ -98,6 +118,9 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
         Unknown,
         [
             ["loops back to me"],
+            ["loops back to myself"],
+            // Exim: the lowest MX is the host itself, so it would deliver to itself.
+            ["mx record points to local host"],
             ["mail loop"],
             ["forwarding loop"],
             ["routing loop"],
@@ -314,6 +337,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["4.7.29"],
             ["certificate"],
             ["tls conversation"],
+            // chasquid: a domain's recorded TLS level (STARTTLS before, now plain or unverified).
+            ["security level check failed"],
         ]
     ),
     // Our sending infrastructure (README decisions 10, 12, 20): PTR/rDNS, HELO name, the DNS of
@@ -508,6 +533,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["address unknown"],
             ["unknown address"],
             ["no mailbox here"],
+            ["no mailbox"],
+            ["no mail box"],
             ["unrouteable address"],
             ["unroutable address"],
             ["bad destination mailbox"],
@@ -607,8 +634,47 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["user not exist"],
             ["e-mail adress unknown"],
             ["hasn't got the service mapped"],
+            // Mailman/GroupWise-era gateways: mail never picked up by its owner (a suspended box).
+            ["has not been collected"],
         ]
     ),
+    // The same meaning in words the list above does not spell out: a recipient noun with a
+    // "does not exist" predicate in one clause (bounce handlers match these families, e.g.
+    // PHPMailer-BMH's `(alias|account|recipient|address|email|mailbox|user).*unknown`).
+    TextRule {
+        name: "recipient-unknown-clause",
+        class: ErrorClass::RecipientPermanent,
+        any_of: &[],
+        clause: Some(&Clause {
+            subjects: &[
+                "user",
+                "recipient",
+                "mailbox",
+                "mail box",
+                "address",
+                "account",
+                "addressee",
+                "alias",
+                "local part",
+                "local-part",
+            ],
+            not_after: &["sender ", "ip ", "from ", "reply-to ", "return "],
+            predicates: &[
+                "unknown",
+                "not found",
+                "not exist",
+                "n't exist",
+                "not recognized",
+                "not recognised",
+                "not valid",
+                "invalid",
+                "not known",
+                "no longer exist",
+                "nonexistent",
+                "non-existent",
+            ],
+        }),
+    },
     rule!(
         "content-or-policy",
         ContentRejected,
@@ -694,6 +760,7 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["5.7.26"],
             ["5.7.23"],
             ["content filter agent quarantined"],
+            ["mime/reject"],
         ]
     ),
     // RFC 5321's default 550 text, which Outlook.com, Hotmail and GMX use for "no such user"

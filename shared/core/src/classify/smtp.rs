@@ -2,7 +2,7 @@
 //! rules, enhanced code, basic code).
 
 use super::registry::{REGISTRY, SUBJECT_DEFAULTS};
-use super::rules::{TEXT_RULES, TextRule};
+use super::rules::{CLAUSE_REACH, Clause, TEXT_RULES, TextRule};
 use super::*;
 
 /// An SMTP reply split into its parts.
@@ -171,6 +171,42 @@ fn rule_matches(rule: &TextRule, lower: &str) -> bool {
     rule.any_of
         .iter()
         .any(|all| all.iter().all(|phrase| lower.contains(phrase)))
+        || rule.clause.is_some_and(|c| clause_matches(c, lower))
+}
+
+fn clause_matches(clause: &Clause, lower: &str) -> bool {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    clause.subjects.iter().any(|subject| {
+        lower.match_indices(subject).any(|(at, _)| {
+            let before = &lower[..at];
+            let end = at + subject.len();
+            let whole_word = !before.chars().next_back().is_some_and(is_word)
+                && !lower[end..].chars().next().is_some_and(is_word);
+            whole_word
+                && !clause.not_after.iter().any(|n| before.ends_with(n))
+                && predicate_in_clause(clause, &lower[end..])
+        })
+    })
+}
+
+/// Whether one of the clause's predicates starts within [`CLAUSE_REACH`] bytes of `rest` and
+/// before the clause ends.
+fn predicate_in_clause(clause: &Clause, rest: &str) -> bool {
+    let mut stop = rest.len();
+    let mut chars = rest.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let full_stop = c == '.' && chars.peek().is_none_or(|&(_, next)| next.is_whitespace());
+        if matches!(c, ';' | ':' | ',' | '(' | ')' | '[' | ']' | '\n') || full_stop {
+            stop = i;
+            break;
+        }
+    }
+    let window = &rest[..stop];
+    clause.predicates.iter().any(|p| {
+        window
+            .match_indices(p)
+            .any(|(i, _)| i <= CLAUSE_REACH && !window[..i].ends_with(char::is_alphanumeric))
+    })
 }
 
 /// Maps an RFC 3463 enhanced status code to a class, from IANA's registry ([`REGISTRY`]) or,

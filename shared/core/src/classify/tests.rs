@@ -618,3 +618,37 @@ pub(super) fn socket_words_in_a_5xx_reply_are_not_a_network_failure() {
         assert_eq!(classify_smtp(raw).class, ErrorClass::Network, "{raw}");
     }
 }
+
+#[test]
+pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_address() {
+    // Words the phrase list does not spell out, with an address or a name between them.
+    for raw in [
+        "550 5.1.1 Recipient <first.last@example.com> not found. Correct the address.",
+        "The recipient name is not recognized",
+        "550 Mailbox 'bob' does not exist here",
+        "550 user bob@example.org is unknown to this system",
+        "User <a@x.org> not recognised",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(v.class, ErrorClass::RecipientPermanent, "{raw} -> {v:?}");
+        assert!(v.suppress_recipient, "{raw} -> {v:?}");
+    }
+    // Not across a clause, not past the reach, not inside another word, not about the sender or
+    // an IP address.
+    for raw in [
+        "550 recipient accepted; message invalid",
+        "550 recipient: invalid",
+        "550 the address you gave (x) could not be used, unknown",
+        "550 recipient policy of this organisation for messages that are far too long is unknown",
+        "550 username=x rejected, unknown",
+        "550 sender address <a@x> unknown",
+        "550 IP address invalid",
+        "The recipient was fine. Unknown error",
+    ] {
+        let v = classify_smtp(raw);
+        assert_ne!(
+            v.rule, "smtp.text.recipient-unknown-clause",
+            "{raw} -> {v:?}"
+        );
+    }
+}
