@@ -210,7 +210,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["lpn", "_505"],
             // A receiver's own content scanner failing (Rspamd "scan timeout"): not a verdict.
             ["scan timeout"],
-            ["scan error"]
+            ["scan error"],
+            ["unable to scan"]
         ]
     ),
     rule!(
@@ -497,6 +498,9 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["unknown sender address"],
             ["sender address syntax error"],
             ["sender address must be specified"],
+            // A list refusing the empty return path of a bounce, and a provider blocking our account.
+            ["null sender"],
+            ["sending for this account"],
         ]
     ),
     rule!(
@@ -539,6 +543,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["unroutable address"],
             ["bad destination mailbox"],
             ["unknown or illegal alias"],
+            ["unknown e-mail address"],
+            ["unknown email address"],
             ["no such person"],
             ["not our customer"],
             ["is not a known user"],
@@ -761,6 +767,11 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["5.7.23"],
             ["content filter agent quarantined"],
             ["mime/reject"],
+            // The message's own form: missing or malformed header fields, archives it cannot scan,
+            // a closed mailing list.
+            ["header"],
+            ["password-protected"],
+            ["closed mailing list"],
         ]
     ),
     // RFC 5321's default 550 text, which Outlook.com, Hotmail and GMX use for "no such user"
