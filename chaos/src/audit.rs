@@ -1,6 +1,6 @@
-//! The audit: every job against what the system recorded and what Postfix received. Pure: the
-//! caller collects the evidence (status table, dead-letter index, redrive DLQ, Maildir, the
-//! drivers' journal) and [`audit`] judges it.
+//! The audit: every job against what the system recorded and what Postfix and the SES emulator
+//! received. Pure: the caller collects the evidence (status table, dead-letter index, redrive
+//! DLQ, Maildir, the messages moto's SES accepted, the drivers' journal) and [`audit`] judges it.
 //!
 //! Rules, per job:
 //! - it has a home: a terminal status (sent, bounced, suppressed, dead-lettered, ...) or a dead
@@ -15,7 +15,9 @@
 //!   the job's own (read from S3 and fingerprinted again);
 //! - it ends where its kind must ([`expected_end`]): a deliverable job sent, a dead address
 //!   bounced or suppressed, a soft failure dead-lettered as `retries_exhausted`, a policy
-//!   rejection as `needs_review`, an invalid job as `invalid_job`.
+//!   rejection as `needs_review`, an invalid job as `invalid_job`; a job whose scripted Postfix
+//!   failure was never met because it went to SES while the SMTP circuit was open (failover)
+//!   may end sent, with the SES emulator's copy as the evidence.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -47,6 +49,8 @@ pub struct Evidence {
     pub redriven: Vec<String>,
     /// Maildir files per `X-Courier-Message-Id`.
     pub deliveries: HashMap<String, usize>,
+    /// Messages moto's SES accepted, per `X-Courier-Message-Id`.
+    pub ses_accepted: HashMap<String, usize>,
     /// Message ids the drivers' journal saw set to `unknown`.
     pub journal_ambiguous: HashSet<String>,
     /// The S3 archive after the archiver ran, read from S3 (None: not checked): the
@@ -60,6 +64,10 @@ pub struct Row {
     pub jobs: usize,
     pub sent: usize,
     pub delivered_files: usize,
+    /// Of `delivered_files`, the messages the SES emulator accepted.
+    pub via_ses: usize,
+    /// Jobs of a scripted-failure kind that SES took instead (failover).
+    pub failed_over: usize,
     pub bounced: usize,
     pub suppressed: usize,
     pub dead_letters: BTreeMap<String, usize>,
@@ -76,6 +84,8 @@ impl Row {
         self.jobs += other.jobs;
         self.sent += other.sent;
         self.delivered_files += other.delivered_files;
+        self.via_ses += other.via_ses;
+        self.failed_over += other.failed_over;
         self.bounced += other.bounced;
         self.suppressed += other.suppressed;
         for (k, v) in &other.dead_letters {
@@ -110,7 +120,7 @@ const OTHER_TERMINAL: [&str; 2] = ["failed_internal", "bounced_transient"];
 /// suppressed), or a dead letter of a category.
 pub fn expected_end(kind: Kind) -> &'static [&'static str] {
     match kind {
-        Kind::Ok => &["sent"],
+        Kind::Ok | Kind::Ses => &["sent"],
         Kind::UserUnknown => &["bounced"],
         Kind::MailboxFull | Kind::Insufficient | Kind::Busy | Kind::Greylist => {
             &["retries_exhausted"]
@@ -142,10 +152,12 @@ pub fn audit(jobs: &[Job], ev: &Evidence) -> Audit {
             .unwrap_or_default();
         own.sort_by(|a, b| a.letter_id.cmp(&b.letter_id));
         own.dedup_by(|a, b| a.letter_id == b.letter_id);
-        let delivered = ev.deliveries.get(&job.message_id).copied().unwrap_or(0);
+        let via_ses = ev.ses_accepted.get(&job.message_id).copied().unwrap_or(0);
+        let delivered = ev.deliveries.get(&job.message_id).copied().unwrap_or(0) + via_ses;
         let ambiguous = ev.journal_ambiguous.contains(&job.message_id)
             || status.is_some_and(|s| s.unknown_in_history || s.status == "unknown");
         row.delivered_files += delivered;
+        row.via_ses += via_ses;
         if ambiguous {
             row.ambiguous += 1;
         }
@@ -234,7 +246,11 @@ pub fn audit(jobs: &[Job], ev: &Evidence) -> Audit {
             (_, Some(letter)) => letter.category.as_str(),
             _ => "",
         };
-        if !reached.is_empty() && !expected.contains(&reached) {
+        let failed_over = reached == "sent" && !expected.contains(&"sent") && via_ses > 0;
+        if failed_over {
+            row.failed_over += 1;
+        }
+        if !reached.is_empty() && !expected.contains(&reached) && !failed_over {
             wrong.push(format!(
                 "ended {reached}; a job of kind {} must end {}",
                 job.kind,
@@ -286,11 +302,13 @@ pub fn table(a: &Audit) -> String {
     categories.sort();
     let mut s = String::new();
     s.push_str(&format!(
-        "{:<24} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}\n",
+        "{:<24} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}\n",
         "job kind",
         "jobs",
         "sent",
         "mails",
+        "ses",
+        "fover",
         "bounce",
         "suppr",
         "dlq",
@@ -302,11 +320,13 @@ pub fn table(a: &Audit) -> String {
     ));
     let line = |name: &str, r: &Row| {
         format!(
-            "{:<24} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}\n",
+            "{:<24} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6}\n",
             name,
             r.jobs,
             r.sent,
             r.delivered_files,
+            r.via_ses,
+            r.failed_over,
             r.bounced,
             r.suppressed,
             r.dead_lettered(),
@@ -329,7 +349,7 @@ pub fn table(a: &Audit) -> String {
         s.push('\n');
     }
     s.push_str(
-        "(sent: status sent_to_provider/delivered; mails: Maildir files; dlq: jobs with a dead letter; redriv: raw copies in the redrive DLQ;\n ambig: status machine recorded `unknown`; dup(a): delivered more than once after an ambiguous outcome)\n",
+        "(sent: status sent_to_provider/delivered; mails: Maildir files and messages the SES emulator accepted; ses: of those, SES's;\n fover: a scripted Postfix failure that went to SES while the SMTP circuit was open; dlq: jobs with a dead letter;\n redriv: raw copies in the redrive DLQ; ambig: status machine recorded `unknown`; dup(a): delivered more than once after an ambiguous outcome)\n",
     );
     s
 }
@@ -426,6 +446,41 @@ mod tests {
         assert_eq!(a.total.sent, 4);
         assert_eq!(a.total.dead_letters.get("retries_exhausted"), Some(&1));
         assert!(table(&a).contains("all"));
+    }
+
+    #[test]
+    fn the_ses_emulators_copy_is_evidence_and_only_it_excuses_a_failover() {
+        // GIVEN an SES job and two unknown-user jobs, all recorded as sent
+        let jobs = vec![job("t", 16), job("t", 0), job("t", 1)];
+        let id = |i: usize| jobs[i].message_id.clone();
+        let mut ev = Evidence::default();
+        for i in 0..3 {
+            ev.statuses.insert(id(i), seen("sent_to_provider"));
+        }
+        // the SES job arrived at SES only; the first unknown-user job went to SES (failover);
+        // the second arrived through Postfix, which must have refused it
+        ev.ses_accepted.insert(id(0), 1);
+        ev.ses_accepted.insert(id(1), 1);
+        ev.deliveries.insert(id(2), 1);
+        // WHEN audited
+        let a = audit(&jobs, &ev);
+        // THEN only the unknown-user job that Postfix took is wrong
+        let bad: Vec<&str> = a.violations.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(bad, vec![id(2)]);
+        assert!(a.violations[0].1.contains("must end bounced"), "{a:?}");
+        assert_eq!((a.total.via_ses, a.total.failed_over), (2, 1));
+        assert_eq!(a.total.delivered_files, 3);
+        // AND an SES job recorded as sent that SES never took did not arrive
+        let mut ev = Evidence::default();
+        ev.statuses.insert(id(0), seen("sent_to_provider"));
+        let a = audit(&jobs[..1], &ev);
+        assert!(a.violations[0].1.contains("never arrived"), "{a:?}");
+        // AND two SES copies after an ambiguous outcome are a counted duplicate
+        ev.ses_accepted.insert(id(0), 2);
+        ev.journal_ambiguous.insert(id(0));
+        let a = audit(&jobs[..1], &ev);
+        assert!(a.violations.is_empty(), "{a:?}");
+        assert_eq!(a.total.duplicates_after_ambiguous, 1);
     }
 
     #[test]

@@ -9,6 +9,8 @@ use std::fmt;
 pub enum Kind {
     /// An address Postfix accepts.
     Ok,
+    /// A job that asks for SES (`"provider": "ses"`; moto's SES accepts it).
+    Ses,
     /// `unknown@`: 550 5.1.1.
     UserUnknown,
     /// `full@`: 552 5.2.2.
@@ -26,8 +28,9 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 8] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Ok,
+        Kind::Ses,
         Kind::UserUnknown,
         Kind::MailboxFull,
         Kind::Insufficient,
@@ -37,7 +40,7 @@ impl Kind {
         Kind::Invalid,
     ];
 
-    /// The mix per 100 jobs: 84 good, 3 unknown users, 2 mailbox full, 1 over quota, 2 busy,
+    /// The mix per 100 jobs: 80 good through SMTP, 4 good through SES, 3 unknown users, 2 mailbox full, 1 over quota, 2 busy,
     /// 3 greylisted, 2 policy rejections, 3 invalid.
     pub fn of(n: usize) -> Kind {
         match n % 100 {
@@ -48,6 +51,7 @@ impl Kind {
             10 => Kind::Insufficient,
             11 | 12 => Kind::Policy,
             13..=15 => Kind::Invalid,
+            16..=19 => Kind::Ses,
             _ => Kind::Ok,
         }
     }
@@ -57,6 +61,7 @@ impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Kind::Ok => "ok (accepted)",
+            Kind::Ses => "ses (accepted)",
             Kind::UserUnknown => "unknown@ 550 5.1.1",
             Kind::MailboxFull => "full@ 552 5.2.2",
             Kind::Insufficient => "insufficient@ 452 4.2.2",
@@ -79,6 +84,9 @@ pub struct Job {
     pub fingerprint: String,
 }
 
+/// The domain of the jobs' sender (verified on the SES emulator before the run).
+pub const SENDER_DOMAIN: &str = "courier.test";
+
 fn body(message_id: &str, n: usize, to: &str) -> serde_json::Value {
     serde_json::json!({
         "version": 1,
@@ -98,6 +106,11 @@ pub fn job(run: &str, n: usize) -> Job {
     let scripted = |user: &str| body(&message_id, n, &format!("{user}@courier.test")).to_string();
     let text = match kind {
         Kind::Ok => body(&message_id, n, &format!("reader{n}@courier.test")).to_string(),
+        Kind::Ses => {
+            let mut b = body(&message_id, n, &format!("reader{n}@courier.test"));
+            b["provider"] = serde_json::json!("ses");
+            b.to_string()
+        }
         Kind::UserUnknown => scripted("unknown"),
         Kind::MailboxFull => scripted("full"),
         Kind::Insufficient => scripted("insufficient"),
@@ -153,7 +166,8 @@ mod tests {
         for kind in Kind::ALL {
             assert!(jobs.iter().any(|j| j.kind == kind), "{kind}");
         }
-        assert_eq!(jobs.iter().filter(|j| j.kind == Kind::Ok).count(), 252);
+        assert_eq!(jobs.iter().filter(|j| j.kind == Kind::Ok).count(), 240);
+        assert_eq!(jobs.iter().filter(|j| j.kind == Kind::Ses).count(), 12);
         for j in &jobs {
             let parsed = courier_core::envelope::parse_body(j.body.as_bytes());
             assert_eq!(parsed.is_err(), j.kind == Kind::Invalid, "{}", j.body);

@@ -50,6 +50,8 @@ pub enum RunError {
     Postfix(#[from] crate::postfix::RestartError),
     #[error("{0}")]
     Msg(String),
+    #[error("the SES emulator's evidence: {0}")]
+    Moto(#[from] courier_devkit::moto::MotoStateError),
 }
 
 fn env(name: &'static str) -> Result<String, RunError> {
@@ -327,6 +329,9 @@ async fn collect(
 pub async fn run(settings: Settings) -> Result<i32, RunError> {
     let started = Instant::now();
     let endpoint = env("AWS_ENDPOINT_URL")?;
+    // SES v2 is moto's on both harnesses; what it accepted is read from moto's own state.
+    let ses_endpoint = std::env::var("AWS_ENDPOINT_URL_SESV2").unwrap_or_else(|_| endpoint.clone());
+    let moto_url = env("COURIER_MOTO_URL")?;
     let smtp_host = env("COURIER_SMTP_HOST")?;
     let smtp_port = env("COURIER_SMTP_PORT")?;
     let capture_dir = PathBuf::from(env("COURIER_SMTP_CAPTURE_DIR")?);
@@ -388,7 +393,20 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         )
         .await?;
     }
+    // The sender's domain, verified on the SES emulator (moto refuses unverified senders).
+    aws_sdk_sesv2::Client::new(&sdk)
+        .create_email_identity()
+        .email_identity(mix::SENDER_DOMAIN)
+        .send()
+        .await
+        .map_err(|e| {
+            RunError::Msg(format!(
+                "create the SES identity {}: {e:?}",
+                mix::SENDER_DOMAIN
+            ))
+        })?;
     let aws_proxy = Proxy::start(host_port(&endpoint), settings.seed ^ 0xa5).await?;
+    let ses_proxy = Proxy::start(host_port(&ses_endpoint), settings.seed ^ 0x5e).await?;
     let smtp_proxy = Proxy::start(format!("{smtp_host}:{smtp_port}"), settings.seed ^ 0x5a).await?;
     let ddb_proxy = match &ddb {
         Some(d) => Some(Proxy::start(format!("127.0.0.1:{}", d.port), settings.seed ^ 0xdd).await?),
@@ -431,6 +449,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
 
     let jobs: Arc<Vec<Job>> = Arc::new((0..settings.jobs).map(|n| mix::job(&run_id, n)).collect());
     let aws_url = format!("http://127.0.0.1:{}", aws_proxy.port);
+    let ses_url = format!("http://127.0.0.1:{}", ses_proxy.port);
     let envs: Vec<(String, String)> = vec![
         ("AWS_ENDPOINT_URL", aws_url.as_str()),
         ("COURIER_QUEUE_URL", stack.queue_url.as_str()),
@@ -460,7 +479,11 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
             stack.envelope_key_secret.as_str(),
         ),
         ("COURIER_OUTCOME_BUS", stack.outcome_bus.as_str()),
-        ("COURIER_PROVIDERS", "smtp"),
+        ("AWS_ENDPOINT_URL_SESV2", ses_url.as_str()),
+        // SMTP first, SES for the jobs that ask for it and for failover while SMTP's circuit is
+        // open. moto has no GetAccount to read a quota from: SES is not paced.
+        ("COURIER_PROVIDERS", "smtp,ses"),
+        ("COURIER_SEND_RATE_SES", "off"),
         ("COURIER_SMTP_HOST", "127.0.0.1"),
         ("COURIER_SMTP_TLS", "none"),
         ("COURIER_SMTP_TIMEOUT", "10s"),
@@ -565,6 +588,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
             }
             Action::SetFault(Target::Aws, fault) => {
                 aws_proxy.set(*fault);
+                ses_proxy.set(*fault);
                 if let Some(p) = &ddb_proxy {
                     p.set(*fault);
                 }
@@ -608,6 +632,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         }
     }
     aws_proxy.set(Fault::Pass);
+    ses_proxy.set(Fault::Pass);
     smtp_proxy.set(Fault::Pass);
     if let Some(p) = &ddb_proxy {
         p.set(Fault::Pass);
@@ -667,6 +692,8 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
     // read and hidden by `collect`; Courier's letters are archived and read back from S3).
     let swept = crate::homes::sweep(&sdk, &stack).await?;
     let mut ev = collect(&sdk, &stack, &capture_dir, &journal).await?;
+    ev.ses_accepted =
+        courier_devkit::moto::ses_messages_by_id(&courier_devkit::moto::state(&moto_url).await?);
     let archived = crate::homes::archive(&sdk, &stack).await?;
     ev.archive = Some(crate::homes::read_archive(&sdk, &stack).await?);
     let verdict = audit::audit(&jobs, &ev);
@@ -699,6 +726,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
     }
     let proxies = [
         ("AWS", Some(&aws_proxy)),
+        ("SES", Some(&ses_proxy)),
         ("SMTP", Some(&smtp_proxy)),
         ("DynamoDB", ddb_proxy.as_ref()),
     ];
@@ -713,11 +741,12 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         );
     }
     println!(
-        "evidence: {} status records, {} dead letters, {} raw copies in the redrive DLQ, {} Maildir files, {} jobs journaled ambiguous",
+        "evidence: {} status records, {} dead letters, {} raw copies in the redrive DLQ, {} Maildir files, {} messages the SES emulator accepted, {} jobs journaled ambiguous",
         ev.statuses.len(),
         ev.letters.len(),
         ev.redriven.len(),
         ev.deliveries.values().sum::<usize>(),
+        ev.ses_accepted.values().sum::<usize>(),
         ev.journal_ambiguous.len()
     );
     println!(

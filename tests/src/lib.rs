@@ -315,40 +315,10 @@ impl Stack {
     }
 }
 
-/// moto's dump of its whole state (SES messages sent on it included). It answers 500 while another test's DynamoDB state holds a
-/// value its JSON encoder cannot write (seen in CI: `TypeError: keys must be str, int, float,
-/// bool or None, not DynamoType`, with the other tests of this file running alongside), so a
-/// refused dump is asked for again.
+/// moto's dump of its whole state (SES messages sent on it included), asked for again while
+/// moto refuses it ([`courier_devkit::moto::state`]).
 pub async fn moto_state(moto: &str) -> String {
-    let mut last = String::new();
-    for _ in 0..40 {
-        last = reqwest_free_get(&format!("{moto}/moto-api/data.json")).await;
-        let status = last.split_whitespace().nth(1).unwrap_or_default();
-        if status == "200" {
-            return last;
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    panic!(
-        "moto's /moto-api/data.json answered no 200 in 40 tries; the last: {}",
-        last.lines().next().unwrap_or_default()
-    );
-}
-
-/// A GET over a plain TCP socket (the emulator is on loopback; no HTTP client crate needed).
-#[allow(clippy::expect_used)] // a test helper: a failure fails the test loudly
-async fn reqwest_free_get(url: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url.strip_prefix("http://").expect("talk to moto");
-    let (host, path) = rest.split_once('/').expect("talk to moto");
-    let mut stream = tokio::net::TcpStream::connect(host)
+    courier_devkit::moto::state(moto)
         .await
-        .expect("talk to moto");
-    stream
-        .write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
-        .await
-        .expect("talk to moto");
-    let mut out = Vec::new();
-    stream.read_to_end(&mut out).await.expect("talk to moto");
-    String::from_utf8_lossy(&out).into_owned()
+        .unwrap_or_else(|e| panic!("{e}"))
 }

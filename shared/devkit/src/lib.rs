@@ -6,8 +6,10 @@
 //!   DynamoDB's).
 //! - [`provision`]: Courier's data plane on moto or LocalStack, from `infra/template.yaml`.
 //! - [`faults`]: faults injected at every port call; [`logs`]: log lines captured in tests.
+//! - [`moto`]: moto's own record of what it holds (the messages its SES accepted).
 
 pub mod faults;
 pub mod logs;
 pub mod memory;
+pub mod moto;
 pub mod provision;

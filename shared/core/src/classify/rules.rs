@@ -544,6 +544,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["bad destination mailbox"],
             ["unknown or illegal alias"],
             ["unknown e-mail address"],
+            // Office 365's NDR: "Your message to x@y couldn't be delivered. x wasn't found at y."
+            ["wasn't found at"],
             ["unknown email address"],
             ["no such person"],
             ["not our customer"],
@@ -668,6 +670,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             predicates: &[
                 "unknown",
                 "not found",
+                "couldn't be found",
+                "could not be found",
                 "not exist",
                 "n't exist",
                 "not recognized",

@@ -1,0 +1,106 @@
+//! moto's own record of what it holds (`/moto-api/data.json`): among it the messages its SES
+//! accepted, evidence that no Courier code wrote.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Why moto's state could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum MotoStateError {
+    #[error("moto's URL {0:?} is not http://host:port")]
+    Url(String),
+    #[error("reading moto's state at {url}: {source}")]
+    Io {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("moto's /moto-api/data.json answered no 200 in {tries} tries; the last: {last}")]
+    Refused { tries: u32, last: String },
+}
+
+/// moto's dump of its whole state. It answers 500 while some DynamoDB state holds a value its
+/// JSON encoder cannot write (seen in CI: `TypeError: keys must be str, int, float, bool or None,
+/// not DynamoType`, with other tests running alongside), so a refused dump is asked for again:
+/// 40 tries, 250 ms apart.
+pub async fn state(moto: &str) -> Result<String, MotoStateError> {
+    const TRIES: u32 = 40;
+    let url = format!("{}/moto-api/data.json", moto.trim_end_matches('/'));
+    let mut last = String::new();
+    for _ in 0..TRIES {
+        last = get(&url).await?;
+        if last.split_whitespace().nth(1) == Some("200") {
+            return Ok(last);
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    Err(MotoStateError::Refused {
+        tries: TRIES,
+        last: last.lines().next().unwrap_or_default().to_owned(),
+    })
+}
+
+/// How many messages moto's SES accepted per `X-Courier-Message-Id` header value, counted in its
+/// state as [`state`] returns it (the raw MIME of each `SendEmail`, JSON-escaped).
+pub fn ses_messages_by_id(state: &str) -> HashMap<String, usize> {
+    const HEADER: &str = "X-Courier-Message-Id: ";
+    let mut out: HashMap<String, usize> = HashMap::new();
+    for (at, _) in state.match_indices(HEADER) {
+        let rest = &state[at + HEADER.len()..];
+        // The value ends at the escaped line break (`\r\n` in the JSON text) or the string's end.
+        let id: String = rest
+            .chars()
+            .take_while(|c| !matches!(c, '\\' | '"' | '\r' | '\n') && !c.is_whitespace())
+            .collect();
+        if !id.is_empty() {
+            *out.entry(id).or_default() += 1;
+        }
+    }
+    out
+}
+
+/// A GET over a plain TCP socket (the emulator is on loopback; no HTTP client needed): the whole
+/// answer, status line and headers included.
+async fn get(url: &str) -> Result<String, MotoStateError> {
+    let io = |source| MotoStateError::Io {
+        url: url.to_owned(),
+        source,
+    };
+    let (host, path) = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once('/'))
+        .ok_or_else(|| MotoStateError::Url(url.to_owned()))?;
+    let mut stream = tokio::net::TcpStream::connect(host).await.map_err(io)?;
+    stream
+        .write_all(format!("GET /{path} HTTP/1.0\r\nHost: {host}\r\n\r\n").as_bytes())
+        .await
+        .map_err(io)?;
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.map_err(io)?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ses_messages_are_counted_by_their_courier_message_id() {
+        let state = r#"{"ses": {"sent": [{"raw": "From: a@x\r\nX-Courier-Message-Id: chaos-1-000016\r\nSubject: s\r\n"}, {"raw": "X-Courier-Message-Id: chaos-1-000016\r\n"}, {"raw": "X-Courier-Message-Id: chaos-1-000017"}]}}"#
+            .replace("\r\n", "\\r\\n");
+        let by_id = ses_messages_by_id(&state);
+        assert_eq!(by_id.get("chaos-1-000016"), Some(&2));
+        assert_eq!(by_id.get("chaos-1-000017"), Some(&1));
+        assert_eq!(by_id.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_url_that_is_not_plain_http_is_refused() {
+        assert!(matches!(
+            state("https://127.0.0.1:1").await,
+            Err(MotoStateError::Url(_))
+        ));
+    }
+}
