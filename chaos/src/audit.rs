@@ -116,11 +116,29 @@ pub struct Audit {
 const SENT: [&str; 3] = ["sent_to_provider", "delivered", "complained"];
 const OTHER_TERMINAL: [&str; 2] = ["failed_internal", "bounced_transient"];
 
+/// Whether the scripted outcome of `kind` is SES's (the SES stand-in's events) rather than
+/// Postfix's reply: such a job that Postfix took instead (failover while SES's circuit was open)
+/// is delivered, as Postfix accepts its address.
+fn scripted_by_ses(kind: Kind) -> bool {
+    matches!(kind, Kind::SesBounce | Kind::SesSoftBounce)
+}
+
+/// How many copies a job of `kind` may arrive as without a duplicate: a soft-bounced SES send is
+/// sent again by the events function.
+fn copies_allowed(kind: Kind, via_ses: usize) -> usize {
+    if kind == Kind::SesSoftBounce && via_ses > 0 {
+        2
+    } else {
+        1
+    }
+}
+
 /// Where a job of `kind` must end: `sent`, `bounced` (a permanent bounce or its recipient
 /// suppressed), or a dead letter of a category.
 pub fn expected_end(kind: Kind) -> &'static [&'static str] {
     match kind {
-        Kind::Ok | Kind::Ses => &["sent"],
+        Kind::Ok | Kind::Ses | Kind::SesSoftBounce => &["sent"],
+        Kind::SesBounce => &["bounced"],
         Kind::UserUnknown => &["bounced"],
         Kind::MailboxFull | Kind::Insufficient | Kind::Busy | Kind::Greylist => {
             &["retries_exhausted"]
@@ -153,7 +171,8 @@ pub fn audit(jobs: &[Job], ev: &Evidence) -> Audit {
         own.sort_by(|a, b| a.letter_id.cmp(&b.letter_id));
         own.dedup_by(|a, b| a.letter_id == b.letter_id);
         let via_ses = ev.ses_accepted.get(&job.message_id).copied().unwrap_or(0);
-        let delivered = ev.deliveries.get(&job.message_id).copied().unwrap_or(0) + via_ses;
+        let via_smtp = ev.deliveries.get(&job.message_id).copied().unwrap_or(0);
+        let delivered = via_smtp + via_ses;
         let ambiguous = ev.journal_ambiguous.contains(&job.message_id)
             || status.is_some_and(|s| s.unknown_in_history || s.status == "unknown");
         row.delivered_files += delivered;
@@ -246,7 +265,13 @@ pub fn audit(jobs: &[Job], ev: &Evidence) -> Audit {
             (_, Some(letter)) => letter.category.as_str(),
             _ => "",
         };
-        let failed_over = reached == "sent" && !expected.contains(&"sent") && via_ses > 0;
+        // The other provider took a job whose scripted failure is this one's.
+        let by_the_other = if scripted_by_ses(job.kind) {
+            via_smtp
+        } else {
+            via_ses
+        };
+        let failed_over = reached == "sent" && !expected.contains(&"sent") && by_the_other > 0;
         if failed_over {
             row.failed_over += 1;
         }
@@ -257,8 +282,8 @@ pub fn audit(jobs: &[Job], ev: &Evidence) -> Audit {
                 expected.join(" or ")
             ));
         }
-        // Sent once.
-        if delivered > 1 {
+        // Sent once (a soft-bounced SES send twice).
+        if delivered > copies_allowed(job.kind, via_ses) {
             if ambiguous {
                 row.duplicates_after_ambiguous += 1;
             } else {
@@ -267,13 +292,26 @@ pub fn audit(jobs: &[Job], ev: &Evidence) -> Audit {
                 ));
             }
         }
-        if delivered >= 1 && !sent && !ambiguous {
+        // SES accepts a message it then bounces: its copy is not a delivery.
+        let bounced_by_ses = job.kind == Kind::SesBounce && reached == "bounced" && via_smtp == 0;
+        if delivered >= 1 && !sent && !ambiguous && !bounced_by_ses {
             wrong.push(format!(
                 "delivered but recorded as {}{}",
                 st.unwrap_or("(no status)"),
                 own.first()
                     .map(|l| format!(" / dead letter {}", l.category))
                     .unwrap_or_default()
+            ));
+        }
+        // SES's Delivery event, applied by the events function, ends an SES send `delivered`.
+        if matches!(job.kind, Kind::Ses | Kind::SesSoftBounce)
+            && via_smtp == 0
+            && sent
+            && st != Some("delivered")
+        {
+            wrong.push(format!(
+                "SES took it but its status is {}: the Delivery event was not applied",
+                st.unwrap_or_default()
             ));
         }
         if sent && delivered == 0 {
@@ -369,7 +407,7 @@ mod tests {
     #[test]
     fn each_rule_catches_its_violation() {
         // GIVEN six good jobs with different fates
-        let jobs: Vec<Job> = (16..22).map(|n| job("t", n)).collect();
+        let jobs: Vec<Job> = (20..26).map(|n| job("t", n)).collect();
         let id = |i: usize| jobs[i].message_id.clone();
         let mut ev = Evidence::default();
         // 0: sent once (fine)
@@ -454,7 +492,8 @@ mod tests {
         let jobs = vec![job("t", 16), job("t", 0), job("t", 1)];
         let id = |i: usize| jobs[i].message_id.clone();
         let mut ev = Evidence::default();
-        for i in 0..3 {
+        ev.statuses.insert(id(0), seen("delivered"));
+        for i in 1..3 {
             ev.statuses.insert(id(i), seen("sent_to_provider"));
         }
         // the SES job arrived at SES only; the first unknown-user job went to SES (failover);
@@ -476,6 +515,7 @@ mod tests {
         let a = audit(&jobs[..1], &ev);
         assert!(a.violations[0].1.contains("never arrived"), "{a:?}");
         // AND two SES copies after an ambiguous outcome are a counted duplicate
+        ev.statuses.insert(id(0), seen("delivered"));
         ev.ses_accepted.insert(id(0), 2);
         ev.journal_ambiguous.insert(id(0));
         let a = audit(&jobs[..1], &ev);
@@ -484,8 +524,42 @@ mod tests {
     }
 
     #[test]
+    fn ses_bounces_and_resends_are_judged_by_ses_evidence() {
+        // GIVEN SES jobs: delivered, bounced, soft-bounced and resent
+        let jobs = vec![job("t", 16), job("t", 18), job("t", 19)];
+        let id = |i: usize| jobs[i].message_id.clone();
+        let mut ev = Evidence::default();
+        ev.statuses.insert(id(0), seen("delivered"));
+        ev.ses_accepted.insert(id(0), 1);
+        ev.statuses.insert(id(1), seen("bounced_permanent"));
+        ev.ses_accepted.insert(id(1), 1);
+        ev.statuses.insert(id(2), seen("delivered"));
+        ev.ses_accepted.insert(id(2), 2);
+        // THEN all are where they must be
+        let a = audit(&jobs, &ev);
+        assert!(a.violations.is_empty(), "{a:?}");
+        assert_eq!(a.total.duplicates_after_ambiguous, 0);
+        // AND a third copy of the resent job is a duplicate; a delivery left unapplied, and a
+        // bounce job that Postfix took without failover evidence, are wrong
+        ev.ses_accepted.insert(id(2), 3);
+        ev.statuses.insert(id(0), seen("sent_to_provider"));
+        let a = audit(&jobs, &ev);
+        let bad: Vec<&str> = a.violations.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(bad, vec![id(0), id(2)], "{a:?}");
+        assert!(a.violations[0].1.contains("Delivery event was not applied"));
+        assert!(a.violations[1].1.contains("delivered 3 times"));
+        // AND a bounce job that SES's open circuit sent through Postfix is a failover
+        let mut ev = Evidence::default();
+        ev.statuses.insert(id(1), seen("sent_to_provider"));
+        ev.deliveries.insert(id(1), 1);
+        let a = audit(&jobs[1..2], &ev);
+        assert!(a.violations.is_empty(), "{a:?}");
+        assert_eq!(a.total.failed_over, 1);
+    }
+
+    #[test]
     fn invalid_jobs_are_homed_by_their_letter_and_arrivals_need_a_sent_status() {
-        let jobs = vec![job("t", 13), job("t", 16)];
+        let jobs = vec![job("t", 13), job("t", 20)];
         let mut ev = Evidence::default();
         ev.letters.push(LetterSeen {
             letter_id: "bad".into(),

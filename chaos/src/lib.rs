@@ -13,6 +13,7 @@
 //! - [`postfix`]: a real restart of the harness's Postfix.
 //! - [`dynamodb_local`]: DynamoDB Local on disk, for a real restart of the DynamoDB emulator.
 //! - [`homes`]: after the chaos phase, the sweeper and the archiver, and the archive read back.
+//! - [`ses_side`]: SES's events for what moto's SES accepted, and the events function on them.
 //! - [`audit`]: the per-job rules and the printed table.
 //! - [`run`]: one run from provisioning to the verdict.
 
@@ -24,3 +25,4 @@ pub mod postfix;
 pub mod proxy;
 pub mod run;
 pub mod schedule;
+pub mod ses_side;

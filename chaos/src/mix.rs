@@ -9,8 +9,14 @@ use std::fmt;
 pub enum Kind {
     /// An address Postfix accepts.
     Ok,
-    /// A job that asks for SES (`"provider": "ses"`; moto's SES accepts it).
+    /// A job that asks for SES (`"provider": "ses"`; moto's SES accepts it, and the SES
+    /// stand-in publishes its delivery).
     Ses,
+    /// SES, to `bounce+…@`: SES accepts it, then it bounces (Permanent, 5.1.1).
+    SesBounce,
+    /// SES, to `softbounce+…@`: the first send bounces (Transient, mailbox full); the events
+    /// function sends it again, and that copy is delivered.
+    SesSoftBounce,
     /// `unknown@`: 550 5.1.1.
     UserUnknown,
     /// `full@`: 552 5.2.2.
@@ -28,9 +34,11 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub const ALL: [Kind; 9] = [
+    pub const ALL: [Kind; 11] = [
         Kind::Ok,
         Kind::Ses,
+        Kind::SesBounce,
+        Kind::SesSoftBounce,
         Kind::UserUnknown,
         Kind::MailboxFull,
         Kind::Insufficient,
@@ -40,7 +48,8 @@ impl Kind {
         Kind::Invalid,
     ];
 
-    /// The mix per 100 jobs: 80 good through SMTP, 4 good through SES, 3 unknown users, 2 mailbox full, 1 over quota, 2 busy,
+    /// The mix per 100 jobs: 80 good through SMTP; through SES 2 delivered, 1 bounced and 1
+    /// soft-bounced then delivered; 3 unknown users, 2 mailbox full, 1 over quota, 2 busy,
     /// 3 greylisted, 2 policy rejections, 3 invalid.
     pub fn of(n: usize) -> Kind {
         match n % 100 {
@@ -51,7 +60,9 @@ impl Kind {
             10 => Kind::Insufficient,
             11 | 12 => Kind::Policy,
             13..=15 => Kind::Invalid,
-            16..=19 => Kind::Ses,
+            16 | 17 => Kind::Ses,
+            18 => Kind::SesBounce,
+            19 => Kind::SesSoftBounce,
             _ => Kind::Ok,
         }
     }
@@ -61,7 +72,9 @@ impl fmt::Display for Kind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             Kind::Ok => "ok (accepted)",
-            Kind::Ses => "ses (accepted)",
+            Kind::Ses => "ses (delivered)",
+            Kind::SesBounce => "ses bounce (Permanent)",
+            Kind::SesSoftBounce => "ses soft bounce, resent",
             Kind::UserUnknown => "unknown@ 550 5.1.1",
             Kind::MailboxFull => "full@ 552 5.2.2",
             Kind::Insufficient => "insufficient@ 452 4.2.2",
@@ -106,8 +119,14 @@ pub fn job(run: &str, n: usize) -> Job {
     let scripted = |user: &str| body(&message_id, n, &format!("{user}@courier.test")).to_string();
     let text = match kind {
         Kind::Ok => body(&message_id, n, &format!("reader{n}@courier.test")).to_string(),
-        Kind::Ses => {
-            let mut b = body(&message_id, n, &format!("reader{n}@courier.test"));
+        Kind::Ses | Kind::SesBounce | Kind::SesSoftBounce => {
+            // The SES stand-in's script is the local part before `+` (courier_dev::ses::Script).
+            let user = match kind {
+                Kind::SesBounce => format!("bounce+{n}"),
+                Kind::SesSoftBounce => format!("softbounce+{n}"),
+                _ => format!("reader{n}"),
+            };
+            let mut b = body(&message_id, n, &format!("{user}@courier.test"));
             b["provider"] = serde_json::json!("ses");
             b.to_string()
         }
@@ -167,7 +186,7 @@ mod tests {
             assert!(jobs.iter().any(|j| j.kind == kind), "{kind}");
         }
         assert_eq!(jobs.iter().filter(|j| j.kind == Kind::Ok).count(), 240);
-        assert_eq!(jobs.iter().filter(|j| j.kind == Kind::Ses).count(), 12);
+        assert_eq!(jobs.iter().filter(|j| j.kind == Kind::Ses).count(), 6);
         for j in &jobs {
             let parsed = courier_core::envelope::parse_body(j.body.as_bytes());
             assert_eq!(parsed.is_err(), j.kind == Kind::Invalid, "{}", j.body);

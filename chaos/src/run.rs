@@ -527,6 +527,8 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
     }
 
     let sqs = aws_sdk_sqs::Client::new(&sdk);
+    // SES's events for what moto's SES accepts, and the events function applying them.
+    let ses_side = crate::ses_side::start(&sdk, &stack, moto_url.clone(), mix::POLICY, 2).await?;
     let enqueued = Arc::new(AtomicUsize::new(0));
     let producer = tokio::spawn(enqueue(
         sqs.clone(),
@@ -657,7 +659,9 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         tokio::time::sleep(Duration::from_secs(2)).await;
         drivers.revive()?;
         let depth = queue_depth(&sqs, &stack.queue_url).await;
-        if depth == Some((0, 0, 0)) {
+        // The events queue too: a transient bounce's resend goes back to the send queue.
+        let events_depth = queue_depth(&sqs, &stack.events_queue_url).await;
+        if depth == Some((0, 0, 0)) && events_depth == Some((0, 0, 0)) {
             calm += 1;
             if calm >= 3 {
                 settled = true;
@@ -675,6 +679,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
     for i in 0..drivers.children.len() {
         drivers.kill(i).await;
     }
+    let ses_totals = ses_side.stop().await;
     // Postfix delivers what it accepted.
     if let Some(p) = &postfix {
         let wait = Instant::now();
@@ -748,6 +753,14 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         ev.deliveries.values().sum::<usize>(),
         ev.ses_accepted.values().sum::<usize>(),
         ev.journal_ambiguous.len()
+    );
+    println!(
+        "SES side: {} messages accepted by the SES emulator, {} events published, {} batches through the events function ({} records left for redelivery), {} rounds that failed and were tried again",
+        ses_totals.accepted.load(Ordering::Relaxed),
+        ses_totals.published.load(Ordering::Relaxed),
+        ses_totals.batches.load(Ordering::Relaxed),
+        ses_totals.failed_records.load(Ordering::Relaxed),
+        ses_totals.errors.load(Ordering::Relaxed),
     );
     println!(
         "sweeper: {} stuck processing jobs marked unknown, {} sends without an outcome; archiver: {} letters archived in {} objects, {} read back from S3",

@@ -42,7 +42,6 @@
 //! With `RUST_LOG` set, the functions' logs (tracing) go to stderr.
 
 pub(crate) mod serve;
-mod ses;
 mod settle;
 mod unsubscribe;
 mod workers;
@@ -70,7 +69,8 @@ use courier_events::Applied;
 use courier_send::config::{SendConfig, SmtpSettings};
 use courier_send::wiring;
 
-use ses::{Destination, EventPublisher, Script, SesAcceptLog};
+use courier_dev::queue_arn;
+use courier_dev::ses::{self, Destination, EventPublisher, Script, SesAcceptLog};
 use settle::{IDLE_CHECKS, Report, open_jobs, queues_idle, region, report};
 
 /// The compressed retry policy of the demo (same classes as production, waits in seconds).
@@ -309,18 +309,6 @@ async fn prepare_ses(
             status: status.map_or_else(|| "unknown".to_owned(), |s| s.as_str().to_owned()),
         })
     }
-}
-
-async fn queue_arn(sqs: &aws_sdk_sqs::Client, url: &str) -> Result<String, StoreError> {
-    sqs.get_queue_attributes()
-        .queue_url(url)
-        .attribute_names(QueueAttributeName::QueueArn)
-        .send()
-        .await
-        .map_err(store_error("queue attributes"))?
-        .attributes
-        .and_then(|a| a.get(&QueueAttributeName::QueueArn).cloned())
-        .ok_or_else(|| StoreError::msg("queue attributes", format!("no arn for {url}")))
 }
 
 /// What the events side did, summed over the events function's batches and the publisher's

@@ -47,26 +47,7 @@ pub(super) fn functions(
     }
     let applier = courier_events::wiring::wire(
         clients,
-        &courier_events::wiring::Settings {
-            status_table: stack.status_table.clone(),
-            suppression_table: stack.suppression_table.clone(),
-            control_table: stack.control_table.clone(),
-            queue_url: stack.queue_url.clone(),
-            delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
-            dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
-            letter_index_table: stack.letter_index_table.clone(),
-            policy: RetryPolicy::from_json(policy)?,
-            guard: GuardConfig::default(),
-            soft_suppression: chrono::Duration::days(
-                courier_events::wiring::DEFAULT_SOFT_SUPPRESSION_DAYS,
-            ),
-            // The stand-in for SES signs nothing (no SNS key offline).
-            admission: courier_events::Admission::Any,
-            archive_retention_days: courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
-            envelope_key_secret: stack.envelope_key_secret.clone(),
-            live_settings_cache: chrono::Duration::seconds(30),
-            outcome_bus: Some(stack.outcome_bus.clone()),
-        },
+        &courier_dev::events_settings(stack, RetryPolicy::from_json(policy)?),
     )?;
     Ok((Arc::new(pipeline), Arc::new(applier)))
 }

@@ -19,6 +19,58 @@ pub enum MotoStateError {
     },
     #[error("moto's /moto-api/data.json answered no 200 in {tries} tries; the last: {last}")]
     Refused { tries: u32, last: String },
+    #[error("moto's state is not the JSON expected: {0}")]
+    Parse(String),
+}
+
+/// A message moto's SES accepted (`SendEmail` with raw content, or `SendRawEmail`), as its state
+/// holds it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SesRawMessage {
+    /// SES's message id (what `SendEmail` answered).
+    pub id: String,
+    pub source: String,
+    pub destinations: Vec<String>,
+    /// The raw MIME message.
+    pub raw_data: String,
+}
+
+/// Every message moto's SES accepted, in the order it accepted them, from its state as [`state`]
+/// returns it (the HTTP answer: status line, headers, then the JSON body).
+pub fn ses_raw_messages(state: &str) -> Result<Vec<SesRawMessage>, MotoStateError> {
+    let body = state.split_once("\r\n\r\n").map_or(state, |(_, body)| body);
+    let json: serde_json::Value =
+        serde_json::from_str(body).map_err(|e| MotoStateError::Parse(e.to_string()))?;
+    let Some(list) = json.pointer("/ses/RawMessage") else {
+        return Ok(Vec::new());
+    };
+    let list = list
+        .as_array()
+        .ok_or_else(|| MotoStateError::Parse("ses.RawMessage is not a list".into()))?;
+    list.iter()
+        .map(|m| {
+            let text = |k: &str| {
+                m.get(k)
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::to_owned)
+                    .ok_or_else(|| MotoStateError::Parse(format!("a RawMessage without {k}")))
+            };
+            Ok(SesRawMessage {
+                id: text("id")?,
+                source: text("source")?,
+                raw_data: text("raw_data")?,
+                destinations: m
+                    .get("destinations")
+                    .and_then(serde_json::Value::as_array)
+                    .map(|d| {
+                        d.iter()
+                            .filter_map(|a| a.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            })
+        })
+        .collect()
 }
 
 /// moto's dump of its whole state. It answers 500 while some DynamoDB state holds a value its
@@ -94,6 +146,28 @@ mod tests {
         assert_eq!(by_id.get("chaos-1-000016"), Some(&2));
         assert_eq!(by_id.get("chaos-1-000017"), Some(&1));
         assert_eq!(by_id.len(), 2);
+    }
+
+    #[test]
+    fn raw_messages_are_read_from_the_state_behind_the_http_headers() {
+        let state = "HTTP/1.0 200 OK\r\nContent-Type: application/javascript\r\n\r\n\
+            {\"ses\": {\"RawMessage\": [{\"id\": \"m-1\", \"source\": \"a@x\", \
+            \"destinations\": [\"b@y\"], \"raw_data\": \"Subject: s\\r\\n\"}]}}";
+        let raw = ses_raw_messages(state).unwrap();
+        assert_eq!(raw.len(), 1);
+        assert_eq!(raw[0].id, "m-1");
+        assert_eq!(raw[0].destinations, vec!["b@y".to_owned()]);
+        assert_eq!(raw[0].raw_data, "Subject: s\r\n");
+        // No SES message yet: none; not JSON: an error.
+        assert!(
+            ses_raw_messages("HTTP/1.0 200 OK\r\n\r\n{}")
+                .unwrap()
+                .is_empty()
+        );
+        assert!(matches!(
+            ses_raw_messages("HTTP/1.0 200 OK\r\n\r\nnot json"),
+            Err(MotoStateError::Parse(_))
+        ));
     }
 
     #[tokio::test]

@@ -1,12 +1,12 @@
-//! The demo as SES's event destination. Emulators accept `SendEmail` but never publish events, so
-//! the demo does what SES, the configuration set's event destination and SNS do on AWS: for
+//! A stand-in for SES's event destination (the demo's and the chaos suite's). Emulators accept
+//! `SendEmail` but never publish events, so this does what SES, the configuration set's event destination and SNS do on AWS: for
 //! every message SES accepted it publishes the events SES would, as SNS notifications (the
 //! envelope SNS delivers to an SQS subscription without raw message delivery, as the template's
 //! `SesEventsSubscription` is) on the stack's events queue, where the events function's real
 //! handler picks them up.
 //!
 //! What SES knows comes from where SES learns it: [`SesAcceptLog`] wraps the send function's SES
-//! mailer and notes every message the emulator's SES v2 accepted (sender, recipients, subject, the
+//! mailer (the demo's; the chaos suite reads moto's own state instead) and notes every message the emulator's SES v2 accepted (sender, recipients, subject, the
 //! `X-Courier-Message-Id` / `X-Courier-Campaign-Id` headers and the `courier-message-id` /
 //! `courier-campaign-id` tags [`SesMailer`](courier_adapters::aws::SesMailer) sets, and SES's message id),
 //! whether or not the send function then managed to record the send: SES publishes for what it
@@ -33,7 +33,7 @@ use serde_json::{Value, json};
 
 /// What SES does with a message, decided by its recipient.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Script {
+pub enum Script {
     Deliver,
     Bounce,
     Complaint,
@@ -43,7 +43,7 @@ pub(crate) enum Script {
 
 impl Script {
     /// The script of a recipient address, by its local part before `+` (case-insensitive).
-    pub(crate) fn of(address: &str) -> Script {
+    pub fn of(address: &str) -> Script {
         let local = address.rsplit_once('@').map_or(address, |(l, _)| l);
         let tag = local.split_once('+').map_or(local, |(t, _)| t);
         match tag.to_ascii_lowercase().as_str() {
@@ -58,7 +58,7 @@ impl Script {
     }
 
     /// The status a job sent through SES under this script ends in.
-    pub(crate) fn end(self) -> Status {
+    pub fn end(self) -> Status {
         match self {
             Script::Bounce => Status::BouncedPermanent,
             Script::Complaint => Status::Complained,
@@ -189,28 +189,28 @@ fn feedback_id(at: DateTime<Utc>, recipient: &str) -> String {
 
 /// Where the demo publishes and how it names itself (the account and region SES would report).
 #[derive(Debug, Clone)]
-pub(crate) struct Destination {
-    pub(crate) events_queue_url: String,
-    pub(crate) topic_arn: String,
-    pub(crate) configuration_set: String,
-    pub(crate) region: String,
-    pub(crate) account: String,
+pub struct Destination {
+    pub events_queue_url: String,
+    pub topic_arn: String,
+    pub configuration_set: String,
+    pub region: String,
+    pub account: String,
 }
 
 /// The message SES accepted, as SES describes it in every event's `mail` object.
 #[derive(Debug, Clone)]
-pub(crate) struct Accepted {
-    pub(crate) message_id: String,
-    pub(crate) campaign_id: String,
-    pub(crate) provider_message_id: String,
-    pub(crate) from: String,
-    pub(crate) to: Vec<String>,
-    pub(crate) subject: String,
-    pub(crate) at: DateTime<Utc>,
+pub struct Accepted {
+    pub message_id: String,
+    pub campaign_id: String,
+    pub provider_message_id: String,
+    pub from: String,
+    pub to: Vec<String>,
+    pub subject: String,
+    pub at: DateTime<Utc>,
 }
 
 impl Accepted {
-    pub(crate) fn new(email: &OutgoingEmail, receipt: &Receipt, at: DateTime<Utc>) -> Accepted {
+    pub fn new(email: &OutgoingEmail, receipt: &Receipt, at: DateTime<Utc>) -> Accepted {
         Accepted {
             message_id: email.message_id.clone(),
             campaign_id: email.campaign_id.clone(),
@@ -226,6 +226,31 @@ impl Accepted {
             subject: email.subject.clone(),
             at,
         }
+    }
+
+    /// A message as moto's SES holds it ([`courier_devkit::moto::ses_raw_messages`]), read from
+    /// its raw MIME: `None` when it carries no `X-Courier-Message-Id` (not Courier's).
+    pub fn from_raw(
+        raw: &courier_devkit::moto::SesRawMessage,
+        at: DateTime<Utc>,
+    ) -> Option<Accepted> {
+        let head = raw.raw_data.split("\r\n\r\n").next().unwrap_or_default();
+        let header = |name: &str| {
+            head.lines().find_map(|line| {
+                line.split_once(':')
+                    .filter(|(k, _)| k.trim().eq_ignore_ascii_case(name))
+                    .map(|(_, v)| v.trim().to_owned())
+            })
+        };
+        Some(Accepted {
+            message_id: header("X-Courier-Message-Id")?,
+            campaign_id: header("X-Courier-Campaign-Id").unwrap_or_default(),
+            provider_message_id: raw.id.clone(),
+            from: raw.source.clone(),
+            to: raw.destinations.clone(),
+            subject: header("Subject").unwrap_or_default(),
+            at,
+        })
     }
 
     /// The `mail` object of SES's events.
@@ -281,7 +306,7 @@ fn sns_notification(topic_arn: &str, region: &str, id: &str, message: &Value) ->
 /// The events SES would publish for one accepted message: (the event as the report counts it,
 /// SNS envelope, delay). One `Send` for the message, then each recipient's events as its own
 /// script says (a message to several recipients gets an outcome per recipient).
-pub(crate) fn notifications(
+pub fn notifications(
     accepted: &Accepted,
     destination: &Destination,
     first: bool,
@@ -326,14 +351,14 @@ pub(crate) fn notifications(
 }
 
 /// SES's own record of what it accepted: wraps the SES mailer the send function uses.
-pub(crate) struct SesAcceptLog {
+pub struct SesAcceptLog {
     inner: Arc<dyn Mailer>,
     accepted: Arc<Mutex<Vec<Accepted>>>,
 }
 
 impl SesAcceptLog {
     /// Wraps `inner`; what it accepts is appended to `accepted`.
-    pub(crate) fn new(inner: Arc<dyn Mailer>, accepted: Arc<Mutex<Vec<Accepted>>>) -> Self {
+    pub fn new(inner: Arc<dyn Mailer>, accepted: Arc<Mutex<Vec<Accepted>>>) -> Self {
         SesAcceptLog { inner, accepted }
     }
 }
@@ -356,9 +381,9 @@ impl Mailer for SesAcceptLog {
 }
 
 /// The publisher: publishes the events of every message SES accepted since its last round.
-pub(crate) struct EventPublisher {
-    pub(crate) sqs: aws_sdk_sqs::Client,
-    pub(crate) destination: Destination,
+pub struct EventPublisher {
+    pub sqs: aws_sdk_sqs::Client,
+    pub destination: Destination,
     accepted: Arc<Mutex<Vec<Accepted>>>,
     /// Jobs sent through SES before (a transient bounce hits only the first send).
     seen: BTreeSet<String>,
@@ -367,15 +392,15 @@ pub(crate) struct EventPublisher {
 
 /// What one round published.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub(crate) struct Published {
+pub struct Published {
     /// Events per `eventType` (a bounce counted as `Bounce (Permanent)` or `Bounce (Transient)`).
-    pub(crate) events: BTreeMap<String, u64>,
+    pub events: BTreeMap<String, u64>,
     /// Recipients of permanent bounces and complaints (to be suppressed by the events function).
-    pub(crate) to_suppress: Vec<String>,
+    pub to_suppress: Vec<String>,
 }
 
 impl EventPublisher {
-    pub(crate) fn new(
+    pub fn new(
         sqs: aws_sdk_sqs::Client,
         destination: Destination,
         accepted: Arc<Mutex<Vec<Accepted>>>,
@@ -389,9 +414,14 @@ impl EventPublisher {
         }
     }
 
+    /// The log the publisher reads its next round from (what SES accepted).
+    pub fn accepted(&self) -> Arc<Mutex<Vec<Accepted>>> {
+        Arc::clone(&self.accepted)
+    }
+
     /// One round: the events of every message accepted since the last round. A message whose
     /// events could not be published stays for the next round.
-    pub(crate) async fn publish_new(&mut self) -> Result<Published, StoreError> {
+    pub async fn publish_new(&mut self) -> Result<Published, StoreError> {
         let mut out = Published::default();
         let batch: Vec<Accepted> = std::mem::take(
             &mut *self
