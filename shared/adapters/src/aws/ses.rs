@@ -86,9 +86,10 @@ where
             true,
         ),
         SdkError::DispatchFailure(d) => {
-            // A connect failure never reached SES; a timeout while waiting for the response may
-            // have (SES v2 has no idempotency token).
-            let ambiguous = d.is_timeout();
+            // Only a failure to connect proves SES never saw the request; a reset, a closed
+            // connection or a timeout after sending may follow SES's acceptance (SES v2 has no
+            // idempotency token).
+            let ambiguous = !d.as_connector_error().is_some_and(never_connected);
             (
                 ApiFailure {
                     kind: ApiFailureKind::Dispatch,
@@ -118,6 +119,19 @@ where
             false,
         ),
     }
+}
+
+/// Whether a dispatch failure happened while connecting (TCP or TLS), before any byte of the
+/// request was written.
+fn never_connected(error: &aws_smithy_runtime_api::client::result::ConnectorError) -> bool {
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = next {
+        if let Some(client) = e.downcast_ref::<hyper_util::client::legacy::Error>() {
+            return client.is_connect();
+        }
+        next = e.source();
+    }
+    false
 }
 
 /// The account's SES send quota (`GetAccount`; the call allows no resource-level scoping, so the
@@ -230,6 +244,24 @@ mod tests {
     /// An HTTP server that answers every request with `status` and SES's error body; counts the
     /// requests it got.
     async fn answering(status: u16, error_type: &'static str) -> (String, Arc<AtomicUsize>) {
+        serving(move |mut conn: tokio::net::TcpStream| async move {
+            let body = format!("{{\"message\":\"{error_type} from the test server\"}}");
+            let answer = format!(
+                "HTTP/1.1 {status} Error\r\nContent-Type: application/json\r\nx-amzn-ErrorType: {error_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(answer.as_bytes()).await;
+        })
+        .await
+    }
+
+    /// An HTTP server that reads each whole request, counts it, and hands the connection to
+    /// `then`.
+    async fn serving<F, Fut>(then: F) -> (String, Arc<AtomicUsize>)
+    where
+        F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send,
+    {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let count = Arc::new(AtomicUsize::new(0));
@@ -261,12 +293,7 @@ mod tests {
                     }
                 }
                 seen.fetch_add(1, Ordering::SeqCst);
-                let body = format!("{{\"message\":\"{error_type} from the test server\"}}");
-                let answer = format!(
-                    "HTTP/1.1 {status} Error\r\nContent-Type: application/json\r\nx-amzn-ErrorType: {error_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = conn.write_all(answer.as_bytes()).await;
+                then(conn).await;
             }
         });
         (url, count)
@@ -315,6 +342,38 @@ mod tests {
         // THEN SES got exactly one request, and the outcome is ambiguous (never resent blindly)
         assert_eq!(requests.load(Ordering::SeqCst), 1);
         assert!(failure.ambiguous, "{failure:?}");
+    }
+
+    #[tokio::test]
+    async fn a_reset_after_the_whole_request_is_one_request_and_an_ambiguous_failure() {
+        // GIVEN SES (or a network path) that takes the whole request and resets the connection
+        // instead of answering: it may have accepted the mail
+        let (url, requests) = serving(|conn: tokio::net::TcpStream| async move {
+            conn.set_zero_linger().unwrap();
+            drop(conn);
+        })
+        .await;
+        // WHEN the mailer sends through a client configured to retry
+        let failure = mailer(&url).send(&email()).await.unwrap_err();
+        // THEN SES got exactly one request, and the outcome is ambiguous (never resent blindly)
+        assert_eq!(requests.load(Ordering::SeqCst), 1);
+        assert!(failure.ambiguous, "{failure:?}");
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_not_ambiguous() {
+        // GIVEN an endpoint where nothing listens: the request cannot have reached SES
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        drop(listener);
+        // WHEN the mailer sends
+        let failure = mailer(&url).send(&email()).await.unwrap_err();
+        // THEN the failure is a plain transient one, safe to retry
+        assert!(!failure.ambiguous, "{failure:?}");
+        assert_eq!(
+            failure.verdict.class,
+            courier_core::classify::ErrorClass::Network
+        );
     }
 
     #[tokio::test]
