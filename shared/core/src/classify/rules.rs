@@ -498,6 +498,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["unknown sender address"],
             ["sender address syntax error"],
             ["sender address must be specified"],
+            // Exim's sender verification: "unknown local part in sender <a@x>".
+            ["unknown local part in sender"],
             // A list refusing the empty return path of a bounce, and a provider blocking our account.
             ["null sender"],
             ["sending for this account"],
@@ -509,6 +511,9 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
         [
             ["user unknown"],
             ["unknown user"],
+            // Exim's and web.de's "Unknown local part x in <x@y>".
+            ["unknown local part"],
+            ["unknown local-part"],
             ["no such user"],
             ["no such recipient"],
             ["no such mailbox"],
@@ -776,6 +781,9 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["header"],
             ["password-protected"],
             ["closed mailing list"],
+            // Postfix: the message needs SMTPUTF8 (a non-ASCII address or header) and the next
+            // hop does not offer it (RFC 6531, X.6.7): the same message fails there again.
+            ["smtputf8 is required"],
         ]
     ),
     // RFC 5321's default 550 text, which Outlook.com, Hotmail and GMX use for "no such user"

@@ -232,6 +232,9 @@ fn names_sender(e: Option<EnhancedCode>) -> bool {
     e.is_some_and(|e| e.subject == 1 && matches!(e.detail, 7 | 8))
 }
 
+/// The wording rule for a receiving system that is down or failing.
+const OUTAGE_RULE: &str = "provider-down";
+
 /// Maps a basic RFC 5321 reply code to a class.
 pub(super) fn basic_class(code: u16) -> Option<ErrorClass> {
     use ErrorClass::*;
@@ -303,6 +306,7 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     } else {
         text_rule(&lower)
     };
+    let mut outage_under_5xx = false;
     let text_match = match text_match {
         // A 5xx reply proves the connection worked: its "connection refused" is the receiver's
         // refusal, not our socket's.
@@ -312,6 +316,18 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
                 true,
                 "a 5xx reply: the network wording does not apply".into(),
             );
+            None
+        }
+        // A permanent code with outage words ("554 SMTP service not available", Postfix's
+        // "554 5.7.1 Service unavailable; Client host blocked"): the code is the decision (RFC
+        // 5321 4.2.1), the words do not say what was refused, so `unknown`, reviewed at once.
+        Some(rule) if rule.name == OUTAGE_RULE && digit == Some(5) => {
+            note(
+                "smtp.5xx-is-not-an-outage".into(),
+                true,
+                "a 5yz code or 5.x.x status: the outage wording does not make it transient".into(),
+            );
+            outage_under_5xx = true;
             None
         }
         Some(rule)
@@ -335,6 +351,8 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
         )
     } else if let Some(rule) = text_match {
         (rule.class, format!("smtp.text.{}", rule.name))
+    } else if outage_under_5xx {
+        (ErrorClass::Unknown, format!("smtp.text.{OUTAGE_RULE}.5xx"))
     } else if let Some((e, class)) = reply
         .enhanced
         .and_then(|e| enhanced_class(e).map(|c| (e, c)))

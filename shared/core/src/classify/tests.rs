@@ -619,6 +619,74 @@ pub(super) fn socket_words_in_a_5xx_reply_are_not_a_network_failure() {
     }
 }
 
+/// Outage words under a permanent code: the code decides (not retried), and the words do not
+/// say what was refused (no enhanced-code class, no suppression): `unknown`, for review.
+#[test]
+pub(super) fn outage_words_in_a_5xx_reply_are_reviewed_not_retried() {
+    for raw in [
+        "554 SMTP service not available",
+        "5.0.0 Service unavailable",
+        "550 5.2.1 Mailbox temporarily unavailable",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.retryable, v.suppress_recipient, v.rule.as_str()),
+            (
+                ErrorClass::Unknown,
+                false,
+                false,
+                "smtp.text.provider-down.5xx"
+            ),
+            "{raw}"
+        );
+    }
+    let (_, tried) = explain_smtp("554 SMTP service not available");
+    assert!(tried.iter().any(|t| t.rule == "smtp.5xx-is-not-an-outage"));
+    // A wording that says what was refused still decides (Postfix's RBL rejection).
+    let blocked = classify_smtp(
+        "554 5.7.1 Service unavailable; Client host [192.0.2.1] blocked using zen.spamhaus.org",
+    );
+    assert_eq!(blocked.rule, "smtp.text.blocklisted");
+    // Without a permanent code, or with a transient one, the words still mean an outage.
+    for raw in [
+        "421 4.3.2 Service not available",
+        "451 SMTP service not available",
+        "Service unavailable",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(v.class, ErrorClass::ProviderUnavailable, "{raw}");
+        assert!(v.retryable, "{raw}");
+    }
+}
+
+/// Wordings of 2026-12-04: Exim's "unknown local part" (a dead recipient, unless it is our
+/// sender's, from Exim's sender verification) and Postfix's missing SMTPUTF8 (the message itself:
+/// the same hop refuses it again).
+#[test]
+pub(super) fn unknown_local_parts_and_a_missing_smtputf8_have_their_classes() {
+    let dead = classify_smtp("550 Unknown local part bob in <bob@example.net>");
+    assert_eq!(
+        (dead.class, dead.rule.as_str()),
+        (
+            ErrorClass::RecipientPermanent,
+            "smtp.text.recipient-unknown"
+        )
+    );
+    let sender = classify_smtp("550 unknown local part in sender <shop@example.com>");
+    assert_eq!(sender.class, ErrorClass::SenderConfig, "{sender:?}");
+    let utf8 = classify_smtp(
+        "SMTPUTF8 is required, but was not offered by host mx3.example.com[192.0.2.7]",
+    );
+    assert_eq!(
+        (utf8.class, utf8.retryable, utf8.rule.as_str()),
+        (
+            ErrorClass::ContentRejected,
+            false,
+            "smtp.text.content-or-policy"
+        )
+    );
+}
+
 #[test]
 pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_address() {
     // Words the phrase list does not spell out, with an address or a name between them.
