@@ -267,11 +267,24 @@ impl Pipeline {
                     if !refused.is_empty() {
                         info!(provider = %name, refused = refused.len(), "sent; some recipients refused");
                     }
+                    let carrier = Requeue {
+                        message_id: job.message_id.clone(),
+                        body: accepted_body(
+                            incoming,
+                            ProviderAcceptance {
+                                provider: name.to_owned(),
+                                provider_message_id: receipt.provider_message_id.clone(),
+                                at: done,
+                            },
+                        ),
+                        delay_secs: 0,
+                    };
                     Fate::Accepted {
                         update,
                         send_by: budget.send_by,
                         latency,
                         suppress,
+                        carrier,
                     }
                 }
                 Err(failure) => {
@@ -502,6 +515,53 @@ impl Pipeline {
             then: None,
             outcome: Outcome::Retried(verdict.class),
         })
+    }
+
+    /// A copy its sender queued with the provider's acceptance of this generation, because the
+    /// status table could not record it then (the seal proved Courier wrote it: a producer's
+    /// envelope loses the field). The mail is out: the job is recorded `sent_to_provider`
+    /// without a claim and without sending, wherever the status machine allows it (a live
+    /// lease of the sender, `unknown`, or nothing recorded); a job already further along
+    /// absorbs the write.
+    pub(crate) fn carried_acceptance(
+        incoming: &Incoming,
+        accepted: &ProviderAcceptance,
+        owner: &str,
+        now: DateTime<Utc>,
+    ) -> Fate {
+        let job = &incoming.job;
+        let mut sent = StatusUpdate::new(
+            job.message_id.clone(),
+            owner,
+            Status::SentToProvider,
+            incoming.attempt,
+            now,
+        );
+        sent.provider = Some(accepted.provider.clone());
+        sent.provider_message_id = Some(accepted.provider_message_id.clone());
+        sent.detail = Some(format!(
+            "{ACCEPTED_DETAIL} {} as {} at {} (recorded from the copy its sender queued: the status table could not be written then)",
+            accepted.provider,
+            accepted.provider_message_id,
+            accepted.at.to_rfc3339()
+        ));
+        sent.recipients = Some(courier_core::recipients::roll(
+            job,
+            RecipientStatus::Sent,
+            &[],
+        ));
+        sent.facts = Some(Box::new(JobFacts::of(job)));
+        if accepted.provider == Provider::Ses.as_str() {
+            let body = current_body(incoming);
+            if body.len() <= MAX_KEPT_PAYLOAD {
+                sent.payload = Some(body);
+            }
+        }
+        info!(provider_message_id = %accepted.provider_message_id, "this copy carries the provider's acceptance; recording it sent without sending");
+        Fate::Record {
+            update: sent,
+            outcome: Outcome::Duplicate,
+        }
     }
 
     /// A copy whose claim found the job `unknown`: when that `unknown` keeps a provider's

@@ -48,6 +48,9 @@ pub(crate) enum Fate {
         send_by: DateTime<Utc>,
         latency: Duration,
         suppress: Vec<(String, String)>,
+        /// A copy of this generation carrying the acceptance ([`accepted_body`]), queued if the
+        /// status write fails, so the acceptance outlives this instance.
+        carrier: Requeue,
     },
     /// The provider may have the mail: nothing follows until `unknown` is durable; then
     /// `then`, whose failures keep `unknown`.
@@ -112,13 +115,24 @@ pub enum Cause {
         source: StoreError,
     },
     #[error(
-        "sent, but neither the status ({source}) nor unknown ({unknown}) could be written; the lease expires into unknown"
+        "sent, but neither the status ({source}) nor unknown ({unknown}) could be written; the lease expires into unknown{}",
+        carrier_note(.carrier_queued)
     )]
     AcceptedNotWritten {
         #[source]
         source: StoreError,
         unknown: StoreError,
+        carrier_queued: bool,
     },
+}
+
+/// What became of the copy carrying an acceptance that could not be written.
+fn carrier_note(queued: &bool) -> &'static str {
+    if *queued {
+        "; the copy carrying the acceptance will record it sent"
+    } else {
+        " (the copy carrying the acceptance could not be queued either)"
+    }
 }
 
 /// What carrying out a fate left to do.
@@ -227,13 +241,16 @@ impl Pipeline {
                 send_by,
                 latency,
                 suppress,
+                carrier,
             } => {
                 // The acceptance is written first: until it is durable a crash leaves a mail
                 // out and unrecorded (a recorded duplicate later), so nothing else may come
                 // before it, not even the breaker's bookkeeping (which can read the shared
                 // state, behind the other records' reads and writes).
                 let (provider, at) = (update.provider.clone().unwrap_or_default(), update.now);
-                let step = self.keep_acceptance(update, send_by, latency).await;
+                let step = self
+                    .keep_acceptance(update, send_by, latency, carrier)
+                    .await;
                 self.breakers.record(&provider, false, at).await;
                 for (address, reason) in &suppress {
                     // The mail is out: nothing may send it again, so a failed write here only
@@ -338,19 +355,26 @@ impl Pipeline {
     }
 
     /// The provider accepted the mail: its `sent_to_provider` write is tried again (with
-    /// backoff, `status_write_tries` times at most, while the lease lasts). When it cannot be
-    /// made, the acceptance is kept as `unknown` with the provider's id and answer, and the
-    /// record is left for redelivery: the redelivered copy finds it (see
-    /// [`Pipeline::resolve_accepted`]) and records it sent without sending. When neither write
-    /// can be made, the lease is left to expire into `unknown` (never released as `deferred`,
-    /// which would send again).
+    /// backoff, `status_write_tries` times at most, while the lease lasts). After its first
+    /// failure, `carrier` (a copy of this generation carrying the acceptance) is queued once:
+    /// whichever instance takes it records the job sent without sending, so the acceptance
+    /// outlives this one. When the write cannot be made, the acceptance is kept as `unknown`
+    /// with the provider's id and answer, and the record is left for redelivery: the
+    /// redelivered copy finds it (see [`Pipeline::resolve_accepted`]) and records it sent
+    /// without sending. When neither write can be made, the lease is left to expire into
+    /// `unknown` (never released as `deferred`, which would send again).
     async fn keep_acceptance(
         &self,
         update: StatusUpdate,
         send_by: DateTime<Utc>,
         latency: Duration,
+        carrier: Requeue,
     ) -> Step {
-        let (tries, source) = match self.finish_durably(&update, send_by).await {
+        let mut carrier = Some(carrier);
+        let (tries, source) = match self
+            .finish_durably_with(&update, send_by, &mut carrier)
+            .await
+        {
             Ok(()) => {
                 info!(
                     provider = update.provider.as_deref().unwrap_or(""),
@@ -374,7 +398,11 @@ impl Pipeline {
         let cause = match self.status.finish(&unknown).await {
             Ok(()) => Cause::AcceptedKeptUnknown { tries, source },
             Err(second) => {
-                // Nothing durable says the provider took it: keep the answer in this instance.
+                // Nothing in the status table says the provider took it: keep the answer in
+                // this instance, and on the queue if the carrier could not be queued yet.
+                if let Some(pending) = carrier.take() {
+                    carrier = self.queue_carrier(pending).await;
+                }
                 self.acceptances.remember(&StatusUpdate {
                     status: Status::SentToProvider,
                     detail: Some(format!(
@@ -385,10 +413,30 @@ impl Pipeline {
                 Cause::AcceptedNotWritten {
                     source,
                     unknown: second,
+                    carrier_queued: carrier.is_none(),
                 }
             }
         };
         self.redeliver(cause, &Holding::Unknown).await
+    }
+
+    /// Queues the copy that carries a provider's acceptance; gives it back when it could not be
+    /// queued.
+    async fn queue_carrier(&self, carrier: Requeue) -> Option<Requeue> {
+        let result = self.scheduler.enqueue(std::slice::from_ref(&carrier)).await;
+        match result.into_iter().next() {
+            Some(Ok(())) => {
+                info!(
+                    "the status table is failing: queued a copy carrying the provider's acceptance"
+                );
+                None
+            }
+            Some(Err(e)) => {
+                warn!(error = %e, "the copy carrying the provider's acceptance could not be queued");
+                Some(carrier)
+            }
+            None => Some(carrier),
+        }
     }
 
     /// Writes `update` (the outcome of this lease), trying again with backoff after a failure,
@@ -401,6 +449,17 @@ impl Pipeline {
         &self,
         update: &StatusUpdate,
         until: DateTime<Utc>,
+    ) -> Result<(), (u32, StoreError)> {
+        self.finish_durably_with(update, until, &mut None).await
+    }
+
+    /// [`Pipeline::finish_durably`], queueing `carrier` after the first failed write (taken
+    /// once it is queued, left when it could not be).
+    async fn finish_durably_with(
+        &self,
+        update: &StatusUpdate,
+        until: DateTime<Utc>,
+        carrier: &mut Option<Requeue>,
     ) -> Result<(), (u32, StoreError)> {
         let mut backoff = Duration::from_millis(50);
         let mut tries = 0;
@@ -419,6 +478,9 @@ impl Pipeline {
                     .is_some_and(|h| h.status == update.status && h.by == update.owner)
             {
                 return Ok(());
+            }
+            if let Some(pending) = carrier.take() {
+                *carrier = self.queue_carrier(pending).await;
             }
             let next = self.now() + chrono::Duration::from_std(backoff).unwrap_or_default();
             if tries >= self.config.status_write_tries || next >= until {

@@ -45,8 +45,8 @@ use courier_core::claim_check::{self, RedeemError};
 use courier_core::classify::{ErrorClass, Verdict};
 use courier_core::delay;
 use courier_core::envelope::{
-    Incoming, attempt_record, current_body, dead_letter_of, job_fingerprint, parse_body,
-    same_generation_body,
+    Incoming, ProviderAcceptance, accepted_body, attempt_record, current_body, dead_letter_of,
+    job_fingerprint, parse_body, same_generation_body,
 };
 use courier_core::job::{Rejected, parse_mailbox};
 use courier_core::letters::letter_id;
@@ -486,6 +486,10 @@ impl Pipeline {
         span.record("campaign_id", job.campaign_id.as_str());
         if let Some(trace) = &incoming.trace {
             span.record("trace_id", trace.as_str());
+        }
+        // 1a. A copy carrying the provider's acceptance: the mail is out, record it.
+        if let Some(accepted) = &incoming.accepted {
+            return unclaimed(Self::carried_acceptance(&incoming, accepted, &owner, now));
         }
         // 2. Poison blocklist (keyed on the application's original payload).
         match self.poison.is_blocked(&incoming.print).await {

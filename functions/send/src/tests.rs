@@ -1053,20 +1053,42 @@ async fn an_acceptance_that_cannot_be_written_as_sent_is_kept_as_unknown_and_nev
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
     assert_eq!(w.mailer.sent_count(), 1);
     assert_eq!(w.status_of("acc2"), Some(Status::SentToProvider));
-    assert!(w.scheduler.queued.lock().unwrap().is_empty());
+    // AND the copy carrying the acceptance, queued after the first failed write, is the only
+    // copy queued, and it finds the job recorded: acknowledged without a send
+    let queued = w.scheduler.queued.lock().unwrap().clone();
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    assert!(
+        queued[0].body.contains("\"accepted\""),
+        "{}",
+        queued[0].body
+    );
+    let report = w.run(vec![rec("c", queued[0].body.clone())]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("acc2"), Some(Status::SentToProvider));
 }
 
 #[tokio::test]
 async fn an_acceptance_with_no_write_possible_keeps_the_lease_and_expires_into_unknown() {
-    // GIVEN the provider accepts, and no status write can be made at all
+    // GIVEN the provider accepts, no status write can be made at all, and the queue cannot take
+    // the copy carrying the acceptance either
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     w.status
         .fail_finishes
         .set(w.pipeline.config.status_write_tries as usize + 1);
+    w.scheduler
+        .fail_enqueues
+        .set(w.pipeline.config.status_write_tries as usize + 1);
     let report = w.run(vec![rec("a", job("acc3", "a@example.org"))]).await;
-    // THEN the lease is not released as `deferred`
+    // THEN the lease is not released as `deferred`, and nothing was queued
     assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert!(
+        report.reasons[0].contains("could not be queued either"),
+        "{:?}",
+        report.reasons
+    );
     assert_eq!(w.status_of("acc3"), Some(Status::Processing));
+    assert!(w.scheduler.queued.lock().unwrap().is_empty());
     // WHEN the copy comes back after the lease to another instance (which knows nothing)
     w.clock.advance(130);
     let other = rebuilt(
@@ -1108,6 +1130,111 @@ async fn an_acceptance_with_no_write_possible_keeps_the_lease_and_expires_into_u
         "{:?}",
         record.history.last()
     );
+}
+
+#[tokio::test]
+async fn an_acceptance_no_status_write_can_keep_outlives_its_instance_on_the_queue() {
+    // GIVEN the provider accepts and no status write can be made at all (the table is down)
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    w.status
+        .fail_finishes
+        .set(w.pipeline.config.status_write_tries as usize + 1);
+    let report = w.run(vec![rec("a", job("acc4", "a@example.org"))]).await;
+    // THEN the record is left for redelivery with its lease kept, and a sealed copy of the same
+    // generation carrying the acceptance is on the queue, due at once
+    assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert!(
+        report.reasons[0].contains("will record it sent"),
+        "{:?}",
+        report.reasons
+    );
+    assert_eq!(w.status_of("acc4"), Some(Status::Processing));
+    let queued = w.scheduler.queued.lock().unwrap().clone();
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    assert_eq!(queued[0].delay_secs, 0);
+    let carrier = courier_core::envelope::parse_body(queued[0].body.as_bytes()).unwrap();
+    assert_eq!(carrier.attempt, 0);
+    assert_eq!(
+        carrier
+            .accepted
+            .as_ref()
+            .map(|a| a.provider_message_id.as_str()),
+        Some("mem-acc4")
+    );
+    // WHEN the instance is gone (its memory with it) and another one takes the carrier copy,
+    // while the lost instance's lease still stands
+    let other = rebuilt(
+        &w,
+        Arc::new(MemoryBreakerStore::default()),
+        3,
+        unlimited(),
+        None,
+        None,
+    );
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = other
+        .handle_records(vec![rec("c", queued[0].body.clone())], deadline, "r2")
+        .await;
+    // THEN the job is recorded sent with the provider's id, without a second send
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("acc4"), Some(Status::SentToProvider));
+    let record = w.status.records.lock().unwrap()["acc4"].clone();
+    assert_eq!(record.provider_message_id.as_deref(), Some("mem-acc4"));
+    assert!(
+        record
+            .history
+            .last()
+            .unwrap()
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("the copy its sender queued"),
+        "{:?}",
+        record.history.last()
+    );
+    // AND the SES body is kept for a resend after a transient bounce
+    assert!(record.payload.is_some());
+    // AND the original copy, redelivered after the lease, is acknowledged without sending
+    w.clock.advance(130);
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = other
+        .handle_records(vec![rec("a", job("acc4", "a@example.org"))], deadline, "r3")
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("acc4"), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn a_producers_envelope_claiming_an_acceptance_records_nothing() {
+    // GIVEN a job whose send was ambiguous (`unknown`: its outcome waits for evidence)
+    let w = world_with(ambiguous_mailer());
+    let report = w
+        .run(vec![rec("a", job("forged-acc", "a@example.org"))])
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.status_of("forged-acc"), Some(Status::Unknown));
+    // WHEN a producer sends an envelope of that job claiming the provider took it (no seal)
+    let mut envelope: serde_json::Value =
+        serde_json::from_str(&courier_core::envelope::accepted_body(
+            &courier_core::envelope::parse_body(job("forged-acc", "a@example.org").as_bytes())
+                .unwrap(),
+            courier_core::envelope::ProviderAcceptance {
+                provider: "ses".into(),
+                provider_message_id: "fake".into(),
+                at: t0(),
+            },
+        ))
+        .unwrap();
+    envelope.as_object_mut().unwrap().remove("seal");
+    let report = w.run(vec![rec("f", envelope.to_string())]).await;
+    // THEN the claim is not taken for evidence: the job stays `unknown`, nothing is sent
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("forged-acc"), Some(Status::Unknown));
+    let record = w.status.records.lock().unwrap()["forged-acc"].clone();
+    assert_ne!(record.provider_message_id.as_deref(), Some("fake"));
 }
 
 #[tokio::test]

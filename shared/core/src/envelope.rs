@@ -38,9 +38,22 @@ pub struct Envelope {
     /// [`crate::trace`]), so every copy keeps it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trace: Option<String>,
+    /// The provider's acceptance of this generation, carried by a copy the sending instance put
+    /// on the queue when the status table could not record it ([`accepted_body`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub accepted: Option<ProviderAcceptance>,
     /// The HMAC that shows Courier wrote this envelope ([`crate::seal`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seal: Option<String>,
+}
+
+/// A provider's acceptance of one generation of a job, as its sender saw it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderAcceptance {
+    pub provider: String,
+    pub provider_message_id: String,
+    pub at: DateTime<Utc>,
 }
 
 /// A parsed queue message: the job and where it stands.
@@ -61,6 +74,9 @@ pub struct Incoming {
     /// The id that follows the job everywhere: its `trace_id`, or the trace its first copy came
     /// with ([`Incoming::with_trace_header`]).
     pub trace: Option<String>,
+    /// The provider's acceptance of this generation, when the copy carries one (trusted only
+    /// once its seal verifies: [`crate::seal::demote`] drops it).
+    pub accepted: Option<ProviderAcceptance>,
 }
 
 impl Incoming {
@@ -83,6 +99,7 @@ impl Incoming {
             job,
             print: job_fingerprint(&original),
             original,
+            accepted: None,
             ..self.clone()
         })
     }
@@ -134,6 +151,7 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
             not_before: envelope.not_before,
             enveloped: true,
             trace,
+            accepted: envelope.accepted,
         });
     }
     let print = fingerprint(value.to_string().as_bytes());
@@ -148,6 +166,7 @@ pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
         print,
         not_before: None,
         enveloped: false,
+        accepted: None,
     })
 }
 
@@ -245,6 +264,7 @@ pub fn current_body(incoming: &Incoming) -> String {
         job,
         not_before: None,
         trace: incoming.envelope_trace(),
+        accepted: None,
         seal: None,
     };
     serde_json::to_string(&envelope).unwrap_or_default()
@@ -282,6 +302,27 @@ fn body_of(
         job,
         not_before: None,
         trace: incoming.envelope_trace(),
+        accepted: None,
+        seal: None,
+    };
+    serde_json::to_string(&envelope).unwrap_or_default()
+}
+
+/// The body of a copy of this generation that carries the provider's acceptance: put on the
+/// queue by the instance that sent it when the status table cannot record it, so the acceptance
+/// outlives that instance (the copy records the job sent without sending: never a second send).
+pub fn accepted_body(incoming: &Incoming, acceptance: ProviderAcceptance) -> String {
+    let job = serde_json::from_str(&incoming.original).unwrap_or(serde_json::Value::Null);
+    let skip = incoming.history.len().saturating_sub(MAX_HISTORY);
+    let envelope = Envelope {
+        courier_envelope: 1,
+        attempt: incoming.attempt,
+        retry: incoming.retry.clone(),
+        history: incoming.history.iter().skip(skip).cloned().collect(),
+        job,
+        not_before: None,
+        trace: incoming.envelope_trace(),
+        accepted: Some(acceptance),
         seal: None,
     };
     serde_json::to_string(&envelope).unwrap_or_default()
@@ -316,6 +357,7 @@ pub fn replay_body(
             .map(str::to_owned),
         job,
         not_before: None,
+        accepted: None,
         seal: None,
     };
     serde_json::to_string(&envelope).map_err(|e| e.to_string())

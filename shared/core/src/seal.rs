@@ -180,8 +180,9 @@ pub fn demote(incoming: Incoming) -> Incoming {
         retry: RetryState::default(),
         history: Vec::new(),
         not_before: None,
-        // A forged envelope's trace is not the job's either.
+        // A forged envelope's trace and acceptance are not the job's either.
         trace: incoming.job.trace_id.clone(),
+        accepted: None,
         ..incoming
     }
 }
