@@ -133,8 +133,9 @@ chaos-ci:
 
 ## make classify-eval: score the failure classifier on the independent evaluation corpus
 ## (shared/core/tests/fixtures/eval/, issue #16): retry agreement, suppression precision and recall
-## for dev, validation and all, against the naive 4xx/5xx rule, a confusion table and every
-## disagreement (scripts/classify-eval.py). Builds nothing: it runs target/debug/courierctl.
+## for dev, validation, sealed and all, against the naive 4xx/5xx rule, a confusion table and every
+## disagreement (never the sealed entries': scripts/classify-eval.py). Builds nothing: it runs
+## target/debug/courierctl.
 classify-eval:
 	@[ -x target/debug/courierctl ] || { echo "classify-eval: target/debug/courierctl is missing: run 'cargo build -p courierctl' first" >&2; exit 2; }
 	@python3 scripts/classify-eval.py --bin target/debug/courierctl

@@ -2,15 +2,17 @@
 """Scores Courier's failure classifier on the independent evaluation corpus (issue #16).
 
 Feeds every entry of shared/core/tests/fixtures/eval/corpus.jsonl to `courierctl classify --json`
-(one process, every input on stdin) and prints, for the `dev` split, the `validation` split and
-`all`, the three measures of issue #16 for Courier and for the naive rule (4xx/4.x.x retry;
+(one process, every input on stdin) and prints, for the `dev`, `validation` and `sealed` splits
+and `all`, the three measures of issue #16 for Courier and for the naive rule (4xx/4.x.x retry;
 5xx/5.x.x give up and suppress), then a confusion table of label class against Courier's class,
-then every disagreement on the retry decision and on suppression.
+then every disagreement on the retry decision and on suppression. The `sealed` split is scored
+and never shown: its entries stay out of the confusion table and the disagreement lists, so that
+no rule can be tuned on them.
 
 It reports and does not gate: the exit status is 0 whatever the scores, and 2 only when the
 binary or the data is missing or unreadable. Standard library only (Python 3.9+).
 
-    python3 scripts/classify-eval.py [--bin target/debug/courierctl] [--corpus PATH] [--split dev]
+    python3 scripts/classify-eval.py [--bin target/debug/courierctl] [--corpus PATH]
 """
 
 import argparse
@@ -25,7 +27,8 @@ from collections import Counter, defaultdict
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_BIN = os.path.join(ROOT, "target", "debug", "courierctl")
 DEFAULT_CORPUS = os.path.join(ROOT, "shared", "core", "tests", "fixtures", "eval", "corpus.jsonl")
-SPLITS = ("dev", "validation")
+SPLITS = ("dev", "validation", "sealed")
+SEALED = "sealed"
 GOALS = {"retry": 0.97, "precision": 0.97, "recall": 0.95}
 CLASSES = (
     "network", "tls", "throttled", "provider_unavailable", "mailbox_temporary",
@@ -189,16 +192,23 @@ def main():
           " suppressed ones.")
     for split in SPLITS + ("all",):
         idx = [i for i, e in enumerate(entries) if split == "all" or e["split"] == split]
-        print_measures(split, [(entries[i], verdicts[i]) for i in idx],
-                       [(entries[i], naives[i]) for i in idx])
+        if idx:
+            print_measures(split, [(entries[i], verdicts[i]) for i in idx],
+                           [(entries[i], naives[i]) for i in idx])
 
-    # Confusion table (all entries): rows = label class, columns = Courier's class.
+    # What follows shows single entries: never the sealed ones.
+    shown = [(e, v) for e, v in zip(entries, verdicts) if e["split"] != SEALED]
+    sealed = len(entries) - len(shown)
+    if sealed:
+        print(f"\n({sealed} sealed entries: scored above, left out of everything below)")
+
+    # Confusion table (dev and validation): rows = label class, columns = Courier's class.
     conf = defaultdict(Counter)
-    for e, v in zip(entries, verdicts):
+    for e, v in shown:
         conf[e["label"]["class"]][v["class"] if v else "(error)"] += 1
     cols = [c for c in CLASSES + ("(error)",) if any(conf[r][c] for r in conf)]
     rows = [c for c in CLASSES if c in conf]
-    print("\nConfusion (all): rows = label class, columns = Courier's class")
+    print("\nConfusion (dev and validation): rows = label class, columns = Courier's class")
     head = "label / courier"
     print(f"  {head:<21}" + "".join(f"{SHORT[c]:>6}" for c in cols) + "   total  agree")
     for r in rows:
@@ -206,7 +216,7 @@ def main():
         print(f"  {r:<21}" + "".join(f"{conf[r][c] or '.':>6}" for c in cols)
               + f"   {total:>5}  {conf[r][r] / total:.2f}")
     agree = sum(conf[r][r] for r in rows)
-    print(f"  class agreement: {ratio(agree, len(entries))}")
+    print(f"  class agreement: {ratio(agree, len(shown))}")
     print("  columns: " + ", ".join(f"{SHORT[c]}={c}" for c in cols))
 
     def line(e, v):
@@ -215,14 +225,14 @@ def main():
                 f"      label: {label_str(e)} | courier: {cls}"
                 + (f" retryable={'y' if v['retryable'] else 'n'}" if v else ""))
 
-    retry_bad = [(e, v) for e, v in zip(entries, verdicts)
+    retry_bad = [(e, v) for e, v in shown
                  if v is None or v["retryable"] != e["label"]["retry"]]
     print(f"\nRetry-decision disagreements ({len(retry_bad)}):")
     for e, v in retry_bad:
         print(line(e, v))
-    fp = [(e, v) for e, v in zip(entries, verdicts)
+    fp = [(e, v) for e, v in shown
           if v and v["suppress_recipient"] and e["label"]["dead"] is False]
-    fn = [(e, v) for e, v in zip(entries, verdicts)
+    fn = [(e, v) for e, v in shown
           if e["label"]["dead"] is True and not (v and v["suppress_recipient"])]
     print(f"\nSuppressed but the address is not dead ({len(fp)}):")
     for e, v in fp:
