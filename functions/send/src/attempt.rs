@@ -519,10 +519,64 @@ impl Pipeline {
 
     /// A copy its sender queued with the provider's acceptance of this generation, because the
     /// status table could not record it then (the seal proved Courier wrote it: a producer's
-    /// envelope loses the field). The mail is out: the job is recorded `sent_to_provider`
-    /// without a claim and without sending, wherever the status machine allows it (a live
-    /// lease of the sender, `unknown`, or nothing recorded); a job already further along
-    /// absorbs the write.
+    /// envelope loses the field). The mail is out: never sent again, whatever the claim finds.
+    /// The claim (with no suppression check) says where the job stands: free for this
+    /// generation (nothing recorded, the lease lapsed) or `unknown` within the grace window:
+    /// recorded `sent_to_provider`; still leased (its sender may yet write it): the copy waits
+    /// on the queue until the lease ends; already sent or finished, or a later generation
+    /// under way (a soft bounce's resend): acknowledged, the acceptance is not that
+    /// generation's.
+    pub(crate) async fn record_carried(
+        &self,
+        body: &str,
+        incoming: &Incoming,
+        accepted: &ProviderAcceptance,
+        owner: &str,
+        now: DateTime<Utc>,
+    ) -> Fate {
+        let job = &incoming.job;
+        let claim = ClaimRequest {
+            message_id: job.message_id.clone(),
+            attempt: incoming.attempt,
+            owner: owner.to_owned(),
+            now,
+            lease_until: now + chrono::Duration::seconds(1),
+            grace: chrono::Duration::from_std(self.config.ambiguity_grace).unwrap_or_default(),
+            check_suppressed: Vec::new(),
+            trace_id: incoming.trace.clone(),
+            facts: JobFacts::of(job),
+        };
+        match self.status.claim(&claim).await {
+            Ok(
+                ClaimOutcome::Claimed
+                | ClaimOutcome::Ambiguous { .. }
+                | ClaimOutcome::Suppressed(_),
+            ) => Self::carried_acceptance(incoming, accepted, owner, now),
+            Ok(ClaimOutcome::Busy { lease_until }) => {
+                let wait = (lease_until - now).num_seconds().max(0) as u64 + 1;
+                info!(
+                    wait_s = wait,
+                    "this copy carries the provider's acceptance; the job is still leased: waiting for the lease to end"
+                );
+                self.requeue_same(body, incoming, wait, now)
+            }
+            Ok(ClaimOutcome::Duplicate(status)) => {
+                info!(%status, "this copy carries the provider's acceptance; the job is already recorded");
+                Fate::Ack(Outcome::Duplicate)
+            }
+            Ok(ClaimOutcome::Stale { current_attempt }) => {
+                info!(
+                    current_attempt,
+                    copy_attempt = incoming.attempt,
+                    "this copy carries an earlier generation's acceptance; dropped"
+                );
+                Fate::Ack(Outcome::Stale)
+            }
+            Err(e) => Fate::Redeliver(e.into()),
+        }
+    }
+
+    /// The `sent_to_provider` record of a carried acceptance ([`Pipeline::record_carried`]).
     pub(crate) fn carried_acceptance(
         incoming: &Incoming,
         accepted: &ProviderAcceptance,

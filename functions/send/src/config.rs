@@ -29,6 +29,9 @@ pub struct SendConfig {
     /// (`COURIER_STATUS_WRITE_TRIES`, 1..=60; the waits between tries double from 50 ms to 1 s:
     /// the default 20 keeps trying for about 16 s, while the lease lasts).
     pub status_write_tries: u32,
+    /// A provider's acceptance whose first status write has not answered within this is also
+    /// queued as a copy carrying it (a hung write is as unsafe as a failed one).
+    pub carrier_after: Duration,
     /// How long breaker state is cached per instance.
     pub breaker_cache: Duration,
     pub breaker: BreakerConfig,
@@ -68,6 +71,7 @@ impl Default for SendConfig {
             lease_margin: Duration::from_secs(5),
             ambiguity_grace: Duration::from_secs(900),
             status_write_tries: 20,
+            carrier_after: Duration::from_millis(500),
             breaker_cache: Duration::from_secs(2),
             breaker: BreakerConfig::default(),
             rate_limits: BTreeMap::new(),

@@ -356,7 +356,8 @@ impl Pipeline {
 
     /// The provider accepted the mail: its `sent_to_provider` write is tried again (with
     /// backoff, `status_write_tries` times at most, while the lease lasts). After its first
-    /// failure, `carrier` (a copy of this generation carrying the acceptance) is queued once:
+    /// failure, or when the first try has not answered within `SendConfig::carrier_after`,
+    /// `carrier` (a copy of this generation carrying the acceptance) is queued once:
     /// whichever instance takes it records the job sent without sending, so the acceptance
     /// outlives this one. When the write cannot be made, the acceptance is kept as `unknown`
     /// with the provider's id and answer, and the record is left for redelivery: the
@@ -420,6 +421,34 @@ impl Pipeline {
         self.redeliver(cause, &Holding::Unknown).await
     }
 
+    /// The first write of an acceptance; if it has not answered within
+    /// `SendConfig::carrier_after`, `carrier` is queued while it goes on (taken once queued).
+    async fn first_write_or_carrier(
+        &self,
+        update: &StatusUpdate,
+        carrier: &mut Option<Requeue>,
+    ) -> Result<(), StoreError> {
+        let write = self.status.finish(update);
+        tokio::pin!(write);
+        tokio::select! {
+            written = &mut write => written,
+            () = tokio::time::sleep(self.config.carrier_after) => {
+                let pending = carrier.take();
+                let (left, written) = tokio::join!(
+                    async {
+                        match pending {
+                            Some(p) => self.queue_carrier(p).await,
+                            None => None,
+                        }
+                    },
+                    &mut write,
+                );
+                *carrier = left;
+                written
+            }
+        }
+    }
+
     /// Queues the copy that carries a provider's acceptance; gives it back when it could not be
     /// queued.
     async fn queue_carrier(&self, carrier: Requeue) -> Option<Requeue> {
@@ -427,7 +456,7 @@ impl Pipeline {
         match result.into_iter().next() {
             Some(Ok(())) => {
                 info!(
-                    "the status table is failing: queued a copy carrying the provider's acceptance"
+                    "the status write failed or has not answered: queued a copy carrying the provider's acceptance"
                 );
                 None
             }
@@ -465,7 +494,12 @@ impl Pipeline {
         let mut tries = 0;
         loop {
             tries += 1;
-            let error = match self.status.finish(update).await {
+            let written = if tries == 1 && carrier.is_some() {
+                self.first_write_or_carrier(update, carrier).await
+            } else {
+                self.status.finish(update).await
+            };
+            let error = match written {
                 Ok(()) => return Ok(()),
                 Err(e) => e,
             };

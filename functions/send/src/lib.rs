@@ -489,7 +489,10 @@ impl Pipeline {
         }
         // 1a. A copy carrying the provider's acceptance: the mail is out, record it.
         if let Some(accepted) = &incoming.accepted {
-            return unclaimed(Self::carried_acceptance(&incoming, accepted, &owner, now));
+            let fate = self
+                .record_carried(&record.body, &incoming, accepted, &owner, now)
+                .await;
+            return unclaimed(fate);
         }
         // 2. Poison blocklist (keyed on the application's original payload).
         match self.poison.is_blocked(&incoming.print).await {

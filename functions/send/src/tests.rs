@@ -1161,7 +1161,7 @@ async fn an_acceptance_no_status_write_can_keep_outlives_its_instance_on_the_que
             .map(|a| a.provider_message_id.as_str()),
         Some("mem-acc4")
     );
-    // WHEN the instance is gone (its memory with it) and another one takes the carrier copy,
+    // WHEN the instance is gone (its memory with it) and another one takes the carrier copy
     // while the lost instance's lease still stands
     let other = rebuilt(
         &w,
@@ -1174,6 +1174,23 @@ async fn an_acceptance_no_status_write_can_keep_outlives_its_instance_on_the_que
     let deadline = w.clock.now() + chrono::Duration::seconds(60);
     let report = other
         .handle_records(vec![rec("c", queued[0].body.clone())], deadline, "r2")
+        .await;
+    // THEN it waits on the queue, acknowledged, until the lease ends (its sender may yet write)
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.status_of("acc4"), Some(Status::Processing));
+    let queued = w.scheduler.queued.lock().unwrap().clone();
+    assert_eq!(queued.len(), 2, "{queued:?}");
+    let lease_left = (w.status.records.lock().unwrap()["acc4"]
+        .lease_until
+        .unwrap()
+        - w.clock.now())
+    .num_seconds();
+    assert_eq!(queued[1].delay_secs, lease_left as u64 + 1);
+    // WHEN that copy comes back after the lease
+    w.clock.advance(queued[1].delay_secs as i64);
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = other
+        .handle_records(vec![rec("d", queued[1].body.clone())], deadline, "r3")
         .await;
     // THEN the job is recorded sent with the provider's id, without a second send
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
@@ -1199,11 +1216,77 @@ async fn an_acceptance_no_status_write_can_keep_outlives_its_instance_on_the_que
     w.clock.advance(130);
     let deadline = w.clock.now() + chrono::Duration::seconds(60);
     let report = other
-        .handle_records(vec![rec("a", job("acc4", "a@example.org"))], deadline, "r3")
+        .handle_records(vec![rec("a", job("acc4", "a@example.org"))], deadline, "r4")
         .await;
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
     assert_eq!(w.mailer.sent_count(), 1);
     assert_eq!(w.status_of("acc4"), Some(Status::SentToProvider));
+}
+
+#[tokio::test]
+async fn a_carried_acceptance_of_an_earlier_generation_records_nothing() {
+    // GIVEN a copy carrying generation 0's acceptance, and the job meanwhile at generation 1
+    // with an ambiguous send (a soft bounce's resend, say): `unknown`
+    let w = world_with(ambiguous_mailer());
+    // The unit tests' seal key (`courier_devkit::memory::test_seal_keys`).
+    let keys =
+        courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[]).unwrap();
+    let seal_body = |body: &str| courier_core::seal::seal(body, &keys);
+    let first =
+        courier_core::envelope::parse_body(job("acc7", "a@example.org").as_bytes()).unwrap();
+    let carrier = seal_body(&courier_core::envelope::accepted_body(
+        &first,
+        courier_core::envelope::ProviderAcceptance {
+            provider: "ses".into(),
+            provider_message_id: "generation-0".into(),
+            at: t0(),
+        },
+    ));
+    let second = seal_body(&courier_core::envelope::next_body(
+        &first,
+        first.retry.clone(),
+        Vec::new(),
+    ));
+    let report = w.run(vec![rec("g1", second)]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.status_of("acc7"), Some(Status::Unknown));
+    // WHEN the carrier arrives
+    let report = w.run(vec![rec("c", carrier)]).await;
+    // THEN it is dropped: generation 1 stays `unknown` (its own evidence decides), nothing sent
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.status_of("acc7"), Some(Status::Unknown));
+    let record = w.status.records.lock().unwrap()["acc7"].clone();
+    assert!(record.attempt >= 1, "{record:?}");
+    assert_ne!(record.provider_message_id.as_deref(), Some("generation-0"));
+    assert_eq!(w.mailer.sent_count(), 1);
+}
+
+#[tokio::test]
+async fn an_acceptance_whose_first_write_hangs_is_carried_on_the_queue_too() {
+    // GIVEN the provider accepts and the first status write hangs past `carrier_after`
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Smtp));
+    let hang = w.pipeline.config.carrier_after.as_millis() as usize * 2;
+    w.status
+        .slow_next_finish_ms
+        .store(hang, std::sync::atomic::Ordering::SeqCst);
+    let report = w.run(vec![rec("a", job("acc5", "a@example.org"))]).await;
+    // THEN the write still lands (the job is sent, acknowledged), and while it hung a copy
+    // carrying the acceptance was queued (had the instance died then, it would record it)
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.status_of("acc5"), Some(Status::SentToProvider));
+    let queued = w.scheduler.queued.lock().unwrap().clone();
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    let carrier = courier_core::envelope::parse_body(queued[0].body.as_bytes()).unwrap();
+    assert!(carrier.accepted.is_some());
+    // AND that copy, taken later, changes nothing and sends nothing
+    let report = w.run(vec![rec("c", queued[0].body.clone())]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert_eq!(w.status_of("acc5"), Some(Status::SentToProvider));
+    // AND a write that answers in time queues nothing
+    let report = w.run(vec![rec("b", job("acc6", "a@example.org"))]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.scheduler.queued.lock().unwrap().len(), 1);
 }
 
 #[tokio::test]

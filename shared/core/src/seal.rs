@@ -294,10 +294,16 @@ mod tests {
         forged.attempt = 9;
         forged.retry.spent = 3;
         forged.trace = Some("someone-elses-trace".into());
+        forged.accepted = Some(crate::envelope::ProviderAcceptance {
+            provider: "ses".into(),
+            provider_message_id: "claimed".into(),
+            at: chrono::DateTime::UNIX_EPOCH,
+        });
         let first = parse_body(JOB.as_bytes()).unwrap();
         let demoted = demote(forged);
         assert_eq!((demoted.attempt, &demoted.retry), (0, &first.retry));
         assert!(demoted.history.is_empty() && demoted.not_before.is_none());
+        assert!(demoted.accepted.is_none(), "a forged acceptance is dropped");
         assert_eq!(
             demoted.trace, first.trace,
             "a forged envelope's trace is dropped"

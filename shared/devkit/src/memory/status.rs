@@ -16,6 +16,8 @@ pub struct MemoryStatusStore {
     /// Fails `get_many`.
     pub fail_reads: FailNext,
     pub writes: AtomicUsize,
+    /// Milliseconds the next `finish` waits before it is applied (a hung write), once.
+    pub slow_next_finish_ms: AtomicUsize,
 }
 
 #[async_trait::async_trait]
@@ -92,6 +94,10 @@ impl StatusStore for MemoryStatusStore {
     }
 
     async fn finish(&self, update: &StatusUpdate) -> Result<(), StoreError> {
+        let slow = self.slow_next_finish_ms.swap(0, Ordering::SeqCst);
+        if slow > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(slow as u64)).await;
+        }
         self.fail_finishes.take("finish")?;
         self.writes.fetch_add(1, Ordering::Relaxed);
         let mut records = lock(&self.records);
