@@ -306,12 +306,7 @@ async fn collect(
         let Ok(text) = std::fs::read_to_string(entry.path()) else {
             continue;
         };
-        let header = text.split("\n\n").next().unwrap_or_default();
-        if let Some(id) = header.lines().find_map(|l| {
-            l.split_once(':')
-                .filter(|(k, _)| k.eq_ignore_ascii_case("X-Courier-Message-Id"))
-                .map(|(_, v)| v.trim().to_owned())
-        }) {
+        if let Some(id) = courier_devkit::mime::header(&text, "X-Courier-Message-Id") {
             *ev.deliveries.entry(id).or_default() += 1;
         }
     }
@@ -698,7 +693,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
     let swept = crate::homes::sweep(&sdk, &stack).await?;
     let mut ev = collect(&sdk, &stack, &capture_dir, &journal).await?;
     ev.ses_accepted =
-        courier_devkit::moto::ses_messages_by_id(&courier_devkit::moto::state(&moto_url).await?);
+        courier_devkit::moto::ses_messages_by_id(&courier_devkit::moto::state(&moto_url).await?)?;
     let archived = crate::homes::archive(&sdk, &stack).await?;
     ev.archive = Some(crate::homes::read_archive(&sdk, &stack).await?);
     let verdict = audit::audit(&jobs, &ev);

@@ -234,14 +234,7 @@ impl Accepted {
         raw: &courier_devkit::moto::SesRawMessage,
         at: DateTime<Utc>,
     ) -> Option<Accepted> {
-        let head = raw.raw_data.split("\r\n\r\n").next().unwrap_or_default();
-        let header = |name: &str| {
-            head.lines().find_map(|line| {
-                line.split_once(':')
-                    .filter(|(k, _)| k.trim().eq_ignore_ascii_case(name))
-                    .map(|(_, v)| v.trim().to_owned())
-            })
-        };
+        let header = |name: &str| courier_devkit::mime::header(&raw.raw_data, name);
         Some(Accepted {
             message_id: header("X-Courier-Message-Id")?,
             campaign_id: header("X-Courier-Campaign-Id").unwrap_or_default(),
@@ -510,6 +503,53 @@ mod tests {
             region: "us-east-1".into(),
             account: "123456789012".into(),
         }
+    }
+
+    #[test]
+    fn a_message_moto_kept_is_read_from_its_raw_mime() {
+        let at = Utc::now();
+        let raw = courier_devkit::moto::SesRawMessage {
+            id: "ses-7".into(),
+            source: "demo@courier.test".into(),
+            destinations: vec!["reader7@courier.test".into()],
+            raw_data: "From: demo@courier.test\r\nSubject: Your winter order\r\n is on its way\r\n\
+                X-Courier-Message-Id: demo-00007\r\nX-Courier-Campaign-Id: winter-sale\r\n\r\n\
+                X-Courier-Message-Id: not-this-one\r\n"
+                .into(),
+        };
+        let a = Accepted::from_raw(&raw, at).unwrap();
+        assert_eq!(
+            (
+                a.message_id.as_str(),
+                a.campaign_id.as_str(),
+                a.subject.as_str()
+            ),
+            (
+                "demo-00007",
+                "winter-sale",
+                "Your winter order is on its way"
+            )
+        );
+        assert_eq!(
+            (
+                a.provider_message_id.as_str(),
+                a.from.as_str(),
+                a.to.clone(),
+                a.at
+            ),
+            (
+                "ses-7",
+                "demo@courier.test",
+                vec!["reader7@courier.test".to_owned()],
+                at
+            )
+        );
+        // A message without Courier's id is not Courier's.
+        let foreign = courier_devkit::moto::SesRawMessage {
+            raw_data: "Subject: hello\r\n\r\nX-Courier-Message-Id: in-the-body\r\n".into(),
+            ..raw
+        };
+        assert!(Accepted::from_raw(&foreign, at).is_none());
     }
 
     fn accepted(to: &[&str]) -> Accepted {

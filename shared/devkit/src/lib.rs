@@ -6,10 +6,12 @@
 //!   DynamoDB's).
 //! - [`provision`]: Courier's data plane on moto or LocalStack, from `infra/template.yaml`.
 //! - [`faults`]: faults injected at every port call; [`logs`]: log lines captured in tests.
-//! - [`moto`]: moto's own record of what it holds (the messages its SES accepted).
+//! - [`moto`]: moto's own record of what it holds (the messages its SES accepted); [`mime`]:
+//!   a captured message's header fields.
 
 pub mod faults;
 pub mod logs;
 pub mod memory;
+pub mod mime;
 pub mod moto;
 pub mod provision;

@@ -94,23 +94,17 @@ pub async fn state(moto: &str) -> Result<String, MotoStateError> {
     })
 }
 
-/// How many messages moto's SES accepted per `X-Courier-Message-Id` header value, counted in its
-/// state as [`state`] returns it (the raw MIME of each `SendEmail`, JSON-escaped).
-pub fn ses_messages_by_id(state: &str) -> HashMap<String, usize> {
-    const HEADER: &str = "X-Courier-Message-Id: ";
+/// How many messages moto's SES accepted per `X-Courier-Message-Id` header value, from its
+/// state as [`state`] returns it ([`ses_raw_messages`], each message's header read by
+/// [`crate::mime::header`]).
+pub fn ses_messages_by_id(state: &str) -> Result<HashMap<String, usize>, MotoStateError> {
     let mut out: HashMap<String, usize> = HashMap::new();
-    for (at, _) in state.match_indices(HEADER) {
-        let rest = &state[at + HEADER.len()..];
-        // The value ends at the escaped line break (`\r\n` in the JSON text) or the string's end.
-        let id: String = rest
-            .chars()
-            .take_while(|c| !matches!(c, '\\' | '"' | '\r' | '\n') && !c.is_whitespace())
-            .collect();
-        if !id.is_empty() {
+    for message in ses_raw_messages(state)? {
+        if let Some(id) = crate::mime::header(&message.raw_data, "X-Courier-Message-Id") {
             *out.entry(id).or_default() += 1;
         }
     }
-    out
+    Ok(out)
 }
 
 /// A GET over a plain TCP socket (the emulator is on loopback; no HTTP client needed): the whole
@@ -140,9 +134,25 @@ mod tests {
 
     #[test]
     fn ses_messages_are_counted_by_their_courier_message_id() {
-        let state = r#"{"ses": {"sent": [{"raw": "From: a@x\r\nX-Courier-Message-Id: chaos-1-000016\r\nSubject: s\r\n"}, {"raw": "X-Courier-Message-Id: chaos-1-000016\r\n"}, {"raw": "X-Courier-Message-Id: chaos-1-000017"}]}}"#
-            .replace("\r\n", "\\r\\n");
-        let by_id = ses_messages_by_id(&state);
+        let message = |id: &str, raw: &str| {
+            format!(
+                r#"{{"id": "{id}", "source": "a@x", "destinations": ["b@y"], "raw_data": "{raw}"}}"#
+            )
+        };
+        let state = format!(
+            "HTTP/1.0 200 OK\r\n\r\n{{\"ses\": {{\"RawMessage\": [{}, {}, {}, {}]}}}}",
+            message(
+                "s1",
+                r"From: a@x\r\nX-Courier-Message-Id: chaos-1-000016\r\nSubject: s\r\n\r\nbody"
+            ),
+            message("s2", r"x-courier-message-id: chaos-1-000016\r\n"),
+            message("s3", r"X-Courier-Message-Id: chaos-1-000017"),
+            message(
+                "s4",
+                r"Subject: not Courier's\r\n\r\nX-Courier-Message-Id: in-the-body"
+            ),
+        );
+        let by_id = ses_messages_by_id(&state).unwrap();
         assert_eq!(by_id.get("chaos-1-000016"), Some(&2));
         assert_eq!(by_id.get("chaos-1-000017"), Some(&1));
         assert_eq!(by_id.len(), 2);
