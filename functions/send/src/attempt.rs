@@ -259,10 +259,7 @@ impl Pipeline {
                     // Kept for a resend on a transient bounce (only SES reports those), unless
                     // it would crowd the 400 KB DynamoDB item (then the bounce is recorded only).
                     if provider == Provider::Ses {
-                        let body = current_body(incoming);
-                        if body.len() <= MAX_KEPT_PAYLOAD {
-                            update.payload = Some(body);
-                        }
+                        update.payload = kept_payload(incoming);
                     }
                     if !refused.is_empty() {
                         info!(provider = %name, refused = refused.len(), "sent; some recipients refused");
@@ -606,10 +603,7 @@ impl Pipeline {
         ));
         sent.facts = Some(Box::new(JobFacts::of(job)));
         if accepted.provider == Provider::Ses.as_str() {
-            let body = current_body(incoming);
-            if body.len() <= MAX_KEPT_PAYLOAD {
-                sent.payload = Some(body);
-            }
+            sent.payload = kept_payload(incoming);
         }
         info!(provider_message_id = %accepted.provider_message_id, "this copy carries the provider's acceptance; recording it sent without sending");
         Fate::Record {
@@ -690,6 +684,13 @@ fn first_recipient_domain(email: &OutgoingEmail) -> Option<String> {
         .chain(&email.bcc)
         .next()
         .map(|m| m.email.domain().to_ascii_lowercase())
+}
+
+/// The body kept with an SES send's record for a resend after a transient bounce (only SES
+/// reports those), unless it would crowd the 400 KB DynamoDB item (then the bounce is recorded
+/// only).
+fn kept_payload(incoming: &Incoming) -> Option<String> {
+    Some(current_body(incoming)).filter(|body| body.len() <= MAX_KEPT_PAYLOAD)
 }
 
 /// A copy that already waited (a failure or a wait was recorded): it books in the retry lane.

@@ -254,25 +254,18 @@ pub fn dead_letter_of(
 /// The body of this generation as an envelope (kept with a sent job's record, so a transient
 /// bounce can be sent again from it).
 pub fn current_body(incoming: &Incoming) -> String {
-    let job = serde_json::from_str(&incoming.original).unwrap_or(serde_json::Value::Null);
-    let skip = incoming.history.len().saturating_sub(MAX_HISTORY);
-    let envelope = Envelope {
-        courier_envelope: 1,
-        attempt: incoming.attempt,
-        retry: incoming.retry.clone(),
-        history: incoming.history.iter().skip(skip).cloned().collect(),
-        job,
-        not_before: None,
-        trace: incoming.envelope_trace(),
-        accepted: None,
-        seal: None,
-    };
-    serde_json::to_string(&envelope).unwrap_or_default()
+    body_of(
+        incoming,
+        incoming.attempt,
+        incoming.retry.clone(),
+        incoming.history.clone(),
+        None,
+    )
 }
 
 /// Builds the body of the next generation's queue message.
 pub fn next_body(incoming: &Incoming, retry: RetryState, history: Vec<AttemptRecord>) -> String {
-    body_of(incoming, incoming.attempt + 1, retry, history)
+    body_of(incoming, incoming.attempt + 1, retry, history, None)
 }
 
 /// Builds a queue message of the same generation with an updated retry state and history: a
@@ -283,7 +276,20 @@ pub fn same_generation_body(
     retry: RetryState,
     history: Vec<AttemptRecord>,
 ) -> String {
-    body_of(incoming, incoming.attempt, retry, history)
+    body_of(incoming, incoming.attempt, retry, history, None)
+}
+
+/// The body of a copy of this generation that carries the provider's acceptance: put on the
+/// queue by the instance that sent it when the status table cannot record it, so the acceptance
+/// outlives that instance (the copy records the job sent without sending: never a second send).
+pub fn accepted_body(incoming: &Incoming, acceptance: ProviderAcceptance) -> String {
+    body_of(
+        incoming,
+        incoming.attempt,
+        incoming.retry.clone(),
+        incoming.history.clone(),
+        Some(acceptance),
+    )
 }
 
 fn body_of(
@@ -291,6 +297,7 @@ fn body_of(
     attempt: u32,
     retry: RetryState,
     history: Vec<AttemptRecord>,
+    accepted: Option<ProviderAcceptance>,
 ) -> String {
     let job = serde_json::from_str(&incoming.original).unwrap_or(serde_json::Value::Null);
     let skip = history.len().saturating_sub(MAX_HISTORY);
@@ -302,27 +309,7 @@ fn body_of(
         job,
         not_before: None,
         trace: incoming.envelope_trace(),
-        accepted: None,
-        seal: None,
-    };
-    serde_json::to_string(&envelope).unwrap_or_default()
-}
-
-/// The body of a copy of this generation that carries the provider's acceptance: put on the
-/// queue by the instance that sent it when the status table cannot record it, so the acceptance
-/// outlives that instance (the copy records the job sent without sending: never a second send).
-pub fn accepted_body(incoming: &Incoming, acceptance: ProviderAcceptance) -> String {
-    let job = serde_json::from_str(&incoming.original).unwrap_or(serde_json::Value::Null);
-    let skip = incoming.history.len().saturating_sub(MAX_HISTORY);
-    let envelope = Envelope {
-        courier_envelope: 1,
-        attempt: incoming.attempt,
-        retry: incoming.retry.clone(),
-        history: incoming.history.iter().skip(skip).cloned().collect(),
-        job,
-        not_before: None,
-        trace: incoming.envelope_trace(),
-        accepted: Some(acceptance),
+        accepted,
         seal: None,
     };
     serde_json::to_string(&envelope).unwrap_or_default()
