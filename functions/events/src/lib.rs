@@ -229,6 +229,13 @@ impl Applier {
             recipients::Follow::Absorbed => return Ok(Applied::Absorbed),
             recipients::Follow::Gone => return Ok(Applied::NotYet),
         };
+        // A transient bounce of a send whose acceptance is not written yet (the send function
+        // is still trying, or its copy carrying the acceptance is on the queue): the body to
+        // send again from comes with that write, so the event waits for it rather than record
+        // a bounce that nothing would resend.
+        if to == Status::BouncedTransient && record.status == Status::Processing {
+            return Ok(Applied::NotYet);
+        }
         if to == Status::BouncedTransient && resend::resends_part(&record) {
             return self.resend_part(event, record).await;
         }
