@@ -18,6 +18,8 @@ pub struct SharedBreaker {
     pub cache_ms: u64,
     /// Closed -> open transitions.
     pub opened: u64,
+    /// When it last closed after being open (simulated ms).
+    pub closed_at_ms: Option<u64>,
 }
 
 /// One instance's cache and unsaved counts.
@@ -90,6 +92,11 @@ impl InstanceBreaker {
         calls: &mut AwsCalls,
     ) {
         let state = self.state(shared, now_ms, calls);
+        if state.mode == Mode::HalfOpen {
+            // Results counted before the circuit opened say nothing now: only the probe's.
+            self.unsaved_successes = 0;
+            self.unsaved_failures = 0;
+        }
         if failed {
             self.unsaved_failures += 1;
         } else {
@@ -131,11 +138,10 @@ impl InstanceBreaker {
         for failed in results {
             let (next, change) = breaker::record(&state, failed, now, &shared.cfg);
             state = next;
-            if let Some(c) = change
-                && c.from == Mode::Closed
-                && c.to == Mode::Open
-            {
-                shared.opened += 1;
+            match change {
+                Some(c) if c.from == Mode::Closed && c.to == Mode::Open => shared.opened += 1,
+                Some(c) if c.to == Mode::Closed => shared.closed_at_ms = Some(now_ms),
+                _ => {}
             }
         }
         calls.ddb_breaker_write += 1;

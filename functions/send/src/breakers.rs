@@ -181,8 +181,15 @@ impl Breakers {
     /// Records a send's result; `failed` only for failures that count against the provider.
     pub async fn record(&self, provider: &str, failed: bool, now: DateTime<Utc>) {
         let state = self.state(provider, now).await;
+        let half_open = state.mode == Mode::HalfOpen;
         self.with_cache(|c| {
             if let Some(e) = c.get_mut(provider) {
+                if half_open {
+                    // Results counted before the circuit opened say nothing about the provider
+                    // now (as results arriving while open): only the probe's may close it.
+                    e.unsaved_successes = 0;
+                    e.unsaved_failures = 0;
+                }
                 if failed {
                     e.unsaved_failures += 1;
                 } else {
@@ -190,7 +197,7 @@ impl Breakers {
                 }
             }
         });
-        if state.mode == Mode::HalfOpen {
+        if half_open {
             // A probe's result decides the circuit: write it now.
             self.flush_one(provider, now).await;
         }

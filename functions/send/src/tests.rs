@@ -1650,6 +1650,38 @@ async fn successes_while_closed_write_nothing() {
 }
 
 #[tokio::test]
+async fn a_failed_probe_reopens_the_circuit_whatever_successes_were_counted_before_it() {
+    // GIVEN an instance that counted successes while the circuit was closed (unwritten: no
+    // failure among them), then the circuit opened elsewhere and is due for a probe
+    let store = Arc::new(MemoryBreakerStore::default());
+    let breakers = breakers::Breakers::new(
+        store.clone(),
+        BreakerConfig::default(),
+        std::time::Duration::ZERO,
+    );
+    for _ in 0..5 {
+        breakers.admit("ses", t0()).await;
+        breakers.record("ses", false, t0()).await;
+    }
+    let mut open = courier_core::breaker::BreakerState::new(t0(), &BreakerConfig::default());
+    open.mode = courier_core::breaker::Mode::Open;
+    open.open_until = Some(t0() + chrono::Duration::seconds(30));
+    open.version = 1;
+    store.states.lock().unwrap().insert("ses".into(), open);
+    // WHEN this instance's probe fails
+    let later = t0() + chrono::Duration::seconds(31);
+    assert_eq!(
+        breakers.admit("ses", later).await,
+        courier_core::breaker::Admission::Probe
+    );
+    breakers.record("ses", true, later).await;
+    // THEN the circuit opens again: the earlier successes are not taken for the probe's
+    let state = store.states.lock().unwrap()["ses"].clone();
+    assert_eq!(state.mode, courier_core::breaker::Mode::Open, "{state:?}");
+    assert_eq!(state.open_secs, 60, "{state:?}");
+}
+
+#[tokio::test]
 async fn an_all_failed_batch_reports_every_record() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     w.status.fail_claims.set(3);
@@ -2264,6 +2296,79 @@ async fn a_send_waits_for_its_slot_in_the_shared_schedule() {
         schedule.tats.lock().unwrap()["ses"],
         (booked + chrono::Duration::milliseconds(100)).timestamp_micros()
     );
+}
+
+/// A breaker store whose `ses` circuit is open and due for its half-open probe.
+fn due_for_a_probe() -> Arc<MemoryBreakerStore> {
+    let store = Arc::new(MemoryBreakerStore::default());
+    let mut open = courier_core::breaker::BreakerState::new(t0(), &BreakerConfig::default());
+    open.mode = courier_core::breaker::Mode::Open;
+    open.open_until = Some(t0() - chrono::Duration::seconds(1));
+    open.version = 1;
+    store.states.lock().unwrap().insert("ses".into(), open);
+    store
+}
+
+#[tokio::test]
+async fn a_half_open_probe_takes_its_slot_in_the_shared_schedule() {
+    // GIVEN the circuit due for a probe and a schedule whose next free slot is 150 ms away
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    let schedule = Arc::new(MemorySendSchedule::default());
+    let booked = t0() + chrono::Duration::milliseconds(150);
+    let pipeline = rebuilt(
+        &w,
+        due_for_a_probe(),
+        3,
+        ses_governor(&schedule, Some(booked)),
+        None,
+        None,
+    );
+    // WHEN the probe is sent
+    let started = std::time::Instant::now();
+    let report = pipeline
+        .handle_records(
+            vec![rec("a", job("probe", "a@example.org"))],
+            t0() + chrono::Duration::seconds(60),
+            "req",
+        )
+        .await;
+    // THEN it waited for its slot and booked it: the calls after it keep the quota
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.mailer.sent_count(), 1);
+    assert!(started.elapsed() >= std::time::Duration::from_millis(150));
+    assert_eq!(
+        schedule.tats.lock().unwrap()["ses"],
+        (booked + chrono::Duration::milliseconds(100)).timestamp_micros()
+    );
+}
+
+#[tokio::test]
+async fn a_half_open_probe_goes_even_when_the_schedule_is_booked_out_or_unreadable() {
+    for unreadable in [false, true] {
+        // GIVEN the circuit due for a probe and a schedule booked 30 s ahead, or failing
+        let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+        let schedule = Arc::new(MemorySendSchedule::default());
+        let governor = ses_governor(&schedule, Some(t0() + chrono::Duration::seconds(30)));
+        if unreadable {
+            schedule.fail.set(1);
+        }
+        let pipeline = rebuilt(&w, due_for_a_probe(), 3, governor, None, None);
+        let report = pipeline
+            .handle_records(
+                vec![rec("a", job("probe", "a@example.org"))],
+                t0() + chrono::Duration::seconds(60),
+                "req",
+            )
+            .await;
+        // THEN the probe is not held back (its result closes or reopens the circuit)
+        assert!(
+            report.failures.is_empty(),
+            "{unreadable}: {:?}",
+            report.reasons
+        );
+        assert_eq!(w.mailer.sent_count(), 1, "{unreadable}");
+        assert_eq!(w.status_of("probe"), Some(Status::SentToProvider));
+    }
 }
 
 #[tokio::test]
