@@ -246,6 +246,7 @@ impl<'a> Engine<'a> {
                 cfg,
                 cache_ms: sc.breaker_cache_ms,
                 opened: 0,
+                closed_at_ms: None,
             }),
             provider,
             receiver,
@@ -558,11 +559,12 @@ impl<'a> Engine<'a> {
                 self.instances[inst as usize].batch.any_sfn |= sfn;
                 continue;
             }
-            // The send-rate governor (a half-open probe is never held back); a retry takes a
-            // slot in the retry lane first (the bulkhead).
-            if admission == Admission::Allow && sc.send_rate.is_some() {
+            // The send-rate governor; a retry books in the retry lane (the bulkhead). A
+            // half-open probe takes its slot but is never held back.
+            if sc.send_rate.is_some() {
                 let retry = self.is_retry(job);
                 match self.slot(inst, tc, (batch.len() - k) as u32, retry) {
+                    None if admission == Admission::Probe => {}
                     None => {
                         self.rate_refused += 1;
                         let sfn = self.after_failure(job, ErrorClass::RateLimited, tc, false);

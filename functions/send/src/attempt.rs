@@ -207,8 +207,19 @@ impl Pipeline {
                     earliest_retry = Some(earliest_retry.map_or(retry_at, |t| t.min(retry_at)));
                     continue;
                 }
-                // A half-open probe goes at once: holding it back could strand the probe slot.
-                Admission::Probe => {}
+                // A half-open probe takes its send-rate slot (the quota holds around it), but
+                // is never held back: deferring it could strand the breaker's probe slot.
+                Admission::Probe => match self.permit(name, incoming, now, budget).await {
+                    Ok(Permit::Go { wait })
+                        if !wait.is_zero() && self.now() + wait < budget.send_by =>
+                    {
+                        tokio::time::sleep(wait).await;
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        warn!(provider = %name, error = %e, "send-rate schedule unreadable; the probe goes at once");
+                    }
+                },
                 Admission::Allow => match self.permit(name, incoming, now, budget).await {
                     Ok(Permit::Go { wait }) if wait.is_zero() => {}
                     Ok(Permit::Go { wait }) if self.now() + wait < budget.send_by => {
