@@ -94,10 +94,10 @@ pub struct Report {
     /// Arrival to accepted, for sent jobs.
     pub latency_p50_secs: f64,
     pub latency_p99_secs: f64,
-    /// The retry bulkhead: `off`, or retries' share of the send rate.
+    /// The retry bulkhead: `off`, or how far ahead retries book.
     pub retry_bulkhead: String,
-    /// Arrival to accepted, for sent jobs that arrived after the last fault ended (fresh mail
-    /// during the drain; `None` without faults).
+    /// Arrival to accepted, for sent jobs that arrived after the last fault ended and the
+    /// breaker closed after it (fresh mail during the drain; `None` without faults).
     pub fresh_after_recovery_p50_secs: Option<f64>,
     pub fresh_after_recovery_p99_secs: Option<f64>,
     /// Jobs sent again after a timed-out call the provider had in fact accepted.
@@ -223,7 +223,7 @@ impl Report {
             ),
             ("retry bulkhead", self.retry_bulkhead.clone()),
             (
-                "latency of mail arriving after recovery p50 / p99",
+                "latency of mail arriving after the breaker closed p50 / p99",
                 match (
                     self.fresh_after_recovery_p50_secs,
                     self.fresh_after_recovery_p99_secs,

@@ -149,8 +149,8 @@ pub struct Scenario {
     /// Per-destination pacing (`COURIER_DESTINATION_PACING`); `None`: off.
     #[serde(skip)]
     pub destination_pacing: Option<DestinationPacing>,
-    /// The retry lane (`COURIER_RETRY_HORIZON`): retries book the send-rate schedule only while
-    /// it is booked less than this far ahead; `None`: off.
+    /// The retry lane (`COURIER_RETRY_HORIZON`, 1 s as in the function): retries book the
+    /// send-rate schedule only while it is booked less than this far ahead; `None`: off.
     #[serde(skip)]
     pub retry_horizon: Option<std::time::Duration>,
     #[serde(skip)]
@@ -224,7 +224,7 @@ impl Default for Scenario {
             poison_cache_ms: 60_000,
             receiver: None,
             destination_pacing: Some(DestinationPacing::default()),
-            retry_horizon: None,
+            retry_horizon: Some(RateLimit::DEFAULT_RETRY_HORIZON),
             policy: RetryPolicy::default(),
             policy_label: "default".into(),
             ambiguity_grace_secs: 900,

@@ -249,21 +249,24 @@ fn retry_storm(lane: bool) -> Report {
 fn with_the_retry_lane_fresh_mail_is_not_held_back_by_a_retry_storm() {
     let (on, off) = (retry_storm(true), retry_storm(false));
     let both = table(&[on.clone(), off.clone()]);
-    let fresh = |r: &Report| r.fresh_after_recovery_p50_secs.unwrap();
-    // THEN fresh mail arriving during the drain goes out within seconds with the lane, and
-    // waits behind the backlog without it
-    assert!(fresh(&on) < 5.0, "{both}");
-    assert!(fresh(&off) > 5.0 * fresh(&on), "{both}");
-    // AND nothing is lost and the quota is kept; the backlog drains later (fresh mail goes
-    // first), within half as long again
+    let fresh = |r: &Report| {
+        (
+            r.fresh_after_recovery_p50_secs.unwrap(),
+            r.fresh_after_recovery_p99_secs.unwrap(),
+        )
+    };
+    // THEN fresh mail arriving during the drain goes out within seconds with the lane, its
+    // tail too, and waits minutes behind the backlog without it
+    assert!(fresh(&on).0 < 5.0 && fresh(&on).1 < 10.0, "{both}");
+    assert!(fresh(&off).0 > 30.0 * fresh(&on).0, "{both}");
+    assert!(fresh(&off).1 > 30.0 * fresh(&on).1, "{both}");
+    // AND nothing is lost and the quota is kept; all mail is out at most 10% later (the
+    // backlog goes last)
     for r in [&on, &off] {
         assert_eq!((r.sent, r.dead_lettered), (100_000, 0), "{both}");
         assert_eq!(r.secs_over_quota_after_recovery, 0, "{both}");
     }
-    assert!(
-        on.drain_secs.unwrap() <= off.drain_secs.unwrap() * 1.5,
-        "{both}"
-    );
+    assert!(on.makespan_secs <= off.makespan_secs * 1.1, "{both}");
 }
 
 /// Jobs of which most go to one recipient the relay refuses with `reply`, as the function's

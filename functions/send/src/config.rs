@@ -47,8 +47,8 @@ pub struct SendConfig {
     /// The horizon and chunk every send rate gets (`COURIER_SEND_RATE_MAX_AHEAD`,
     /// `COURIER_SEND_RATE_CHUNK`; the rate itself is 1/s here), live settings' rates included.
     pub rate_shape: RateLimit,
-    /// The retry lane (`COURIER_RETRY_HORIZON`, e.g. `1s`; unset or `off`: no lane): retries
-    /// book a paced provider's schedule only while it is booked less than this far ahead.
+    /// The retry lane (`COURIER_RETRY_HORIZON`, 1 s by default; `off`: no lane): retries book
+    /// a paced provider's schedule only while it is booked less than this far ahead.
     pub retry_horizon: Option<Duration>,
     /// How long the live settings are used before they are read again
     /// (`COURIER_LIVE_SETTINGS_CACHE`, 1 s..=1 h).
@@ -83,7 +83,7 @@ impl Default for SendConfig {
                 chunk: RateLimit::DEFAULT_CHUNK,
             },
             live_settings_cache: Duration::from_secs(30),
-            retry_horizon: None,
+            retry_horizon: Some(RateLimit::DEFAULT_RETRY_HORIZON),
             allowed_senders: None,
             sender_templates: None,
             archive_retention_days: courier_adapters::aws::letters::DEFAULT_ARCHIVE_RETENTION_DAYS,
@@ -92,14 +92,16 @@ impl Default for SendConfig {
 }
 
 /// `COURIER_RETRY_HORIZON`: a duration of at least 1 s below `max_ahead` (the fresh mail's
-/// horizon), or `off`.
+/// horizon), or `off`; unset, [`RateLimit::DEFAULT_RETRY_HORIZON`] (no lane when `max_ahead`
+/// leaves fresh mail no room beyond it).
 fn retry_horizon(
     lookup: &impl Fn(&str) -> Option<String>,
     max_ahead: Duration,
 ) -> Result<Option<Duration>, ConfigError> {
     let name = "COURIER_RETRY_HORIZON";
     match lookup(name).as_deref().map(str::trim) {
-        None | Some("" | "off") => Ok(None),
+        None | Some("") => Ok(Some(RateLimit::DEFAULT_RETRY_HORIZON).filter(|&h| h < max_ahead)),
+        Some("off") => Ok(None),
         Some(v) => {
             let invalid = |problem: String| ConfigError::Invalid {
                 name,

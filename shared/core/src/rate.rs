@@ -52,6 +52,9 @@ impl RateLimit {
     pub const DEFAULT_MAX_AHEAD: Duration = Duration::from_secs(5);
     /// Default slots reserved at once (an SQS batch).
     pub const DEFAULT_CHUNK: u32 = 10;
+    /// Default retry lane: a copy that already waited books a schedule only while it is booked
+    /// less than this far ahead (fresh mail up to `max_ahead`).
+    pub const DEFAULT_RETRY_HORIZON: Duration = Duration::from_secs(1);
 
     /// A limit of `per_sec` with the default horizon and chunk.
     pub fn per_second(per_sec: f64) -> Result<RateLimit, RateLimitError> {

@@ -2,10 +2,6 @@
 
 use super::*;
 
-/// Mail counts as fresh during a drain from this long after the last fault ended (the breaker
-/// has closed by then: its probes hold back all mail alike).
-const FRESH_AFTER_MS: u64 = 120_000;
-
 /// The `p` percentile of sorted milliseconds, in seconds.
 fn percentile(sorted: &[u64], p: f64) -> f64 {
     if sorted.is_empty() {
@@ -83,6 +79,16 @@ impl Engine<'_> {
         let mut fresh: Vec<u64> = Vec::new();
         let mut makespan = 0u64;
         let recovery_ms = sc.recovery_secs().map(|s| s * 1000);
+        // Mail is fresh from when every instance can send it: the last fault over and the
+        // breaker closed after it (and its cached state refreshed). Before that, the breaker
+        // holds it back with the backlog (its open period doubles to 5 minutes in an outage).
+        let fresh_from_ms = recovery_ms.map(|r| {
+            let closed = self.shared.as_ref().and_then(|s| s.closed_at_ms);
+            match closed {
+                Some(c) if c >= r => c + sc.breaker_cache_ms,
+                _ => r,
+            }
+        });
         let mut drained_at: Option<u64> = None;
         for j in &self.jobs {
             let k = match j.fate {
@@ -98,7 +104,7 @@ impl Engine<'_> {
             }
             if j.fate == Fate::Sent {
                 latencies.push(j.finished - j.arrived);
-                if recovery_ms.is_some_and(|r| j.arrived >= r + FRESH_AFTER_MS) {
+                if fresh_from_ms.is_some_and(|r| j.arrived >= r) {
                     fresh.push(j.finished - j.arrived);
                 }
             }

@@ -63,7 +63,7 @@ fn defaults_and_overrides() {
 #[test]
 fn the_retry_horizon_and_the_live_settings_cache_are_read_and_checked() {
     let (config, _, _) = parse(&base()).unwrap();
-    assert_eq!(config.retry_horizon, None);
+    assert_eq!(config.retry_horizon, Some(Duration::from_secs(1)));
     assert_eq!(config.live_settings_cache, Duration::from_secs(30));
     let mut env = base();
     env.insert("COURIER_RETRY_HORIZON", "2s".into());
@@ -72,6 +72,10 @@ fn the_retry_horizon_and_the_live_settings_cache_are_read_and_checked() {
     assert_eq!(config.retry_horizon, Some(Duration::from_secs(2)));
     assert_eq!(config.live_settings_cache, Duration::from_secs(5));
     env.insert("COURIER_RETRY_HORIZON", "off".into());
+    assert_eq!(parse(&env).unwrap().0.retry_horizon, None);
+    // Unset with a 1 s booking horizon: fresh mail would have no room beyond retries, no lane.
+    let mut env = base();
+    env.insert("COURIER_SEND_RATE_MAX_AHEAD", "1s".into());
     assert_eq!(parse(&env).unwrap().0.retry_horizon, None);
     for (name, value) in [
         ("COURIER_RETRY_HORIZON", "5s"),
