@@ -649,6 +649,33 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["hasn't got the service mapped"],
             // Mailman/GroupWise-era gateways: mail never picked up by its owner (a suspended box).
             ["has not been collected"],
+            // A suspended mailbox (X.2.1), named as the recipient's.
+            ["user suspended"],
+            ["mailbox suspended"],
+            ["mailbox is suspended"],
+            ["recipient suspended"],
+            // qmail's validrcptto patch: the recipient is not among the domain's valid ones.
+            ["validrcptto"],
+            // Malformed recipient addresses (X.1.3): Postfix's reject_non_fqdn_recipient.
+            ["bad address", "syntax"],
+            ["recipient address rejected: need fully-qualified address"],
+            // A null MX (RFC 7505, X.1.10), in mox's and others' words.
+            ["domain does not accept email"],
+            ["domain does not accept e-mail"],
+            // The sending service's suppression list: it refuses the address for earlier hard
+            // bounces (SES, mox, Mailgun), so suppressing it is right.
+            ["on suppression list"],
+            ["on the suppression list"],
+            // Chinese mailbox providers (QQ, NetEase, Coremail, Sina): "the user / recipient /
+            // account / mailbox / address does not exist".
+            ["用户不存在"],
+            ["收件人不存在"],
+            ["帐号不存在"],
+            ["账号不存在"],
+            ["帐户不存在"],
+            ["账户不存在"],
+            ["邮箱不存在"],
+            ["地址不存在"],
         ]
     ),
     // The same meaning in words the list above does not spell out: a recipient noun with a
@@ -661,6 +688,8 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
         clause: Some(&Clause {
             subjects: &[
                 "user",
+                "email",
+                "e-mail",
                 "recipient",
                 "mailbox",
                 "mail box",
@@ -784,6 +813,13 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             // Postfix: the message needs SMTPUTF8 (a non-ASCII address or header) and the next
             // hop does not offer it (RFC 6531, X.6.7): the same message fails there again.
             ["smtputf8 is required"],
+            // ... and 8BITMIME (RFC 6152): mox's "does not implement 8bitmime extension,
+            // required by message", Postfix's "requires 8bitmime".
+            ["8bitmime", "required"],
+            ["requires 8bitmime"],
+            // A malicious attachment or macro, a dictionary (address-harvesting) attack.
+            ["malicious"],
+            ["dictionary attack"],
         ]
     ),
     // RFC 5321's default 550 text, which Outlook.com, Hotmail and GMX use for "no such user"

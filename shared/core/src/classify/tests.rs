@@ -720,3 +720,46 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         );
     }
 }
+
+/// Wordings of the sixth evaluation round (2026-12-04): dead and suspended recipients in words
+/// the lists did not spell out, Chinese providers' "does not exist", and content refusals.
+#[test]
+pub(super) fn the_sixth_rounds_wordings_have_their_classes() {
+    for raw in [
+        "553 sorry, this recipient is not in my validrcptto list (#5.7.1)",
+        "Bad address mailbox syntax",
+        "504 5.5.2 <bob>: Recipient address rejected: need fully-qualified address",
+        "domain does not accept email as indicated with single dot for mx record",
+        "address is on suppression list",
+        "该用户不存在",
+        "550 收件人不存在",
+        "550 SL E502 Email not exist",
+        "User suspended",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.retryable, v.suppress_recipient),
+            (ErrorClass::RecipientPermanent, false, true),
+            "{raw} -> {v:?}"
+        );
+    }
+    for raw in [
+        "remote smtp server does not implement 8bitmime extension, required by message",
+        "Rejected (malicious macro - mraptor)",
+        "Dictionary attack detected",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.retryable),
+            (ErrorClass::ContentRejected, false),
+            "{raw} -> {v:?}"
+        );
+    }
+    // Our own address's form stays ours, and "does not accept email" about IPv6 is no null MX.
+    let sender =
+        classify_smtp("550 5.5.2 <a@b>: Sender address rejected: need fully-qualified address");
+    assert_eq!(sender.class, ErrorClass::SenderConfig, "{sender:?}");
+    let v6 =
+        classify_smtp("550 5.7.510 Access denied, [contoso.com] does not accept email over IPv6");
+    assert!(!v6.suppress_recipient, "{v6:?}");
+}
