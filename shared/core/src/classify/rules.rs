@@ -676,6 +676,12 @@ pub(super) static TEXT_RULES: &[TextRule] = &[
             ["账户不存在"],
             ["邮箱不存在"],
             ["地址不存在"],
+            // QQ Mail: "this user has not activated (opened) QQ Mail": no mailbox at the address.
+            ["用户未开通"],
+            // Coremail (the platform of NetEase 163/126 and many Chinese hosts), in English.
+            ["unavailable mail user"],
+            ["not user of this server"],
+            ["don't exists that user"],
         ]
     ),
     // The same meaning in words the list above does not spell out: a recipient noun with a

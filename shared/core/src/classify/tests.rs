@@ -735,6 +735,10 @@ pub(super) fn the_sixth_rounds_wordings_have_their_classes() {
         "550 收件人不存在",
         "550 SL E502 Email not exist",
         "User suspended",
+        "该用户未开通QQ邮箱",
+        "unavailable mail user",
+        "not user of this server",
+        "local server don't exists that user",
     ] {
         let v = classify_smtp(raw);
         assert_eq!(
