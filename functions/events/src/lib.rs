@@ -411,11 +411,17 @@ impl Applier {
         let now = self.clock.now();
         let rescheduling = record.status == Status::Deferred
             && record.resend_of.as_deref() == Some(bounced.as_str());
-        let bounced_send = same_send
-            && matches!(
-                record.status,
-                Status::SentToProvider | Status::BouncedTransient
-            );
+        // An acceptance kept as `unknown` (its sent status could not be written) with SES's id:
+        // the bounce is of that very send, and the record keeps its body too.
+        let kept_acceptance = record.status == Status::Unknown
+            && record.provider_message_id.is_some()
+            && record.provider_message_id.as_deref() == event.provider_message_id.as_deref();
+        let bounced_send = kept_acceptance
+            || same_send
+                && matches!(
+                    record.status,
+                    Status::SentToProvider | Status::BouncedTransient
+                );
         if !(rescheduling || bounced_send) {
             return Ok(None);
         }
@@ -445,7 +451,7 @@ impl Applier {
                 Plan::DeadLetter { .. } | Plan::Finish { .. } => Applied::Absorbed,
             }));
         }
-        if record.status == Status::SentToProvider {
+        if record.status == Status::SentToProvider || kept_acceptance {
             let mut update = StatusUpdate::new(
                 record.message_id.clone(),
                 "events",

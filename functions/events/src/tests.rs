@@ -441,6 +441,47 @@ async fn a_transient_bounce_ahead_of_the_sent_status_waits_for_the_body_to_resen
 }
 
 #[tokio::test]
+async fn a_transient_bounce_of_an_acceptance_kept_as_unknown_sends_the_job_again() {
+    // GIVEN a job SES took whose sent status could not be written: the acceptance was kept as
+    // `unknown`, with SES's id and the body
+    let w = world(Some(Status::Unknown));
+    w.keep_payload(kept_payload(None));
+    w.status
+        .records
+        .lock()
+        .unwrap()
+        .get_mut("order-4711")
+        .unwrap()
+        .provider_message_id =
+        Some("0100018c1a2b3c4d-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9-000000".into());
+    // WHEN SES reports a transient bounce of that send
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    // THEN it is sent again as for any transient bounce (the returning copy of generation 0
+    // would find it bounced and stop)
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(report.applied, vec![Applied::Resent]);
+    let rec = w.record();
+    assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
+    assert_eq!(w.scheduled().len(), 1);
+}
+
+#[tokio::test]
+async fn a_transient_bounce_of_an_ambiguous_send_is_recorded_only() {
+    // GIVEN an `unknown` without SES's id (the send's answer was lost): a late bounce of an
+    // earlier generation cannot be told from one of this send
+    let w = world(Some(Status::Unknown));
+    w.keep_payload(kept_payload(None));
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    // THEN the bounce is recorded and nothing is sent again on its word
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(
+        report.applied,
+        vec![Applied::Changed(Status::BouncedTransient)]
+    );
+    assert!(w.scheduled().is_empty());
+}
+
+#[tokio::test]
 async fn a_resend_too_large_for_the_state_machine_hops_through_the_queue() {
     use courier_core::classify::ErrorClass;
     use courier_core::policy::{Jitter, Schedule};
