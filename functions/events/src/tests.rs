@@ -113,10 +113,20 @@ fn world(status_now: Option<Status>) -> World {
 }
 
 impl World {
+    /// Changes the job's record in place.
+    fn edit(&self, change: impl FnOnce(&mut JobRecord)) {
+        change(
+            self.status
+                .records
+                .lock()
+                .unwrap()
+                .get_mut("order-4711")
+                .unwrap(),
+        );
+    }
+
     fn keep_payload(&self, payload: String) {
-        let mut records = self.status.records.lock().unwrap();
-        let rec = records.get_mut("order-4711").unwrap();
-        rec.payload = Some(payload);
+        self.edit(|rec| rec.payload = Some(payload));
     }
 
     fn record(&self) -> JobRecord {
@@ -425,13 +435,7 @@ async fn a_transient_bounce_ahead_of_the_sent_status_waits_for_the_body_to_resen
     assert_eq!(w.record().status, Status::Processing);
     assert!(w.scheduled().is_empty());
     // WHEN the sent status lands with the body and the event comes back
-    w.status
-        .records
-        .lock()
-        .unwrap()
-        .get_mut("order-4711")
-        .unwrap()
-        .status = Status::SentToProvider;
+    w.edit(|rec| rec.status = Status::SentToProvider);
     w.keep_payload(kept_payload(None));
     let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
     // THEN the job is sent again, as for any transient bounce
@@ -446,14 +450,10 @@ async fn a_transient_bounce_of_an_acceptance_kept_as_unknown_sends_the_job_again
     // `unknown`, with SES's id and the body
     let w = world(Some(Status::Unknown));
     w.keep_payload(kept_payload(None));
-    w.status
-        .records
-        .lock()
-        .unwrap()
-        .get_mut("order-4711")
-        .unwrap()
-        .provider_message_id =
-        Some("0100018c1a2b3c4d-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9-000000".into());
+    w.edit(|rec| {
+        rec.provider_message_id =
+            Some("0100018c1a2b3c4d-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9-000000".into());
+    });
     // WHEN SES reports a transient bounce of that send
     let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
     // THEN it is sent again as for any transient bounce (the returning copy of generation 0

@@ -465,13 +465,7 @@ async fn a_transient_bounce_without_a_kept_payload_or_of_an_earlier_send_resends
     // message id): recorded on its recipient, and the later send is not resent from.
     let w = three(Status::SentToProvider, Sent);
     w.keep_payload(kept_three(None));
-    w.status
-        .records
-        .lock()
-        .unwrap()
-        .get_mut("order-4711")
-        .unwrap()
-        .provider_message_id = Some("a-later-send".into());
+    w.edit(|rec| rec.provider_message_id = Some("a-later-send".into()));
     let r = w
         .applier
         .handle(sqs(&[about("bounce-transient", &[BOB])]))
