@@ -819,3 +819,89 @@ async fn a_receiving_domains_throttle_lowers_its_shared_pace() {
     );
     assert_eq!(states.len(), 1, "only the throttling domain is paced");
 }
+
+#[tokio::test]
+async fn the_retry_lane_holds_a_retry_back_while_fresh_mail_takes_the_booked_schedule() {
+    use courier_core::ports::{Requeue, RetryScheduler, SendSchedule};
+    use courier_core::rate::{RateLimit, Reservation};
+    let stack = Stack::create(&["smtp"]).await;
+    let (fresh_to, retry_to) = (
+        format!("{}@courier.test", unique("fresh")),
+        format!("{}@courier.test", unique("retry")),
+    );
+    // GIVEN the relay paced at 1 call/s (one slot a booking) and its shared schedule booked
+    // 4.5 s ahead: past the retry lane's 1 s, within fresh mail's 5 s
+    let limit = RateLimit {
+        per_sec: 1.0,
+        max_ahead: Duration::from_secs(5),
+        chunk: 1,
+    };
+    let schedule = courier_adapters::aws::DynamoDbSendSchedule::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.control_table,
+    );
+    let now_us = chrono::Utc::now().timestamp_micros();
+    assert!(matches!(
+        schedule
+            .reserve("smtp", now_us, 4_500_000, 5_000_000)
+            .await
+            .unwrap(),
+        Reservation::Granted { .. }
+    ));
+    // AND a fresh job, and a copy that already waited once (sealed, as the function queues it)
+    enqueue(&stack, &[job(&stack, "lane-fresh", &fresh_to).to_string()]).await;
+    let mut waited = courier_core::policy::RetryState::default();
+    waited.record(ErrorClass::Throttled, false, 1, chrono::Utc::now());
+    let copy = serde_json::json!({
+        "courier_envelope": 1, "attempt": 0, "retry": waited, "history": [],
+        "job": job(&stack, "lane-retry", &retry_to)
+    });
+    let queued = stack
+        .replay_scheduler()
+        .enqueue(&[Requeue {
+            message_id: "lane-retry".into(),
+            body: copy.to_string(),
+            delay_secs: 0,
+        }])
+        .await;
+    assert!(queued.iter().all(Result::is_ok), "{queued:?}");
+    let p = pipeline(
+        &stack,
+        SendConfig {
+            rate_limits: std::collections::BTreeMap::from([("smtp".to_owned(), limit)]),
+            retry_horizon: Some(Duration::from_secs(1)),
+            ..config()
+        },
+    );
+    // WHEN both are handled until both are out
+    run_until(&stack, &p, Duration::from_secs(40), async || {
+        status_of(&stack, "lane-fresh").await == Some(Status::SentToProvider)
+            && status_of(&stack, "lane-retry").await == Some(Status::SentToProvider)
+    })
+    .await;
+    // THEN fresh mail waited for its slot in the booked schedule and went without a deferral,
+    // while the retry was deferred as `rate_limited` (no attempt spent) and went later
+    let fresh = store(&stack).get("lane-fresh").await.unwrap().unwrap();
+    let retry = store(&stack).get("lane-retry").await.unwrap().unwrap();
+    assert_eq!(fresh.status, Status::SentToProvider, "{fresh:?}");
+    assert_eq!(retry.status, Status::SentToProvider, "{retry:?}");
+    assert!(
+        fresh.history.iter().all(|h| h.status != Status::Deferred),
+        "{:?}",
+        fresh.history
+    );
+    assert!(
+        retry.history.iter().any(|h| h.status == Status::Deferred
+            && h.detail.as_deref().unwrap_or("").contains("send-rate")),
+        "{:?}",
+        retry.history
+    );
+    let sent_at = |r: &courier_core::ports::JobRecord| {
+        r.history
+            .iter()
+            .find(|h| h.status == Status::SentToProvider)
+            .map(|h| h.at)
+    };
+    assert!(sent_at(&fresh) < sent_at(&retry));
+    assert_eq!((captured(&fresh_to), captured(&retry_to)), (1, 1));
+}
