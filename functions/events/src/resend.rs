@@ -1,5 +1,5 @@
-//! A transient bounce of some recipients of a job with several: only they are sent again, as a
-//! job of their own ([`part_id`]: the same for the same bounce, so a redelivered event's copy is
+//! Transient bounces: the job sent again through the retry policy ([`Applier::transient_bounce`]),
+//! or, of some recipients of a job with several, only they, as a job of their own ([`part_id`]: the same for the same bounce, so a redelivered event's copy is
 //! a duplicate its claim drops), in their roles; on this job they become `resent`.
 //!
 //! Crash safety: the recipients are `bounced_transient` (written by [`Applier::follow`]), then
@@ -7,17 +7,21 @@
 //! in between leaves them `bounced_transient` and the event is redelivered, which schedules the
 //! same part again.
 
-use courier_core::classify::classify_ses_event;
-use courier_core::envelope::parse_body;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use courier_core::classify::{Verdict, classify_ses_event};
+use courier_core::envelope::{Incoming, parse_body};
 use courier_core::mailbox::address_key;
-use courier_core::plan::Plan;
-use courier_core::ports::{JobRecord, StoreError};
+use courier_core::plan::{self, Acceptance, Failure, Plan, Wait};
+use courier_core::ports::{JobRecord, Resend, StatusUpdate, StoreError};
+use courier_core::random::RandomSource;
 use courier_core::recipients::{self, RecipientStatus, part_id};
 use courier_core::status::Status;
 use tracing::{info, warn};
 
 use crate::recipients::Moved;
-use crate::{Applied, Applier, EventKind, SesEvent};
+use crate::{Applied, Applier, EventKind, SesEvent, describe};
 
 /// Whether a transient bounce of `record`'s send resends a part of it: the job has several
 /// recipients it sent to (a job of one is sent again whole).
@@ -136,5 +140,184 @@ impl Applier {
             },
             None => Ok(applied),
         }
+    }
+}
+
+impl Applier {
+    /// A transient bounce of the send the record knows: record it, then resend through the
+    /// policy or give up. `None` when the record is not in a state this applies to (the
+    /// ordinary transition rules then decide).
+    ///
+    /// Crash safety: the record is `bounced_transient`, then the copy (generation + 1) is
+    /// scheduled, then the record moves to `deferred` (generation + 1, `resend_of` = the bounced
+    /// provider message id). The copy's claim takes either state (see `judge_claim`). If
+    /// scheduling fails, the event is redelivered and schedules again, and the job meanwhile
+    /// stays `bounced_transient`, never `deferred` with no copy coming; a redelivered event that
+    /// finds `deferred` schedules again. Two copies of one generation are harmless: the claim
+    /// lets one send and drops the other as a duplicate.
+    pub(crate) async fn transient_bounce(
+        &self,
+        event: &SesEvent,
+        record: &JobRecord,
+    ) -> Result<Option<Applied>, StoreError> {
+        let bounced = event.provider_message_id.clone().unwrap_or_default();
+        // The bounce is of the send the record knows (or the record has no provider id yet).
+        let same_send = record.provider_message_id.is_none()
+            || record.provider_message_id.as_deref() == event.provider_message_id.as_deref();
+        let now = self.clock.now();
+        let rescheduling = record.status == Status::Deferred
+            && record.resend_of.as_deref() == Some(bounced.as_str());
+        // An acceptance kept as `unknown` (its sent status could not be written) with SES's id:
+        // the bounce is of that very send, and the record keeps its body too.
+        let kept_acceptance = record.status == Status::Unknown
+            && record.provider_message_id.is_some()
+            && record.provider_message_id.as_deref() == event.provider_message_id.as_deref();
+        let bounced_send = kept_acceptance
+            || same_send
+                && matches!(
+                    record.status,
+                    Status::SentToProvider | Status::BouncedTransient
+                );
+        if !(rescheduling || bounced_send) {
+            return Ok(None);
+        }
+        let Some(payload) = &record.payload else {
+            // Nothing to send again from (sent through a provider without events, or before
+            // payloads were kept): the transient bounce is recorded and stays.
+            return Ok(None);
+        };
+        let EventKind::Failure(failure) = &event.kind else {
+            return Ok(None);
+        };
+        let incoming = match parse_body(payload.as_bytes()) {
+            Ok(incoming) => incoming,
+            Err(rejected) => {
+                warn!(message_id = ?event.message_id, error = %courier_core::mailbox::redact(&rejected.error.to_string()), "the kept payload does not parse; transient bounce recorded only");
+                return Ok(None);
+            }
+        };
+        let verdict = classify_ses_event(failure);
+        if rescheduling {
+            // Generation `record.attempt` was decided before: schedule it again.
+            return Ok(Some(match self.plan(&incoming, &verdict, now) {
+                Plan::Retry { wait, .. } => {
+                    self.schedule(&wait).await?;
+                    Applied::Resent
+                }
+                Plan::DeadLetter { .. } | Plan::Finish { .. } => Applied::Absorbed,
+            }));
+        }
+        if record.status == Status::SentToProvider || kept_acceptance {
+            let mut update = StatusUpdate::new(
+                record.message_id.clone(),
+                "events",
+                Status::BouncedTransient,
+                record.attempt,
+                now,
+            );
+            update.provider = Some("ses".into());
+            update.detail = Some(describe(&event.kind));
+            self.status.record(&update).await?;
+        }
+        match self.plan(&incoming, &verdict, now) {
+            Plan::Retry { wait, detail, .. } => {
+                let resend = Resend {
+                    message_id: record.message_id.clone(),
+                    attempt: record.attempt,
+                    bounced,
+                    detail,
+                    now,
+                };
+                // The copy first: until it is scheduled the job stays `bounced_transient` (a
+                // known end if scheduling never succeeds), never `deferred` with no copy coming.
+                self.schedule(&wait).await?;
+                if !self.status.resend(&resend).await? {
+                    // Another event or resend moved the record first; the copy is then a
+                    // duplicate its claim drops, or the one copy of this resend.
+                    return Ok(Some(Applied::Absorbed));
+                }
+                info!(message_id = %record.message_id, delay_s = wait.requeue().delay_secs, mechanism = ?wait.mechanism(), "transient bounce; resend scheduled");
+                Ok(Some(Applied::Resent))
+            }
+            Plan::DeadLetter { letter, .. } => {
+                // First (idempotent): if a later step fails, the redelivered event does it again.
+                self.suppress_softly(
+                    &event.recipients,
+                    &format!(
+                        "soft: transient bounce gave up ({}, {}): {}",
+                        verdict.class,
+                        verdict.rule,
+                        verdict.raw_code.as_deref().unwrap_or("")
+                    ),
+                )
+                .await?;
+                self.resender.dead_letters.put(&letter).await?;
+                let mut update = StatusUpdate::new(
+                    record.message_id.clone(),
+                    "events",
+                    Status::DeadLettered,
+                    record.attempt,
+                    now,
+                );
+                update.detail = Some(format!("{}: {}", letter.category.as_str(), letter.reason));
+                self.status.record(&update).await?;
+                warn!(message_id = %record.message_id, category = letter.category.as_str(), "transient bounce past the give-up horizon; dead-lettered");
+                Ok(Some(Applied::GaveUp(letter.category)))
+            }
+            // The policy finished it (e.g. a class that is not retried): the bounce stands.
+            Plan::Finish { .. } => Ok(Some(Applied::Changed(Status::BouncedTransient))),
+        }
+    }
+
+    /// The plan for a transient bounce of SES's send: the policy's decision through
+    /// [`courier_core::plan::plan`], the same planning as the send function's (a bounce proves
+    /// the provider did not deliver, so nothing waits for acceptance evidence).
+    pub(crate) fn plan(&self, incoming: &Incoming, verdict: &Verdict, now: DateTime<Utc>) -> Plan {
+        let decision = {
+            let mut rng = self
+                .resender
+                .rng
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let live = self
+                .resender
+                .live_policy
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            live.as_deref()
+                .unwrap_or(&self.resender.policy)
+                .decide_verdict(
+                    incoming.job.priority,
+                    verdict,
+                    &incoming.retry,
+                    now,
+                    incoming.job.not_after,
+                    &mut *rng as &mut dyn RandomSource,
+                )
+        };
+        let failure = Failure {
+            incoming,
+            verdict,
+            provider: Some("ses"),
+            acceptance: Acceptance::Refused,
+            now,
+            grace: Duration::ZERO,
+        };
+        plan::plan(&failure, decision)
+    }
+
+    /// Schedules the resend's copy as its [`Wait`] says (the state machine, or the queue).
+    pub(crate) async fn schedule(&self, wait: &Wait) -> Result<(), StoreError> {
+        if !wait.via_queue() {
+            return self.resender.scheduler.start_wait(wait.requeue()).await;
+        }
+        self.resender
+            .scheduler
+            .enqueue(std::slice::from_ref(wait.requeue()))
+            .await
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err(StoreError::msg("resend", "no result for the re-enqueue")))
     }
 }
