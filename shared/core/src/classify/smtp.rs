@@ -2,7 +2,7 @@
 //! rules, enhanced code, basic code).
 
 use super::registry::{REGISTRY, SUBJECT_DEFAULTS};
-use super::rules::{CLAUSE_REACH, Clause, TEXT_RULES, TextRule};
+use super::rules::{CLAUSE_REACH, Clause, TextRule, text_rules};
 use super::*;
 
 /// An SMTP reply split into its parts.
@@ -160,11 +160,11 @@ pub(super) fn rule_text(enhanced: Option<EnhancedCode>, text: &str) -> String {
 
 /// The names of the wording rules, in the order they are tried (`smtp.text.<name>`).
 pub fn text_rule_names() -> Vec<&'static str> {
-    TEXT_RULES.iter().map(|r| r.name).collect()
+    text_rules().map(|r| r.name).collect()
 }
 
 pub(super) fn text_rule(lower: &str) -> Option<&'static TextRule> {
-    TEXT_RULES.iter().find(|rule| rule_matches(rule, lower))
+    text_rules().find(|rule| rule_matches(rule, lower))
 }
 
 fn rule_matches(rule: &TextRule, lower: &str) -> bool {
@@ -290,7 +290,7 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     let text_match = if tracing {
         // Every rule in order, as `text_rule` tries them.
         let mut found = None;
-        for rule in TEXT_RULES {
+        for rule in text_rules() {
             let matched = rule_matches(rule, &lower);
             note(
                 format!("smtp.text.{}", rule.name),
