@@ -133,6 +133,7 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["forwarding loop"],
             ["routing loop"],
             ["too many hops"],
+            ["recursive forward"],
             ["hop count exceeded"],
             ["mx list for", "points back to"]
         ]
@@ -268,6 +269,7 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["exceeds quota"],
             ["exceed the quota"],
             ["quota full"],
+            ["remaining quota"],
             ["mailbox full"],
             ["mailbox is full"],
             ["mailbox size limit"],
@@ -348,6 +350,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["tls conversation"],
             // chasquid: a domain's recorded TLS level (STARTTLS before, now plain or unverified).
             ["security level check failed"],
+            // DANE (RFC 7672): no TLSA record matches the certificate; a failed handshake.
+            ["tlsa"],
+            ["handshake error"],
         ]
     ),
     // Our sending infrastructure (README decisions 10, 12, 20): PTR/rDNS, HELO name, the DNS of
@@ -368,7 +373,11 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["fully qualified hostname"],
             ["non-fqdn"],
             ["send email directly"],
-            ["unresolvable", "from domain"]
+            ["unresolvable", "from domain"],
+            // j-chkmail's client check; Outlook.com on a sender domain without MX or A records.
+            ["ip address doesn't resolve"],
+            ["ip address does not resolve"],
+            ["invalid dns mx or a/aaaa"]
         ]
     ),
     // Gmail's "unusual rate of unsolicited mail": a block as 550 5.7.1, a rate limit as 421 4.7.28

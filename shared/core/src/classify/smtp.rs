@@ -40,8 +40,10 @@ impl SmtpReply {
             enhanced = find_enhanced(&text);
         }
         // An enhanced code that contradicts the basic code's class is ignored (RFC 3463 s2: the
-        // class must agree with the reply code).
+        // class must agree with the reply code). A 3yz or other code that no class matches,
+        // misused as a failure ("354 5.5.0 End data with ..."), keeps it: it is the only signal.
         if let (Some(c), Some(e)) = (code, enhanced)
+            && matches!(c / 100, 2 | 4 | 5)
             && u16::from(e.class) != c / 100
         {
             enhanced = None;
@@ -232,8 +234,16 @@ fn names_sender(e: Option<EnhancedCode>) -> bool {
     e.is_some_and(|e| e.subject == 1 && matches!(e.detail, 7 | 8))
 }
 
-/// The wording rule for a receiving system that is down or failing.
+/// The wording rule for a receiving system that is down or refusing service.
 const OUTAGE_RULE: &str = "provider-down";
+
+/// Words that call a failure final, in bounces that carry no code.
+const PERMANENT_WORDS: &[&str] = &[
+    "permanent failure",
+    "permanent error",
+    "failed permanently",
+    "permanently failed",
+];
 
 /// Maps a basic RFC 5321 reply code to a class.
 pub(super) fn basic_class(code: u16) -> Option<ErrorClass> {
@@ -342,8 +352,10 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
         }
         other => other,
     };
-    // A wording rule of class `unknown` (a mail loop) is a final signal of its own.
-    let final_wording = text_match.is_some_and(|rule| rule.class == ErrorClass::Unknown);
+    // A wording rule of class `unknown` (a mail loop) is a final signal of its own, and so are the
+    // words "permanent failure" of a bounce without codes ("Delivery failed permanently").
+    let final_wording = text_match.is_some_and(|rule| rule.class == ErrorClass::Unknown)
+        || PERMANENT_WORDS.iter().any(|w| lower.contains(w));
     let (class, rule) = if digit == Some(2) {
         (
             ErrorClass::Unknown,
@@ -396,13 +408,14 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     };
     let mut verdict = Verdict::new(class, rule, Source::Smtp);
     // RFC 5321 (4.2.1): a 5yz reply is a permanent failure, "the SMTP client SHOULD NOT repeat the
-    // exact request"; without a basic code, the enhanced code's class 5 says the same (RFC 3463),
-    // and so does final wording (a mail loop) without either. An `unknown` reply with that signal
-    // goes to review at once instead of being retried; a 4xx reply keeps its retry.
+    // exact request"; without a 4yz or 5yz code (none, or a 2yz/3yz/6yz code misused as a
+    // failure: "354 5.5.0 End data with ..."), the enhanced code's class 5 says the same (RFC
+    // 3463), and so does final wording (a mail loop) without either. An `unknown` reply with that
+    // signal goes to review at once instead of being retried; a 4xx reply keeps its retry.
     let permanent = match (digit, reply.enhanced) {
-        (Some(d), _) => d == 5,
-        (None, Some(e)) => e.class == 5 || (e.class != 4 && final_wording),
-        (None, None) => final_wording,
+        (Some(d @ (4 | 5)), _) => d == 5,
+        (_, Some(e)) => e.class == 5 || (e.class != 4 && final_wording),
+        (_, None) => final_wording,
     };
     if class == ErrorClass::Unknown && permanent {
         note(

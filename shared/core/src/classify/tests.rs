@@ -767,3 +767,144 @@ pub(super) fn the_sixth_rounds_wordings_have_their_classes() {
         classify_smtp("550 5.7.510 Access denied, [contoso.com] does not accept email over IPv6");
     assert!(!v6.suppress_recipient, "{v6:?}");
 }
+
+/// Wordings of the eighth evaluation round (2026-12-04): the sending MTA's own words without a
+/// code, mail servers' and policy daemons' texts.
+#[test]
+pub(super) fn the_eighth_rounds_wordings_have_their_classes() {
+    use ErrorClass::*;
+    for (raw, class, retryable) in [
+        (
+            "Recipient added to suppression list (too many hard fails)",
+            RecipientPermanent,
+            false,
+        ),
+        (
+            "Not delivering to previously bounced address",
+            RecipientPermanent,
+            false,
+        ),
+        ("Account is not active.", RecipientPermanent, false),
+        ("Domain has been disabled.", RecipientPermanent, false),
+        ("Domain does not receive mail.", RecipientPermanent, false),
+        ("Invalid user specified.", RecipientPermanent, false),
+        ("550 5.1.1 Invalid recipient", RecipientPermanent, false),
+        (
+            "550 Rejected after DATA: could not verify \"From:\" header address",
+            SenderConfig,
+            false,
+        ),
+        (
+            "Mail server has been suspended. No e-mails can be processed at present.",
+            SenderConfig,
+            false,
+        ),
+        ("Unrecognized sender email address", SenderConfig, false),
+        (
+            "cannot find a usable authentication method",
+            SenderConfig,
+            false,
+        ),
+        (
+            "Compatible SASL authentication not available.",
+            SenderConfig,
+            false,
+        ),
+        ("Failed to authenticate to server", SenderConfig, false),
+        (
+            "RESOLVE : SMTP client IP address doesn't resolve",
+            SenderConfig,
+            false,
+        ),
+        (
+            "550 Requested action not taken: mailbox unavailable (invalid DNS MX or A/AAAA resource record)",
+            SenderConfig,
+            false,
+        ),
+        ("Message exceeds maximum fixed size", ContentRejected, false),
+        (
+            "response to \"EHLO\" did not include SMTPUTF8",
+            ContentRejected,
+            false,
+        ),
+        ("Unsubscribed Address", ContentRejected, false),
+        (
+            "Mail server configuration error. Too many recursive forwards.",
+            Unknown,
+            false,
+        ),
+        ("550 5.7.0 No matching TLSA records", Tls, true),
+        ("550 5.0.0 Handshake error", Tls, true),
+        (
+            "Message size exceeds remaining quota",
+            MailboxTemporary,
+            true,
+        ),
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!((v.class, v.retryable), (class, retryable), "{raw} -> {v:?}");
+        assert_eq!(
+            v.suppress_recipient,
+            class == RecipientPermanent,
+            "{raw} -> {v:?}"
+        );
+    }
+    // "invalid user" is not "invalid username" (our login).
+    assert_ne!(
+        classify_smtp("535 Invalid username or password").class,
+        RecipientPermanent
+    );
+}
+
+/// A fault inside the receiving system (a crash, a timeout, a failed lookup) is retried also
+/// under a 5yz code; words that only say the service is unavailable leave that code to decide.
+#[test]
+pub(super) fn a_receivers_own_fault_is_retried_whatever_its_code() {
+    for raw in [
+        "550 5.3.5 Internal user lookup failure",
+        "500 Internal Server Error",
+        "554 5.5.0 Error: transaction timeout",
+        "451 4.3.0 Error: queue file write error",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.retryable, v.rule.as_str()),
+            (
+                ErrorClass::ProviderUnavailable,
+                true,
+                "smtp.text.receiver-fault"
+            ),
+            "{raw}"
+        );
+    }
+    let refused = classify_smtp("554 SMTP service not available");
+    assert_eq!(
+        (refused.class, refused.retryable),
+        (ErrorClass::Unknown, false)
+    );
+}
+
+/// A bounce without codes that calls itself permanent, and a misused 3yz code with a 5.x.x
+/// status, go to review at once instead of being retried; a 4yz code keeps its retry.
+#[test]
+pub(super) fn permanent_words_or_a_5xx_status_behind_an_odd_code_are_final() {
+    for raw in [
+        "Delivery failed permanently; giving up.",
+        "Permanent failure in user lookup",
+        "354 5.5.0 End data with <CR><LF>.<CR><LF>",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.retryable),
+            (ErrorClass::Unknown, false),
+            "{raw} -> {v:?}"
+        );
+    }
+    for raw in [
+        "4.0.0 Permanent failure in user lookup",
+        "Something odd happened",
+    ] {
+        let v = classify_smtp(raw);
+        assert!(v.retryable, "{raw} -> {v:?}");
+    }
+}

@@ -82,6 +82,15 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             // A list refusing the empty return path of a bounce, and a provider blocking our account.
             ["null sender"],
             ["sending for this account"],
+            // Exim's header sender verification, a suspended sending server (Postal), our sender
+            // address not recognised, our client without a usable login (msmtp, nullmailer, Courier).
+            ["could not verify", "header address"],
+            ["mail server has been suspended"],
+            ["unrecognized sender"],
+            ["unrecognised sender"],
+            ["usable authentication"],
+            ["sasl authentication"],
+            ["failed to authenticate"],
         ]
     ),
     rule!(
@@ -233,6 +242,9 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["mailbox suspended"],
             ["mailbox is suspended"],
             ["recipient suspended"],
+            // hMailServer's inactive account and disabled domain.
+            ["account is not active"],
+            ["domain has been disabled"],
             // qmail's validrcptto patch: the recipient is not among the domain's valid ones.
             ["validrcptto"],
             // Malformed recipient addresses (X.1.3): Postfix's reject_non_fqdn_recipient.
@@ -241,10 +253,18 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             // A null MX (RFC 7505, X.1.10), in mox's and others' words.
             ["domain does not accept email"],
             ["domain does not accept e-mail"],
+            ["domain does not receive mail"],
+            // "Invalid user specified." (maildrop), not "invalid username".
+            ["invalid user "],
+            ["invalid user."],
+            ["invalid recipient"],
+            ["invalid mailbox"],
             // The sending service's suppression list: it refuses the address for earlier hard
             // bounces (SES, mox, Mailgun), so suppressing it is right.
             ["on suppression list"],
             ["on the suppression list"],
+            ["added to suppression list"],
+            ["previously bounced"],
             // Chinese mailbox providers (QQ, NetEase, Coremail, Sina): "the user / recipient /
             // account / mailbox / address does not exist".
             ["用户不存在"],
@@ -405,6 +425,12 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             // A malicious attachment or macro, a dictionary (address-harvesting) attack.
             ["malicious"],
             ["dictionary attack"],
+            // A size the receiver never takes ("Message exceeds maximum fixed size"), an SMTPUTF8 message
+            // to a server without it (Exim's "did not include SMTPUTF8"), a recipient who unsubscribed.
+            ["message exceeds maximum"],
+            ["did not include smtputf8"],
+            ["does not support smtputf8"],
+            ["unsubscribed"],
         ]
     ),
     // RFC 5321's default 550 text, which Outlook.com, Hotmail and GMX use for "no such user"
@@ -429,6 +455,28 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["mda exited prematurely"]
         ]
     ),
+    // A fault inside the receiving system (a crash, a timeout, a failed lookup, a full disk): its
+    // operator's trouble and retried, as the delivery program's failure above, also under a 5yz
+    // code, which such a server sends for any error it meets ("550 5.3.5 Internal user lookup
+    // failure", "500 Internal Server Error").
+    rule!(
+        "receiver-fault",
+        ProviderUnavailable,
+        [
+            ["local error"],
+            ["internal error"],
+            ["server error"],
+            ["system error"],
+            ["timeout"],
+            ["timed out"],
+            ["queue file write error"],
+            ["database"],
+            ["lookup failure"],
+            ["insufficient disk space"],
+        ]
+    ),
+    // A receiving service that is down or refusing service: under a 5yz code or a 5.x.x status
+    // the code decides (`unknown`, reviewed: the words do not say what was refused).
     rule!(
         "provider-down",
         ProviderUnavailable,
@@ -441,20 +489,10 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["temporarily unavailable"],
             ["temporary problem"],
             ["temporary error"],
-            ["local error"],
-            ["internal error"],
-            ["server error"],
-            ["system error"],
             ["shutting down"],
-            ["timeout"],
-            ["timed out"],
-            ["queue file write error"],
             ["resources unavailable"],
-            ["database"],
             ["temporarily rejected"],
-            ["lookup failure"],
             ["server unavailable or unable to receive"],
-            ["insufficient disk space"],
             ["tried all mxs"],
         ]
     ),
