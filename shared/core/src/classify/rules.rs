@@ -377,7 +377,15 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             // j-chkmail's client check; Outlook.com on a sender domain without MX or A records.
             ["ip address doesn't resolve"],
             ["ip address does not resolve"],
-            ["invalid dns mx or a/aaaa"]
+            ["invalid dns mx or a/aaaa"],
+            // Our HELO/EHLO name refused, in any receiver's words ("HELO/EHLO rejected. IB301",
+            // "Invalid HELO/EHLO; HRP limit exceeded", "Bad HELO").
+            ["helo/ehlo"],
+            ["invalid helo"],
+            ["invalid ehlo"],
+            ["bad helo"],
+            ["helo rejected"],
+            ["ehlo rejected"]
         ]
     ),
     // Gmail's "unusual rate of unsolicited mail": a block as 550 5.7.1, a rate limit as 421 4.7.28

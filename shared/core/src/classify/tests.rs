@@ -806,6 +806,18 @@ pub(super) fn the_eighth_rounds_wordings_have_their_classes() {
             false,
         ),
         (
+            "The server does no support any of the available authentication methods",
+            SenderConfig,
+            false,
+        ),
+        ("Invalid HELO/EHLO; HRP limit exceeded", SenderConfig, false),
+        ("501 HELO/EHLO rejected. IB301", SenderConfig, false),
+        (
+            "No mail servers appear to exists for the recipient's address.",
+            RecipientPermanent,
+            false,
+        ),
+        (
             "Compatible SASL authentication not available.",
             SenderConfig,
             false,

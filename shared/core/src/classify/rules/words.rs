@@ -88,7 +88,8 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["mail server has been suspended"],
             ["unrecognized sender"],
             ["unrecognised sender"],
-            ["usable authentication"],
+            ["authentication method"],
+            ["authentication mechanism"],
             ["sasl authentication"],
             ["failed to authenticate"],
         ]
@@ -254,6 +255,8 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["domain does not accept email"],
             ["domain does not accept e-mail"],
             ["domain does not receive mail"],
+            // hMailServer's "No mail servers appear to exists for the recipient's address".
+            ["no mail servers appear"],
             // "Invalid user specified." (maildrop), not "invalid username".
             ["invalid user "],
             ["invalid user."],
