@@ -142,7 +142,8 @@ pub(super) fn find_enhanced(text: &str) -> Option<EnhancedCode> {
 }
 
 /// The text the wording rules read: the enhanced code (if any) and the reply text, lower-cased,
-/// with runs of whitespace (line breaks of multi-line replies included) collapsed to one space.
+/// with runs of whitespace (line breaks of multi-line replies included) collapsed to one space
+/// and typographic apostrophes made plain ("doesn’t" reads as "doesn't").
 pub(super) fn rule_text(enhanced: Option<EnhancedCode>, text: &str) -> String {
     let mut out = String::with_capacity(text.len() + 12);
     if let Some(e) = enhanced {
@@ -157,7 +158,7 @@ pub(super) fn rule_text(enhanced: Option<EnhancedCode>, text: &str) -> String {
             out.push_str(word);
         }
     }
-    out.to_lowercase()
+    out.to_lowercase().replace('\u{2019}', "'")
 }
 
 /// The names of the wording rules, in the order they are tried (`smtp.text.<name>`).

@@ -920,3 +920,104 @@ pub(super) fn permanent_words_or_a_5xx_status_behind_an_odd_code_are_final() {
         assert!(v.retryable, "{raw} -> {v:?}");
     }
 }
+
+/// "No such user" and "mailbox full" in the languages receivers answer in: each phrase of the
+/// lists, in a reply, has its class (a dead address suppressed; a full mailbox retried).
+#[test]
+pub(super) fn localised_wordings_of_a_dead_address_and_a_full_mailbox_have_their_classes() {
+    for raw in [
+        "550 Empfänger unbekannt",
+        "550 Das Postfach existiert nicht",
+        "550 Unbekannter Benutzer",
+        "550 Utilisateur inconnu",
+        "550 Destinataire inconnu",
+        "550 Adresse inconnue",
+        "550 El usuario no existe",
+        "550 Usuario desconocido",
+        "550 Destinatario desconocido",
+        "550 O usuário não existe",
+        "550 Usuário desconhecido",
+        "550 Utilizador desconhecido",
+        "550 Destinatário desconhecido",
+        "550 L'utente non esiste",
+        "550 Utente sconosciuto",
+        "550 Destinatario sconosciuto",
+        "550 Utente inesistente",
+        "550 Indirizzo inesistente",
+        "550 Het adres bestaat niet",
+        "550 Onbekende gebruiker",
+        "550 Gebruiker onbekend",
+        "550 Użytkownik nie istnieje",
+        "550 Nieznany użytkownik",
+        "550 Nieznany adresat",
+        "550 Adresa neexistuje",
+        "550 Mottagaren finns inte",
+        "550 Adressen finns inte",
+        "550 Okänd mottagare",
+        "550 A cím nem létezik",
+        "550 Адрес не существует",
+        "550 Неизвестный пользователь",
+        "550 Нет такого пользователя",
+        "550 このメールアドレスは存在しません",
+        "550 宛先不明",
+        "550 존재하지 않는 사용자입니다",
+        "550 用戶不存在",
+        "550 帳號不存在",
+        "550 帳戶不存在",
+        "550 收件者不存在",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.retryable, v.suppress_recipient),
+            (ErrorClass::RecipientPermanent, false, true),
+            "{raw} -> {v:?}"
+        );
+    }
+    for raw in [
+        "550 Das Postfach ist voll",
+        "550 Postfach voll",
+        "550 Boîte pleine",
+        "550 Boite pleine",
+        "550 Boîte aux lettres pleine",
+        "550 Quota dépassé",
+        "550 Buzón lleno",
+        "550 El buzón está lleno",
+        "550 Casilla llena",
+        "550 Cuota excedida",
+        "550 Caixa postal cheia",
+        "550 Caixa de correio cheia",
+        "550 Caixa cheia",
+        "550 Cota excedida",
+        "550 Quota excedida",
+        "550 Casella piena",
+        "550 Casella di posta piena",
+        "550 Quota superata",
+        "550 Postvak vol",
+        "550 Het postvak is vol",
+        "550 Skrzynka jest pełna",
+        "550 Skrzynka pełna",
+        "550 Ящик переполнен",
+        "550 Ящик получателя переполнен",
+        "550 メールボックスの容量超過",
+        "550 容量オーバー",
+        "550 容量不足",
+        "550 메일함 용량 초과",
+        "550 메일함 용량이 초과되었습니다",
+        "550 收件人邮箱空间不足",
+        "550 信箱空間不足",
+        "550 邮箱已满",
+        "550 信箱已滿",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.retryable, v.suppress_recipient),
+            (ErrorClass::MailboxTemporary, true, false),
+            "{raw} -> {v:?}"
+        );
+    }
+    // A typographic apostrophe reads as a plain one.
+    assert_eq!(
+        classify_smtp("550 L’adresse n’existe pas").class,
+        ErrorClass::RecipientPermanent
+    );
+}
