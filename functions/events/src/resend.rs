@@ -15,7 +15,6 @@ use courier_core::envelope::{Incoming, parse_body};
 use courier_core::mailbox::address_key;
 use courier_core::plan::{self, Acceptance, Failure, Plan, Wait};
 use courier_core::ports::{JobRecord, Resend, StatusUpdate, StoreError};
-use courier_core::random::RandomSource;
 use courier_core::recipients::{self, RecipientStatus, part_id};
 use courier_core::status::Status;
 use tracing::{info, warn};
@@ -273,29 +272,18 @@ impl Applier {
     /// [`courier_core::plan::plan`], the same planning as the send function's (a bounce proves
     /// the provider did not deliver, so nothing waits for acceptance evidence).
     pub(crate) fn plan(&self, incoming: &Incoming, verdict: &Verdict, now: DateTime<Utc>) -> Plan {
-        let decision = {
-            let mut rng = self
-                .resender
-                .rng
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-            let live = self
-                .resender
-                .live_policy
-                .read()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .clone();
-            live.as_deref()
-                .unwrap_or(&self.resender.policy)
-                .decide_verdict(
-                    incoming.job.priority,
-                    verdict,
-                    &incoming.retry,
-                    now,
-                    incoming.job.not_after,
-                    &mut *rng as &mut dyn RandomSource,
-                )
-        };
+        let live = self
+            .resender
+            .live_policy
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        let decision = live.as_deref().unwrap_or(&self.resender.policy).decide_job(
+            incoming,
+            verdict,
+            now,
+            &self.resender.rng,
+        );
         let failure = Failure {
             incoming,
             verdict,

@@ -11,19 +11,10 @@ impl Pipeline {
         verdict: &Verdict,
         now: DateTime<Utc>,
     ) -> Decision {
-        let mut rng = self
-            .rng
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let live = self.live.as_ref().and_then(live::Live::policy);
-        live.as_deref().unwrap_or(&self.policy).decide_verdict(
-            incoming.job.priority,
-            verdict,
-            &incoming.retry,
-            now,
-            incoming.job.not_after,
-            &mut *rng as &mut dyn RandomSource,
-        )
+        live.as_deref()
+            .unwrap_or(&self.policy)
+            .decide_job(incoming, verdict, now, &self.rng)
     }
 
     /// The fate of a failure (step 8): the policy's decision, planned by

@@ -59,7 +59,7 @@ use courier_core::ports::{
     PayloadStore, PoisonList, Provider, Requeue, RetryScheduler, Sightings, StatusStore,
     StatusUpdate, StoreError, SuppressionList, TemplateError, TemplateStore,
 };
-use courier_core::random::{RandomSource, SeededRandom};
+use courier_core::random::SeededRandom;
 use courier_core::render::content_of;
 use courier_core::seal::{self, SealCheck};
 use courier_core::status::Status;

@@ -254,6 +254,29 @@ impl RetryPolicy {
         self.decide(priority, verdict.class, state, now, not_after, rng)
     }
 
+    /// [`RetryPolicy::decide_verdict`] for a failure of `incoming` (its priority, counters and
+    /// deadline), with jitter drawn from a generator the caller shares between records (a lock
+    /// poisoned by a panic elsewhere still gives its generator: a draw cannot leave it broken).
+    pub fn decide_job(
+        &self,
+        incoming: &crate::envelope::Incoming,
+        verdict: &crate::classify::Verdict,
+        now: DateTime<Utc>,
+        rng: &std::sync::Mutex<impl RandomSource>,
+    ) -> Decision {
+        let mut rng = rng
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.decide_verdict(
+            incoming.job.priority,
+            verdict,
+            &incoming.retry,
+            now,
+            incoming.job.not_after,
+            &mut *rng,
+        )
+    }
+
     pub fn decide(
         &self,
         priority: Priority,
