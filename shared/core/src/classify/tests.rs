@@ -492,7 +492,8 @@ pub(super) fn class_names_round_trip() {
 
 /// RFC 5321 (4.2.1): "5yz Permanent Negative Completion reply ... The SMTP client SHOULD NOT
 /// repeat the exact request". An `unknown` reply that carries that signal (the basic code, or
-/// without one the enhanced status's class 5) is not retried; only a transient one is.
+/// without one the enhanced status's class 5, or without either words that call the failure
+/// permanent) is not retried; only a transient one is.
 #[test]
 pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
     for raw in [
@@ -501,6 +502,11 @@ pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
         "521 5.3.2 Service currently unavailable",
         // A DSN's Diagnostic-Code without a reply code: the status is the signal.
         "5.0.0 (permanent failure) mailer program exited with status 127",
+        // Without any code, the bounce's words; behind a 3yz code misused as a failure, the
+        // 5.x.x status.
+        "Delivery failed permanently; giving up.",
+        "Permanent failure in user lookup",
+        "354 5.5.0 End data with <CR><LF>.<CR><LF>",
     ] {
         let v = classify_smtp(raw);
         assert_eq!(v.class, ErrorClass::Unknown, "{raw} -> {v:?}");
@@ -510,6 +516,7 @@ pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
     // Transient or no signal: still retried.
     for raw in [
         "451 4.9.9 something odd",
+        "4.0.0 Permanent failure in user lookup",
         "the server said something we have never seen",
         "250 2.0.0 Ok: queued as 12345",
     ] {
@@ -725,28 +732,24 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
 /// the lists did not spell out, Chinese providers' "does not exist", and content refusals.
 #[test]
 pub(super) fn the_sixth_rounds_wordings_have_their_classes() {
-    for raw in [
-        "553 sorry, this recipient is not in my validrcptto list (#5.7.1)",
-        "Bad address mailbox syntax",
-        "504 5.5.2 <bob>: Recipient address rejected: need fully-qualified address",
-        "domain does not accept email as indicated with single dot for mx record",
-        "address is on suppression list",
-        "该用户不存在",
-        "550 收件人不存在",
-        "550 SL E502 Email not exist",
-        "User suspended",
-        "该用户未开通QQ邮箱",
-        "unavailable mail user",
-        "not user of this server",
-        "local server don't exists that user",
-    ] {
-        let v = classify_smtp(raw);
-        assert_eq!(
-            (v.class, v.retryable, v.suppress_recipient),
-            (ErrorClass::RecipientPermanent, false, true),
-            "{raw} -> {v:?}"
-        );
-    }
+    each_is(
+        &[
+            "553 sorry, this recipient is not in my validrcptto list (#5.7.1)",
+            "Bad address mailbox syntax",
+            "504 5.5.2 <bob>: Recipient address rejected: need fully-qualified address",
+            "domain does not accept email as indicated with single dot for mx record",
+            "address is on suppression list",
+            "该用户不存在",
+            "550 收件人不存在",
+            "550 SL E502 Email not exist",
+            "User suspended",
+            "该用户未开通QQ邮箱",
+            "unavailable mail user",
+            "not user of this server",
+            "local server don't exists that user",
+        ],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
     for raw in [
         "remote smtp server does not implement 8bitmime extension, required by message",
         "Rejected (malicious macro - mraptor)",
@@ -896,128 +899,107 @@ pub(super) fn a_receivers_own_fault_is_retried_whatever_its_code() {
     );
 }
 
-/// A bounce without codes that calls itself permanent, and a misused 3yz code with a 5.x.x
-/// status, go to review at once instead of being retried; a 4yz code keeps its retry.
-#[test]
-pub(super) fn permanent_words_or_a_5xx_status_behind_an_odd_code_are_final() {
-    for raw in [
-        "Delivery failed permanently; giving up.",
-        "Permanent failure in user lookup",
-        "354 5.5.0 End data with <CR><LF>.<CR><LF>",
-    ] {
-        let v = classify_smtp(raw);
-        assert_eq!(
-            (v.class, v.retryable),
-            (ErrorClass::Unknown, false),
-            "{raw} -> {v:?}"
-        );
-    }
-    for raw in [
-        "4.0.0 Permanent failure in user lookup",
-        "Something odd happened",
-    ] {
-        let v = classify_smtp(raw);
-        assert!(v.retryable, "{raw} -> {v:?}");
-    }
-}
-
 /// "No such user" and "mailbox full" in the languages receivers answer in: each phrase of the
 /// lists, in a reply, has its class (a dead address suppressed; a full mailbox retried).
 #[test]
 pub(super) fn localised_wordings_of_a_dead_address_and_a_full_mailbox_have_their_classes() {
-    for raw in [
-        "550 Empfänger unbekannt",
-        "550 Das Postfach existiert nicht",
-        "550 Unbekannter Benutzer",
-        "550 Utilisateur inconnu",
-        "550 Destinataire inconnu",
-        "550 Adresse inconnue",
-        "550 El usuario no existe",
-        "550 Usuario desconocido",
-        "550 Destinatario desconocido",
-        "550 O usuário não existe",
-        "550 Usuário desconhecido",
-        "550 Utilizador desconhecido",
-        "550 Destinatário desconhecido",
-        "550 L'utente non esiste",
-        "550 Utente sconosciuto",
-        "550 Destinatario sconosciuto",
-        "550 Utente inesistente",
-        "550 Indirizzo inesistente",
-        "550 Het adres bestaat niet",
-        "550 Onbekende gebruiker",
-        "550 Gebruiker onbekend",
-        "550 Użytkownik nie istnieje",
-        "550 Nieznany użytkownik",
-        "550 Nieznany adresat",
-        "550 Adresa neexistuje",
-        "550 Mottagaren finns inte",
-        "550 Adressen finns inte",
-        "550 Okänd mottagare",
-        "550 A cím nem létezik",
-        "550 Адрес не существует",
-        "550 Неизвестный пользователь",
-        "550 Нет такого пользователя",
-        "550 このメールアドレスは存在しません",
-        "550 宛先不明",
-        "550 존재하지 않는 사용자입니다",
-        "550 用戶不存在",
-        "550 帳號不存在",
-        "550 帳戶不存在",
-        "550 收件者不存在",
-    ] {
-        let v = classify_smtp(raw);
-        assert_eq!(
-            (v.class, v.retryable, v.suppress_recipient),
-            (ErrorClass::RecipientPermanent, false, true),
-            "{raw} -> {v:?}"
-        );
-    }
-    for raw in [
-        "550 Das Postfach ist voll",
-        "550 Postfach voll",
-        "550 Boîte pleine",
-        "550 Boite pleine",
-        "550 Boîte aux lettres pleine",
-        "550 Quota dépassé",
-        "550 Buzón lleno",
-        "550 El buzón está lleno",
-        "550 Casilla llena",
-        "550 Cuota excedida",
-        "550 Caixa postal cheia",
-        "550 Caixa de correio cheia",
-        "550 Caixa cheia",
-        "550 Cota excedida",
-        "550 Quota excedida",
-        "550 Casella piena",
-        "550 Casella di posta piena",
-        "550 Quota superata",
-        "550 Postvak vol",
-        "550 Het postvak is vol",
-        "550 Skrzynka jest pełna",
-        "550 Skrzynka pełna",
-        "550 Ящик переполнен",
-        "550 Ящик получателя переполнен",
-        "550 メールボックスの容量超過",
-        "550 容量オーバー",
-        "550 容量不足",
-        "550 메일함 용량 초과",
-        "550 메일함 용량이 초과되었습니다",
-        "550 收件人邮箱空间不足",
-        "550 信箱空間不足",
-        "550 邮箱已满",
-        "550 信箱已滿",
-    ] {
-        let v = classify_smtp(raw);
-        assert_eq!(
-            (v.class, v.retryable, v.suppress_recipient),
-            (ErrorClass::MailboxTemporary, true, false),
-            "{raw} -> {v:?}"
-        );
-    }
+    each_is(
+        &[
+            "550 Empfänger unbekannt",
+            "550 Das Postfach existiert nicht",
+            "550 Unbekannter Benutzer",
+            "550 Utilisateur inconnu",
+            "550 Destinataire inconnu",
+            "550 Adresse inconnue",
+            "550 El usuario no existe",
+            "550 Usuario desconocido",
+            "550 Destinatario desconocido",
+            "550 O usuário não existe",
+            "550 Usuário desconhecido",
+            "550 Utilizador desconhecido",
+            "550 Destinatário desconhecido",
+            "550 L'utente non esiste",
+            "550 Utente sconosciuto",
+            "550 Destinatario sconosciuto",
+            "550 Utente inesistente",
+            "550 Indirizzo inesistente",
+            "550 Het adres bestaat niet",
+            "550 Onbekende gebruiker",
+            "550 Gebruiker onbekend",
+            "550 Użytkownik nie istnieje",
+            "550 Nieznany użytkownik",
+            "550 Nieznany adresat",
+            "550 Adresa neexistuje",
+            "550 Mottagaren finns inte",
+            "550 Adressen finns inte",
+            "550 Okänd mottagare",
+            "550 A cím nem létezik",
+            "550 Адрес не существует",
+            "550 Неизвестный пользователь",
+            "550 Нет такого пользователя",
+            "550 このメールアドレスは存在しません",
+            "550 宛先不明",
+            "550 존재하지 않는 사용자입니다",
+            "550 用戶不存在",
+            "550 帳號不存在",
+            "550 帳戶不存在",
+            "550 收件者不存在",
+        ],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+    each_is(
+        &[
+            "550 Das Postfach ist voll",
+            "550 Postfach voll",
+            "550 Boîte pleine",
+            "550 Boite pleine",
+            "550 Boîte aux lettres pleine",
+            "550 Quota dépassé",
+            "550 Buzón lleno",
+            "550 El buzón está lleno",
+            "550 Casilla llena",
+            "550 Cuota excedida",
+            "550 Caixa postal cheia",
+            "550 Caixa de correio cheia",
+            "550 Caixa cheia",
+            "550 Cota excedida",
+            "550 Quota excedida",
+            "550 Casella piena",
+            "550 Casella di posta piena",
+            "550 Quota superata",
+            "550 Postvak vol",
+            "550 Het postvak is vol",
+            "550 Skrzynka jest pełna",
+            "550 Skrzynka pełna",
+            "550 Ящик переполнен",
+            "550 Ящик получателя переполнен",
+            "550 メールボックスの容量超過",
+            "550 容量オーバー",
+            "550 容量不足",
+            "550 메일함 용량 초과",
+            "550 메일함 용량이 초과되었습니다",
+            "550 收件人邮箱空间不足",
+            "550 信箱空間不足",
+            "550 邮箱已满",
+            "550 信箱已滿",
+        ],
+        (ErrorClass::MailboxTemporary, true, false),
+    );
     // A typographic apostrophe reads as a plain one.
     assert_eq!(
         classify_smtp("550 L’adresse n’existe pas").class,
         ErrorClass::RecipientPermanent
     );
+}
+
+/// Asserts that every reply of `raws` gets `(class, retryable, suppress_recipient)`.
+fn each_is(raws: &[&str], expected: (ErrorClass, bool, bool)) {
+    for raw in raws {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.retryable, v.suppress_recipient),
+            expected,
+            "{raw} -> {v:?}"
+        );
+    }
 }
