@@ -355,8 +355,16 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     };
     // A wording rule of class `unknown` (a mail loop) is a final signal of its own, and so are the
     // words "permanent failure" of a bounce without codes ("Delivery failed permanently").
+    let permanent_words = PERMANENT_WORDS.iter().find(|w| lower.contains(*w));
+    if let Some(words) = permanent_words {
+        note(
+            "smtp.permanent-words".into(),
+            true,
+            format!("the text says \"{words}\""),
+        );
+    }
     let final_wording = text_match.is_some_and(|rule| rule.class == ErrorClass::Unknown)
-        || PERMANENT_WORDS.iter().any(|w| lower.contains(w));
+        || permanent_words.is_some();
     let (class, rule) = if digit == Some(2) {
         (
             ErrorClass::Unknown,

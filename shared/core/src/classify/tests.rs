@@ -513,6 +513,14 @@ pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
         assert!(!v.retryable, "{raw} -> {v:?}");
         assert!(!v.suppress_recipient, "{raw}");
     }
+    // --explain names the words.
+    let (_, tried) = explain_smtp("Delivery failed permanently; giving up.");
+    assert!(
+        tried
+            .iter()
+            .any(|t| t.rule == "smtp.permanent-words" && t.note.contains("failed permanently")),
+        "{tried:?}"
+    );
     // Transient or no signal: still retried.
     for raw in [
         "451 4.9.9 something odd",
