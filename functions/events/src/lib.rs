@@ -255,13 +255,7 @@ impl Applier {
         let message_id = &record.message_id;
         match transition(record.status, to) {
             Ok(Transition::Applied) => {
-                let mut update = StatusUpdate::new(
-                    message_id.clone(),
-                    "events",
-                    to,
-                    record.attempt,
-                    self.clock.now(),
-                );
+                let mut update = update_of(record, to, self.clock.now());
                 update.provider = Some("ses".into());
                 update.provider_message_id = event.provider_message_id.clone();
                 update.detail = Some(describe(&event.kind));
@@ -624,6 +618,11 @@ fn count(counts: &mut ReputationCounts, event: &SesEvent) {
         EventKind::Failure(SesFailureEvent::Complaint { .. }) => counts.complained += n,
         _ => {}
     }
+}
+
+/// The events function's write of `to` over `record`'s generation at `now`.
+fn update_of(record: &JobRecord, to: Status, now: DateTime<Utc>) -> StatusUpdate {
+    StatusUpdate::new(record.message_id.clone(), "events", to, record.attempt, now)
 }
 
 /// The history note of an event.

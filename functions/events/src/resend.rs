@@ -14,13 +14,13 @@ use courier_core::classify::{Verdict, classify_ses_event};
 use courier_core::envelope::{Incoming, parse_body};
 use courier_core::mailbox::address_key;
 use courier_core::plan::{self, Acceptance, Failure, Plan, Wait};
-use courier_core::ports::{JobRecord, Resend, StatusUpdate, StoreError};
+use courier_core::ports::{JobRecord, Resend, StoreError};
 use courier_core::recipients::{self, RecipientStatus, part_id};
 use courier_core::status::Status;
 use tracing::{info, warn};
 
 use crate::recipients::Moved;
-use crate::{Applied, Applier, EventKind, SesEvent, describe};
+use crate::{Applied, Applier, EventKind, SesEvent, describe, update_of};
 
 /// Whether a transient bounce of `record`'s send resends a part of it: the job has several
 /// recipients it sent to (a job of one is sent again whole).
@@ -207,13 +207,7 @@ impl Applier {
             }));
         }
         if record.status == Status::SentToProvider || kept_acceptance {
-            let mut update = StatusUpdate::new(
-                record.message_id.clone(),
-                "events",
-                Status::BouncedTransient,
-                record.attempt,
-                now,
-            );
+            let mut update = update_of(record, Status::BouncedTransient, now);
             update.provider = Some("ses".into());
             update.detail = Some(describe(&event.kind));
             self.status.record(&update).await?;
@@ -251,13 +245,7 @@ impl Applier {
                 )
                 .await?;
                 self.resender.dead_letters.put(&letter).await?;
-                let mut update = StatusUpdate::new(
-                    record.message_id.clone(),
-                    "events",
-                    Status::DeadLettered,
-                    record.attempt,
-                    now,
-                );
+                let mut update = update_of(record, Status::DeadLettered, now);
                 update.detail = Some(format!("{}: {}", letter.category.as_str(), letter.reason));
                 self.status.record(&update).await?;
                 warn!(message_id = %record.message_id, category = letter.category.as_str(), "transient bounce past the give-up horizon; dead-lettered");

@@ -1632,18 +1632,24 @@ async fn a_relay_refusing_one_recipient_does_not_open_the_providers_circuit() {
     );
 }
 
-#[tokio::test]
-async fn successes_while_closed_write_nothing() {
+/// Breakers over an in-memory store (state cached for `cache`) after `n` admitted successes to
+/// `ses` at `t0()`.
+async fn breakers_after_successes(
+    n: usize,
+    cache: std::time::Duration,
+) -> (Arc<MemoryBreakerStore>, breakers::Breakers) {
     let store = Arc::new(MemoryBreakerStore::default());
-    let breakers = breakers::Breakers::new(
-        store.clone(),
-        BreakerConfig::default(),
-        std::time::Duration::from_secs(60),
-    );
-    for _ in 0..100 {
+    let breakers = breakers::Breakers::new(store.clone(), BreakerConfig::default(), cache);
+    for _ in 0..n {
         breakers.admit("ses", t0()).await;
         breakers.record("ses", false, t0()).await;
     }
+    (store, breakers)
+}
+
+#[tokio::test]
+async fn successes_while_closed_write_nothing() {
+    let (store, breakers) = breakers_after_successes(100, std::time::Duration::from_secs(60)).await;
     breakers.flush(t0()).await;
     assert_eq!(store.saves.load(std::sync::atomic::Ordering::Relaxed), 0);
     assert_eq!(store.loads.load(std::sync::atomic::Ordering::Relaxed), 1);
@@ -1653,16 +1659,7 @@ async fn successes_while_closed_write_nothing() {
 async fn a_failed_probe_reopens_the_circuit_whatever_successes_were_counted_before_it() {
     // GIVEN an instance that counted successes while the circuit was closed (unwritten: no
     // failure among them), then the circuit opened elsewhere and is due for a probe
-    let store = Arc::new(MemoryBreakerStore::default());
-    let breakers = breakers::Breakers::new(
-        store.clone(),
-        BreakerConfig::default(),
-        std::time::Duration::ZERO,
-    );
-    for _ in 0..5 {
-        breakers.admit("ses", t0()).await;
-        breakers.record("ses", false, t0()).await;
-    }
+    let (store, breakers) = breakers_after_successes(5, std::time::Duration::ZERO).await;
     let mut open = courier_core::breaker::BreakerState::new(t0(), &BreakerConfig::default());
     open.mode = courier_core::breaker::Mode::Open;
     open.open_until = Some(t0() + chrono::Duration::seconds(30));
