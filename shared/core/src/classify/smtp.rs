@@ -246,6 +246,102 @@ const PERMANENT_WORDS: &[&str] = &[
     "permanently failed",
 ];
 
+/// Words of refusal that make a bounce without any code final when no rule decides it ("Server
+/// refused the message", "Spoofed MAIL FROM"), unless a word of [`PASSING_WORDS`] is also there.
+/// Each is the start of a word: "refus" reads "refused" and "refusal".
+const REFUSAL_WORDS: &[&str] = &[
+    "refus",
+    "reject",
+    "denied",
+    "deny",
+    "not accept",
+    "doesn't accept",
+    "not allowed",
+    "prohibit",
+    "not permitted",
+    "violat",
+    "invalid",
+    "not support",
+    "unsupported",
+    "bounced",
+    "suspended",
+    "disabled",
+    "spoof",
+    "forbidden",
+    "blocked",
+    "banned",
+    "not authorized",
+    "not authorised",
+    "no such",
+    "not exist",
+    "doesn't exist",
+    "not match",
+    "not valid",
+    "too large",
+    "too big",
+];
+
+/// Words of a condition that may pass (a failing system, a limit, a wait): with one of them, words
+/// of refusal in a bounce without codes do not make it final ("Connection refused", "temporarily
+/// blocked", "rejected: mailbox full").
+const PASSING_WORDS: &[&str] = &[
+    "try again",
+    "retry",
+    "later",
+    "again",
+    "temporar",
+    "timed out",
+    "timeout",
+    "time out",
+    "busy",
+    "connect",
+    "unreachable",
+    "not reachable",
+    "respond",
+    "response",
+    "dropped",
+    "closed",
+    "broken",
+    "failing",
+    "fail",
+    "error",
+    "crash",
+    "backend",
+    "queue",
+    "quota",
+    "full",
+    "space",
+    "storage",
+    "disk",
+    "exceed",
+    "limit",
+    "rate",
+    "throttl",
+    "defer",
+    "postpon",
+    "delay",
+    "lookup",
+    "dns",
+    "resolv",
+    "network",
+    "route",
+    "routing",
+    "load",
+    "unavailable",
+    "not ready",
+    "permission",
+];
+
+/// The first word of `words` that starts a word of `lower`.
+fn word_start_of<'w>(lower: &str, words: &[&'w str]) -> Option<&'w str> {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    words.iter().copied().find(|w| {
+        lower
+            .match_indices(w)
+            .any(|(at, _)| !lower[..at].chars().next_back().is_some_and(is_word))
+    })
+}
+
 /// Maps a basic RFC 5321 reply code to a class.
 pub(super) fn basic_class(code: u16) -> Option<ErrorClass> {
     use ErrorClass::*;
@@ -363,8 +459,26 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
             format!("the text says \"{words}\""),
         );
     }
+    // Words of refusal, in a bounce without any code that no rule decided and that names no
+    // condition which may pass ("Server refused the message").
+    let refusal = if digit.is_none() && reply.enhanced.is_none() && text_match.is_none() {
+        word_start_of(&lower, REFUSAL_WORDS)
+            .filter(|_| word_start_of(&lower, PASSING_WORDS).is_none())
+    } else {
+        None
+    };
+    if let Some(words) = refusal {
+        note(
+            "smtp.refusal-words".into(),
+            true,
+            format!(
+                "no code, no rule, and the text refuses (\"{words}\") without a passing condition"
+            ),
+        );
+    }
     let final_wording = text_match.is_some_and(|rule| rule.class == ErrorClass::Unknown)
-        || permanent_words.is_some();
+        || permanent_words.is_some()
+        || refusal.is_some();
     let (class, rule) = if digit == Some(2) {
         (
             ErrorClass::Unknown,

@@ -533,6 +533,44 @@ pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
     }
 }
 
+/// A bounce without any code that no rule decides is final when its words refuse and name no
+/// condition that may pass (`smtp.refusal-words`); otherwise it keeps its retry.
+#[test]
+pub(super) fn a_codeless_refusal_is_final_unless_it_names_a_passing_condition() {
+    each_is(
+        &[
+            "Server refused the message",
+            "the server does not support DSN",
+            "Message bounced by administrator (delivery attempts: 0)",
+            "Spoofed MAIL FROM",
+        ],
+        (ErrorClass::Unknown, false, false),
+    );
+    let (v, tried) = explain_smtp("Server refused the message");
+    assert_eq!(v.rule, "smtp.unrecognised");
+    assert!(
+        tried
+            .iter()
+            .any(|t| t.rule == "smtp.refusal-words" && t.note.contains("refus")),
+        "{tried:?}"
+    );
+    // A passing condition, a code, or no refusal at all: retried as before.
+    each_is(
+        &[
+            "Refused, please try again later",
+            "Denied for the moment, temporarily",
+            "Refused: the backend is not ready",
+            "Unsupported request, try later",
+            // a code decides, whatever the words
+            "250 the flux capacitor refused the message",
+            "the server said something we have never seen",
+            // "unrefused" does not start with a refusal word
+            "the unrefusedness of the message",
+        ],
+        (ErrorClass::Unknown, true, false),
+    );
+}
+
 /// A mail loop says resending cannot help, with or without a code: reviewed at once (not
 /// retried, nobody suppressed); a 4xx loop report keeps its retry, as the receiver asks.
 #[test]
