@@ -15,6 +15,8 @@ pub(super) type Entry = (u16, u16, Option<ErrorClass>, Option<ErrorClass>);
 ///   (`X.1.7`, `X.1.8`) is our own configuration;
 /// - `5.7.1` is used for every kind of refusal (sender, IP, recipient, content): no class
 ///   without the wording rules;
+/// - `5.4.7`, a relay's queue lifetime ran out: RFC 3463 calls it "useful only as a persistent
+///   transient error", so the failure is the receiving side's, retried;
 /// - `5.3.2` (postscreen's `521 5.3.2`) is a drop with its reason hidden, not an outage.
 pub(super) static REGISTRY: &[Entry] = &[
     (0, 0, None, None), // X.0.0 Other undefined Status
@@ -48,7 +50,7 @@ pub(super) static REGISTRY: &[Entry] = &[
     (4, 4, Some(ProviderUnavailable), Some(RecipientPermanent)), // X.4.4 Unable to route
     (4, 5, Some(ProviderUnavailable), Some(Unknown)), // X.4.5 Mail system congestion
     (4, 6, Some(ProviderUnavailable), Some(Unknown)), // X.4.6 Routing loop detected
-    (4, 7, Some(ProviderUnavailable), Some(Unknown)), // X.4.7 Delivery time expired
+    (4, 7, Some(ProviderUnavailable), Some(ProviderUnavailable)), // X.4.7 Delivery time expired
     (5, 0, Some(ProviderUnavailable), Some(Unknown)), // X.5.0 Other or undefined protocol status
     (5, 1, Some(ProviderUnavailable), Some(Unknown)), // X.5.1 Invalid command
     (5, 2, Some(ProviderUnavailable), Some(Unknown)), // X.5.2 Syntax error

@@ -74,7 +74,13 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["5.4.316"],
             ["cannot send message for"],
             ["envelope expired"],
-            ["administratively expired"]
+            ["administratively expired"],
+            // a relay's retry limit ran out: Exim's "all hosts have been failing for a long
+            // time", "Could not deliver for the last 432000 seconds", qmail's "in the queue too
+            // long"
+            ["have been failing for a long time"],
+            ["could not deliver for the last"],
+            ["in the queue too long"]
         ]
     ),
     // A blocklist named in a refusal: before the network rule, since some receivers word it

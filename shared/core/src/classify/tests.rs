@@ -651,6 +651,22 @@ pub(super) fn every_registered_enhanced_code_has_its_classes() {
     assert_eq!(enhanced_class(unlisted), Some(ErrorClass::ContentRejected));
 }
 
+/// A relay whose queue lifetime ran out (`X.4.7`, RFC 3463: "useful only as a persistent transient
+/// error") reports the receiving side's failure: retried, with or without a permanent status.
+#[test]
+pub(super) fn a_relay_whose_queue_lifetime_ran_out_is_retried() {
+    each_is(
+        &[
+            "all hosts for 'example.com' have been failing for a long time (and retry time not reached)",
+            "Could not deliver for the last 432000 seconds. Giving up",
+            "I'm not going to try again; this message has been in the queue too long.",
+            "550 5.4.7 Delivery time expired",
+            "5.4.7 Delivery time expired",
+        ],
+        (ErrorClass::ProviderUnavailable, true, false),
+    );
+}
+
 /// A 5xx reply proves the connection worked: its socket words are the receiver's refusal, not a
 /// network failure of ours; without a code (a DSN's diagnostic) or with a 4xx they still are.
 #[test]
