@@ -15,8 +15,12 @@ pub(super) type Entry = (u16, u16, Option<ErrorClass>, Option<ErrorClass>);
 ///   (`X.1.7`, `X.1.8`) is our own configuration;
 /// - `5.7.1` is used for every kind of refusal (sender, IP, recipient, content): no class
 ///   without the wording rules;
-/// - `5.4.7`, a relay's queue lifetime ran out: RFC 3463 calls it "useful only as a persistent
-///   transient error", so the failure is the receiving side's, retried;
+/// - codes RFC 3463 calls "useful only as a persistent transient error" are retried even as
+///   `5.x.x` (a relay that gave up on them): `X.3.1`, `X.4.2`, `X.4.3`, `X.4.5`; not `X.4.1`,
+///   which Exchange Online uses for an unknown recipient ("5.4.1 Recipient address rejected:
+///   Access denied"), nor `X.4.6`, a loop that resending cannot cure;
+/// - `5.4.7`, a relay's queue lifetime ran out: RFC 3463 asks for the actual problem's code
+///   where possible, so a bare `X.4.7` means the relay met only passing failures: retried;
 /// - `5.3.2` (postscreen's `521 5.3.2`) is a drop with its reason hidden, not an outage.
 pub(super) static REGISTRY: &[Entry] = &[
     (0, 0, None, None), // X.0.0 Other undefined Status
@@ -37,7 +41,7 @@ pub(super) static REGISTRY: &[Entry] = &[
     (2, 3, Some(MailboxTemporary), Some(ContentRejected)), // X.2.3 Message length exceeds administrative limit
     (2, 4, Some(MailboxTemporary), Some(Unknown)),         // X.2.4 Mailing list expansion problem
     (3, 0, Some(ProviderUnavailable), Some(Unknown)), // X.3.0 Other or undefined mail system status
-    (3, 1, Some(ProviderUnavailable), Some(Unknown)), // X.3.1 Mail system full
+    (3, 1, Some(ProviderUnavailable), Some(ProviderUnavailable)), // X.3.1 Mail system full
     (3, 2, Some(ProviderUnavailable), Some(Unknown)), // X.3.2 System not accepting network messages
     (3, 3, Some(ProviderUnavailable), Some(ContentRejected)), // X.3.3 System not capable of selected features
     (3, 4, Some(ProviderUnavailable), Some(ContentRejected)), // X.3.4 Message too big for system
@@ -45,10 +49,10 @@ pub(super) static REGISTRY: &[Entry] = &[
     (3, 6, Some(ProviderUnavailable), Some(Unknown)), // X.3.6 Requested priority was changed
     (4, 0, Some(ProviderUnavailable), Some(Unknown)), // X.4.0 Other or undefined network or routing status
     (4, 1, Some(ProviderUnavailable), Some(Unknown)), // X.4.1 No answer from host
-    (4, 2, Some(Network), Some(Unknown)),             // X.4.2 Bad connection
-    (4, 3, Some(ProviderUnavailable), Some(Unknown)), // X.4.3 Directory server failure
+    (4, 2, Some(Network), Some(ProviderUnavailable)), // X.4.2 Bad connection
+    (4, 3, Some(ProviderUnavailable), Some(ProviderUnavailable)), // X.4.3 Directory server failure
     (4, 4, Some(ProviderUnavailable), Some(RecipientPermanent)), // X.4.4 Unable to route
-    (4, 5, Some(ProviderUnavailable), Some(Unknown)), // X.4.5 Mail system congestion
+    (4, 5, Some(ProviderUnavailable), Some(ProviderUnavailable)), // X.4.5 Mail system congestion
     (4, 6, Some(ProviderUnavailable), Some(Unknown)), // X.4.6 Routing loop detected
     (4, 7, Some(ProviderUnavailable), Some(ProviderUnavailable)), // X.4.7 Delivery time expired
     (5, 0, Some(ProviderUnavailable), Some(Unknown)), // X.5.0 Other or undefined protocol status

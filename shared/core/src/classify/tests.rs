@@ -651,8 +651,9 @@ pub(super) fn every_registered_enhanced_code_has_its_classes() {
     assert_eq!(enhanced_class(unlisted), Some(ErrorClass::ContentRejected));
 }
 
-/// A relay whose queue lifetime ran out (`X.4.7`, RFC 3463: "useful only as a persistent transient
-/// error") reports the receiving side's failure: retried, with or without a permanent status.
+/// A relay whose queue lifetime ran out (`X.4.7`), or that gave up on a condition RFC 3463 calls
+/// "useful only as a persistent transient error", reports the receiving side's failure: retried,
+/// with or without a permanent status.
 #[test]
 pub(super) fn a_relay_whose_queue_lifetime_ran_out_is_retried() {
     each_is(
@@ -662,6 +663,10 @@ pub(super) fn a_relay_whose_queue_lifetime_ran_out_is_retried() {
             "I'm not going to try again; this message has been in the queue too long.",
             "550 5.4.7 Delivery time expired",
             "5.4.7 Delivery time expired",
+            "554 5.3.1 Mail system full",
+            "5.4.2 the flux capacitor hung up",
+            "550 5.4.3 the flux capacitor is away",
+            "5.4.5 the flux capacitor is congested",
         ],
         (ErrorClass::ProviderUnavailable, true, false),
     );
