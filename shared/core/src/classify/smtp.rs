@@ -246,6 +246,9 @@ const PERMANENT_WORDS: &[&str] = &[
     "permanently failed",
 ];
 
+/// Words that call a refusal temporary, whatever its code (each the start of a word).
+const TEMPORARY_WORDS: &[&str] = &["temporar", "try again later", "retry later", "try later"];
+
 /// Words of refusal that make a bounce without any code final when no rule decides it ("Server
 /// refused the message", "Spoofed MAIL FROM"), unless a word of [`PASSING_WORDS`] is also there.
 /// Each is the start of a word: "refus" reads "refused" and "refusal".
@@ -392,8 +395,20 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
         }
     };
     let reply = SmtpReply::parse(raw);
-    let digit = reply.class_digit();
     let lower = rule_text(reply.enhanced, &reply.text);
+    // A permanent code whose words say the refusal is temporary ("550 temporarily blocked",
+    // "554 ... could not be saved. Please retry later."): the words win, as for a 4yz reply.
+    let digit = match (reply.class_digit(), word_start_of(&lower, TEMPORARY_WORDS)) {
+        (Some(5), Some(words)) => {
+            note(
+                "smtp.5xx-says-temporary".into(),
+                true,
+                format!("a 5yz code or 5.x.x status, but the text says \"{words}\": read as 4yz"),
+            );
+            Some(4)
+        }
+        (digit, _) => digit,
+    };
     let text_match = if tracing {
         // Every rule in order, as `text_rule` tries them.
         let mut found = None;

@@ -693,6 +693,58 @@ pub(super) fn socket_words_in_a_5xx_reply_are_not_a_network_failure() {
     }
 }
 
+/// A 5yz reply whose words say the refusal is temporary is read as a 4yz one: retried, with the
+/// transient class of what it names, and never suppressed.
+#[test]
+pub(super) fn a_5xx_reply_that_says_it_is_temporary_is_retried() {
+    let cases = [
+        (
+            "550 5.2.1 Mailbox temporarily unavailable",
+            ErrorClass::ProviderUnavailable,
+        ),
+        (
+            "554 5.7.1 Your IP is temporarily blocked",
+            ErrorClass::Throttled,
+        ),
+        (
+            "550 5.1.1 <a@example.com>: mailbox temporarily disabled",
+            ErrorClass::MailboxTemporary,
+        ),
+        (
+            "554 the flux capacitor failed, try again later",
+            ErrorClass::ProviderUnavailable,
+        ),
+        (
+            "5.0.0 temporary flux failure",
+            ErrorClass::ProviderUnavailable,
+        ),
+    ];
+    for (raw, class) in cases {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.retryable, v.suppress_recipient),
+            (class, true, false),
+            "{raw} -> {v:?}"
+        );
+    }
+    let (_, tried) = explain_smtp("554 the flux capacitor failed, try again later");
+    assert!(
+        tried
+            .iter()
+            .any(|t| t.rule == "smtp.5xx-says-temporary" && t.note.contains("try again later")),
+        "{tried:?}"
+    );
+    // Without such words the code decides.
+    each_is(
+        &["554 the flux capacitor failed"],
+        (ErrorClass::Unknown, false, false),
+    );
+    each_is(
+        &["550 5.7.1 Your IP is blocked"],
+        (ErrorClass::ContentRejected, false, false),
+    );
+}
+
 /// Outage words under a permanent code: the code decides (not retried), and the words do not
 /// say what was refused (no enhanced-code class, no suppression): `unknown`, for review.
 #[test]
@@ -700,7 +752,6 @@ pub(super) fn outage_words_in_a_5xx_reply_are_reviewed_not_retried() {
     for raw in [
         "554 SMTP service not available",
         "5.0.0 Service unavailable",
-        "550 5.2.1 Mailbox temporarily unavailable",
     ] {
         let v = classify_smtp(raw);
         assert_eq!(
