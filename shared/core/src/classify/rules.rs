@@ -17,10 +17,13 @@ pub(super) struct TextRule {
 /// not exist". A clause ends at `;`, `:`, `,`, a bracket, a line break or a full stop followed by
 /// a space (an address's dots do not end it). A subject right after one of `not_after` does not
 /// count ("sender address", "IP address").
+/// A subject right after one of `modifiers`, with at most one word between ("invalid user",
+/// "no such local user"), counts as well.
 pub(super) struct Clause {
     pub(super) subjects: &'static [&'static str],
     pub(super) not_after: &'static [&'static str],
     pub(super) predicates: &'static [&'static str],
+    pub(super) modifiers: &'static [&'static str],
 }
 
 /// How far after its subject a clause's predicate may start.

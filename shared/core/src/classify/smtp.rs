@@ -187,9 +187,29 @@ fn clause_matches(clause: &Clause, lower: &str) -> bool {
                 && !lower[end..].chars().next().is_some_and(is_word);
             whole_word
                 && !clause.not_after.iter().any(|n| before.ends_with(n))
-                && predicate_in_clause(clause, &lower[end..])
+                && (predicate_in_clause(clause, &lower[end..]) || modified(clause, before))
         })
     })
+}
+
+/// Whether `before` (the text up to a subject) ends with one of the clause's modifiers, then at
+/// most one more word: "invalid user", "unknown local user".
+fn modified(clause: &Clause, before: &str) -> bool {
+    let is_word = |c: char| c.is_alphanumeric() || c == '_';
+    let near = before.trim_end();
+    let one_word_less = near
+        .rsplit_once(' ')
+        .filter(|(_, word)| word.chars().all(|c| c.is_alphabetic() || c == '-'))
+        .map(|(rest, _)| rest.trim_end());
+    [Some(near), one_word_less]
+        .into_iter()
+        .flatten()
+        .any(|text| {
+            clause.modifiers.iter().any(|m| {
+                text.strip_suffix(m)
+                    .is_some_and(|rest| !rest.ends_with(is_word))
+            })
+        })
 }
 
 /// Whether one of the clause's predicates starts within [`CLAUSE_REACH`] bytes of `rest` and

@@ -821,6 +821,15 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 Mailbox 'bob' does not exist here",
         "550 user bob@example.org is unknown to this system",
         "User <a@x.org> not recognised",
+        // A modifier before the noun, with at most one word between, and the predicates of a
+        // removed or unregistered address.
+        "550 invalid mailbox",
+        "550 no such local user",
+        "550 not a valid e-mail address",
+        "550 deleted account",
+        "550 no account by that name here",
+        "550 recipient not registered",
+        "550 mailbox has been removed",
     ] {
         let v = classify_smtp(raw);
         assert_eq!(v.class, ErrorClass::RecipientPermanent, "{raw} -> {v:?}");
@@ -837,6 +846,9 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 sender address <a@x> unknown",
         "550 IP address invalid",
         "The recipient was fine. Unknown error",
+        "550 Your email address is not registered",
+        "550 invalid: the recipient",
+        "550 unknown command from recipient",
     ] {
         let v = classify_smtp(raw);
         assert_ne!(
