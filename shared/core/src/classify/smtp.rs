@@ -269,6 +269,16 @@ const PERMANENT_WORDS: &[&str] = &[
 /// Words that call a refusal temporary, whatever its code (each the start of a word).
 const TEMPORARY_WORDS: &[&str] = &["temporar", "try again later", "retry later", "try later"];
 
+/// The words of [`TEMPORARY_WORDS`] the text says, unless it also calls the failure permanent
+/// ("permanent error", "not a temporary failure").
+fn says_temporary(lower: &str) -> Option<&'static str> {
+    let denied = PERMANENT_WORDS.iter().any(|w| lower.contains(w))
+        || ["not temporar", "non-temporar", "not a temporar"]
+            .iter()
+            .any(|w| lower.contains(w));
+    word_start_of(lower, TEMPORARY_WORDS).filter(|_| !denied)
+}
+
 /// Words of refusal that make a bounce without any code final when no rule decides it ("Server
 /// refused the message", "Spoofed MAIL FROM"), unless a word of [`PASSING_WORDS`] is also there.
 /// Each is the start of a word: "refus" reads "refused" and "refusal".
@@ -418,7 +428,7 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     let lower = rule_text(reply.enhanced, &reply.text);
     // A permanent code whose words say the refusal is temporary ("550 temporarily blocked",
     // "554 ... could not be saved. Please retry later."): the words win, as for a 4yz reply.
-    let digit = match (reply.class_digit(), word_start_of(&lower, TEMPORARY_WORDS)) {
+    let digit = match (reply.class_digit(), says_temporary(&lower)) {
         (Some(5), Some(words)) => {
             note(
                 "smtp.5xx-says-temporary".into(),

@@ -736,7 +736,11 @@ pub(super) fn a_5xx_reply_that_says_it_is_temporary_is_retried() {
     );
     // Without such words the code decides.
     each_is(
-        &["554 the flux capacitor failed"],
+        &[
+            "554 the flux capacitor failed",
+            "554 the flux capacitor failed; this is not a temporary error",
+            "550 5.0.0 permanent failure, do not try again later",
+        ],
         (ErrorClass::Unknown, false, false),
     );
     each_is(
