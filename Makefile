@@ -134,11 +134,13 @@ chaos-ci:
 ## make classify-eval: score the failure classifier on the independent evaluation corpus
 ## (shared/core/tests/fixtures/eval/, issue #16): retry agreement, suppression precision and recall
 ## for dev, validation, sealed and all, against the naive 4xx/5xx rule, a confusion table and every
-## disagreement (never the sealed entries': scripts/classify-eval.py). Builds nothing: it runs
+## disagreement (never the sealed entries': scripts/classify-eval.py), then how far two blind
+## re-annotations agree with the labels (scripts/label-agreement.py). Builds nothing: it runs
 ## target/debug/courierctl.
 classify-eval:
 	@[ -x target/debug/courierctl ] || { echo "classify-eval: target/debug/courierctl is missing: run 'cargo build -p courierctl' first" >&2; exit 2; }
 	@python3 scripts/classify-eval.py --bin target/debug/courierctl
+	@python3 scripts/label-agreement.py
 
 ## make schema: regenerate the published JSON Schema of the job contract, and the Python client's
 ## copy (a test of each side fails when it is stale).
