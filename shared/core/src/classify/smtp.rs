@@ -267,7 +267,31 @@ const PERMANENT_WORDS: &[&str] = &[
 ];
 
 /// Words that call a refusal temporary, whatever its code (each the start of a word).
-const TEMPORARY_WORDS: &[&str] = &["temporar", "try again later", "retry later", "try later"];
+const TEMPORARY_WORDS: &[&str] = &[
+    "temporar",
+    "try again later",
+    "retry later",
+    "try later",
+    // German, French, Spanish and Portuguese, Italian, Dutch, Polish, Czech, Swedish, Hungarian,
+    // Russian, Korean: "temporarily"
+    "vorübergehend",
+    "temporär",
+    "temporairement",
+    "temporalmente",
+    "temporariamente",
+    "temporaneamente",
+    "tijdelijk",
+    "tymczasowo",
+    "dočasně",
+    "tillfälligt",
+    "ideiglenesen",
+    "временно",
+    "일시적",
+];
+
+/// [`TEMPORARY_WORDS`] in scripts without spaces between words, read anywhere in the text:
+/// Japanese, simplified and traditional Chinese "temporarily".
+const TEMPORARY_CJK: &[&str] = &["一時的", "暂时", "暫時"];
 
 /// The words of [`TEMPORARY_WORDS`] the text says, unless it also calls the failure permanent
 /// ("permanent error", "not a temporary failure").
@@ -276,7 +300,9 @@ fn says_temporary(lower: &str) -> Option<&'static str> {
         || ["not temporar", "non-temporar", "not a temporar"]
             .iter()
             .any(|w| lower.contains(w));
-    word_start_of(lower, TEMPORARY_WORDS).filter(|_| !denied)
+    word_start_of(lower, TEMPORARY_WORDS)
+        .or_else(|| TEMPORARY_CJK.iter().copied().find(|w| lower.contains(w)))
+        .filter(|_| !denied)
 }
 
 /// Words of refusal that make a bounce without any code final when no rule decides it ("Server

@@ -727,6 +727,28 @@ pub(super) fn a_5xx_reply_that_says_it_is_temporary_is_retried() {
             "{raw} -> {v:?}"
         );
     }
+    // "Temporarily" in the languages receivers answer in.
+    for raw in [
+        "550 Vorübergehend gesperrt",
+        "550 Adresse temporär blockiert",
+        "550 Service temporairement indisponible",
+        "550 Bloqueado temporalmente",
+        "550 Bloqueado temporariamente",
+        "550 Bloccato temporaneamente",
+        "550 Tijdelijk geblokkeerd",
+        "550 Tymczasowo zablokowany",
+        "550 Dočasně zablokováno",
+        "550 Tillfälligt blockerad",
+        "550 Ideiglenesen letiltva",
+        "550 Временно заблокирован",
+        "550 일시적으로 차단됨",
+        "550 一時的に受信できません",
+        "550 暂时无法投递",
+        "550 暫時無法投遞",
+    ] {
+        let v = classify_smtp(raw);
+        assert!(v.retryable && !v.suppress_recipient, "{raw} -> {v:?}");
+    }
     let (_, tried) = explain_smtp("554 the flux capacitor failed, try again later");
     assert!(
         tried
