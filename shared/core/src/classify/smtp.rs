@@ -187,19 +187,67 @@ fn clause_matches(clause: &Clause, lower: &str) -> bool {
                 && !lower[end..].chars().next().is_some_and(is_word);
             whole_word
                 && !clause.not_after.iter().any(|n| before.ends_with(n))
-                && (predicate_in_clause(clause, &lower[end..]) || modified(clause, before))
+                && (predicate_in_clause(clause, &lower[end..])
+                    || (MODIFIED_SUBJECTS.contains(subject)
+                        && ends_a_phrase(&lower[end..])
+                        && modified(clause, before)))
         })
     })
 }
 
+/// The subjects a modifier may come before: "email" is as often the message ("invalid email
+/// headers") as the address.
+const MODIFIED_SUBJECTS: &[&str] = &[
+    "user",
+    "recipient",
+    "mailbox",
+    "mail box",
+    "address",
+    "addressee",
+    "account",
+    "alias",
+    "local part",
+    "local-part",
+];
+
+/// The words that may stand between a modifier and its subject ("no such local user", "invalid
+/// recipient address"); any other ("bad SMTP user", "invalid return-path address") breaks it.
+const MODIFIER_GAP: &[&str] = &[
+    "local",
+    "destination",
+    "recipient",
+    "e-mail",
+    "email",
+    "mail",
+    "mailbox",
+];
+
+/// Whether a subject read after a modifier ends its phrase: the text ends, or goes on with no
+/// word ("invalid user: x", "unknown user <a@x>"), or with one of a few words of place. "Invalid
+/// user-agent", "invalid address format" are not an address.
+fn ends_a_phrase(rest: &str) -> bool {
+    let rest = rest.trim_start();
+    let Some(first) = rest.chars().next() else {
+        return true;
+    };
+    if first == '-' {
+        return false;
+    }
+    if !first.is_alphabetic() {
+        return true;
+    }
+    let word: String = rest.chars().take_while(|c| c.is_alphabetic()).collect();
+    ["here", "at", "in", "on", "for", "specified", "by"].contains(&word.as_str())
+}
+
 /// Whether `before` (the text up to a subject) ends with one of the clause's modifiers, then at
-/// most one more word: "invalid user", "unknown local user".
+/// most one word of [`MODIFIER_GAP`]: "invalid user", "no such local user".
 fn modified(clause: &Clause, before: &str) -> bool {
     let is_word = |c: char| c.is_alphanumeric() || c == '_';
     let near = before.trim_end();
     let one_word_less = near
         .rsplit_once(' ')
-        .filter(|(_, word)| word.chars().all(|c| c.is_alphabetic() || c == '-'))
+        .filter(|(_, word)| MODIFIER_GAP.contains(word))
         .map(|(rest, _)| rest.trim_end());
     [Some(near), one_word_less]
         .into_iter()
@@ -296,12 +344,34 @@ const TEMPORARY_CJK: &[&str] = &["一時的", "暂时", "暫時"];
 /// The words of [`TEMPORARY_WORDS`] the text says, unless it also calls the failure permanent
 /// ("permanent error", "not a temporary failure").
 fn says_temporary(lower: &str) -> Option<&'static str> {
-    let denied = PERMANENT_WORDS.iter().any(|w| lower.contains(w))
-        || ["not temporar", "non-temporar", "not a temporar"]
-            .iter()
-            .any(|w| lower.contains(w));
-    word_start_of(lower, TEMPORARY_WORDS)
-        .or_else(|| TEMPORARY_CJK.iter().copied().find(|w| lower.contains(w)))
+    let denied = [
+        "permanent",
+        "not temporar",
+        "non-temporar",
+        "not a temporar",
+        "do not try",
+        "don't try",
+        "not retry",
+        "will not succeed",
+        "disposable",
+        "temporary email",
+        "temporary e-mail",
+        "temporary address",
+        "nicht vorübergehend",
+        "不是暂时",
+        "постоян",
+        "永久",
+    ]
+    .iter()
+    .any(|w| lower.contains(w));
+    // Addresses and links are names, not words: "<temporary@example.com>", ".../temporary-errors".
+    let words: String = lower
+        .split_whitespace()
+        .filter(|t| !t.contains('@') && !t.contains('/'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    word_start_of(&words, TEMPORARY_WORDS)
+        .or_else(|| TEMPORARY_CJK.iter().copied().find(|w| words.contains(w)))
         .filter(|_| !denied)
 }
 
@@ -347,7 +417,6 @@ const PASSING_WORDS: &[&str] = &[
     "try again",
     "retry",
     "later",
-    "again",
     "temporar",
     "timed out",
     "timeout",
@@ -368,7 +437,10 @@ const PASSING_WORDS: &[&str] = &[
     "backend",
     "queue",
     "quota",
-    "full",
+    "is full",
+    "mailbox full",
+    "box full",
+    "disk full",
     "space",
     "storage",
     "disk",
@@ -488,7 +560,7 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     let text_match = match text_match {
         // A 5xx reply proves the connection worked: its "connection refused" is the receiver's
         // refusal, not our socket's.
-        Some(rule) if rule.class == ErrorClass::Network && digit == Some(5) => {
+        Some(rule) if rule.class == ErrorClass::Network && reply.class_digit() == Some(5) => {
             note(
                 "smtp.5xx-is-not-a-socket-error".into(),
                 true,
@@ -532,12 +604,18 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     }
     // Words of refusal, in a bounce without any code that no rule decided and that names no
     // condition which may pass ("Server refused the message").
-    let refusal = if digit.is_none() && reply.enhanced.is_none() && text_match.is_none() {
-        word_start_of(&lower, REFUSAL_WORDS)
-            .filter(|_| word_start_of(&lower, PASSING_WORDS).is_none())
-    } else {
-        None
-    };
+    let quotes_a_code = lower.split_whitespace().any(|t| {
+        t.len() == 3
+            && t.bytes().all(|b| b.is_ascii_digit())
+            && matches!(t.as_bytes()[0], b'4' | b'5')
+    });
+    let refusal =
+        if digit.is_none() && reply.enhanced.is_none() && text_match.is_none() && !quotes_a_code {
+            word_start_of(&lower, REFUSAL_WORDS)
+                .filter(|_| word_start_of(&lower, PASSING_WORDS).is_none())
+        } else {
+            None
+        };
     if let Some(words) = refusal {
         note(
             "smtp.refusal-words".into(),

@@ -566,8 +566,15 @@ pub(super) fn a_codeless_refusal_is_final_unless_it_names_a_passing_condition() 
             "the server said something we have never seen",
             // "unrefused" does not start with a refusal word
             "the unrefusedness of the message",
+            // a reply code quoted inside the text decides
+            "host mx.example.com[192.0.2.1] said: 450 Recipient refused: mailbox locked",
         ],
         (ErrorClass::Unknown, true, false),
+    );
+    // A passing word must start the word: "against" is not "again", "fully" not "full".
+    each_is(
+        &["Server refused the message: against site rules"],
+        (ErrorClass::Unknown, false, false),
     );
 }
 
@@ -749,6 +756,14 @@ pub(super) fn a_5xx_reply_that_says_it_is_temporary_is_retried() {
         let v = classify_smtp(raw);
         assert!(v.retryable && !v.suppress_recipient, "{raw} -> {v:?}");
     }
+    // An address or a link is a name, not a word.
+    each_is(
+        &["550 5.1.1 <temporary@example.com>: Recipient address rejected: User unknown"],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+    // Read as 4yz, a 5yz reply's socket words are still the receiver's, not our socket's.
+    let v = classify_smtp("554 5.7.1 Connection refused: your IP is temporarily blocked");
+    assert!(v.retryable && v.class != ErrorClass::Network, "{v:?}");
     let (_, tried) = explain_smtp("554 the flux capacitor failed, try again later");
     assert!(
         tried
@@ -761,6 +776,9 @@ pub(super) fn a_5xx_reply_that_says_it_is_temporary_is_retried() {
         &[
             "554 the flux capacitor failed",
             "554 the flux capacitor failed; this is not a temporary error",
+            "554 the flux capacitor failed; a permanent block, do not try again later",
+            "554 Temporary email address detected",
+            "554 Dies ist ein permanenter Fehler, nicht vorübergehend",
             "550 5.0.0 permanent failure, do not try again later",
         ],
         (ErrorClass::Unknown, false, false),
@@ -855,7 +873,7 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 deleted account",
         "550 no account by that name here",
         "550 recipient not registered",
-        "550 mailbox has been removed",
+        "550 invalid user: bob",
     ] {
         let v = classify_smtp(raw);
         assert_eq!(v.class, ErrorClass::RecipientPermanent, "{raw} -> {v:?}");
@@ -875,6 +893,16 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 Your email address is not registered",
         "550 invalid: the recipient",
         "550 unknown command from recipient",
+        // A modifier before a noun that qualifies another word, or with a sender's word between,
+        // is no dead address; nor is "email" meaning the message.
+        "550 5.7.1 Invalid email headers",
+        "554 5.7.1 Rejected due to bad email reputation",
+        "550 5.6.0 Invalid header User-Agent",
+        "535 5.7.8 Bad SMTP user",
+        "553 Invalid return-path address",
+        "554 5.7.1 Email has been deleted: virus found",
+        "553 5.7.1 The From: address is not registered",
+        "550 5.7.1 Your sending address is not registered",
     ] {
         let v = classify_smtp(raw);
         assert_ne!(

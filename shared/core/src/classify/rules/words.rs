@@ -358,6 +358,8 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
                 "from ",
                 "reply-to ",
                 "return ",
+                "from: ",
+                "sending ",
                 "your ",
                 "your email ",
                 "your e-mail ",
@@ -379,9 +381,6 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
                 "non-existent",
                 "not registered",
                 "no longer in use",
-                "has been deleted",
-                "has been removed",
-                "is not active",
                 "by that name",
             ],
             modifiers: &[
