@@ -177,8 +177,12 @@ fn rule_matches(rule: &TextRule, lower: &str) -> bool {
         || rule.clause.is_some_and(|c| clause_matches(c, lower))
 }
 
+/// A character that continues a word (the rules' phrases match at word boundaries).
+fn is_word(c: char) -> bool {
+    c.is_alphanumeric() || c == '_'
+}
+
 fn clause_matches(clause: &Clause, lower: &str) -> bool {
-    let is_word = |c: char| c.is_alphanumeric() || c == '_';
     clause.subjects.iter().any(|subject| {
         lower.match_indices(subject).any(|(at, _)| {
             let before = &lower[..at];
@@ -243,7 +247,6 @@ fn ends_a_phrase(rest: &str) -> bool {
 /// Whether `before` (the text up to a subject) ends with one of the clause's modifiers, then at
 /// most one word of [`MODIFIER_GAP`]: "invalid user", "no such local user".
 fn modified(clause: &Clause, before: &str) -> bool {
-    let is_word = |c: char| c.is_alphanumeric() || c == '_';
     let near = before.trim_end();
     let one_word_less = near
         .rsplit_once(' ')
@@ -465,7 +468,6 @@ const PASSING_WORDS: &[&str] = &[
 
 /// The first word of `words` that starts a word of `lower`.
 fn word_start_of<'w>(lower: &str, words: &[&'w str]) -> Option<&'w str> {
-    let is_word = |c: char| c.is_alphanumeric() || c == '_';
     words.iter().copied().find(|w| {
         lower
             .match_indices(w)
@@ -526,8 +528,8 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     let lower = rule_text(reply.enhanced, &reply.text);
     // A permanent code whose words say the refusal is temporary ("550 temporarily blocked",
     // "554 ... could not be saved. Please retry later."): the words win, as for a 4yz reply.
-    let digit = match (reply.class_digit(), says_temporary(&lower)) {
-        (Some(5), Some(words)) => {
+    let digit = match reply.class_digit() {
+        Some(5) if let Some(words) = says_temporary(&lower) => {
             note(
                 "smtp.5xx-says-temporary".into(),
                 true,
@@ -535,7 +537,7 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
             );
             Some(4)
         }
-        (digit, _) => digit,
+        digit => digit,
     };
     let text_match = if tracing {
         // Every rule in order, as `text_rule` tries them.

@@ -900,6 +900,9 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 5.6.0 Invalid header User-Agent",
         "535 5.7.8 Bad SMTP user",
         "553 Invalid return-path address",
+        // the noun qualifies the next word
+        "550 invalid address format",
+        "550 Invalid user-agent",
         "554 5.7.1 Email has been deleted: virus found",
         "553 5.7.1 The From: address is not registered",
         "550 5.7.1 Your sending address is not registered",
