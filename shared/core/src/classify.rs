@@ -21,6 +21,7 @@
 //! # Layout
 //! - `taxonomy`: [`ErrorClass`], [`Source`], [`Verdict`], [`EnhancedCode`].
 //! - `smtp`: [`SmtpReply`] and [`classify_smtp`]; `rules`: its wording rules, as data;
+//!   `signals`: the words that call a failure permanent or temporary, or refuse without a code;
 //!   `registry`: IANA's enhanced status codes, each with its classes, as data.
 //! - `ses_api`: [`classify_ses_api`] for SES v2 API errors.
 //! - `ses_events`: [`classify_ses_event`] for SES bounce, complaint, reject and rendering events.
@@ -29,6 +30,7 @@ mod registry;
 mod rules;
 mod ses_api;
 mod ses_events;
+mod signals;
 mod smtp;
 mod taxonomy;
 

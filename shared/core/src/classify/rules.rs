@@ -17,13 +17,15 @@ pub(super) struct TextRule {
 /// not exist". A clause ends at `;`, `:`, `,`, a bracket, a line break or a full stop followed by
 /// a space (an address's dots do not end it). A subject right after one of `not_after` does not
 /// count ("sender address", "IP address").
-/// A subject right after one of `modifiers`, with at most one word between ("invalid user",
-/// "no such local user"), counts as well.
+/// A subject of `modified_subjects` right after one of `modifiers`, with at most one word of
+/// `modifier_gap` between ("invalid user", "no such local user"), counts as well.
 pub(super) struct Clause {
     pub(super) subjects: &'static [&'static str],
     pub(super) not_after: &'static [&'static str],
     pub(super) predicates: &'static [&'static str],
     pub(super) modifiers: &'static [&'static str],
+    pub(super) modified_subjects: &'static [&'static str],
+    pub(super) modifier_gap: &'static [&'static str],
 }
 
 /// How far after its subject a clause's predicate may start.
@@ -491,7 +493,32 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["number of messages exceeded"],
             ["violating our security policies", "chkuser"],
             ["4.7.28"],
-            ["4.7.27", "rate"]
+            ["4.7.27", "rate"],
+            // "too many" (connections, messages, recipients) in the languages receivers answer
+            // in; "zu viele ungültige Empfänger" is a limit, as "too many invalid" above.
+            ["zu viele"],
+            ["trop de connexions"],
+            ["trop de messages"],
+            ["trop de destinataires"],
+            ["demasiadas conexiones"],
+            ["demasiados mensajes"],
+            ["demasiados destinatarios"],
+            ["demasiadas conexões"],
+            ["mensagens demais"],
+            ["troppe connessioni"],
+            ["troppi messaggi"],
+            ["troppi destinatari"],
+            ["te veel verbindingen"],
+            ["te veel berichten"],
+            ["zbyt wiele połączeń"],
+            ["zbyt wiele wiadomości"],
+            ["слишком много"],
+            ["发送频率过高"],
+            ["发信频率"],
+            ["發信頻率"],
+            ["频率过快"],
+            ["頻率過快"],
+            ["送信数の制限"]
         ]
     ),
 ];

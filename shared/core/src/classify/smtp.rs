@@ -3,6 +3,7 @@
 
 use super::registry::{REGISTRY, SUBJECT_DEFAULTS};
 use super::rules::{CLAUSE_REACH, Clause, TextRule, text_rules};
+use super::signals::{refuses, says_permanent, says_temporary};
 use super::*;
 
 /// An SMTP reply split into its parts.
@@ -178,7 +179,7 @@ fn rule_matches(rule: &TextRule, lower: &str) -> bool {
 }
 
 /// A character that continues a word (the rules' phrases match at word boundaries).
-fn is_word(c: char) -> bool {
+pub(super) fn is_word(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
@@ -192,39 +193,12 @@ fn clause_matches(clause: &Clause, lower: &str) -> bool {
             whole_word
                 && !clause.not_after.iter().any(|n| before.ends_with(n))
                 && (predicate_in_clause(clause, &lower[end..])
-                    || (MODIFIED_SUBJECTS.contains(subject)
+                    || (clause.modified_subjects.contains(subject)
                         && ends_a_phrase(&lower[end..])
                         && modified(clause, before)))
         })
     })
 }
-
-/// The subjects a modifier may come before: "email" is as often the message ("invalid email
-/// headers") as the address.
-const MODIFIED_SUBJECTS: &[&str] = &[
-    "user",
-    "recipient",
-    "mailbox",
-    "mail box",
-    "address",
-    "addressee",
-    "account",
-    "alias",
-    "local part",
-    "local-part",
-];
-
-/// The words that may stand between a modifier and its subject ("no such local user", "invalid
-/// recipient address"); any other ("bad SMTP user", "invalid return-path address") breaks it.
-const MODIFIER_GAP: &[&str] = &[
-    "local",
-    "destination",
-    "recipient",
-    "e-mail",
-    "email",
-    "mail",
-    "mailbox",
-];
 
 /// Whether a subject read after a modifier ends its phrase: the text ends, or goes on with no
 /// word ("invalid user: x", "unknown user <a@x>"), or with one of a few words of place. "Invalid
@@ -245,12 +219,12 @@ fn ends_a_phrase(rest: &str) -> bool {
 }
 
 /// Whether `before` (the text up to a subject) ends with one of the clause's modifiers, then at
-/// most one word of [`MODIFIER_GAP`]: "invalid user", "no such local user".
+/// most one word of its `modifier_gap`: "invalid user", "no such local user".
 fn modified(clause: &Clause, before: &str) -> bool {
     let near = before.trim_end();
     let one_word_less = near
         .rsplit_once(' ')
-        .filter(|(_, word)| MODIFIER_GAP.contains(word))
+        .filter(|(_, word)| clause.modifier_gap.contains(word))
         .map(|(rest, _)| rest.trim_end());
     [Some(near), one_word_less]
         .into_iter()
@@ -308,172 +282,6 @@ fn names_sender(e: Option<EnhancedCode>) -> bool {
 
 /// The wording rule for a receiving system that is down or refusing service.
 const OUTAGE_RULE: &str = "provider-down";
-
-/// Words that call a failure final, in bounces that carry no code.
-const PERMANENT_WORDS: &[&str] = &[
-    "permanent failure",
-    "permanent error",
-    "failed permanently",
-    "permanently failed",
-];
-
-/// Words that call a refusal temporary, whatever its code (each the start of a word).
-const TEMPORARY_WORDS: &[&str] = &[
-    "temporar",
-    "try again later",
-    "retry later",
-    "try later",
-    // German, French, Spanish and Portuguese, Italian, Dutch, Polish, Czech, Swedish, Hungarian,
-    // Russian, Korean: "temporarily"
-    "vorübergehend",
-    "temporär",
-    "temporairement",
-    "temporalmente",
-    "temporariamente",
-    "temporaneamente",
-    "tijdelijk",
-    "tymczasowo",
-    "dočasně",
-    "tillfälligt",
-    "ideiglenesen",
-    "временно",
-    "일시적",
-];
-
-/// [`TEMPORARY_WORDS`] in scripts without spaces between words, read anywhere in the text:
-/// Japanese, simplified and traditional Chinese "temporarily".
-const TEMPORARY_CJK: &[&str] = &["一時的", "暂时", "暫時"];
-
-/// The words of [`TEMPORARY_WORDS`] the text says, unless it also calls the failure permanent
-/// ("permanent error", "not a temporary failure").
-fn says_temporary(lower: &str) -> Option<&'static str> {
-    let denied = [
-        "permanent",
-        "not temporar",
-        "non-temporar",
-        "not a temporar",
-        "do not try",
-        "don't try",
-        "not retry",
-        "will not succeed",
-        "disposable",
-        "temporary email",
-        "temporary e-mail",
-        "temporary address",
-        "nicht vorübergehend",
-        "不是暂时",
-        "постоян",
-        "永久",
-    ]
-    .iter()
-    .any(|w| lower.contains(w));
-    // Addresses and links are names, not words: "<temporary@example.com>", ".../temporary-errors".
-    let words: String = lower
-        .split_whitespace()
-        .filter(|t| !t.contains('@') && !t.contains('/'))
-        .collect::<Vec<_>>()
-        .join(" ");
-    word_start_of(&words, TEMPORARY_WORDS)
-        .or_else(|| TEMPORARY_CJK.iter().copied().find(|w| words.contains(w)))
-        .filter(|_| !denied)
-}
-
-/// Words of refusal that make a bounce without any code final when no rule decides it ("Server
-/// refused the message", "Spoofed MAIL FROM"), unless a word of [`PASSING_WORDS`] is also there.
-/// Each is the start of a word: "refus" reads "refused" and "refusal".
-const REFUSAL_WORDS: &[&str] = &[
-    "refus",
-    "reject",
-    "denied",
-    "deny",
-    "not accept",
-    "doesn't accept",
-    "not allowed",
-    "prohibit",
-    "not permitted",
-    "violat",
-    "invalid",
-    "not support",
-    "unsupported",
-    "bounced",
-    "suspended",
-    "disabled",
-    "spoof",
-    "forbidden",
-    "blocked",
-    "banned",
-    "not authorized",
-    "not authorised",
-    "no such",
-    "not exist",
-    "doesn't exist",
-    "not match",
-    "not valid",
-    "too large",
-    "too big",
-];
-
-/// Words of a condition that may pass (a failing system, a limit, a wait): with one of them, words
-/// of refusal in a bounce without codes do not make it final ("Connection refused", "temporarily
-/// blocked", "rejected: mailbox full").
-const PASSING_WORDS: &[&str] = &[
-    "try again",
-    "retry",
-    "later",
-    "temporar",
-    "timed out",
-    "timeout",
-    "time out",
-    "busy",
-    "connect",
-    "unreachable",
-    "not reachable",
-    "respond",
-    "response",
-    "dropped",
-    "closed",
-    "broken",
-    "failing",
-    "fail",
-    "error",
-    "crash",
-    "backend",
-    "queue",
-    "quota",
-    "is full",
-    "mailbox full",
-    "box full",
-    "disk full",
-    "space",
-    "storage",
-    "disk",
-    "exceed",
-    "limit",
-    "rate",
-    "throttl",
-    "defer",
-    "postpon",
-    "delay",
-    "lookup",
-    "dns",
-    "resolv",
-    "network",
-    "route",
-    "routing",
-    "load",
-    "unavailable",
-    "not ready",
-    "permission",
-];
-
-/// The first word of `words` that starts a word of `lower`.
-fn word_start_of<'w>(lower: &str, words: &[&'w str]) -> Option<&'w str> {
-    words.iter().copied().find(|w| {
-        lower
-            .match_indices(w)
-            .any(|(at, _)| !lower[..at].chars().next_back().is_some_and(is_word))
-    })
-}
 
 /// Maps a basic RFC 5321 reply code to a class.
 pub(super) fn basic_class(code: u16) -> Option<ErrorClass> {
@@ -596,7 +404,7 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     };
     // A wording rule of class `unknown` (a mail loop) is a final signal of its own, and so are the
     // words "permanent failure" of a bounce without codes ("Delivery failed permanently").
-    let permanent_words = PERMANENT_WORDS.iter().find(|w| lower.contains(*w));
+    let permanent_words = says_permanent(&lower);
     if let Some(words) = permanent_words {
         note(
             "smtp.permanent-words".into(),
@@ -613,8 +421,7 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     });
     let refusal =
         if digit.is_none() && reply.enhanced.is_none() && text_match.is_none() && !quotes_a_code {
-            word_start_of(&lower, REFUSAL_WORDS)
-                .filter(|_| word_start_of(&lower, PASSING_WORDS).is_none())
+            refuses(&lower)
         } else {
             None
         };

@@ -1,0 +1,495 @@
+//! Words that decide a reply's fate beside the rules: a failure called permanent or temporary,
+//! and a codeless refusal. Each list holds English and the languages receivers answer in
+//! (translations of the English words, not any one provider's wording).
+
+use super::smtp::is_word;
+
+/// Words that call a failure final, in bounces that carry no code.
+const PERMANENT_WORDS: &[&str] = &[
+    "permanent failure",
+    "permanent error",
+    "failed permanently",
+    "permanently failed",
+];
+
+/// Words that call a refusal temporary, whatever its code (each the start of a word):
+/// "temporary" / "temporarily" and "try again later".
+const TEMPORARY_WORDS: &[&str] = &[
+    "temporar",
+    "try again later",
+    "retry later",
+    "try later",
+    // German
+    "vorübergehend",
+    "temporär",
+    "später erneut",
+    "später noch einmal",
+    "später wieder",
+    "versuchen sie es später",
+    // French
+    "temporaire",
+    "plus tard",
+    // Spanish
+    "temporal",
+    "más tarde",
+    "mas tarde",
+    // Portuguese
+    "temporári",
+    "mais tarde",
+    // Italian
+    "temporane",
+    "più tardi",
+    "piu tardi",
+    // Dutch
+    "tijdelijk",
+    "later opnieuw",
+    "later nog eens",
+    // Polish
+    "tymczasow",
+    "później",
+    // Czech and Slovak
+    "dočasn",
+    "později",
+    "neskôr",
+    // Swedish, Danish and Norwegian, Finnish
+    "tillfällig",
+    "igen senare",
+    "midlertidig",
+    "igen senere",
+    "igjen senere",
+    "tilapäi",
+    "myöhemmin",
+    // Hungarian, Romanian ("temporar" above), Turkish, Greek
+    "ideiglenes",
+    "később",
+    "mai târziu",
+    "mai tarziu",
+    "geçici",
+    "daha sonra tekrar",
+    "προσωριν",
+    "αργότερα",
+    // Russian and Bulgarian, Ukrainian
+    "временн",
+    "позже",
+    "позднее",
+    "по-късно",
+    "тимчасов",
+    "пізніше",
+    // Korean, Vietnamese, Indonesian and Malay, Arabic, Hebrew
+    "일시적",
+    "잠시 후",
+    "나중에 다시",
+    "tạm thời",
+    "thử lại sau",
+    "coba lagi nanti",
+    "cuba lagi nanti",
+    "مؤقت",
+    "لاحقا",
+    "זמני",
+    "מאוחר יותר",
+];
+
+/// [`TEMPORARY_WORDS`] in scripts without spaces between words, read anywhere in the text:
+/// Japanese, simplified and traditional Chinese, Thai.
+const TEMPORARY_CJK: &[&str] = &[
+    "一時的",
+    "しばらくしてから",
+    "後ほど",
+    "時間をおいて",
+    "時間を置いて",
+    "暂时",
+    "暫時",
+    "临时",
+    "臨時",
+    "稍后",
+    "稍後",
+    "ชั่วคราว",
+];
+
+/// Words that deny the temporary reading: the failure is called permanent or "not temporary", or
+/// "temporary" names a throwaway address that the receiver refuses.
+const NOT_TEMPORARY: &[&str] = &[
+    "permanent",
+    "not temporar",
+    "non-temporar",
+    "not a temporar",
+    "do not try",
+    "don't try",
+    "not retry",
+    "will not succeed",
+    "disposable",
+    "temporary email",
+    "temporary e-mail",
+    "temporary address",
+    "nicht vorübergehend",
+    "dauerhaft",
+    "definitiv",
+    "définitiv",
+    "kalıcı",
+    "trwał",
+    "pysyv",
+    "véglege",
+    "wegwerf",
+    "jetable",
+    "desechable",
+    "descartáve",
+    "одноразов",
+    "постоян",
+    "不是暂时",
+    "永久",
+    "永続",
+    "영구",
+];
+
+/// Words of refusal that make a bounce without any code final when no rule decides it ("Server
+/// refused the message", "Spoofed MAIL FROM"), unless a word of [`PASSING_WORDS`] is also there.
+/// Each is the start of a word: "refus" reads "refused" and "refusal".
+const REFUSAL_WORDS: &[&str] = &[
+    "refus",
+    "reject",
+    "denied",
+    "deny",
+    "not accept",
+    "doesn't accept",
+    "not allowed",
+    "prohibit",
+    "not permitted",
+    "violat",
+    "invalid",
+    "not support",
+    "unsupported",
+    "bounced",
+    "suspended",
+    "disabled",
+    "spoof",
+    "forbidden",
+    "blocked",
+    "banned",
+    "not authorized",
+    "not authorised",
+    "no such",
+    "not exist",
+    "doesn't exist",
+    "not match",
+    "not valid",
+    "too large",
+    "too big",
+    // German
+    "abgelehnt",
+    "abgewiesen",
+    "zurückgewiesen",
+    "verweigert",
+    "nicht erlaubt",
+    "nicht zugelassen",
+    "gesperrt",
+    "ungültig",
+    // French ("refus" above)
+    "rejet",
+    "interdit",
+    "non autorisé",
+    "bloqué",
+    // Spanish and Portuguese
+    "rechaz",
+    "denegad",
+    "no permitid",
+    "prohibid",
+    "bloquead",
+    "inválid",
+    "no válid",
+    "rejeitad",
+    "recusad",
+    "proibid",
+    "não permitid",
+    // Italian
+    "rifiutat",
+    "respint",
+    "bloccat",
+    "vietat",
+    "non valid",
+    "non consentit",
+    // Dutch
+    "geweigerd",
+    "afgewezen",
+    "geblokkeerd",
+    "ongeldig",
+    "niet toegestaan",
+    // Polish, Czech
+    "odrzucon",
+    "odmow",
+    "zablokowan",
+    "nieprawidłow",
+    "niedozwolon",
+    "odmítnut",
+    "zamítnut",
+    "zablokován",
+    "neplatn",
+    // Swedish, Danish and Norwegian, Finnish
+    "avvisad",
+    "nekad",
+    "blockerad",
+    "ogiltig",
+    "afvist",
+    "avvist",
+    "ugyldig",
+    "hylätty",
+    "estetty",
+    // Hungarian, Turkish, Greek
+    "elutasít",
+    "letiltott",
+    "érvénytelen",
+    "reddedil",
+    "engellen",
+    "geçersiz",
+    "απορρίφθηκε",
+    "απορρίπτ",
+    // Russian, Ukrainian
+    "отклон",
+    "отказ",
+    "запрещ",
+    "заблокирован",
+    "недопустим",
+    "відхилен",
+    "заборон",
+    "заблоков",
+    // Korean, Vietnamese, Indonesian and Malay, Arabic, Hebrew
+    "거부",
+    "차단",
+    "bị từ chối",
+    "ditolak",
+    "diblokir",
+    "مرفوض",
+    "נדחה",
+];
+
+/// [`REFUSAL_WORDS`] in Japanese and Chinese, read anywhere in the text.
+const REFUSAL_CJK: &[&str] = &[
+    "拒否", "拒絶", "拒绝", "拒絕", "禁止", "無効", "无效", "無效", "退回",
+];
+
+/// Words of a condition that may pass (a failing system, a limit, a wait): with one of them, or one
+/// of [`TEMPORARY_WORDS`], words of refusal in a bounce without codes do not make it final
+/// ("Connection refused", "blocked for a while", "rejected: mailbox full").
+const PASSING_WORDS: &[&str] = &[
+    "try again",
+    "retry",
+    "later",
+    "timed out",
+    "timeout",
+    "time out",
+    "busy",
+    "connect",
+    "unreachable",
+    "not reachable",
+    "respond",
+    "response",
+    "dropped",
+    "closed",
+    "broken",
+    "failing",
+    "fail",
+    "error",
+    "crash",
+    "backend",
+    "queue",
+    "quota",
+    "is full",
+    "mailbox full",
+    "box full",
+    "disk full",
+    "space",
+    "storage",
+    "disk",
+    "exceed",
+    "limit",
+    "rate",
+    "throttl",
+    "defer",
+    "postpon",
+    "delay",
+    "lookup",
+    "dns",
+    "resolv",
+    "network",
+    "route",
+    "routing",
+    "load",
+    "unavailable",
+    "not ready",
+    "permission",
+    // "error", "full", "connection", "unavailable", "exceeded", "too many" in German, French,
+    // Spanish, Portuguese, Italian, Dutch, Polish, Russian, Czech, Swedish, Turkish, Korean
+    "fehler",
+    "voll",
+    "verbindung",
+    "nicht erreichbar",
+    "nicht verfügbar",
+    "überschritten",
+    "zu viele",
+    "erreur",
+    "plein",
+    "connexion",
+    "indisponible",
+    "dépass",
+    "trop de",
+    "cuota",
+    "lleno",
+    "llena",
+    "conexi",
+    "no disponible",
+    "excedid",
+    "demasiad",
+    "erro",
+    "cheia",
+    "indisponíve",
+    "pien",
+    "connession",
+    "non disponibile",
+    "superat",
+    "troppi",
+    "fout",
+    "verbinding",
+    "niet beschikbaar",
+    "te veel",
+    "błąd",
+    "pełn",
+    "połączeni",
+    "niedostępn",
+    "przekroczon",
+    "zbyt wiele",
+    "ошибк",
+    "переполн",
+    "соединени",
+    "подключени",
+    "недоступ",
+    "превыш",
+    "слишком много",
+    "chyb",
+    "hata",
+    "bağlantı",
+    "오류",
+    "연결",
+    "초과",
+];
+
+/// [`PASSING_WORDS`] in Japanese and Chinese, read anywhere in the text.
+const PASSING_CJK: &[&str] = &[
+    "エラー",
+    "错误",
+    "錯誤",
+    "満杯",
+    "已满",
+    "已滿",
+    "容量",
+    "接続",
+    "连接",
+    "連線",
+    "超过",
+    "超過",
+    "超出",
+    "制限",
+    "頻繁",
+    "频繁",
+    "過多",
+    "过多",
+];
+
+/// The words of [`PERMANENT_WORDS`] the text says.
+pub(super) fn says_permanent(lower: &str) -> Option<&'static str> {
+    PERMANENT_WORDS.iter().copied().find(|w| lower.contains(w))
+}
+
+/// The words of [`TEMPORARY_WORDS`] the text says, unless it also calls the failure permanent
+/// ("permanent error", "not a temporary failure").
+pub(super) fn says_temporary(lower: &str) -> Option<&'static str> {
+    if NOT_TEMPORARY.iter().any(|w| lower.contains(w)) {
+        return None;
+    }
+    // Addresses and links are names, not words: "<temporary@example.com>", ".../temporary-errors".
+    let words: String = lower
+        .split_whitespace()
+        .filter(|t| !t.contains('@') && !t.contains('/'))
+        .collect::<Vec<_>>()
+        .join(" ");
+    word_start_of(&words, TEMPORARY_WORDS).or_else(|| anywhere(&words, TEMPORARY_CJK))
+}
+
+/// The word of refusal of a text that names no condition which may pass.
+pub(super) fn refuses(lower: &str) -> Option<&'static str> {
+    let passing = word_start_of(lower, PASSING_WORDS)
+        .or_else(|| word_start_of(lower, TEMPORARY_WORDS))
+        .or_else(|| anywhere(lower, PASSING_CJK))
+        .or_else(|| anywhere(lower, TEMPORARY_CJK));
+    if passing.is_some() {
+        return None;
+    }
+    word_start_of(lower, REFUSAL_WORDS).or_else(|| anywhere(lower, REFUSAL_CJK))
+}
+
+/// The first word of `words` that starts a word of `lower`.
+fn word_start_of<'w>(lower: &str, words: &[&'w str]) -> Option<&'w str> {
+    words.iter().copied().find(|w| {
+        lower
+            .match_indices(w)
+            .any(|(at, _)| !lower[..at].chars().next_back().is_some_and(is_word))
+    })
+}
+
+/// The first of `words` found anywhere in `lower` (scripts without spaces between words).
+fn anywhere<'w>(lower: &str, words: &[&'w str]) -> Option<&'w str> {
+    words.iter().copied().find(|w| lower.contains(w))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every word of every list reads where a reply puts it: after a space, and (for the lists
+    /// read anywhere) glued to other characters of its script.
+    #[test]
+    fn every_listed_word_is_read_in_a_reply() {
+        for w in TEMPORARY_WORDS {
+            let text = format!("blocked, {w} x");
+            assert_eq!(says_temporary(&text), Some(*w), "{text}");
+        }
+        for w in TEMPORARY_CJK {
+            let text = format!("受信{w}できません");
+            assert_eq!(says_temporary(&text), Some(*w), "{text}");
+        }
+        for w in NOT_TEMPORARY {
+            let text = format!("blocked temporarily, {w}");
+            assert_eq!(says_temporary(&text), None, "{text}");
+        }
+        for w in REFUSAL_WORDS {
+            let text = format!("the message was {w} here");
+            assert_eq!(refuses(&text), Some(*w), "{text}");
+        }
+        for w in REFUSAL_CJK {
+            let text = format!("邮件{w}了");
+            assert_eq!(refuses(&text), Some(*w), "{text}");
+        }
+        for w in PASSING_WORDS.iter().chain(TEMPORARY_WORDS) {
+            let text = format!("the message was refused: {w} x");
+            assert_eq!(refuses(&text), None, "{text}");
+        }
+        for w in PASSING_CJK.iter().chain(TEMPORARY_CJK) {
+            let text = format!("邮件被拒绝{w}了");
+            assert_eq!(refuses(&text), None, "{text}");
+        }
+        for w in PERMANENT_WORDS {
+            assert_eq!(says_permanent(&format!("x {w} y")), Some(*w));
+        }
+    }
+
+    /// A listed word must start a word: "against" is not "again", "ungültiger" holds
+    /// "ungültig" but "fehlerfrei" is not read inside "unfehlerfrei".
+    #[test]
+    fn a_word_must_start_a_word() {
+        assert_eq!(says_temporary("blocked contemporarily"), None);
+        assert_eq!(refuses("the message was unrefused"), None);
+        assert!(refuses("refused, against the rules").is_some());
+        assert_eq!(
+            refuses("Nachricht abgelehnt: ungültiger Absender"),
+            Some("abgelehnt")
+        );
+    }
+}
