@@ -85,7 +85,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             // long"
             ["have been failing for a long time"],
             ["could not deliver for the last"],
-            ["in the queue too long"]
+            ["in the queue too long"],
+            // X.4.7's title in RFC 3463's registry, which MTAs use as the text
+            ["delivery time expired"]
         ]
     ),
     // A blocklist named in a refusal: before the network rule, since some receivers word it

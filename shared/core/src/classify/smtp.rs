@@ -274,10 +274,16 @@ pub(super) fn enhanced_class(e: EnhancedCode) -> Option<ErrorClass> {
     }
 }
 
-/// Whether the status is about the sender's address (`X.1.7`, `X.1.8`): then no wording makes
-/// the reply a dead recipient ("550 5.1.7 No such domain" is our sender's domain).
-fn names_sender(e: Option<EnhancedCode>) -> bool {
-    e.is_some_and(|e| e.subject == 1 && matches!(e.detail, 7 | 8))
+/// Whether the reply is about our sender: its address (`X.1.7`, `X.1.8`), or its login (RFC 4954's
+/// `530`, `534`, `535`, `538` replies; `X.7.8`, `X.7.9`, `X.7.11` to `X.7.14`). Then no wording
+/// makes it a dead recipient: "550 5.1.7 No such domain" is our sender's domain, "535 5.7.13 User
+/// Account Disabled" our account.
+fn names_sender(reply: &SmtpReply) -> bool {
+    let status = reply.enhanced.is_some_and(|e| {
+        (e.subject == 1 && matches!(e.detail, 7 | 8))
+            || (e.subject == 7 && matches!(e.detail, 8 | 9 | 11..=14))
+    });
+    status || matches!(reply.code, Some(530 | 534 | 535 | 538))
 }
 
 /// The wording rule for a receiving system that is down or refusing service.
@@ -390,13 +396,12 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
             outage_under_5xx = true;
             None
         }
-        Some(rule)
-            if rule.class == ErrorClass::RecipientPermanent && names_sender(reply.enhanced) =>
-        {
+        Some(rule) if rule.class == ErrorClass::RecipientPermanent && names_sender(&reply) => {
             note(
                 "smtp.sender-status".into(),
                 true,
-                "X.1.7/X.1.8 names the sender's address: not a dead recipient".into(),
+                "the code or status names our sender's address or login: not a dead recipient"
+                    .into(),
             );
             None
         }

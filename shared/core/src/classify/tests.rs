@@ -677,6 +677,73 @@ pub(super) fn every_registered_enhanced_code_has_its_classes() {
     assert_eq!(enhanced_class(unlisted), Some(ErrorClass::ContentRejected));
 }
 
+/// A recipient's wording under a status or code that names our sender's address or login (RFC
+/// 3463's `X.1.7`/`X.1.8`, RFC 4954's `530`/`534`/`535`/`538` and `X.7.8`/`X.7.9`/`X.7.11` to
+/// `X.7.14`) is about us: never a dead recipient.
+#[test]
+pub(super) fn a_recipient_wording_about_our_sender_or_login_is_not_a_dead_recipient() {
+    for raw in [
+        "550 5.1.7 No such domain",
+        "553 5.1.8 Domain does not exist",
+        "535 5.7.13 User Account Disabled",
+        "5.7.13 User Account Disabled",
+        "535 Account disabled",
+        "534 5.7.14 Account is not active",
+        "535 5.7.8 User unknown",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.retryable, v.suppress_recipient),
+            (ErrorClass::SenderConfig, false, false),
+            "{raw} -> {v:?}"
+        );
+    }
+    // RFC 4954's 538: encryption needed for the login, not a disabled mailbox.
+    each_is(
+        &["538 5.7.11 Mailbox disabled"],
+        (ErrorClass::Tls, true, false),
+    );
+    let (_, tried) = explain_smtp("535 5.7.13 User Account Disabled");
+    assert!(
+        tried.iter().any(|t| t.rule == "smtp.sender-status"),
+        "{tried:?}"
+    );
+    // The same words under a recipient's status stay a dead (or disabled) recipient.
+    each_is(
+        &[
+            "550 5.1.1 User account disabled",
+            "550 5.2.1 Account disabled",
+            "550 User unknown",
+        ],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+}
+
+/// MTAs use the titles of RFC 3463's registry (and RFC 5321's reply texts) as the text of a reply
+/// or a DSN: without a code, the title reads as its code.
+#[test]
+pub(super) fn the_registrys_titles_used_as_text_read_as_their_codes() {
+    each_is(
+        &[
+            "Delivery time expired",
+            "Mail system full",
+            "554 5.3.1 Mail system full",
+            "Directory server failure",
+            "Mail system congestion",
+            "Requested action not taken: insufficient system storage",
+        ],
+        (ErrorClass::ProviderUnavailable, true, false),
+    );
+    each_is(
+        &["Message length exceeds administrative limit"],
+        (ErrorClass::ContentRejected, false, false),
+    );
+    each_is(
+        &["452 4.2.3 Message length exceeds administrative limit"],
+        (ErrorClass::Throttled, true, false),
+    );
+}
+
 /// A relay whose queue lifetime ran out (`X.4.7`), or that gave up on a condition RFC 3463 calls
 /// "useful only as a persistent transient error", reports the receiving side's failure: retried,
 /// with or without a permanent status.

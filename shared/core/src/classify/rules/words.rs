@@ -678,6 +678,8 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             // to a server without it (Exim's "did not include SMTPUTF8"), a recipient who unsubscribed.
             ["message exceeds maximum"],
             ["did not include smtputf8"],
+            // X.2.3's title in RFC 3463's registry: the same message is too long again.
+            ["exceeds administrative limit"],
             ["does not support smtputf8"],
             ["unsubscribed"],
         ]
@@ -722,6 +724,12 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["database"],
             ["lookup failure"],
             ["insufficient disk space"],
+            // The titles of X.3.1, X.4.3 and X.4.5 in RFC 3463's registry, and RFC 5321's 452
+            // text, which MTAs use as the text of a reply or DSN.
+            ["mail system full"],
+            ["directory server failure"],
+            ["mail system congestion"],
+            ["insufficient system storage"],
         ]
     ),
     // A receiving service that is down or refusing service: under a 5yz code or a 5.x.x status
