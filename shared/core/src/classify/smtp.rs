@@ -251,10 +251,42 @@ fn predicate_in_clause(clause: &Clause, rest: &str) -> bool {
     }
     let window = &rest[..stop];
     clause.predicates.iter().any(|p| {
-        window
-            .match_indices(p)
-            .any(|(i, _)| i <= CLAUSE_REACH && !window[..i].ends_with(char::is_alphanumeric))
+        window.match_indices(p).any(|(i, _)| {
+            i <= CLAUSE_REACH
+                && !window[..i].ends_with(char::is_alphanumeric)
+                && (clause.links.is_empty()
+                    || (only_links(clause, &window[..i]) && ends_a_state(&window[i + p.len()..])))
+        })
     })
+}
+
+/// Whether `between` (the text from a subject to its predicate) holds only the clause's link
+/// words and addresses: "account <a@x> has been closed", not "account password expired".
+fn only_links(clause: &Clause, between: &str) -> bool {
+    between.split_whitespace().all(|word| {
+        clause.links.contains(&word) || word.contains('@') || word.starts_with(['<', '"', '\''])
+    })
+}
+
+/// Whether a state ends its phrase ("closed", "closed due to inactivity"), unlike "closed
+/// connection".
+fn ends_a_state(rest: &str) -> bool {
+    let word: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_alphabetic())
+        .collect();
+    ends_a_phrase(rest)
+        || [
+            "due",
+            "and",
+            "or",
+            "since",
+            "after",
+            "because",
+            "permanently",
+        ]
+        .contains(&word.as_str())
 }
 
 /// Maps an RFC 3463 enhanced status code to a class, from IANA's registry ([`REGISTRY`]) or,

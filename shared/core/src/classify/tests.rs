@@ -990,6 +990,16 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 no account by that name here",
         "550 recipient not registered",
         "550 invalid user: bob",
+        "550 Inbox not found",
+        "550 Non existent mailbox",
+        "550 Not a known recipient",
+        "550 This email address is not in use",
+        // the phrases of a moved address, a failed verification probe, RFC 5321's 550 text
+        "550 Recipient no longer on server",
+        "550 5.1.1 Recipient verification failed",
+        "550 Recipient address rejected: undeliverable address",
+        "550 Requested action not taken: mailbox is unavailable",
+        "550 Requested mailbox is not available",
     ] {
         let v = classify_smtp(raw);
         assert_eq!(v.class, ErrorClass::RecipientPermanent, "{raw} -> {v:?}");
@@ -1026,6 +1036,55 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         let v = classify_smtp(raw);
         assert_ne!(
             v.rule, "smtp.text.recipient-unknown-clause",
+            "{raw} -> {v:?}"
+        );
+    }
+}
+
+/// A mailbox noun with a closed, expired or disabled state, with only link words (and an
+/// address) between, and the state ending its phrase: a closed mailbox (suppressed, not retried).
+#[test]
+pub(super) fn a_mailbox_noun_with_a_closed_state_is_a_closed_mailbox() {
+    for raw in [
+        "550 Account expired",
+        "550 The account has expired",
+        "550 Mailbox has been closed",
+        "550 This account has been closed due to inactivity",
+        "550 Mailbox <bob@example.com> has been permanently closed",
+        "550 Recipient is inactive",
+        "550 inactive account",
+        "550 Closed account: bob@example.com",
+        "550 SL E518 Disabled mailbox",
+        "The mailbox is now terminated",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.retryable, v.suppress_recipient, v.rule.as_str()),
+            (
+                ErrorClass::RecipientPermanent,
+                false,
+                true,
+                "smtp.text.recipient-closed-clause"
+            ),
+            "{raw} -> {v:?}"
+        );
+    }
+    // Other words between, a state that goes on into another noun, our own account, or the
+    // message or login: not a closed mailbox.
+    for raw in [
+        "550 Account password expired",
+        "554 Recipient closed connection",
+        "Recipient closed the session",
+        "550 The account you are sending from has been disabled",
+        "550 Inactive account settings",
+        "550 Your account has expired",
+        "550 Sender account expired",
+        "550 5.7.1 Email expired in transit",
+        "550 User closed",
+    ] {
+        let v = classify_smtp(raw);
+        assert_ne!(
+            v.rule, "smtp.text.recipient-closed-clause",
             "{raw} -> {v:?}"
         );
     }

@@ -358,6 +358,13 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             // Coremail (the platform of NetEase 163/126 and many Chinese hosts), in English.
             ["unavailable mail user"],
             ["not user of this server"],
+            // Moved with no forwarding (X.1.6), and a recipient that a verification probe found
+            // undeliverable (Postfix's reject_unverified_recipient, Exim's callout).
+            ["no longer on server"],
+            ["no longer on this server"],
+            ["recipient verification failed"],
+            ["recipient verify failed"],
+            ["undeliverable address"],
             ["don't exists that user"],
             // "not found", "invalid" and "nonexistent" with a recipient noun, in the languages
             // receivers answer in (translations of the English phrases above).
@@ -500,6 +507,7 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
                 "recipient",
                 "mailbox",
                 "mail box",
+                "inbox",
                 "address",
                 "account",
                 "addressee",
@@ -534,17 +542,22 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
                 "no longer exist",
                 "nonexistent",
                 "non-existent",
+                "non existent",
                 "not registered",
+                "not in use",
                 "no longer in use",
                 "by that name",
             ],
+            links: &[],
             modifiers: &[
                 "no such",
                 "unknown",
                 "invalid",
                 "nonexistent",
                 "non-existent",
+                "non existent",
                 "not a valid",
+                "not a known",
                 "bad",
                 "deleted",
             ],
@@ -554,6 +567,7 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
                 "recipient",
                 "mailbox",
                 "mail box",
+                "inbox",
                 "address",
                 "addressee",
                 "account",
@@ -571,6 +585,66 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
                 "mail",
                 "mailbox",
             ],
+        }),
+    },
+    // A closed, expired or disabled mailbox in words the lists above do not spell out ("The
+    // account has expired", "Mailbox has been closed", "inactive recipient"): a mailbox noun
+    // (not "email" nor "user", which name the message and the login as often) with its state.
+    TextRule {
+        name: "recipient-closed-clause",
+        class: ErrorClass::RecipientPermanent,
+        any_of: &[],
+        clause: Some(&Clause {
+            subjects: &["account", "mailbox", "mail box", "inbox", "recipient"],
+            not_after: &[
+                "sender ",
+                "from ",
+                "sending ",
+                "your ",
+                "your email ",
+                "your e-mail ",
+                "smtp ",
+            ],
+            predicates: &[
+                "expired",
+                "closed",
+                "inactive",
+                "not active",
+                "no longer active",
+                "deactivated",
+                "disabled",
+                "terminated",
+                "cancelled",
+                "canceled",
+                "discontinued",
+            ],
+            links: &[
+                "has",
+                "have",
+                "had",
+                "been",
+                "is",
+                "was",
+                "are",
+                "now",
+                "already",
+                "just",
+                "permanently",
+                "indefinitely",
+            ],
+            modifiers: &[
+                "expired",
+                "closed",
+                "inactive",
+                "deactivated",
+                "disabled",
+                "terminated",
+                "cancelled",
+                "canceled",
+                "discontinued",
+            ],
+            modified_subjects: &["account", "mailbox", "mail box", "inbox", "recipient"],
+            modifier_gap: &["email", "e-mail", "mail", "user", "recipient"],
         }),
     },
     rule!(
@@ -690,7 +764,11 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
     rule!(
         "mailbox-unavailable",
         RecipientPermanent,
-        [["mailbox unavailable"]]
+        [
+            ["mailbox unavailable"],
+            ["mailbox is unavailable"],
+            ["mailbox is not available"]
+        ]
     ),
     // The receiving host's local delivery program failed (a pipe, procmail, an MDA): its
     // operator's trouble, retried. After the other rules: the words that follow "Command died
