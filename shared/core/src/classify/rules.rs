@@ -499,6 +499,18 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["violating our security policies", "chkuser"],
             ["4.7.28"],
             ["4.7.27", "rate"],
+            // Limits per hour or per message count ("Hourly limit reached", "You have exceeded
+            // your messaging limits"): not a size ("message size limit" stays content).
+            ["hourly limit"],
+            ["message limit"],
+            ["messaging limit"],
+            ["recipient limit"],
+            ["messages per hour"],
+            ["messages per day"],
+            ["messages per minute"],
+            ["emails per hour"],
+            ["mails per hour"],
+            ["per hour exceeded"],
             // "too many" (connections, messages, recipients) in the languages receivers answer
             // in; "zu viele ungültige Empfänger" is a limit, as "too many invalid" above.
             ["zu viele"],

@@ -10,6 +10,10 @@ const PERMANENT_WORDS: &[&str] = &[
     "permanent error",
     "failed permanently",
     "permanently failed",
+    // The fixed openings of failure (not delay) notices: Exim's, Exchange's, Gmail's.
+    "mail delivery failed: returning message to sender",
+    "delivery has failed to these recipients",
+    "delivery status notification (failure)",
 ];
 
 /// Words that call a refusal temporary, whatever its code (each the start of a word):
@@ -174,6 +178,13 @@ const REFUSAL_WORDS: &[&str] = &[
     "not valid",
     "too large",
     "too big",
+    // a failure notice without its reason: "Undelivered Mail Returned to Sender", "Your message
+    // couldn't be delivered"
+    "returned to sender",
+    "returning message to sender",
+    "couldn't be delivered",
+    "could not be delivered",
+    "undeliverable",
     // German
     "abgelehnt",
     "abgewiesen",

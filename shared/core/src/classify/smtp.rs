@@ -318,6 +318,9 @@ fn names_sender(reply: &SmtpReply) -> bool {
     status || matches!(reply.code, Some(530 | 534 | 535 | 538))
 }
 
+/// The wording rule for a connection that failed, read after all others.
+const LATE_NETWORK_RULE: &str = "connection-failed";
+
 /// The wording rule for a receiving system that is down or refusing service.
 const OUTAGE_RULE: &str = "provider-down";
 
@@ -408,6 +411,15 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     let text_match = match text_match {
         // A 5xx reply proves the connection worked: its "connection refused" is the receiver's
         // refusal, not our socket's.
+        // A reply with a code is the peer talking: "451 ... Connection closed" is its own doing.
+        Some(rule) if rule.name == LATE_NETWORK_RULE && reply.code.is_some() => {
+            note(
+                "smtp.reply-is-not-a-socket-error".into(),
+                true,
+                "a reply with a code: the connection worked".into(),
+            );
+            None
+        }
         Some(rule) if rule.class == ErrorClass::Network && reply.class_digit() == Some(5) => {
             note(
                 "smtp.5xx-is-not-a-socket-error".into(),

@@ -744,6 +744,85 @@ pub(super) fn the_registrys_titles_used_as_text_read_as_their_codes() {
     );
 }
 
+/// Limits counted per hour or in messages are limits on us (retried, also under 5yz); a server
+/// too busy passes; a connection that failed, in a bounce without a reply code, is a network
+/// failure, but a peer's reply that mentions its connection is not.
+#[test]
+pub(super) fn limits_busy_servers_and_failed_connections_have_their_classes() {
+    each_is(
+        &[
+            "You have exceeded your messaging limits",
+            "550 Hourly limit reached",
+            "550 Message limit reached",
+            "550 Maximum number of messages per hour exceeded",
+        ],
+        (ErrorClass::Throttled, true, false),
+    );
+    // a size limit stays a size limit
+    each_is(
+        &["552 Message size limit exceeded"],
+        (ErrorClass::ContentRejected, false, false),
+    );
+    each_is(
+        &[
+            "550 Server busy",
+            "554 Server is overloaded",
+            "Server too busy",
+        ],
+        (ErrorClass::ProviderUnavailable, true, false),
+    );
+    each_is(
+        &[
+            "Connection closed by remote host",
+            "Remote host closed connection",
+            "Host unreachable",
+            "Could not connect to SMTP host",
+            "4.4.1 Cannot connect to host",
+        ],
+        (ErrorClass::Network, true, false),
+    );
+    let (v, tried) = explain_smtp("421 Connection closed");
+    assert_eq!(v.class, ErrorClass::ProviderUnavailable, "{v:?}");
+    assert!(
+        tried
+            .iter()
+            .any(|t| t.rule == "smtp.reply-is-not-a-socket-error"),
+        "{tried:?}"
+    );
+    each_is(
+        &["550 Spam rejected, connection closed"],
+        (ErrorClass::ContentRejected, false, false),
+    );
+}
+
+/// The fixed openings of failure notices (not delay notices) make a bounce without its reason
+/// final; a delay notice keeps its retry.
+#[test]
+pub(super) fn a_failure_notice_without_its_reason_is_final() {
+    each_is(
+        &[
+            "Undelivered mail returned to sender",
+            "Delivery has failed to these recipients or groups",
+            "Mail delivery failed: returning message to sender",
+            "Your message couldn't be delivered",
+            "Delivery Status Notification (Failure)",
+        ],
+        (ErrorClass::Unknown, false, false),
+    );
+    each_is(
+        &[
+            "Delivery Status Notification (Delay)",
+            "Your message could not be delivered for 4 hours, will retry",
+        ],
+        (ErrorClass::Unknown, true, false),
+    );
+    // the notice's reason decides when it is there
+    each_is(
+        &["Undeliverable: mailbox full"],
+        (ErrorClass::MailboxTemporary, true, false),
+    );
+}
+
 /// A relay whose queue lifetime ran out (`X.4.7`), or that gave up on a condition RFC 3463 calls
 /// "useful only as a persistent transient error", reports the receiving side's failure: retried,
 /// with or without a permanent status.

@@ -808,6 +808,13 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["directory server failure"],
             ["mail system congestion"],
             ["insufficient system storage"],
+            // A receiving server too busy or overloaded to take the message: it passes.
+            ["server busy"],
+            ["server is busy"],
+            ["server too busy"],
+            ["server is too busy"],
+            ["system busy"],
+            ["overloaded"],
         ]
     ),
     // A receiving service that is down or refusing service: under a 5yz code or a 5.x.x status
@@ -829,6 +836,28 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["temporarily rejected"],
             ["server unavailable or unable to receive"],
             ["tried all mxs"],
+        ]
+    ),
+    // A connection that could not be made or was cut, in words the network rule (order point 1)
+    // does not spell out: last, so that a refusal's own words ("spam rejected, connection
+    // closed") decide first. Under a 5yz code it does not apply (the connection worked).
+    rule!(
+        "connection-failed",
+        Network,
+        [
+            ["connection closed"],
+            ["closed connection"],
+            ["closed the connection"],
+            ["host unreachable"],
+            ["could not connect"],
+            ["couldn't connect"],
+            ["unable to connect"],
+            ["cannot connect"],
+            ["can't connect"],
+            ["failed to connect"],
+            ["connect failed"],
+            ["connection failed"],
+            ["connection lost"],
         ]
     ),
 ];
