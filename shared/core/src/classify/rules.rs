@@ -45,6 +45,7 @@ macro_rules! rule {
     };
 }
 
+mod faults;
 mod words;
 
 /// The rules in the order they are tried: the first rule whose phrases appear wins. The rules read
@@ -66,7 +67,10 @@ mod words;
 /// Generic words that state no cause ("try again later", "closing connection", bare "denied" or
 /// "refused") are deliberately absent: the enhanced or basic code decides those replies.
 pub(super) fn text_rules() -> impl Iterator<Item = &'static TextRule> {
-    CODES_AND_CONDITIONS.iter().chain(words::PARTIES)
+    CODES_AND_CONDITIONS
+        .iter()
+        .chain(words::PARTIES)
+        .chain(faults::REFUSALS_AND_FAULTS)
 }
 
 /// Order points 1 to 4.
