@@ -375,14 +375,24 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     };
     let reply = SmtpReply::parse(raw);
     let lower = rule_text(reply.enhanced, &reply.text);
-    // A permanent code whose words say the refusal is temporary ("550 temporarily blocked",
-    // "554 ... could not be saved. Please retry later."): the words win, as for a 4yz reply.
+    // A permanent code, or none, whose words say the refusal is temporary ("550 temporarily
+    // blocked", "554 ... could not be saved. Please retry later."): the words win, as for a 4yz
+    // reply.
     let digit = match reply.class_digit() {
         Some(5) if let Some(words) = says_temporary(&lower) => {
             note(
                 "smtp.5xx-says-temporary".into(),
                 true,
                 format!("a 5yz code or 5.x.x status, but the text says \"{words}\": read as 4yz"),
+            );
+            Some(4)
+        }
+        // Without any code the words are all there is: "domain of sender temporarily disabled".
+        None if let Some(words) = says_temporary(&lower) => {
+            note(
+                "smtp.says-temporary".into(),
+                true,
+                format!("no code, and the text says \"{words}\": read as 4yz"),
             );
             Some(4)
         }

@@ -567,15 +567,21 @@ pub(super) fn a_codeless_refusal_is_final_unless_it_names_a_passing_condition() 
             .any(|t| t.rule == "smtp.refusal-words" && t.note.contains("refus")),
         "{tried:?}"
     );
-    // A passing condition, a code, or no refusal at all: retried as before.
+    // Temporary words read a codeless text as 4yz: retried, with the transient class.
     each_is(
         &[
             "Refused, please try again later",
             "Denied for the moment, temporarily",
-            "Refused: the backend is not ready",
             "Unsupported request, try later",
-            "Nachricht abgelehnt: Fehler beim Speichern",
             "Message refusé, réessayez plus tard",
+        ],
+        (ErrorClass::ProviderUnavailable, true, false),
+    );
+    // A passing condition, a code, or no refusal at all: retried as before.
+    each_is(
+        &[
+            "Refused: the backend is not ready",
+            "Nachricht abgelehnt: Fehler beim Speichern",
             "Mensaje rechazado: error de conexión",
             "Сообщение отклонено: ошибка сервера",
             "邮件被拒绝：连接超时",
@@ -715,6 +721,37 @@ pub(super) fn a_recipient_wording_about_our_sender_or_login_is_not_a_dead_recipi
             "550 5.2.1 Account disabled",
             "550 User unknown",
         ],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+}
+
+/// A recipient (or its group) that refuses this sender or message is a filter: the address is
+/// alive, never suppressed. A blocklist "listed by" is content; our sender's domain and a relay
+/// refusal are our configuration.
+#[test]
+pub(super) fn a_recipients_filter_is_not_a_dead_address() {
+    each_is(
+        &[
+            "550 Recipient does not accept mail from this sender",
+            "550 The recipient is not accepting messages from you",
+            "550 Blocked by recipient",
+            "550 You are not on the recipient's whitelist",
+            "550 This list is closed to non-members",
+            "550 You must be a member to send to this group",
+            "550 5.5.4 Your IP 192.0.2.1 is listed by Invaluement",
+        ],
+        (ErrorClass::ContentRejected, false, false),
+    );
+    each_is(
+        &[
+            "550 Domain of sender does not resolve",
+            "553 Sorry, you are not allowed to relay",
+        ],
+        (ErrorClass::SenderConfig, false, false),
+    );
+    // A null MX's "does not accept mail" stays a dead domain.
+    each_is(
+        &["556 5.1.10 Recipient domain does not accept mail"],
         (ErrorClass::RecipientPermanent, false, true),
     );
 }
@@ -948,6 +985,17 @@ pub(super) fn a_5xx_reply_that_says_it_is_temporary_is_retried() {
         let v = classify_smtp(raw);
         assert!(v.retryable && !v.suppress_recipient, "{raw} -> {v:?}");
     }
+    // Without any code the words are all there is.
+    each_is(
+        &["domain of sender temporarily disabled"],
+        (ErrorClass::MailboxTemporary, true, false),
+    );
+    let (v, tried) = explain_smtp("Please retry later (anti-virus not ready)");
+    assert!(v.retryable, "{v:?}");
+    assert!(
+        tried.iter().any(|t| t.rule == "smtp.says-temporary"),
+        "{tried:?}"
+    );
     // An address or a link is a name, not a word.
     each_is(
         &["550 5.1.1 <temporary@example.com>: Recipient address rejected: User unknown"],

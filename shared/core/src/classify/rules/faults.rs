@@ -33,6 +33,7 @@ pub(in crate::classify) static REFUSALS_AND_FAULTS: &[TextRule] = &[
             ["listed at"],
             ["listed on"],
             ["listed in"],
+            ["listed by"],
             ["reputation"],
             ["dmarc"],
             ["dkim"],

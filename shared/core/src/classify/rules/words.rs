@@ -17,6 +17,8 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["sender rejected"],
             ["sender domain"],
             ["domain of sender address"],
+            ["domain of sender "],
+            ["not allowed to relay"],
             ["unroutable sender"],
             ["unrouteable sender"],
             ["sender verify failed"],
@@ -123,6 +125,31 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["差出人アドレス"],
             ["送信者アドレス"],
             ["발신자 주소"],
+        ]
+    ),
+    // The recipient (or its group) refuses this sender or message: filtered, the address is
+    // alive. Before the recipient rules, whose "does not accept mail" is a null MX's.
+    rule!(
+        "recipient-filter",
+        ContentRejected,
+        [
+            ["accept mail from"],
+            ["accept email from"],
+            ["accept e-mail from"],
+            ["accept messages from"],
+            ["accepting mail from"],
+            ["accepting email from"],
+            ["accepting messages from"],
+            ["blocked by recipient"],
+            ["blocked by the recipient"],
+            ["recipient has blocked"],
+            ["recipient's whitelist"],
+            ["recipient's allow list"],
+            ["non-members"],
+            ["only members"],
+            ["must be a member"],
+            ["list is moderated"],
+            ["group is moderated"],
         ]
     ),
     rule!(
