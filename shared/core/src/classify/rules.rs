@@ -18,13 +18,15 @@ pub(super) struct TextRule {
 /// a space (an address's dots do not end it). A subject right after one of `not_after` does not
 /// count ("sender address", "IP address").
 /// A subject of `modified_subjects` right after one of `modifiers`, with at most one word of
-/// `modifier_gap` between ("invalid user", "no such local user"), counts as well. With `links`,
+/// `modifier_gap` between ("invalid user", "no such local user"), counts as well. None of
+/// `not_between` may stand between subject and predicate ("user name or password invalid"). With `links`,
 /// only those words (and addresses) may stand between subject and predicate, and the predicate
 /// must end its phrase ("account has been closed", not "account closed connection").
 pub(super) struct Clause {
     pub(super) subjects: &'static [&'static str],
     pub(super) not_after: &'static [&'static str],
     pub(super) predicates: &'static [&'static str],
+    pub(super) not_between: &'static [&'static str],
     pub(super) links: &'static [&'static str],
     pub(super) modifiers: &'static [&'static str],
     pub(super) modified_subjects: &'static [&'static str],
@@ -93,6 +95,7 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["have been failing for a long time"],
             ["could not deliver for the last"],
             ["in the queue too long"],
+            ["retry time not reached for any host"],
             // X.4.7's title in RFC 3463's registry, which MTAs use as the text
             ["delivery time expired"]
         ]
@@ -111,7 +114,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["dnsbl"],
             ["spamcop"],
             ["barracuda"],
-            ["uceprotect"]
+            ["uceprotect"],
+            // qmail's list of refused envelope senders
+            ["badmailfrom"]
         ]
     ),
     // Our own socket or resolver failed (local client errors, session timeouts between us and the
@@ -315,6 +320,10 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["folder full"],
             ["folder is full"],
             ["mailbox size exceeded"],
+            ["mailbox quota"],
+            ["quota usage"],
+            ["storage quota"],
+            ["storage limit"],
             ["ccount is full"],
             ["error writing message: file too large"],
             ["boîte aux lettres du destinataire est pleine"],

@@ -254,6 +254,7 @@ fn predicate_in_clause(clause: &Clause, rest: &str) -> bool {
         window.match_indices(p).any(|(i, _)| {
             i <= CLAUSE_REACH
                 && !window[..i].ends_with(char::is_alphanumeric)
+                && !clause.not_between.iter().any(|w| window[..i].contains(w))
                 && (clause.links.is_empty()
                     || (only_links(clause, &window[..i]) && ends_a_state(&window[i + p.len()..])))
         })

@@ -746,8 +746,13 @@ pub(super) fn a_recipients_filter_is_not_a_dead_address() {
         &[
             "550 Domain of sender does not resolve",
             "553 Sorry, you are not allowed to relay",
+            "Connected to 192.0.2.1 but sender was rejected.",
         ],
         (ErrorClass::SenderConfig, false, false),
+    );
+    each_is(
+        &["553 sorry, your envelope sender is in my badmailfrom list (#5.7.1)"],
+        (ErrorClass::ContentRejected, false, false),
     );
     // A null MX's "does not accept mail" stays a dead domain.
     each_is(
@@ -794,6 +799,14 @@ pub(super) fn limits_busy_servers_and_failed_connections_have_their_classes() {
             "550 Maximum number of messages per hour exceeded",
         ],
         (ErrorClass::Throttled, true, false),
+    );
+    // a mailbox's quota or storage limit is the mailbox's
+    each_is(
+        &[
+            "Mailbox quota usage exceeded",
+            "The recipient's mailbox is over its storage limit",
+        ],
+        (ErrorClass::MailboxTemporary, true, false),
     );
     // a size limit stays a size limit
     each_is(
@@ -870,6 +883,7 @@ pub(super) fn a_relay_whose_queue_lifetime_ran_out_is_retried() {
             "all hosts for 'example.com' have been failing for a long time (and retry time not reached)",
             "Could not deliver for the last 432000 seconds. Giving up",
             "I'm not going to try again; this message has been in the queue too long.",
+            "retry time not reached for any host after a long failure period",
             "550 5.4.7 Delivery time expired",
             "5.4.7 Delivery time expired",
             "554 5.3.1 Mail system full",
@@ -1127,6 +1141,8 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 Recipient address rejected: undeliverable address",
         "550 Requested action not taken: mailbox is unavailable",
         "550 Requested mailbox is not available",
+        "The domain name in the email address is incorrect",
+        "550 Incorrect address",
     ] {
         let v = classify_smtp(raw);
         assert_eq!(v.class, ErrorClass::RecipientPermanent, "{raw} -> {v:?}");
@@ -1159,6 +1175,9 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "554 5.7.1 Email has been deleted: virus found",
         "553 5.7.1 The From: address is not registered",
         "550 5.7.1 Your sending address is not registered",
+        // a login's name and password
+        "550 User name or password invalid",
+        "550 The user's password is incorrect",
     ] {
         let v = classify_smtp(raw);
         assert_ne!(

@@ -15,6 +15,7 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["authority to send from"],
             ["not authorized to send from"],
             ["sender rejected"],
+            ["sender was rejected"],
             ["sender domain"],
             ["domain of sender address"],
             ["domain of sender "],
@@ -573,8 +574,11 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
                 "not registered",
                 "not in use",
                 "no longer in use",
+                "incorrect",
                 "by that name",
             ],
+            // a login's name and password are not an address
+            not_between: &["password", "credential"],
             links: &[],
             modifiers: &[
                 "no such",
@@ -585,6 +589,7 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
                 "non existent",
                 "not a valid",
                 "not a known",
+                "incorrect",
                 "bad",
                 "deleted",
             ],
@@ -645,6 +650,7 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
                 "canceled",
                 "discontinued",
             ],
+            not_between: &[],
             links: &[
                 "has",
                 "have",
