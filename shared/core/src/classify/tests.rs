@@ -856,6 +856,9 @@ pub(super) fn a_failure_notice_without_its_reason_is_final() {
             "Mail delivery failed: returning message to sender",
             "Your message couldn't be delivered",
             "Delivery Status Notification (Failure)",
+            "Dauerhafter Fehler bei der Zustellung",
+            "Erreur permanente lors de la remise",
+            "永久性错误，投递失败",
         ],
         (ErrorClass::Unknown, false, false),
     );
