@@ -364,21 +364,6 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["空間不足"],
             ["邮箱已满"],
             ["信箱已滿"],
-            // a mailbox noun and "full" anywhere in the text ("Boite du destinataire pleine",
-            // "La casilla de correo está llena", "A caixa postal do destinatário está cheia")
-            ["boîte", "pleine"],
-            ["boite", "pleine"],
-            ["postfach", "ist voll"],
-            ["buzón", "lleno"],
-            ["casilla", "llena"],
-            ["caixa", "cheia"],
-            ["casella", "piena"],
-            ["postvak", "is vol"],
-            ["skrzynk", "pełn"],
-            ["ящик", "переполнен"],
-            ["schránka", "plná"],
-            ["brevlåda", "är full"],
-            ["posta kutusu", "dolu"],
         ]
     ),
     rule!(
