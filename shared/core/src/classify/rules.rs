@@ -96,6 +96,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["could not deliver for the last"],
             ["in the queue too long"],
             ["retry time not reached for any host"],
+            // sendmail's "Message could not be delivered for 5 days" and its delay warnings
+            ["could not be delivered for", "day"],
+            ["could not be delivered for", "hour"],
             // X.4.7's title in RFC 3463's registry, which MTAs use as the text
             ["delivery time expired"]
         ]
@@ -323,7 +326,8 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["mailbox quota"],
             ["quota usage"],
             ["storage quota"],
-            ["storage limit"],
+            ["over its storage limit"],
+            ["mailbox storage limit"],
             ["ccount is full"],
             ["error writing message: file too large"],
             ["boîte aux lettres du destinataire est pleine"],
@@ -515,7 +519,6 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             // Limits per hour or per message count ("Hourly limit reached", "You have exceeded
             // your messaging limits"): not a size ("message size limit" stays content).
             ["hourly limit"],
-            ["message limit"],
             ["messaging limit"],
             ["recipient limit"],
             ["messages per hour"],
@@ -526,7 +529,11 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["per hour exceeded"],
             // "too many" (connections, messages, recipients) in the languages receivers answer
             // in; "zu viele ungültige Empfänger" is a limit, as "too many invalid" above.
-            ["zu viele"],
+            ["zu viele verbindungen"],
+            ["zu viele nachrichten"],
+            ["zu viele e-mails"],
+            ["zu viele empfänger"],
+            ["zu viele ungültige"],
             ["trop de connexions"],
             ["trop de messages"],
             ["trop de destinataires"],
@@ -542,7 +549,11 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["te veel berichten"],
             ["zbyt wiele połączeń"],
             ["zbyt wiele wiadomości"],
-            ["слишком много"],
+            ["слишком много соединений"],
+            ["слишком много подключений"],
+            ["слишком много писем"],
+            ["слишком много сообщений"],
+            ["слишком много получателей"],
             ["发送频率过高"],
             ["发信频率"],
             ["發信頻率"],

@@ -303,6 +303,9 @@ const REFUSAL_CJK: &[&str] = &[
 const PASSING_WORDS: &[&str] = &[
     "try again",
     "retry",
+    "retried",
+    "still trying",
+    "warning",
     "later",
     "timed out",
     "timeout",

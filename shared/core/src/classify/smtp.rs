@@ -208,7 +208,7 @@ fn ends_a_phrase(rest: &str) -> bool {
     let Some(first) = rest.chars().next() else {
         return true;
     };
-    if first == '-' {
+    if first == '-' || first == '/' {
         return false;
     }
     if !first.is_alphabetic() {

@@ -704,6 +704,32 @@ pub(super) fn a_recipient_wording_about_our_sender_or_login_is_not_a_dead_recipi
             "{raw} -> {v:?}"
         );
     }
+    // Our sender or login named in words, in English and other languages.
+    for raw in [
+        "550 5.1.0 Sender address incorrect",
+        "550 The sender's account has been disabled",
+        "550 Account disabled for sending",
+        "550 5.7.1 Client host rejected: account disabled",
+        "550 5.7.1 Your account is inactive",
+        "550 发件人域名不存在",
+        "553 发信人域名不存在",
+        "550 Домен отправителя не существует",
+        "550 Адреса відправника не існує",
+        "550 Absenderdomain existiert nicht",
+        "550 Ungültige E-Mail-Adresse im Absender",
+        "550 Mail from 域名不存在",
+        "550 送信元アドレスが存在しません",
+        "550 존재하지 않는 보낸사람 주소",
+        "550 5.7.1 Authentifizierung fehlgeschlagen: Benutzer nicht gefunden",
+        "550 认证失败：用户不存在",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.suppress_recipient),
+            (ErrorClass::SenderConfig, false),
+            "{raw} -> {v:?}"
+        );
+    }
     // RFC 4954's 538: encryption needed for the login, not a disabled mailbox.
     each_is(
         &["538 5.7.11 Mailbox disabled"],
@@ -795,7 +821,6 @@ pub(super) fn limits_busy_servers_and_failed_connections_have_their_classes() {
         &[
             "You have exceeded your messaging limits",
             "550 Hourly limit reached",
-            "550 Message limit reached",
             "550 Maximum number of messages per hour exceeded",
         ],
         (ErrorClass::Throttled, true, false),
@@ -808,9 +833,12 @@ pub(super) fn limits_busy_servers_and_failed_connections_have_their_classes() {
         ],
         (ErrorClass::MailboxTemporary, true, false),
     );
-    // a size limit stays a size limit
+    // a size limit stays a size limit, and "too many" links or headers is the content
     each_is(
-        &["552 Message size limit exceeded"],
+        &[
+            "552 Message size limit exceeded",
+            "552 5.3.4 Message size exceeds the storage limit",
+        ],
         (ErrorClass::ContentRejected, false, false),
     );
     each_is(
@@ -831,6 +859,8 @@ pub(super) fn limits_busy_servers_and_failed_connections_have_their_classes() {
         ],
         (ErrorClass::Network, true, false),
     );
+    let v = classify_smtp("554 5.7.1 Слишком много ссылок в письме");
+    assert_ne!(v.class, ErrorClass::Throttled, "{v:?}");
     let (v, tried) = explain_smtp("421 Connection closed");
     assert_eq!(v.class, ErrorClass::ProviderUnavailable, "{v:?}");
     assert!(
@@ -865,9 +895,18 @@ pub(super) fn a_failure_notice_without_its_reason_is_final() {
     each_is(
         &[
             "Delivery Status Notification (Delay)",
-            "Your message could not be delivered for 4 hours, will retry",
+            "Delivery to the following recipient has been delayed",
+            "The message was returned to sender; it will be retried",
         ],
         (ErrorClass::Unknown, true, false),
+    );
+    // sendmail's expiry and delay warnings: the relay gave up, or has not yet
+    each_is(
+        &[
+            "Message could not be delivered for 5 days",
+            "Your message could not be delivered for more than 4 hour(s). It will be retried until it is 5 day(s) old.",
+        ],
+        (ErrorClass::ProviderUnavailable, true, false),
     );
     // the notice's reason decides when it is there
     each_is(
@@ -1144,8 +1183,8 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 Recipient address rejected: undeliverable address",
         "550 Requested action not taken: mailbox is unavailable",
         "550 Requested mailbox is not available",
-        "The domain name in the email address is incorrect",
         "550 Incorrect address",
+        "550 5.7.1 Incorrect mail box",
     ] {
         let v = classify_smtp(raw);
         assert_eq!(v.class, ErrorClass::RecipientPermanent, "{raw} -> {v:?}");
@@ -1178,9 +1217,13 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "554 5.7.1 Email has been deleted: virus found",
         "553 5.7.1 The From: address is not registered",
         "550 5.7.1 Your sending address is not registered",
-        // a login's name and password
+        // a login's name and password, the message's parts
         "550 User name or password invalid",
-        "550 The user's password is incorrect",
+        "550 Incorrect user/password",
+        "550 5.7.1 User authentication invalid",
+        "550 5.7.1 Email header invalid",
+        "550 5.7.1 Email rejected because the DKIM record is invalid",
+        "550 5.6.0 Email message format invalid",
     ] {
         let v = classify_smtp(raw);
         assert_ne!(
@@ -1195,8 +1238,6 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
 #[test]
 pub(super) fn a_mailbox_noun_with_a_closed_state_is_a_closed_mailbox() {
     for raw in [
-        "550 Account expired",
-        "550 The account has expired",
         "550 Mailbox has been closed",
         "550 This account has been closed due to inactivity",
         "550 Mailbox <bob@example.com> has been permanently closed",
@@ -1222,6 +1263,11 @@ pub(super) fn a_mailbox_noun_with_a_closed_state_is_a_closed_mailbox() {
     // message or login: not a closed mailbox.
     for raw in [
         "550 Account password expired",
+        // an expired account is as often our own subscription as the recipient's
+        "550 Account expired",
+        "550 Your trial account has expired",
+        "550 Trial account expired",
+        "550 The sender's account has been closed",
         "554 Recipient closed connection",
         "Recipient closed the session",
         "550 The account you are sending from has been disabled",
