@@ -161,6 +161,7 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["forwarding loop"],
             ["routing loop"],
             ["too many hops"],
+            ["zu viele hops"],
             ["recursive forward"],
             ["hop count exceeded"],
             ["mx list for", "points back to"]

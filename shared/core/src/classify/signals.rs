@@ -146,6 +146,19 @@ const NOT_TEMPORARY: &[&str] = &[
     "temporary e-mail",
     "temporary address",
     "nicht vorübergehend",
+    "trvale",
+    "permanen",
+    "definitief",
+    "μόνιμ",
+    "постійн",
+    "na stałe",
+    "vĩnh viễn",
+    "恒久",
+    // false friends: "at the latest", "no later than", "timestamp"
+    "au plus tard",
+    "не позднее",
+    "nie później niż",
+    "временная метка",
     "dauerhaft",
     "definitiv",
     "définitiv",
@@ -514,8 +527,8 @@ mod tests {
         }
     }
 
-    /// A listed word must start a word: "against" is not "again", "ungültiger" holds
-    /// "ungültig" but "fehlerfrei" is not read inside "unfehlerfrei".
+    /// A listed word must start a word: "contemporarily" is not "temporar", "unrefused" not
+    /// "refus", "against" not "again"; "ungültiger" starts with "ungültig".
     #[test]
     fn a_word_must_start_a_word() {
         assert_eq!(says_temporary("blocked contemporarily"), None);

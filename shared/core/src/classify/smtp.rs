@@ -254,6 +254,7 @@ fn predicate_in_clause(clause: &Clause, rest: &str) -> bool {
         window.match_indices(p).any(|(i, _)| {
             i <= CLAUSE_REACH
                 && !window[..i].ends_with(char::is_alphanumeric)
+                && !window[i + p.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '\'')
                 && !clause.not_between.iter().any(|w| window[..i].contains(w))
                 && (clause.links.is_empty()
                     || (only_links(clause, &window[..i]) && ends_a_state(&window[i + p.len()..])))
@@ -307,14 +308,15 @@ pub(super) fn enhanced_class(e: EnhancedCode) -> Option<ErrorClass> {
     }
 }
 
-/// Whether the reply is about our sender: its address (`X.1.7`, `X.1.8`), or its login (RFC 4954's
-/// `530`, `534`, `535`, `538` replies; `X.7.8`, `X.7.9`, `X.7.11` to `X.7.14`). Then no wording
+/// Whether the reply is about our sender: its address (`X.1.7`, `X.1.8`), its login (RFC 4954's
+/// `530`, `534`, `535`, `538` replies; `X.7.8`, `X.7.9`, `X.7.11` to `X.7.14`), or its
+/// authentication and DNS (RFC 7372's `X.7.20` to `X.7.27`: DKIM, SPF, reverse DNS). Then no wording
 /// makes it a dead recipient: "550 5.1.7 No such domain" is our sender's domain, "535 5.7.13 User
 /// Account Disabled" our account.
 fn names_sender(reply: &SmtpReply) -> bool {
     let status = reply.enhanced.is_some_and(|e| {
         (e.subject == 1 && matches!(e.detail, 7 | 8))
-            || (e.subject == 7 && matches!(e.detail, 8 | 9 | 11..=14))
+            || (e.subject == 7 && matches!(e.detail, 8 | 9 | 11..=14 | 20..=27))
     });
     status || matches!(reply.code, Some(530 | 534 | 535 | 538))
 }

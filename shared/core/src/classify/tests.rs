@@ -612,6 +612,7 @@ pub(super) fn a_mail_loop_is_final_without_a_code_but_a_4xx_one_is_retried() {
         "mail forwarding loop for user@example.com",
         "Too many \"Received\" headers - suspected mail loop",
         "553 5.3.5 mx.example.com config error: mail loops back to me (MX problem?)",
+        "554 5.4.6 Zu viele Hops",
     ] {
         let v = classify_smtp(raw);
         assert_eq!(
@@ -722,6 +723,8 @@ pub(super) fn a_recipient_wording_about_our_sender_or_login_is_not_a_dead_recipi
         "550 존재하지 않는 보낸사람 주소",
         "550 5.7.1 Authentifizierung fehlgeschlagen: Benutzer nicht gefunden",
         "550 认证失败：用户不存在",
+        // RFC 7372's reverse DNS status: our host, whatever the words
+        "550 5.7.25 Reverse-DNS-Eintrag für Ihre IP-Adresse nicht gefunden",
     ] {
         let v = classify_smtp(raw);
         assert_eq!(
@@ -1079,6 +1082,9 @@ pub(super) fn a_5xx_reply_that_says_it_is_temporary_is_retried() {
             "554 Dauerhaft abgelehnt, nicht später erneut versuchen",
             "554 永久错误，请勿稍后重试",
             "554 Adresse e-mail jetable (temporaire) refusée",
+            // false friends: "at the latest", "no later than"
+            "554 Régularisez votre compte au plus tard demain",
+            "554 Оплатите счёт не позднее пятницы",
         ],
         (ErrorClass::Unknown, false, false),
     );
@@ -1217,6 +1223,10 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "554 5.7.1 Email has been deleted: virus found",
         "553 5.7.1 The From: address is not registered",
         "550 5.7.1 Your sending address is not registered",
+        // a predicate that only starts a longer word: an allow-list, not a dead address
+        "550 Email not in user's safe senders list",
+        "550 5.7.1 Address not in user's contact list",
+        "550 5.6.0 Email incorrectly formatted",
         // a login's name and password, the message's parts
         "550 User name or password invalid",
         "550 Incorrect user/password",
