@@ -717,18 +717,7 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
                 "your e-mail ",
                 "smtp ",
             ],
-            predicates: &[
-                "closed",
-                "inactive",
-                "not active",
-                "no longer active",
-                "deactivated",
-                "disabled",
-                "terminated",
-                "cancelled",
-                "canceled",
-                "discontinued",
-            ],
+            predicates: CLOSED_STATES,
             not_between: &[],
             links: &[
                 "has",
@@ -744,18 +733,24 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
                 "permanently",
                 "indefinitely",
             ],
-            modifiers: &[
-                "closed",
-                "inactive",
-                "deactivated",
-                "disabled",
-                "terminated",
-                "cancelled",
-                "canceled",
-                "discontinued",
-            ],
+            modifiers: CLOSED_STATES,
             modified_subjects: &["account", "mailbox", "mail box", "inbox", "recipient"],
             modifier_gap: &["email", "e-mail", "mail", "user", "recipient"],
         }),
     },
+];
+
+/// The states of a closed mailbox, after its noun ("account has been closed") or before it
+/// ("inactive recipient").
+const CLOSED_STATES: &[&str] = &[
+    "closed",
+    "inactive",
+    "not active",
+    "no longer active",
+    "deactivated",
+    "disabled",
+    "terminated",
+    "cancelled",
+    "canceled",
+    "discontinued",
 ];
