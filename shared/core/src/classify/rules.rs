@@ -18,10 +18,11 @@ pub(super) struct TextRule {
 /// a space (an address's dots do not end it). A subject right after one of `not_after` does not
 /// count ("sender address", "IP address").
 /// A subject of `modified_subjects` right after one of `modifiers`, with at most one word of
-/// `modifier_gap` between ("invalid user", "no such local user"), counts as well. None of
-/// `not_between` may stand between subject and predicate ("user name or password invalid"). With `links`,
-/// only those words (and addresses) may stand between subject and predicate, and the predicate
-/// must end its phrase ("account has been closed", not "account closed connection").
+/// `modifier_gap` between ("invalid user", "no such local user"), counts as well. A predicate
+/// ends its word, and none of `not_between` may stand before it ("user name or password
+/// invalid"). With `links`, only those words (and addresses) may stand between subject and
+/// predicate, and the predicate must end its phrase ("account has been closed", not "account
+/// closed connection").
 pub(super) struct Clause {
     pub(super) subjects: &'static [&'static str],
     pub(super) not_after: &'static [&'static str],

@@ -309,10 +309,10 @@ pub(super) fn enhanced_class(e: EnhancedCode) -> Option<ErrorClass> {
 }
 
 /// Whether the reply is about our sender: its address (`X.1.7`, `X.1.8`), its login (RFC 4954's
-/// `530`, `534`, `535`, `538` replies; `X.7.8`, `X.7.9`, `X.7.11` to `X.7.14`), or its
-/// authentication and DNS (RFC 7372's `X.7.20` to `X.7.27`: DKIM, SPF, reverse DNS). Then no wording
-/// makes it a dead recipient: "550 5.1.7 No such domain" is our sender's domain, "535 5.7.13 User
-/// Account Disabled" our account.
+/// `530`, `534`, `535`, `538` replies; `X.7.8`, `X.7.9`, `X.7.11` to `X.7.14`), its
+/// authentication and DNS (RFC 7372's `X.7.20` to `X.7.26`: DKIM, SPF, reverse DNS) or its null
+/// MX (RFC 7505's `X.7.27`). Then no wording makes it a dead recipient: "550 5.1.7 No such
+/// domain" is our sender's domain, "535 5.7.13 User Account Disabled" our account.
 fn names_sender(reply: &SmtpReply) -> bool {
     let status = reply.enhanced.is_some_and(|e| {
         (e.subject == 1 && matches!(e.detail, 7 | 8))
