@@ -22,12 +22,13 @@ pub(super) struct TextRule {
 /// ends its word, and none of `not_between` may stand before it ("user name or password
 /// invalid"). With `links`, only those words (and addresses) may stand between subject and
 /// predicate, and the predicate must end its phrase ("account has been closed", not "account
-/// closed connection").
+/// closed connection"). A word of `vetoes` anywhere in the text cancels the clause.
 pub(super) struct Clause {
     pub(super) subjects: &'static [&'static str],
     pub(super) not_after: &'static [&'static str],
     pub(super) predicates: &'static [&'static str],
     pub(super) not_between: &'static [&'static str],
+    pub(super) vetoes: &'static [&'static str],
     pub(super) links: &'static [&'static str],
     pub(super) modifiers: &'static [&'static str],
     pub(super) modified_subjects: &'static [&'static str],
@@ -98,8 +99,14 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["in the queue too long"],
             ["retry time not reached for any host"],
             // sendmail's "Message could not be delivered for 5 days" and its delay warnings
-            ["could not be delivered for", "day"],
-            ["could not be delivered for", "hour"],
+            ["could not be delivered for more than"],
+            ["could not be delivered for 1 day"],
+            ["could not be delivered for 2 days"],
+            ["could not be delivered for 3 days"],
+            ["could not be delivered for 4 days"],
+            ["could not be delivered for 5 days"],
+            ["could not be delivered for 6 days"],
+            ["could not be delivered for 7 days"],
             // X.4.7's title in RFC 3463's registry, which MTAs use as the text
             ["delivery time expired"]
         ]
@@ -434,6 +441,7 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["ptr record"],
             ["ptr resource record"],
             ["reverse dns"],
+            ["reverse-dns"],
             ["rdns"],
             ["cannot find your hostname"],
             ["ip name lookup failed"],

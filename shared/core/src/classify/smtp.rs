@@ -192,6 +192,7 @@ fn clause_matches(clause: &Clause, lower: &str) -> bool {
                 && !lower[end..].chars().next().is_some_and(is_word);
             whole_word
                 && !clause.not_after.iter().any(|n| before.ends_with(n))
+                && !names_one_of(lower, clause.vetoes)
                 && (predicate_in_clause(clause, &lower[end..])
                     || (clause.modified_subjects.contains(subject)
                         && ends_a_phrase(&lower[end..])
@@ -255,7 +256,7 @@ fn predicate_in_clause(clause: &Clause, rest: &str) -> bool {
             i <= CLAUSE_REACH
                 && !window[..i].ends_with(char::is_alphanumeric)
                 && !window[i + p.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '\'')
-                && !clause.not_between.iter().any(|w| window[..i].contains(w))
+                && !names_one_of(&window[..i], clause.not_between)
                 && (clause.links.is_empty()
                     || (only_links(clause, &window[..i]) && ends_a_state(&window[i + p.len()..])))
         })
@@ -270,23 +271,38 @@ fn only_links(clause: &Clause, between: &str) -> bool {
     })
 }
 
+/// Whether a word of `text` (addresses aside) starts with one of `words`: "user name or password"
+/// names a password, "<candidate@example.com>" no date.
+fn names_one_of(text: &str, words: &[&str]) -> bool {
+    text.split_whitespace()
+        .filter(|t| !t.contains('@') && !t.starts_with('<'))
+        .map(|t| t.trim_start_matches(|c: char| !c.is_alphanumeric()))
+        .any(|t| words.iter().any(|w| t.starts_with(w)))
+}
+
 /// Whether a state ends its phrase ("closed", "closed due to inactivity"), unlike "closed
-/// connection".
+/// connection" or "terminated for abuse".
 fn ends_a_state(rest: &str) -> bool {
-    let word: String = rest
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_alphabetic())
-        .collect();
-    ends_a_phrase(rest)
+    let rest = rest.trim_start();
+    let Some(first) = rest.chars().next() else {
+        return true;
+    };
+    if first == '-' || first == '/' {
+        return false;
+    }
+    let word: String = rest.chars().take_while(|c| c.is_alphabetic()).collect();
+    word.is_empty()
         || [
             "due",
             "and",
-            "or",
             "since",
             "after",
             "because",
             "permanently",
+            "at",
+            "on",
+            "in",
+            "here",
         ]
         .contains(&word.as_str())
 }

@@ -790,6 +790,92 @@ pub(super) fn a_recipients_filter_is_not_a_dead_address() {
     );
 }
 
+/// The second review's probes: our sender, login or header in other languages, a sender's
+/// domain without a recipient noun, a word inside an address or a compound, the relay phrase on
+/// a number only, a closed-state clause on a login's or policy's words, the denials of the
+/// temporary reading and the passing words as whole words.
+#[test]
+pub(super) fn the_second_reviews_probes_have_their_verdicts() {
+    for raw in [
+        "550 El remitente tiene una dirección de correo no válida",
+        "550 Il mittente ha un indirizzo email non valido",
+        "550 Remetente com endereço de e-mail inválido",
+        "550 Afzender heeft een ongeldig e-mailadres",
+        "550 5.7.1 Ungültige E-Mail-Adresse des Versenders",
+        "550 5.7.1 Anmeldung fehlgeschlagen: Benutzer nicht gefunden",
+        "550 5.7.1 Login mislukt: gebruiker niet gevonden",
+        "554 5.7.1 Usuário não encontrado no SMTP AUTH",
+        "550 发件域名不存在",
+        "553 寄件域名不存在",
+        "550 HELO域名不存在",
+        "550 您的域名不存在",
+        "550 送信ドメインが存在しません",
+        "550 5.7.1 Account closed for sending",
+        "550 5.7.1 Login denied: account disabled",
+    ] {
+        let v = classify_smtp(raw);
+        assert_eq!(
+            (v.class, v.suppress_recipient),
+            (ErrorClass::SenderConfig, false),
+            "{raw} -> {v:?}"
+        );
+    }
+    each_is(
+        &[
+            "550 5.7.1 Indirizzo email non valido nel campo From",
+            "550 5.7.1 Ungültige E-Mail-Adresse im From-Header",
+            "550 5.7.1 Invalid email address in From header",
+            "550 5.7.1 IP-adres onbekend",
+        ],
+        (ErrorClass::ContentRejected, false, false),
+    );
+    for raw in [
+        "550 Ваш домен не існує",
+        "554 5.7.1 Ключ DKIM не існує",
+        "550 5.7.1 Authentication rejected: inactive account",
+        "550 5.7.1 Account terminated for abuse",
+        "554 5.7.1 Account canceled for non-payment",
+        "550 5.7.1 Recipient disabled by policy in this domain",
+        "Your message could not be delivered for the following reason: sender is on our blocklist for 24 hours",
+    ] {
+        let v = classify_smtp(raw);
+        assert!(!v.suppress_recipient, "{raw} -> {v:?}");
+        assert!(
+            v.rule != "smtp.text.recipient-closed-clause" && v.rule != "smtp.text.relay-gave-up",
+            "{raw} -> {v:?}"
+        );
+    }
+    each_is(
+        &[
+            "550 收件人域名不存在",
+            "550 Recipient <candidate@example.com> not found",
+            "550 5.1.1 Your message could not be delivered for a@x: user unknown (checked today)",
+            "550 5.1.1 Utente sconosciuto: il messaggio va reinviato al più tardi entro 5 giorni a un indirizzo valido",
+            "550 5.1.1 Échec définitif : destinataire inconnu, ne pas réessayer plus tard",
+            "Benutzer unbekannt. Die Nachricht wurde endgültig abgelehnt und wird nicht später erneut zugestellt.",
+        ],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+    for raw in [
+        "550 5.7.1 不接受临时邮箱",
+        "550 5.7.1 Les adresses e-mail temporaires ne sont pas acceptées",
+    ] {
+        assert!(!classify_smtp(raw).retryable, "{raw}");
+    }
+    for raw in [
+        "550 5.7.1 Dostarczenie trwało zbyt długo, spróbujemy później",
+        "Your message couldn't be delivered. The recipient's email server is down.",
+    ] {
+        assert!(classify_smtp(raw).retryable, "{raw}");
+    }
+    for raw in [
+        "Message abandonné : adresse refusée, pleinement traitée",
+        "Recipient address rejected: erroneous syntax",
+    ] {
+        assert!(!classify_smtp(raw).retryable, "{raw}");
+    }
+}
+
 /// MTAs use the titles of RFC 3463's registry (and RFC 5321's reply texts) as the text of a reply
 /// or a DSN: without a code, the title reads as its code.
 #[test]
@@ -1545,7 +1631,7 @@ pub(super) fn localised_wordings_of_a_dead_address_and_a_full_mailbox_have_their
             "550 存在しないユーザです",
             "550 找不到收件人",
             "550 收件人地址无效",
-            "550 域名不存在",
+            "550 收件人域名不存在",
             "550 수신자를 찾을 수 없습니다",
         ],
         (ErrorClass::RecipientPermanent, false, true),
