@@ -2,7 +2,7 @@
 //! and a codeless refusal. Each list holds English and the languages receivers answer in
 //! (translations of the English words, not any one provider's wording).
 
-use super::smtp::is_word;
+use super::smtp::{is_a_name, is_word};
 
 /// Words that call a failure final, in bounces that carry no code.
 const PERMANENT_WORDS: &[&str] = &[
@@ -492,7 +492,7 @@ pub(super) fn says_temporary(lower: &str) -> Option<&'static str> {
     // Addresses and links are names, not words: "<temporary@example.com>", ".../temporary-errors".
     let words: String = lower
         .split_whitespace()
-        .filter(|t| !t.contains('@') && !t.contains('/'))
+        .filter(|t| !is_a_name(t))
         .collect::<Vec<_>>()
         .join(" ");
     word_start_of(&words, TEMPORARY_WORDS).or_else(|| anywhere(&words, TEMPORARY_CJK))

@@ -183,6 +183,15 @@ pub(super) fn is_word(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
+/// A token of a reply that names rather than says: an address (`<temporary@example.com>`) or a
+/// link (`https://...`, `kb.example.com/temporary-errors`), whose words are not the reply's.
+pub(super) fn is_a_name(token: &str) -> bool {
+    token.contains('@')
+        || token.starts_with('<')
+        || token.contains("://")
+        || token.split_once('/').is_some_and(|(host, _)| host.contains('.'))
+}
+
 fn clause_matches(clause: &Clause, lower: &str) -> bool {
     clause.subjects.iter().any(|subject| {
         lower.match_indices(subject).any(|(at, _)| {
@@ -205,18 +214,20 @@ fn clause_matches(clause: &Clause, lower: &str) -> bool {
 /// word ("invalid user: x", "unknown user <a@x>"), or with one of a few words of place. "Invalid
 /// user-agent", "invalid address format" are not an address.
 fn ends_a_phrase(rest: &str) -> bool {
+    next_word(rest).is_none_or(|word| {
+        word.is_empty() || ["here", "at", "in", "on", "for", "specified", "by"].contains(&word.as_str())
+    })
+}
+
+/// The word `rest` starts with (empty when it starts with a sign or a digit), `None` at the end
+/// of the text, and a hyphen or slash as a word of its own, which continues the phrase.
+fn next_word(rest: &str) -> Option<String> {
     let rest = rest.trim_start();
-    let Some(first) = rest.chars().next() else {
-        return true;
-    };
+    let first = rest.chars().next()?;
     if first == '-' || first == '/' {
-        return false;
+        return Some(first.to_string());
     }
-    if !first.is_alphabetic() {
-        return true;
-    }
-    let word: String = rest.chars().take_while(|c| c.is_alphabetic()).collect();
-    ["here", "at", "in", "on", "for", "specified", "by"].contains(&word.as_str())
+    Some(rest.chars().take_while(|c| c.is_alphabetic()).collect())
 }
 
 /// Whether `before` (the text up to a subject) ends with one of the clause's modifiers, then at
@@ -275,7 +286,7 @@ fn only_links(clause: &Clause, between: &str) -> bool {
 /// names a password, "<candidate@example.com>" no date.
 fn names_one_of(text: &str, words: &[&str]) -> bool {
     text.split_whitespace()
-        .filter(|t| !t.contains('@') && !t.starts_with('<'))
+        .filter(|t| !is_a_name(t))
         .map(|t| t.trim_start_matches(|c: char| !c.is_alphanumeric()))
         .any(|t| words.iter().any(|w| t.starts_with(w)))
 }
@@ -283,28 +294,10 @@ fn names_one_of(text: &str, words: &[&str]) -> bool {
 /// Whether a state ends its phrase ("closed", "closed due to inactivity"), unlike "closed
 /// connection" or "terminated for abuse".
 fn ends_a_state(rest: &str) -> bool {
-    let rest = rest.trim_start();
-    let Some(first) = rest.chars().next() else {
-        return true;
-    };
-    if first == '-' || first == '/' {
-        return false;
-    }
-    let word: String = rest.chars().take_while(|c| c.is_alphabetic()).collect();
-    word.is_empty()
-        || [
-            "due",
-            "and",
-            "since",
-            "after",
-            "because",
-            "permanently",
-            "at",
-            "on",
-            "in",
-            "here",
-        ]
-        .contains(&word.as_str())
+    const THEN: [&str; 10] = [
+        "due", "and", "since", "after", "because", "permanently", "at", "on", "in", "here",
+    ];
+    next_word(rest).is_none_or(|word| word.is_empty() || THEN.contains(&word.as_str()))
 }
 
 /// Maps an RFC 3463 enhanced status code to a class, from IANA's registry ([`REGISTRY`]) or,

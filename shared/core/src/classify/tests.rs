@@ -790,6 +790,33 @@ pub(super) fn a_recipients_filter_is_not_a_dead_address() {
     );
 }
 
+/// Addresses and links name things; their words are not the reply's ("temporary" in an address
+/// or a help page's path), while words joined by a slash are still words ("login/password").
+#[test]
+fn addresses_and_links_are_names_not_words() {
+    use super::smtp::is_a_name;
+    for name in [
+        "<temporary@example.com>",
+        "temporary@example.com",
+        "https://example.com/temporary-errors",
+        "kb.example.com/temporary-errors",
+        ".../temporary-errors",
+    ] {
+        assert!(is_a_name(name), "{name}");
+    }
+    for word in ["temporary", "login/password", "and/or", "4.2.2", "(temporary)"] {
+        assert!(!is_a_name(word), "{word}");
+    }
+    let cases = [
+        ("550 5.1.1 <temporary@example.com>: Recipient address rejected: User unknown", false),
+        ("550 see https://example.com/try-again-later for details: mailbox disabled", false),
+        ("550 5.7.1 Service unavailable, try again later", true),
+    ];
+    for (reply, retryable) in cases {
+        assert_eq!(classify_smtp(reply).retryable, retryable, "{reply}");
+    }
+}
+
 /// The second review's probes: our sender, login or header in other languages, a sender's
 /// domain without a recipient noun, a word inside an address or a compound, the relay phrase on
 /// a number only, a closed-state clause on a login's or policy's words, the denials of the
