@@ -12,7 +12,8 @@ pub(super) type Entry = (u16, u16, Option<ErrorClass>, Option<ErrorClass>);
 /// Every code of the registry. Choices that are not the obvious reading:
 /// - a full mailbox (`X.2.2`) is temporary even as `5.2.2`: it empties;
 /// - `5.1.x` addressing failures of the destination are a dead address, but a sender's
-///   (`X.1.7`, `X.1.8`) is our own configuration;
+///   (`X.1.7`, `X.1.8`) is our own configuration, and an ambiguous one (`X.1.4`) names no dead
+///   mailbox: the basic code decides;
 /// - `5.7.1` is used for every kind of refusal (sender, IP, recipient, content): no class
 ///   without the wording rules;
 /// - codes RFC 3463 calls "useful only as a persistent transient error" are retried even as
@@ -28,8 +29,8 @@ pub(super) static REGISTRY: &[Entry] = &[
     (1, 1, Some(MailboxTemporary), Some(RecipientPermanent)), // X.1.1 Bad destination mailbox address
     (1, 2, Some(MailboxTemporary), Some(RecipientPermanent)), // X.1.2 Bad destination system address
     (1, 3, Some(MailboxTemporary), Some(RecipientPermanent)), // X.1.3 Bad destination mailbox address syntax
-    (1, 4, Some(MailboxTemporary), Some(RecipientPermanent)), // X.1.4 Destination mailbox address ambiguous
-    (1, 5, Some(MailboxTemporary), None),                     // X.1.5 Destination address valid
+    (1, 4, Some(MailboxTemporary), None), // X.1.4 Destination mailbox address ambiguous
+    (1, 5, Some(MailboxTemporary), None), // X.1.5 Destination address valid
     (1, 6, Some(MailboxTemporary), Some(RecipientPermanent)), // X.1.6 Destination mailbox has moved, No forwarding address
     (1, 7, Some(SenderConfig), Some(SenderConfig)), // X.1.7 Bad sender's mailbox address syntax
     (1, 8, Some(SenderConfig), Some(SenderConfig)), // X.1.8 Bad sender's system address

@@ -124,7 +124,10 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["black list"],
             ["dnsbl"],
             ["spamcop"],
-            ["barracuda"],
+            // Barracuda's list by name, not its relays' host names (`d123.ess.barracudanetworks.com`
+            // quoting a "Mailbox full")
+            ["barracuda reputation"],
+            ["barracudacentral"],
             ["uceprotect"],
             // qmail's list of refused envelope senders
             ["badmailfrom"]
@@ -151,6 +154,7 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["4.4.2", "timed out"],
             ["all routes to destination"],
             ["temporary mx lookup error"],
+            ["malformed or unexpected name server reply"],
         ]
     ),
     // A mail loop (the receiving side's routing sends the message back to itself, or it has
@@ -172,6 +176,7 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["zu viele hops"],
             ["recursive forward"],
             ["hop count exceeded"],
+            ["loop detected"],
             ["mx list for", "points back to"]
         ]
     ),
@@ -238,6 +243,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
         RecipientPermanent,
         [
             ["s2017062302"],
+            // a sending service refusing an address on its suppression list (SES, SendGrid)
+            ["on the suppression list"],
+            ["bounced address"],
             ["ofr", "_416"],
             ["lpn", "_416"],
             ["lpn", "_420"]
@@ -352,20 +360,25 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["quota dépassé"],
             ["buzón lleno"],
             ["buzón está lleno"],
+            ["buzón del destinatario está lleno"],
             ["casilla llena"],
             ["cuota excedida"],
             ["caixa postal cheia"],
             ["caixa de correio cheia"],
             ["caixa cheia"],
+            ["caixa de correio do destinatário está cheia"],
             ["cota excedida"],
             ["quota excedida"],
             ["casella piena"],
             ["casella di posta piena"],
+            ["cassetta postale del destinatario è piena"],
+            ["cassetta postale piena"],
             ["quota superata"],
             ["postvak vol"],
             ["postvak is vol"],
             ["skrzynka jest pełna"],
             ["skrzynka pełna"],
+            ["skrzynka odbiorcy jest pełna"],
             ["ящик переполнен"],
             ["ящик получателя переполнен"],
             ["容量超過"],
@@ -376,6 +389,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["空间不足"],
             ["空間不足"],
             ["邮箱已满"],
+            ["邮箱空间已满"],
+            ["メールボックスがいっぱい"],
+            ["메일함이 가득"],
             ["信箱已滿"],
         ]
     ),
@@ -383,7 +399,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
         "microsoft-access-denied-recipient",
         RecipientPermanent,
         [
-            ["recipient address rejected: access denied"],
+            // Exchange Online's own (5.4.1); Postfix says the same of an access map's REJECT,
+            // which is a filter (README decision 2).
+            ["5.4.1", "recipient address rejected: access denied"],
             ["as(201806281)"]
         ]
     ),
@@ -393,6 +411,8 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
         MailboxTemporary,
         [
             ["receiving mail too quickly"],
+            // QQ Mail's documented per-mailbox frequency limit
+            ["mailbox unavailable or access denied"],
             ["receiving mail at a rate"],
             ["messages to", "deferred due to excessive volume"],
             ["limit for the number of messages they can receive"],
@@ -462,6 +482,8 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["invalid ehlo"],
             ["bad helo"],
             ["helo rejected"],
+            ["helo hostname"],
+            ["helo name"],
             ["ehlo rejected"]
         ]
     ),

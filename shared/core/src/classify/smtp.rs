@@ -29,6 +29,8 @@ impl SmtpReply {
             if let Some(c) = leading_reply_code(line) {
                 code.get_or_insert(c);
                 rest = line[3..].trim_start_matches(['-', ' ']).trim_start();
+            } else if let Some(c) = quoted_reply_code(line) {
+                code.get_or_insert(c);
             }
             if let Some((e, after)) = leading_enhanced(rest) {
                 enhanced.get_or_insert(e);
@@ -84,6 +86,32 @@ pub(super) fn leading_reply_code(line: &str) -> Option<u16> {
     }
     let code: u16 = line[..3].parse().ok()?;
     (200..600).contains(&code).then_some(code)
+}
+
+/// Where a bounce quotes the remote server's reply code inside its own words: a DSN's type
+/// prefix (`smtp; 450 ...`, Exchange's `#5.1.1 smtp;550 ...`), Postfix's `host X said: 550`,
+/// Exim's `host X [192.0.2.1]: 450`, sendmail's `Deferred: 450`, qmail's `Remote host said:`,
+/// Exchange's `Remote Server returned '550 ...'` and Gmail's `The response was: 550 ...`.
+const QUOTE_MARKERS: [&str; 7] = [
+    "said:",
+    "smtp;",
+    "deferred:",
+    "]:",
+    "returned '",
+    "returned was:",
+    "response was:",
+];
+
+/// The 4yz or 5yz reply code a bounce quotes after one of [`QUOTE_MARKERS`], when the line does
+/// not start with a code of its own.
+fn quoted_reply_code(line: &str) -> Option<u16> {
+    let lower = line.to_ascii_lowercase();
+    QUOTE_MARKERS
+        .iter()
+        .filter_map(|marker| lower.find(marker).map(|at| at + marker.len()))
+        .min()
+        .and_then(|after| leading_reply_code(lower[after..].trim_start()))
+        .filter(|code| matches!(code / 100, 4 | 5))
 }
 
 pub(super) fn parse_enhanced(token: &str) -> Option<EnhancedCode> {
@@ -189,7 +217,9 @@ pub(super) fn is_a_name(token: &str) -> bool {
     token.contains('@')
         || token.starts_with('<')
         || token.contains("://")
-        || token.split_once('/').is_some_and(|(host, _)| host.contains('.'))
+        || token
+            .split_once('/')
+            .is_some_and(|(host, _)| host.contains('.'))
 }
 
 fn clause_matches(clause: &Clause, lower: &str) -> bool {
@@ -215,7 +245,8 @@ fn clause_matches(clause: &Clause, lower: &str) -> bool {
 /// user-agent", "invalid address format" are not an address.
 fn ends_a_phrase(rest: &str) -> bool {
     next_word(rest).is_none_or(|word| {
-        word.is_empty() || ["here", "at", "in", "on", "for", "specified", "by"].contains(&word.as_str())
+        word.is_empty()
+            || ["here", "at", "in", "on", "for", "specified", "by"].contains(&word.as_str())
     })
 }
 
@@ -295,7 +326,16 @@ fn names_one_of(text: &str, words: &[&str]) -> bool {
 /// connection" or "terminated for abuse".
 fn ends_a_state(rest: &str) -> bool {
     const THEN: [&str; 10] = [
-        "due", "and", "since", "after", "because", "permanently", "at", "on", "in", "here",
+        "due",
+        "and",
+        "since",
+        "after",
+        "because",
+        "permanently",
+        "at",
+        "on",
+        "in",
+        "here",
     ];
     next_word(rest).is_none_or(|word| word.is_empty() || THEN.contains(&word.as_str()))
 }

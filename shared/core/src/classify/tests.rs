@@ -591,8 +591,8 @@ pub(super) fn a_codeless_refusal_is_final_unless_it_names_a_passing_condition() 
             "the server said something we have never seen",
             // "unrefused" does not start with a refusal word
             "the unrefusedness of the message",
-            // a reply code quoted inside the text decides
-            "host mx.example.com[192.0.2.1] said: 450 Recipient refused: mailbox locked",
+            // a number like a reply code inside the text keeps the refusal words out
+            "the relay gave up after 450 attempts: refused",
         ],
         (ErrorClass::Unknown, true, false),
     );
@@ -790,6 +790,111 @@ pub(super) fn a_recipients_filter_is_not_a_dead_address() {
     );
 }
 
+/// The third review's probes: a reply code quoted inside a bounce's own words decides as one at
+/// the start; a Postfix access map, our MAIL FROM, HELO, SPF or DMARC records are not a dead
+/// recipient; a relay's host name is no blocklist; and the smaller wordings it found.
+#[test]
+fn the_third_reviews_probes_have_their_verdicts() {
+    use ErrorClass::*;
+    // A 4yz quoted after a DSN's type, Postfix's "said:", Exim's "[ip]:", sendmail's "Deferred:"
+    // or qmail's "Remote host said:" is transient, whatever the words.
+    each_is(
+        &[
+            "smtp; 450 <bob@example.com>: Recipient address rejected: User unknown in local recipient table",
+            "SMTP error from remote mail server after RCPT TO:<bob@example.org>: host mx.example.org [192.0.2.1]: 450 User unknown",
+            "192.0.2.1 does not like recipient.\nRemote host said: 450 No such user - please try again",
+            "Deferred: 450 User unknown in local recipient table",
+            "host mx.example.com[192.0.2.1] said: 450 Recipient refused: mailbox locked",
+        ],
+        (MailboxTemporary, true, false),
+    );
+    // ... and a quoted 5yz is permanent: reviewed, not retried.
+    each_is(
+        &[
+            "smtp; 554 Transaction failed",
+            "Connected to 192.0.2.1 but greeting failed.\nRemote host said: 554 mx.example.com",
+            "host mx.example.com[192.0.2.1] said: 550 Administrative prohibition (in reply to RCPT TO command)",
+        ],
+        (Unknown, false, false),
+    );
+    // Numbers that are no quoted reply code stay what they were.
+    each_is(
+        &["Could not deliver for the last 432000 seconds. Giving up"],
+        (ProviderUnavailable, true, false),
+    );
+    each_is(
+        &[
+            "host d123.ess.barracudanetworks.com[209.222.82.1] said: 552 5.2.2 <bob@example.com>: Mailbox full (in reply to RCPT TO command)",
+            "550 El buzón del destinatario está lleno y no puede aceptar mensajes ahora.",
+            "550 A caixa de correio do destinatário está cheia",
+            "550 La cassetta postale del destinatario è piena",
+            "550 Skrzynka odbiorcy jest pełna",
+            "550 收件人邮箱空间已满",
+            "550 受信者のメールボックスがいっぱいです",
+            "550 받는 사람의 메일함이 가득 찼습니다",
+            "550 Mailbox unavailable or access denied",
+        ],
+        (MailboxTemporary, true, false),
+    );
+    each_is(
+        &[
+            "host d123.ess.barracudanetworks.com[209.222.82.1] said: 550 No such user (bob@example.com) (in reply to RCPT TO command)",
+            "550 5.4.1 Recipient address rejected: Access denied. AS(201806281)",
+            "Amazon SES did not send the message to this address because it is on the suppression list for your account.",
+        ],
+        (RecipientPermanent, false, true),
+    );
+    each_is(
+        &[
+            "554 5.7.1 <bob@example.com>: Recipient address rejected: Access denied",
+            "550 5.7.1 Your IP 192.0.2.1 is not listed in SPF record of example.org",
+            "550 DMARC record does not exist for the From domain",
+            "The group bob@example.com only accepts messages from people in its organization or on its allowed senders list, and your email address isn't on the list.",
+            "This recipient only accepts messages from approved senders.",
+            "550 Mail is rejected by recipients",
+            "552 Le message est trop volumineux",
+            "554 5.7.1 Service unavailable; Client host [192.0.2.1] blocked using Barracuda Reputation; http://www.barracudanetworks.com/reputation/?pr=1&ip=192.0.2.1",
+        ],
+        (ContentRejected, false, false),
+    );
+    each_is(
+        &[
+            "550 MAIL FROM domain does not exist",
+            "550 5.1.0 Return-path domain does not exist",
+            "550 HELO hostname does not exist",
+            "550 5.7.1 Rejected: 192.0.2.1 has no MX or A record for its HELO name",
+            "554 Sending domain deactivated",
+        ],
+        (SenderConfig, false, false),
+    );
+    // Not our sender: SPF's "send mail from domain", a domain's reputation.
+    each_is(
+        &["550 5.7.0 [SPF] host 192.0.2.1 is not allowed to send mail from domain"],
+        (ContentRejected, false, false),
+    );
+    // A malformed DNS answer is a passing resolver failure; NXDOMAIN stays a dead domain.
+    each_is(
+        &[
+            "Name service error for name=example.com type=MX: Malformed or unexpected name server reply",
+        ],
+        (Network, true, false),
+    );
+    each_is(
+        &[
+            "Host or domain name not found. Name service error for name=example.com type=A: Host not found",
+        ],
+        (RecipientPermanent, false, true),
+    );
+    // An ambiguous address is not a dead one; a loop is final, not dead.
+    each_is(
+        &[
+            "550 5.1.4 Destination mailbox address ambiguous",
+            "Loop detected",
+        ],
+        (Unknown, false, false),
+    );
+}
+
 /// Addresses and links name things; their words are not the reply's ("temporary" in an address
 /// or a help page's path), while words joined by a slash are still words ("login/password").
 #[test]
@@ -804,12 +909,24 @@ fn addresses_and_links_are_names_not_words() {
     ] {
         assert!(is_a_name(name), "{name}");
     }
-    for word in ["temporary", "login/password", "and/or", "4.2.2", "(temporary)"] {
+    for word in [
+        "temporary",
+        "login/password",
+        "and/or",
+        "4.2.2",
+        "(temporary)",
+    ] {
         assert!(!is_a_name(word), "{word}");
     }
     let cases = [
-        ("550 5.1.1 <temporary@example.com>: Recipient address rejected: User unknown", false),
-        ("550 see https://example.com/try-again-later for details: mailbox disabled", false),
+        (
+            "550 5.1.1 <temporary@example.com>: Recipient address rejected: User unknown",
+            false,
+        ),
+        (
+            "550 see https://example.com/try-again-later for details: mailbox disabled",
+            false,
+        ),
         ("550 5.7.1 Service unavailable, try again later", true),
     ];
     for (reply, retryable) in cases {

@@ -28,6 +28,13 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["envelope sender"],
             ["client host rejected"],
             ["sender domain"],
+            // our domain named as MAIL FROM's ("MAIL FROM domain does not exist"), not "not
+            // allowed to send mail from domain" (SPF) nor "reputation of the sending domain"
+            ["sending domain", "does not exist"],
+            ["sending domain", "deactivated"],
+            ["mail from domain", "does not exist"],
+            ["return-path domain"],
+            ["return path domain"],
             ["domain of sender address"],
             ["domain of sender "],
             ["not allowed to relay"],
@@ -231,6 +238,11 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["campo from"],
             ["van-veld"],
             ["ip-adres"],
+            // our domain's authentication records: "not listed in SPF record", "DMARC record does
+            // not exist"
+            ["spf record"],
+            ["dmarc record"],
+            ["dkim record"],
         ]
     ),
     // The recipient (or its group) refuses this sender or message: filtered, the address is
@@ -246,6 +258,14 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["accepting mail from"],
             ["accepting email from"],
             ["accepting messages from"],
+            ["accepts mail from"],
+            ["accepts email from"],
+            ["accepts messages from"],
+            ["sendernotauthenticatedforgroup"],
+            // Postfix's access map refusing this recipient (Exchange Online's 5.4.1 form is a
+            // dead address: `microsoft-access-denied-recipient`, order point 4)
+            ["recipient address rejected: access denied"],
+            ["rejected by recipients"],
             ["blocked by recipient"],
             ["blocked by the recipient"],
             ["recipient has blocked"],
