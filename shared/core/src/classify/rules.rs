@@ -219,6 +219,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["5.7.515"],
             ["5.7.606"],
             ["resolver.rst.authrequired"],
+            // RFC 5321's 552 text under X.2.3 ("message length exceeds administrative limit"):
+            // the message is too large for this mailbox, not a full one
+            ["5.2.3 ", "exceeded storage allocation"],
             ["ofr", "_102"],
             ["ofr", "_517"],
             ["lpn", "_517"],
@@ -264,6 +267,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["lpn", "_505"],
             // A receiver's own content scanner failing (Rspamd "scan timeout"): not a verdict.
             ["scan timeout"],
+            ["scanner timeout"],
+            ["scanner error"],
+            ["spamd connect"],
             ["scan error"],
             ["unable to scan"]
         ]
@@ -354,6 +360,7 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             // "mailbox full" and "quota exceeded" in the languages receivers answer in.
             ["postfach ist voll"],
             ["postfach voll"],
+            ["full mailbox"],
             ["boîte pleine"],
             ["boite pleine"],
             ["boîte aux lettres pleine"],
@@ -432,6 +439,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["must use tls"],
             ["over a tls connection"],
             ["requires encryption"],
+            ["requires encrypted"],
+            ["must use encryption"],
+            ["tls needed"],
             ["tls not available"],
             ["cannot start tls"],
             ["tls negotiation"],

@@ -10,6 +10,9 @@ const PERMANENT_WORDS: &[&str] = &[
     "permanent error",
     "failed permanently",
     "permanently failed",
+    "unrecoverable error",
+    "no further delivery attempts",
+    "no more delivery attempts",
     // "permanent error" in German, French, Spanish, Portuguese, Italian, Dutch, Polish, Russian,
     // Japanese, Chinese, Korean
     "dauerhafter fehler",
@@ -17,6 +20,9 @@ const PERMANENT_WORDS: &[&str] = &[
     "erreur permanente",
     "échec permanent",
     "error permanente",
+    "error irrecuperable",
+    "no se realizarán más intentos",
+    "no se realizarán mas intentos",
     "fallo permanente",
     "erro permanente",
     "falha permanente",
@@ -43,6 +49,7 @@ const TEMPORARY_WORDS: &[&str] = &[
     "try again later",
     "retry later",
     "try later",
+    "will retry",
     // German
     "vorübergehend",
     "temporär",

@@ -895,6 +895,79 @@ fn the_third_reviews_probes_have_their_verdicts() {
     );
 }
 
+/// Wordings of the twelfth evaluation round (2026-12-04, read as development data): Exchange's
+/// Estonian "not found in domain", sender-side words (send as, POP before SMTP, the return MX),
+/// a receiver's failing scanners, TLS demands, a size status under RFC 5321's quota text, a
+/// receiver's filter rules, and "unrecoverable" and "will retry" as final and passing words.
+#[test]
+fn the_twelfth_rounds_wordings_have_their_classes() {
+    use ErrorClass::*;
+    each_is(
+        &[
+            "Teie sõnumit adressaadile wfsddaSdasffasdqwqw@hot.ee ei saanud kohale toimetada. Adressaati wfsddaSdasffasdqwqw ei leitud domeenist hot.ee.",
+            "550 Local User [xxx@123.com] not found.",
+            "address cancelled",
+        ],
+        (RecipientPermanent, false, true),
+    );
+    each_is(
+        &[
+            "The user or group you try to send as could not be found.",
+            "No MX for your FROM address",
+            "sorry, you must get POP/APOP authorization.",
+            "554 5.0.0 sorry, refused mailfrom because return MX does not exist",
+            "505 Your domain has no DNS/MX entries",
+            "504 You did not authenticate properly using SMTP-after-POP3",
+        ],
+        (SenderConfig, false, false),
+    );
+    each_is(
+        &[
+            "500 4.2.2 (Attempting to deliver to full mailbox)",
+            "552 Requested action not taken: exceeded storage allocation",
+        ],
+        (MailboxTemporary, true, false),
+    );
+    each_is(
+        &[
+            "566 5.2.0 (User's mailbox disappeared, will retry)",
+            "spamd connect timeout",
+            "Virus scanner timeout (AVG)",
+            "Virus scanner error (AVG)",
+            "550 System is busy.",
+        ],
+        (ProviderUnavailable, true, false),
+    );
+    each_is(
+        &[
+            "501 5.7.1 recipient requires encrypted message transmission",
+            "503 Bad sequence of commands (TLS needed for this session)",
+            "501 5.7.0 Must use encryption to send mail",
+        ],
+        (Tls, true, false),
+    );
+    each_is(
+        &[
+            "552 5.2.3 Requested mail action aborted: exceeded storage allocation",
+            "delivery failure: the message matches up to the filter rule(level: system, name:xxx)",
+            "This Message is not welcome",
+            "550 5.7.1 mail looks like SoberG worm",
+            // "your domain" alone is not our sender's refused domain
+            "Rejected (anti-spoofing: noauth). Please setup DMARC with DKIM or SPF if you want to send emails from your domain",
+        ],
+        (ContentRejected, false, false),
+    );
+    each_is(
+        &[
+            "no se pudo entregar a los destinatarios siguientes: x@example.es (error irrecuperable) a pesar de uno o más intentos infructuosos de entrega. No se realizarán mas intentos de entrega y el mensaje ha sido eliminado de la cola.",
+            "Delivery failed: unrecoverable error",
+            // "resend as" is not "to send as"
+            "550 5.7.1 Please resend as plain text",
+        ],
+        (Unknown, false, false),
+    );
+}
+
 /// Addresses and links name things; their words are not the reply's ("temporary" in an address
 /// or a help page's path), while words joined by a slash are still words ("login/password").
 #[test]

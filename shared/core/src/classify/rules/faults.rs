@@ -122,6 +122,11 @@ pub(in crate::classify) static REFUSALS_AND_FAULTS: &[TextRule] = &[
             ["requires 8bitmime"],
             // A malicious attachment or macro, a dictionary (address-harvesting) attack.
             ["malicious"],
+            ["worm"],
+            // a receiver's own filter rules: "the message matches up to the filter rule",
+            // "This Message is not welcome"
+            ["filter rule"],
+            ["not welcome"],
             ["dictionary attack"],
             // A size the receiver never takes ("Message exceeds maximum fixed size"), an SMTPUTF8 message
             // to a server without it (Exim's "did not include SMTPUTF8"), a recipient who unsubscribed.
@@ -189,6 +194,7 @@ pub(in crate::classify) static REFUSALS_AND_FAULTS: &[TextRule] = &[
             ["server too busy"],
             ["server is too busy"],
             ["system busy"],
+            ["system is busy"],
             ["overloaded"],
         ]
     ),

@@ -34,6 +34,18 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["sending domain", "deactivated"],
             ["mail from domain", "does not exist"],
             ["return-path domain"],
+            ["your from address"],
+            // POP-before-SMTP: we must log in by POP before we may relay
+            ["pop/apop"],
+            ["pop before smtp"],
+            ["pop-before-smtp"],
+            ["smtp-after-pop"],
+            ["your domain has no"],
+            // wp.pl: "refused mailfrom because return MX does not exist"
+            ["refused mailfrom"],
+            ["return mx"],
+            // Kopano's "The user or group you try to send as could not be found"
+            ["to send as"],
             ["return path domain"],
             ["domain of sender address"],
             ["domain of sender "],
@@ -324,6 +336,11 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["unknown e-mail address"],
             // Office 365's NDR: "Your message to x@y couldn't be delivered. x wasn't found at y."
             ["wasn't found at"],
+            ["ei leitud domeenist"],
+            // a user named by its address in brackets: "Local User [x@y] not found."
+            ["local user", "not found"],
+            ["address cancelled"],
+            ["address canceled"],
             ["unknown email address"],
             ["no such person"],
             ["not our customer"],
