@@ -90,28 +90,34 @@ pub(super) fn leading_reply_code(line: &str) -> Option<u16> {
 
 /// Where a bounce quotes the remote server's reply code inside its own words: a DSN's type
 /// prefix (`smtp; 450 ...`, Exchange's `#5.1.1 smtp;550 ...`), Postfix's `host X said: 550`,
-/// Exim's `host X [192.0.2.1]: 450`, sendmail's `Deferred: 450`, qmail's `Remote host said:`,
-/// Exchange's `Remote Server returned '550 ...'` and Gmail's `The response was: 550 ...`.
-const QUOTE_MARKERS: [&str; 7] = [
+/// Exim's `host X [192.0.2.1]: 450` and `after RCPT TO:<a@b>: 550`, sendmail's `Deferred: 450`,
+/// qmail's `Remote host said:`, Exchange's `Remote Server returned '550 ...'` and `#550 ...`,
+/// and Gmail's `The response was: 550 ...`.
+const QUOTE_MARKERS: [&str; 9] = [
     "said:",
     "smtp;",
     "deferred:",
     "]:",
+    ">:",
     "returned '",
     "returned was:",
     "response was:",
+    "#",
 ];
 
-/// The 4yz or 5yz reply code a bounce quotes after one of [`QUOTE_MARKERS`], when the line does
-/// not start with a code of its own.
+/// The 4yz or 5yz reply code a bounce quotes right after one of [`QUOTE_MARKERS`] (the first
+/// such place), when the line does not start with a code of its own.
 fn quoted_reply_code(line: &str) -> Option<u16> {
     let lower = line.to_ascii_lowercase();
-    QUOTE_MARKERS
+    let mut places: Vec<usize> = QUOTE_MARKERS
         .iter()
-        .filter_map(|marker| lower.find(marker).map(|at| at + marker.len()))
-        .min()
-        .and_then(|after| leading_reply_code(lower[after..].trim_start()))
-        .filter(|code| matches!(code / 100, 4 | 5))
+        .flat_map(|marker| lower.match_indices(marker).map(|(at, m)| at + m.len()))
+        .collect();
+    places.sort_unstable();
+    places
+        .into_iter()
+        .filter_map(|after| leading_reply_code(lower[after..].trim_start()))
+        .find(|code| matches!(code / 100, 4 | 5))
 }
 
 pub(super) fn parse_enhanced(token: &str) -> Option<EnhancedCode> {

@@ -805,6 +805,8 @@ fn the_third_reviews_probes_have_their_verdicts() {
             "192.0.2.1 does not like recipient.\nRemote host said: 450 No such user - please try again",
             "Deferred: 450 User unknown in local recipient table",
             "host mx.example.com[192.0.2.1] said: 450 Recipient refused: mailbox locked",
+            "SMTP error from remote mail server after RCPT TO:<bob@example.org>: 450 User unknown",
+            "smtp; host mx.example.com [192.0.2.1]: 450 user unknown",
         ],
         (MailboxTemporary, true, false),
     );
@@ -841,6 +843,9 @@ fn the_third_reviews_probes_have_their_verdicts() {
             "host d123.ess.barracudanetworks.com[209.222.82.1] said: 550 No such user (bob@example.com) (in reply to RCPT TO command)",
             "550 5.4.1 Recipient address rejected: Access denied. AS(201806281)",
             "Amazon SES did not send the message to this address because it is on the suppression list for your account.",
+            // Exchange's NDR line, and a number after '#' that is no reply code
+            "#550 5.1.1 RESOLVER.ADR.RecipNotFound; not found ##",
+            "Ticket #4512 opened: user unknown",
         ],
         (RecipientPermanent, false, true),
     );
