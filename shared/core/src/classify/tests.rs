@@ -912,6 +912,7 @@ fn the_twelfth_rounds_wordings_have_their_classes() {
             "Teie sõnumit adressaadile wfsddaSdasffasdqwqw@hot.ee ei saanud kohale toimetada. Adressaati wfsddaSdasffasdqwqw ei leitud domeenist hot.ee.",
             "550 Local User [xxx@123.com] not found.",
             "address cancelled",
+            "address expired",
         ],
         (RecipientPermanent, false, true),
     );

@@ -341,6 +341,9 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["local user", "not found"],
             ["address cancelled"],
             ["address canceled"],
+            // a time-limited address past its end (suspended, README)
+            ["address expired"],
+            ["address has expired"],
             ["unknown email address"],
             ["no such person"],
             ["not our customer"],
