@@ -845,6 +845,7 @@ fn the_third_reviews_probes_have_their_verdicts() {
             "Amazon SES did not send the message to this address because it is on the suppression list for your account.",
             // Exchange's NDR line, and a number after '#' that is no reply code
             "#550 5.1.1 RESOLVER.ADR.RecipNotFound; not found ##",
+            "The mailbox has been suspended",
             "Ticket #4512 opened: user unknown",
         ],
         (RecipientPermanent, false, true),

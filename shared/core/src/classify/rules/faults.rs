@@ -173,6 +173,8 @@ pub(in crate::classify) static REFUSALS_AND_FAULTS: &[TextRule] = &[
         ProviderUnavailable,
         [
             ["local error"],
+            // Postfix's "local configuration error" (4.3.5): the receiver's own setup
+            ["local configuration error"],
             ["internal error"],
             ["server error"],
             ["system error"],

@@ -489,6 +489,8 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             // A suspended mailbox (X.2.1), named as the recipient's.
             ["user suspended"],
             ["mailbox suspended"],
+            ["mailbox has been suspended"],
+            ["mailbox is suspended"],
             ["mailbox is suspended"],
             ["recipient suspended"],
             // hMailServer's inactive account and disabled domain.
