@@ -886,6 +886,10 @@ fn the_third_reviews_probes_have_their_verdicts() {
         (Network, true, false),
     );
     each_is(
+        &["Local configuration error"],
+        (ProviderUnavailable, true, false),
+    );
+    each_is(
         &[
             "Host or domain name not found. Name service error for name=example.com type=A: Host not found",
         ],
