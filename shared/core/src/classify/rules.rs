@@ -219,9 +219,6 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["5.7.515"],
             ["5.7.606"],
             ["resolver.rst.authrequired"],
-            // RFC 5321's 552 text under X.2.3 ("message length exceeds administrative limit"):
-            // the message is too large for this mailbox, not a full one
-            ["5.2.3 ", "exceeded storage allocation"],
             ["ofr", "_102"],
             ["ofr", "_517"],
             ["lpn", "_517"],
@@ -235,6 +232,8 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["5.7.705"],
             ["5.7.708"],
             ["5.7.750"],
+            // Exchange Online: our tenant's own contact lacks a valid primary address
+            ["resolver.adr.badprimary"],
             ["ib401"],
             ["ib506"],
             ["ib108"],
@@ -246,9 +245,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
         RecipientPermanent,
         [
             ["s2017062302"],
-            // a sending service refusing an address on its suppression list (SES, SendGrid)
-            ["on the suppression list"],
-            ["bounced address"],
+            // SES's account-level suppression list ("... to this address because it is on the
+            // suppression list for your account"): before the sender rules' "your account"
+            ["to this address because it is on the suppression list"],
             ["ofr", "_416"],
             ["lpn", "_416"],
             ["lpn", "_420"]
@@ -360,7 +359,8 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             // "mailbox full" and "quota exceeded" in the languages receivers answer in.
             ["postfach ist voll"],
             ["postfach voll"],
-            ["full mailbox"],
+            ["deliver to full mailbox"],
+            ["due to a full mailbox"],
             ["boîte pleine"],
             ["boite pleine"],
             ["boîte aux lettres pleine"],
@@ -439,8 +439,8 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["must use tls"],
             ["over a tls connection"],
             ["requires encryption"],
-            ["requires encrypted"],
-            ["must use encryption"],
+            ["requires encrypted message transmission"],
+            ["must use encryption to send"],
             ["tls needed"],
             ["tls not available"],
             ["cannot start tls"],

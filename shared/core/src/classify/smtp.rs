@@ -22,6 +22,7 @@ impl SmtpReply {
     /// `(#5.1.1)`).
     pub fn parse(raw: &str) -> SmtpReply {
         let mut code = None;
+        let mut quoted = None;
         let mut enhanced = None;
         let mut lines = Vec::new();
         for line in raw.lines().map(str::trim).filter(|l| !l.is_empty()) {
@@ -30,7 +31,7 @@ impl SmtpReply {
                 code.get_or_insert(c);
                 rest = line[3..].trim_start_matches(['-', ' ']).trim_start();
             } else if let Some(c) = quoted_reply_code(line) {
-                code.get_or_insert(c);
+                quoted.get_or_insert(c);
             }
             if let Some((e, after)) = leading_enhanced(rest) {
                 enhanced.get_or_insert(e);
@@ -41,6 +42,11 @@ impl SmtpReply {
         let text = lines.join("\n");
         if enhanced.is_none() {
             enhanced = find_enhanced(&text);
+        }
+        // A code quoted inside the bounce's words counts when no line starts with one, and
+        // yields to a status it contradicts (Exchange's `returned '550 4.3.2 ...'`).
+        if code.is_none() {
+            code = quoted.filter(|c| enhanced.is_none_or(|e| u16::from(e.class) == c / 100));
         }
         // An enhanced code that contradicts the basic code's class is ignored (RFC 3463 s2: the
         // class must agree with the reply code). A 3yz or other code that no class matches,
@@ -97,8 +103,8 @@ const QUOTE_MARKERS: [&str; 9] = [
     "said:",
     "smtp;",
     "deferred:",
-    "]:",
-    ">:",
+    "]: ",
+    ">: ",
     "returned '",
     "returned was:",
     "response was:",
@@ -106,7 +112,8 @@ const QUOTE_MARKERS: [&str; 9] = [
 ];
 
 /// The 4yz or 5yz reply code a bounce quotes right after one of [`QUOTE_MARKERS`] (the first
-/// such place), when the line does not start with a code of its own.
+/// such place), when the line does not start with a code of its own. Exim's and Postfix's
+/// `[192.0.2.1]:465` is a port: the bracket's colon counts only with a space after it.
 fn quoted_reply_code(line: &str) -> Option<u16> {
     let lower = line.to_ascii_lowercase();
     let mut places: Vec<usize> = QUOTE_MARKERS
@@ -506,6 +513,21 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
                 "a 5yz code or 5.x.x status: the outage wording does not make it transient".into(),
             );
             outage_under_5xx = true;
+            None
+        }
+        // X.2.2 says the mailbox is full: a message "too large" for it ("Die Nachricht ist zu
+        // groß für das Postfach") is one it has no room for, not a size refusal.
+        Some(rule)
+            if rule.class == ErrorClass::ContentRejected
+                && reply
+                    .enhanced
+                    .is_some_and(|e| (e.subject, e.detail) == (2, 2)) =>
+        {
+            note(
+                "smtp.full-mailbox-status".into(),
+                true,
+                "X.2.2: the mailbox has no room; the content wording does not apply".into(),
+            );
             None
         }
         Some(rule) if rule.class == ErrorClass::RecipientPermanent && names_sender(&reply) => {

@@ -959,7 +959,6 @@ fn the_twelfth_rounds_wordings_have_their_classes() {
     );
     each_is(
         &[
-            "552 5.2.3 Requested mail action aborted: exceeded storage allocation",
             "delivery failure: the message matches up to the filter rule(level: system, name:xxx)",
             "This Message is not welcome",
             "550 5.7.1 mail looks like SoberG worm",
@@ -976,6 +975,89 @@ fn the_twelfth_rounds_wordings_have_their_classes() {
             "550 5.7.1 Please resend as plain text",
         ],
         (Unknown, false, false),
+    );
+}
+
+/// Wordings of the thirteenth evaluation round (2026-12-04, read as development data):
+/// Japanese "does not exist" and "not registered", "receiver not found", our MAIL FROM domain,
+/// Exchange Online's BadPrimary (our tenant's contact).
+#[test]
+fn the_thirteenth_rounds_wordings_have_their_classes() {
+    use ErrorClass::*;
+    each_is(
+        &[
+            "受信者が存在していないため、メール送信失敗",
+            "あなたが送ろうとしたアドレス「*********@i.pakeo.ne.jp」は、登録されていません。",
+            "Receiver not found: user1",
+        ],
+        (RecipientPermanent, false, true),
+    );
+    each_is(
+        &[
+            "Mail From Domain does not include a usable MX or A entry",
+            "550 5.2.0 RESOLVER.ADR.BadPrimary; recipient primary SMTP address is missing or invalid",
+            "送信元アドレスが登録されていません",
+        ],
+        (SenderConfig, false, false),
+    );
+}
+
+/// The fourth review's probes, of this day's own changes: a port is no quoted reply code, a
+/// line's own code outranks one quoted on another line, a quoted code yields to a status it
+/// contradicts, X.2.2 outranks size words, and narrower phrases for the suppression list, a
+/// local user, a full mailbox, encryption, SPF records and the recipient's refusal.
+#[test]
+fn the_fourth_reviews_probes_have_their_verdicts() {
+    use ErrorClass::*;
+    each_is(
+        &[
+            "H=mx.example.com [192.0.2.1]:465 SMTP error from remote mail server after RCPT TO:<bob@example.com>: 550 5.1.1 <bob@example.com>: User unknown",
+            "Remote host said: 421 Service closing transmission channel\n550 5.1.1 User unknown",
+            "553 5.1.3 Please provide a full mailbox address (user@domain)",
+            "550 5.1.2 <bob@example.invalid>: Recipient address rejected: Domain not found (no MX, A or SPF record)",
+            "550 5.1.1 Message rejected by recipients server: mailbox does not exist",
+        ],
+        (RecipientPermanent, false, true),
+    );
+    each_is(
+        &["Error: [IPv6:2a00:1450:4013:c07::1a]:587 Connection timed out"],
+        (Network, true, false),
+    );
+    each_is(
+        &[
+            "Remote Server returned '550 4.3.2 QUEUE.Admin; message deleted by administrative action'",
+        ],
+        (ProviderUnavailable, true, false),
+    );
+    each_is(
+        &[
+            "10.45.2.3 does not like recipient.\nRemote host said: 552 Requested mail action aborted: exceeded storage allocation\nGiving up on 10.45.2.3.",
+            "552 5.2.2 Размер сообщения превышает квоту почтового ящика",
+            "552 5.2.2 Die Nachricht ist zu groß für das Postfach des Empfängers",
+            "552 5.2.2 Message too large for recipient's mailbox",
+        ],
+        (MailboxTemporary, true, false),
+    );
+    each_is(
+        &[
+            "550 5.3.0 Delivery to local user bob failed: home directory /home/bob not found",
+            "550 5.7.1 Only local users may post; sender bob@ours.example not found in local user list",
+            "550 5.7.1 Recipient requires encrypted messages (S/MIME); use the secure portal",
+        ],
+        (Unknown, false, false),
+    );
+    each_is(
+        &["554 5.7.1 Sender address is on the suppression list"],
+        (SenderConfig, false, false),
+    );
+    each_is(
+        &["550 5.7.1 Your FROM address is blocked by the recipient bob@example.com"],
+        (ContentRejected, false, false),
+    );
+    // Size words without a full-mailbox status stay a size refusal.
+    each_is(
+        &["552 Le message est trop volumineux"],
+        (ContentRejected, false, false),
     );
 }
 

@@ -82,7 +82,6 @@ pub(in crate::classify) static REFUSALS_AND_FAULTS: &[TextRule] = &[
             ["mensagem muito grande"],
             ["сообщение слишком большое"],
             ["письмо слишком большое"],
-            ["размер сообщения превышает"],
             ["邮件过大"],
             ["邮件太大"],
             ["メールサイズが大きすぎ"],

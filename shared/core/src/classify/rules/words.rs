@@ -32,9 +32,9 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             // allowed to send mail from domain" (SPF) nor "reputation of the sending domain"
             ["sending domain", "does not exist"],
             ["sending domain", "deactivated"],
-            ["mail from domain", "does not exist"],
+            ["mail from domain does not"],
             ["return-path domain"],
-            ["your from address"],
+            ["mx for your from address"],
             // POP-before-SMTP: we must log in by POP before we may relay
             ["pop/apop"],
             ["pop before smtp"],
@@ -221,6 +221,7 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["送信元", "存在しません"],
             ["送信者", "存在しません"],
             ["差出人", "存在しません"],
+            ["送信元", "登録されていません"],
             ["보낸사람", "존재하지 않"],
             ["보낸 사람", "존재하지 않"],
             ["발신자", "존재하지 않"],
@@ -252,7 +253,8 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["ip-adres"],
             // our domain's authentication records: "not listed in SPF record", "DMARC record does
             // not exist"
-            ["spf record"],
+            ["in spf record"],
+            ["spf record of"],
             ["dmarc record"],
             ["dkim record"],
         ]
@@ -277,7 +279,7 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             // Postfix's access map refusing this recipient (Exchange Online's 5.4.1 form is a
             // dead address: `microsoft-access-denied-recipient`, order point 4)
             ["recipient address rejected: access denied"],
-            ["rejected by recipients"],
+            ["mail is rejected by recipients"],
             ["blocked by recipient"],
             ["blocked by the recipient"],
             ["recipient has blocked"],
@@ -306,6 +308,7 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["unknown recipient"],
             ["recipient unknown"],
             ["recipient not found"],
+            ["receiver not found"],
             ["recipientnotfound"],
             ["recipient does not exist"],
             ["user does not exist"],
@@ -338,7 +341,11 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["wasn't found at"],
             ["ei leitud domeenist"],
             // a user named by its address in brackets: "Local User [x@y] not found."
-            ["local user", "not found"],
+            ["local user [", "] not found"],
+            // a sending service refusing an address on its suppression list (SES, SendGrid);
+            // after the sender rules ("Sender address is on the suppression list")
+            ["on the suppression list"],
+            ["bounced address"],
             ["address cancelled"],
             ["address canceled"],
             // a time-limited address past its end (suspended, README)
@@ -453,7 +460,10 @@ pub(in crate::classify) static PARTIES: &[TextRule] = &[
             ["неизвестный пользователь"],
             ["нет такого пользователя"],
             ["存在しません"],
+            ["存在していない"],
             ["宛先不明"],
+            // "the address you tried to send to is not registered"
+            ["アドレス", "登録されていません"],
             ["존재하지 않"],
             ["用戶不存在"],
             ["帳號不存在"],
