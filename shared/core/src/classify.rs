@@ -21,7 +21,8 @@
 //! # Layout
 //! - `taxonomy`: [`ErrorClass`], [`Source`], [`Verdict`], [`EnhancedCode`].
 //! - `smtp`: [`SmtpReply`] and [`classify_smtp`]; `rules`: its wording rules, as data;
-//!   `signals`: the words that call a failure permanent or temporary, or refuse without a code;
+//!   `signals`: the words that call a failure permanent or temporary, refuse, or name a condition
+//!   that may pass;
 //!   `registry`: IANA's enhanced status codes, each with its classes, as data.
 //! - `ses_api`: [`classify_ses_api`] for SES v2 API errors.
 //! - `ses_events`: [`classify_ses_event`] for SES bounce, complaint, reject and rendering events.

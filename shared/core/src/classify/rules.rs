@@ -50,7 +50,8 @@ macro_rules! rule {
 }
 
 mod faults;
-mod words;
+mod recipients;
+mod senders;
 
 /// The rules in the order they are tried: the first rule whose phrases appear wins. The rules read
 /// [`rule_text`]: the lower-cased reply text with whitespace (and line breaks) collapsed, prefixed
@@ -73,7 +74,8 @@ mod words;
 pub(super) fn text_rules() -> impl Iterator<Item = &'static TextRule> {
     CODES_AND_CONDITIONS
         .iter()
-        .chain(words::PARTIES)
+        .chain(senders::SENDERS)
+        .chain(recipients::RECIPIENTS)
         .chain(faults::REFUSALS_AND_FAULTS)
 }
 

@@ -346,9 +346,9 @@ const REFUSAL_CJK: &[&str] = &[
     "拒否", "拒絶", "拒绝", "拒絕", "禁止", "無効", "无效", "無效", "退回",
 ];
 
-/// Words of a condition that may pass (a failing system, a limit, a wait): with one of them, or one
-/// of [`TEMPORARY_WORDS`], words of refusal in a bounce without codes do not make it final
-/// ("Connection refused", "blocked for a while", "rejected: mailbox full").
+/// Words of a condition that may pass (a failing system, a limit, a wait). A bounce without codes
+/// that no rule decides is retried only with one of them or of [`TEMPORARY_WORDS`] ("Connection
+/// refused", "blocked for a while", "rejected: mailbox full"); without, it is final.
 const PASSING_WORDS: &[&str] = &[
     "try again",
     "retry",
@@ -404,6 +404,25 @@ const PASSING_WORDS: &[&str] = &[
     "went away",
     "hung up",
     "permission",
+    // TLS, which a sender retries over TLS; a congested or overloaded receiver; its own processes
+    // and files (a filter that died, a file in use, a socket); a greeting that never came
+    "tls",
+    "ssl",
+    "starttls",
+    "certificate",
+    "handshake",
+    "encrypt",
+    "congest",
+    "too many",
+    "paused",
+    "greeting",
+    "welcome message",
+    "errno",
+    "died",
+    "in use",
+    "being used",
+    "socket",
+    "address family",
     // "error", "full", "connection", "unavailable", "exceeded", "too many" in German, French,
     // Spanish, Portuguese, Italian, Dutch, Polish, Russian, Czech, Swedish, Turkish, Korean
     "fehler",
@@ -507,14 +526,18 @@ pub(super) fn says_temporary(lower: &str) -> Option<&'static str> {
 
 /// The word of refusal of a text that names no condition which may pass.
 pub(super) fn refuses(lower: &str) -> Option<&'static str> {
-    let passing = word_start_of(lower, PASSING_WORDS)
-        .or_else(|| word_start_of(lower, TEMPORARY_WORDS))
-        .or_else(|| anywhere(lower, PASSING_CJK))
-        .or_else(|| anywhere(lower, TEMPORARY_CJK));
-    if passing.is_some() {
+    if passes(lower).is_some() {
         return None;
     }
     word_start_of(lower, REFUSAL_WORDS).or_else(|| anywhere(lower, REFUSAL_CJK))
+}
+
+/// The word of a condition that may pass ([`PASSING_WORDS`], [`TEMPORARY_WORDS`]) the text says.
+pub(super) fn passes(lower: &str) -> Option<&'static str> {
+    word_start_of(lower, PASSING_WORDS)
+        .or_else(|| word_start_of(lower, TEMPORARY_WORDS))
+        .or_else(|| anywhere(lower, PASSING_CJK))
+        .or_else(|| anywhere(lower, TEMPORARY_CJK))
 }
 
 /// The first word of `words` that starts a word of `lower`.

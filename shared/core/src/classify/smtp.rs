@@ -3,7 +3,7 @@
 
 use super::registry::{REGISTRY, SUBJECT_DEFAULTS};
 use super::rules::{CLAUSE_REACH, Clause, TextRule, text_rules};
-use super::signals::{refuses, says_permanent, says_temporary};
+use super::signals::{passes, refuses, says_permanent, says_temporary};
 use super::*;
 
 /// An SMTP reply split into its parts.
@@ -125,6 +125,17 @@ fn quoted_reply_code(line: &str) -> Option<u16> {
         .into_iter()
         .filter_map(|after| leading_reply_code(lower[after..].trim_start()))
         .find(|code| matches!(code / 100, 4 | 5))
+}
+
+/// Whether a word of the text is a number like a 4yz or 5yz reply code (`the relay gave up after
+/// 450 attempts`). Where [`quoted_reply_code`] took none (it needs a marker before the code), such
+/// a number still keeps a codeless bounce's words from deciding: it may be the reply's code.
+fn mentions_a_code(lower: &str) -> bool {
+    lower.split_whitespace().any(|t| {
+        t.len() == 3
+            && t.bytes().all(|b| b.is_ascii_digit())
+            && matches!(t.as_bytes()[0], b'4' | b'5')
+    })
 }
 
 pub(super) fn parse_enhanced(token: &str) -> Option<EnhancedCode> {
@@ -551,31 +562,33 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
             format!("the text says \"{words}\""),
         );
     }
-    // Words of refusal, in a bounce without any code that no rule decided and that names no
-    // condition which may pass ("Server refused the message").
-    let quotes_a_code = lower.split_whitespace().any(|t| {
-        t.len() == 3
-            && t.bytes().all(|b| b.is_ascii_digit())
-            && matches!(t.as_bytes()[0], b'4' | b'5')
-    });
-    let refusal =
-        if digit.is_none() && reply.enhanced.is_none() && text_match.is_none() && !quotes_a_code {
-            refuses(&lower)
-        } else {
-            None
-        };
-    if let Some(words) = refusal {
-        note(
-            "smtp.refusal-words".into(),
-            true,
-            format!(
-                "no code, no rule, and the text refuses (\"{words}\") without a passing condition"
+    // A bounce without any code that no rule decided is retried only when its words name a
+    // condition that may pass (RFC 3464: a bounce reports a failed delivery; a delay says it
+    // will retry): "Server refused the message", "Does not have a final email delivery point".
+    let without_cause = digit.is_none()
+        && reply.enhanced.is_none()
+        && text_match.is_none()
+        && !mentions_a_code(&lower)
+        && passes(&lower).is_none();
+    if without_cause {
+        match refuses(&lower) {
+            Some(words) => note(
+                "smtp.refusal-words".into(),
+                true,
+                format!(
+                    "no code, no rule, and the text refuses (\"{words}\") without a passing condition"
+                ),
             ),
-        );
+            None => note(
+                "smtp.no-passing-condition".into(),
+                true,
+                "no code, no rule, and no word of a condition that may pass: final".into(),
+            ),
+        }
     }
     let final_wording = text_match.is_some_and(|rule| rule.class == ErrorClass::Unknown)
         || permanent_words.is_some()
-        || refusal.is_some();
+        || without_cause;
     let (class, rule) = if digit == Some(2) {
         (
             ErrorClass::Unknown,

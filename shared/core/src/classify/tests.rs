@@ -521,11 +521,12 @@ pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
             .any(|t| t.rule == "smtp.permanent-words" && t.note.contains("failed permanently")),
         "{tried:?}"
     );
-    // Transient or no signal: still retried.
+    // A transient signal: still retried (a codeless text without one is final, see
+    // `a_codeless_bounce_is_final_unless_it_names_a_passing_condition`).
     for raw in [
         "451 4.9.9 something odd",
         "4.0.0 Permanent failure in user lookup",
-        "the server said something we have never seen",
+        "the relay's backend said something we have never seen",
         "250 2.0.0 Ok: queued as 12345",
     ] {
         let v = classify_smtp(raw);
@@ -533,10 +534,11 @@ pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
     }
 }
 
-/// A bounce without any code that no rule decides is final when its words refuse and name no
-/// condition that may pass (`smtp.refusal-words`); otherwise it keeps its retry.
+/// A bounce without any code that no rule decides is final unless its words name a condition
+/// that may pass: `smtp.refusal-words` when they refuse, `smtp.no-passing-condition` when they
+/// say nothing of the kind.
 #[test]
-pub(super) fn a_codeless_refusal_is_final_unless_it_names_a_passing_condition() {
+pub(super) fn a_codeless_bounce_is_final_unless_it_names_a_passing_condition() {
     each_is(
         &[
             "Server refused the message",
@@ -586,16 +588,44 @@ pub(super) fn a_codeless_refusal_is_final_unless_it_names_a_passing_condition() 
             "Сообщение отклонено: ошибка сервера",
             "邮件被拒绝：连接超时",
             "メッセージは拒否されました（エラー）",
+            // TLS, congestion, limits, the receiver's own processes, files and sockets
+            "Cannot negotiate TLS with the relay",
+            "SSL session could not be set up",
+            "Handshake with the next hop broke off",
+            "Unable to deliver due to congestion at the relay",
+            "Too many deliveries queued for the domain",
+            "Deliveries to this domain are paused",
+            "No greeting from the remote host",
+            "Delivery agent died unexpectedly",
+            "The mailbox file is in use by another process",
+            "Address family not supported by the socket",
             // a code decides, whatever the words
             "250 the flux capacitor refused the message",
-            "the server said something we have never seen",
-            // "unrefused" does not start with a refusal word
-            "the unrefusedness of the message",
-            // a number like a reply code inside the text keeps the refusal words out
+            // a number like a reply code inside the text keeps the words of a bounce out
             "the relay gave up after 450 attempts: refused",
+            "the relay said 550 and something we have never seen",
         ],
         (ErrorClass::Unknown, true, false),
     );
+    // No word of refusal, and none of a condition that may pass: final all the same.
+    each_is(
+        &[
+            "the server said something we have never seen",
+            // "unrefused" does not start with a refusal word
+            "the unrefusedness of the message",
+            "Does not have a final email delivery point",
+        ],
+        (ErrorClass::Unknown, false, false),
+    );
+    let (v, tried) = explain_smtp("the server said something we have never seen");
+    assert_eq!(v.rule, "smtp.unrecognised");
+    assert!(
+        tried
+            .iter()
+            .any(|t| t.rule == "smtp.no-passing-condition" && t.matched),
+        "{tried:?}"
+    );
+    assert!(!tried.iter().any(|t| t.rule == "smtp.refusal-words"));
     // A passing word must start the word: "against" is not "again", "fully" not "full".
     each_is(
         &["Server refused the message: against site rules"],
