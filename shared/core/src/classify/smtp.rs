@@ -305,11 +305,18 @@ fn modified(clause: &Clause, before: &str) -> bool {
 }
 
 /// Whether one of the clause's predicates starts within [`CLAUSE_REACH`] bytes of `rest` and
-/// before the clause ends.
+/// before the clause ends. A name in brackets (`Local user [bob@x] not found`, `user (bob@x)
+/// unknown`) does not end it, nor count towards the reach.
 fn predicate_in_clause(clause: &Clause, rest: &str) -> bool {
     let mut stop = rest.len();
+    let mut names = 0;
     let mut chars = rest.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
+        if let Some(len) = bracketed_name(&rest[i..]) {
+            names += len;
+            while chars.next_if(|&(j, _)| j < i + len).is_some() {}
+            continue;
+        }
         let full_stop = c == '.' && chars.peek().is_none_or(|&(_, next)| next.is_whitespace());
         if matches!(c, ';' | ':' | ',' | '(' | ')' | '[' | ']' | '\n') || full_stop {
             stop = i;
@@ -319,7 +326,7 @@ fn predicate_in_clause(clause: &Clause, rest: &str) -> bool {
     let window = &rest[..stop];
     clause.predicates.iter().any(|p| {
         window.match_indices(p).any(|(i, _)| {
-            i <= CLAUSE_REACH
+            i <= CLAUSE_REACH + names
                 && !window[..i].ends_with(char::is_alphanumeric)
                 && !window[i + p.len()..].starts_with(|c: char| c.is_alphanumeric() || c == '\'')
                 && !names_one_of(&window[..i], clause.not_between)
@@ -327,6 +334,19 @@ fn predicate_in_clause(clause: &Clause, rest: &str) -> bool {
                     || (only_links(clause, &window[..i]) && ends_a_state(&window[i + p.len()..])))
         })
     })
+}
+
+/// The length of the bracketed name `text` starts with (`[bob@example.com]`, `(<bob@x>)`): a
+/// bracket, one token that names ([`is_a_name`]), its closing bracket.
+fn bracketed_name(text: &str) -> Option<usize> {
+    let close = match text.chars().next()? {
+        '[' => ']',
+        '(' => ')',
+        _ => return None,
+    };
+    let end = text.find(close)?;
+    let inner = &text[1..end];
+    (!inner.contains(char::is_whitespace) && is_a_name(inner)).then_some(end + 1)
 }
 
 /// Whether `between` (the text from a subject to its predicate) holds only the clause's link

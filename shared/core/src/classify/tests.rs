@@ -1596,6 +1596,10 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 Mailbox 'bob' does not exist here",
         "550 user bob@example.org is unknown to this system",
         "User <a@x.org> not recognised",
+        // a name in brackets does not end the clause; the receiver is the recipient
+        "550 user (bob@example.org) unknown",
+        "550 Local user [bob@example.org] not found",
+        "Receiver is unknown here",
         // A modifier before the noun, with at most one word between, and the predicates of a
         // removed or unregistered address.
         "550 invalid mailbox",
@@ -1628,6 +1632,9 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 recipient accepted; message invalid",
         "550 recipient: invalid",
         "550 the address you gave (x) could not be used, unknown",
+        // a bracket that holds words, not a name, ends the clause
+        "550 user [not an address] unknown",
+        "550 user (see https://example.org/help for why) unknown",
         "550 recipient policy of this organisation for messages that are far too long is unknown",
         "550 username=x rejected, unknown",
         "550 sender address <a@x> unknown",

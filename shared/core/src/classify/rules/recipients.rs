@@ -442,6 +442,7 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
                 "address",
                 "account",
                 "addressee",
+                "receiver",
                 "alias",
                 "local part",
                 "local-part",
