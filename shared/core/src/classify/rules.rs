@@ -201,7 +201,11 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["5.2.121"],
             ["4.7.500"],
             ["4.7.650"],
-            ["4.7.651"]
+            ["4.7.651"],
+            // Forpsi (Czech and Polish hosting): its knowledge-base articles for an automatic
+            // block on the sending IP that lifts after an hour
+            ["support.forpsi.com/kb/a4071"],
+            ["support.forpsi.com/kb/a4081"]
         ]
     ),
     rule!(

@@ -50,6 +50,12 @@ const TEMPORARY_WORDS: &[&str] = &[
     "retry later",
     "try later",
     "will retry",
+    // delay notices (RFC 3464 `Action: delayed`): "Delivery will continue to be attempted"
+    "continue to be attempted",
+    "will continue to try",
+    "not been delivered yet",
+    "not yet been delivered",
+    "n't been delivered yet",
     // German
     "vorübergehend",
     "temporär",

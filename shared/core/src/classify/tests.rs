@@ -1008,6 +1008,38 @@ fn the_twelfth_rounds_wordings_have_their_classes() {
     );
 }
 
+/// The general wordings behind the fourteenth round's misses: a relay's own record of hard
+/// bounces, Gmail's and X-Local's `nosuchuser`, "not a registered
+/// user", a delay notice's "will continue to be attempted", Forpsi's automatic hourly block.
+#[test]
+fn the_fourteenth_rounds_wordings_have_their_classes() {
+    each_is(
+        &[
+            "550 this recipient previously hard-bounced",
+            "550 5.1.1 see https://support.google.com/mail/?p=NoSuchUser for help",
+            "550 (err.nosuchuser)",
+            "550 bob is not a registered user",
+        ],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+    each_is(
+        &[
+            "This message has not been delivered yet. Delivery will continue to be attempted.",
+            "Your mail hasn't been delivered yet, we will continue to try",
+        ],
+        (ErrorClass::ProviderUnavailable, true, false),
+    );
+    each_is(
+        &["550 5.7.1 blocked, see https://support.forpsi.com/kb/a4081"],
+        (ErrorClass::Throttled, true, false),
+    );
+    // An IP address on a blocklist is not the recipient's.
+    each_is(
+        &["550 IP address blacklisted by zen.spamhaus.org"],
+        (ErrorClass::ContentRejected, false, false),
+    );
+}
+
 /// Wordings of the thirteenth evaluation round (2026-12-04, read as development data):
 /// Japanese "does not exist" and "not registered", "receiver not found", our MAIL FROM domain,
 /// Exchange Online's BadPrimary (our tenant's contact).

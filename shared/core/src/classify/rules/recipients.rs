@@ -274,6 +274,10 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
             ["on the suppression list"],
             ["added to suppression list"],
             ["previously bounced"],
+            ["previously hard-bounced"],
+            ["previously hard bounced"],
+            // Gmail's `?p=NoSuchUser` and the X-Local `err.nosuchuser` of RFC 3464's examples
+            ["nosuchuser"],
             // Chinese mailbox providers (QQ, NetEase, Coremail, Sina): "the user / recipient /
             // account / mailbox / address does not exist".
             ["用户不存在"],
@@ -511,6 +515,7 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
                 "non existent",
                 "not a valid",
                 "not a known",
+                "not a registered",
                 "incorrect",
                 "bad",
                 "deleted",
