@@ -410,25 +410,110 @@ const PASSING_WORDS: &[&str] = &[
     "went away",
     "hung up",
     "permission",
-    // TLS, which a sender retries over TLS; a congested or overloaded receiver; its own processes
-    // and files (a filter that died, a file in use, a socket); a greeting that never came
+    // TLS, which a sender retries over TLS; a congested, overloaded, busy or resting receiver;
+    // its own processes, locks, files and sockets; a greeting that never came; a delivery still
+    // pending, or one that expired in a queue; a mailbox at capacity
     "tls",
     "ssl",
     "starttls",
     "certificate",
     "handshake",
-    "encrypt",
     "congest",
-    "too many",
+    "overload",
     "paused",
+    "maintenance",
+    "shutdown",
+    "shut down",
+    "resources",
+    "memory",
     "greeting",
     "welcome message",
     "errno",
     "died",
+    "abort",
+    "lock",
     "in use",
-    "being used",
     "socket",
     "address family",
+    "pending",
+    "keep trying",
+    "continue trying",
+    "continues trying",
+    "be attempted",
+    "being attempted",
+    "attempted again",
+    "stopped trying",
+    "message has expired",
+    "message expired",
+    "message expires",
+    "migrat",
+    "in progress",
+    "out of service",
+    "lifetime",
+    "elapsed",
+    "too old",
+    "capacity",
+    "inbox full",
+    "full ",
+    "fuld ",
+    "vol ",
+    "overfull",
+    "overflow",
+    "frequency",
+    "flood",
+    "come back",
+    // "delayed", "overloaded", "busy" and "does not answer" in German, French, Spanish,
+    // Portuguese, Italian, Dutch, Polish, Russian, Swedish, Danish, Norwegian, Finnish, Czech,
+    // Turkish, Korean
+    "verzöger",
+    "noch nicht",
+    "wird noch",
+    "pas encore",
+    "continuer à",
+    "todavía no",
+    "seguiremos intentando",
+    "ainda não",
+    "continuaremos",
+    "ancora",
+    "continueremo",
+    "nog niet",
+    "jeszcze",
+    "kontynuowan",
+    "еще не",
+    "ещё не",
+    "продолж",
+    "försen",
+    "überlastet",
+    "antwortet nicht",
+    "retard",
+    "différé",
+    "surcharg",
+    "occupé",
+    "ne répond pas",
+    "retrasad",
+    "demorad",
+    "ocupado",
+    "sobrecargad",
+    "no responde",
+    "atrasad",
+    "não responde",
+    "ritard",
+    "sovraccaric",
+    "non risponde",
+    "vertraagd",
+    "bezet",
+    "opóźn",
+    "задерж",
+    "перегруж",
+    "занят",
+    "fördröj",
+    "forsink",
+    "viivästy",
+    "zpožd",
+    "gecik",
+    "지연",
+    "사용 중",
+    "응답",
     // "error", "full", "connection", "unavailable", "exceeded", "too many" in German, French,
     // Spanish, Portuguese, Italian, Dutch, Polish, Russian, Czech, Swedish, Turkish, Korean
     "fehler",
@@ -508,6 +593,23 @@ const PASSING_CJK: &[&str] = &[
     "频繁",
     "過多",
     "过多",
+    // "delayed", "busy", "crowded", "no response"
+    "遅延",
+    "まだ",
+    "引き続き",
+    "尚未",
+    "继续",
+    "繼續",
+    "一杯",
+    "满了",
+    "滿了",
+    "延迟",
+    "延遲",
+    "繁忙",
+    "混雑",
+    "ビジー",
+    "无响应",
+    "無回應",
 ];
 
 /// The words of [`PERMANENT_WORDS`] the text says.
@@ -522,11 +624,7 @@ pub(super) fn says_temporary(lower: &str) -> Option<&'static str> {
         return None;
     }
     // Addresses and links are names, not words: "<temporary@example.com>", ".../temporary-errors".
-    let words: String = lower
-        .split_whitespace()
-        .filter(|t| !is_a_name(t))
-        .collect::<Vec<_>>()
-        .join(" ");
+    let words = without_names(lower);
     word_start_of(&words, TEMPORARY_WORDS).or_else(|| anywhere(&words, TEMPORARY_CJK))
 }
 
@@ -539,11 +637,23 @@ pub(super) fn refuses(lower: &str) -> Option<&'static str> {
 }
 
 /// The word of a condition that may pass ([`PASSING_WORDS`], [`TEMPORARY_WORDS`]) the text says.
+/// Addresses and links are names, not words ("<bob@connect.example.org>"); the text ends with a
+/// space, so that a word listed with its end ("voll ") is read at the end too.
 pub(super) fn passes(lower: &str) -> Option<&'static str> {
-    word_start_of(lower, PASSING_WORDS)
-        .or_else(|| word_start_of(lower, TEMPORARY_WORDS))
-        .or_else(|| anywhere(lower, PASSING_CJK))
-        .or_else(|| anywhere(lower, TEMPORARY_CJK))
+    let words = without_names(lower) + " ";
+    word_start_of(&words, PASSING_WORDS)
+        .or_else(|| word_start_of(&words, TEMPORARY_WORDS))
+        .or_else(|| anywhere(&words, PASSING_CJK))
+        .or_else(|| anywhere(&words, TEMPORARY_CJK))
+}
+
+/// The text without its addresses and links (see [`is_a_name`]).
+fn without_names(lower: &str) -> String {
+    lower
+        .split_whitespace()
+        .filter(|t| !is_a_name(t))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The first word of `words` that starts a word of `lower`.

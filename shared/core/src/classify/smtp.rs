@@ -305,7 +305,7 @@ fn modified(clause: &Clause, before: &str) -> bool {
 }
 
 /// Whether one of the clause's predicates starts within [`CLAUSE_REACH`] bytes of `rest` and
-/// before the clause ends. A name in brackets (`Local user [bob@x] not found`, `user (bob@x)
+/// before the clause ends. An address in brackets (`Local user [bob@x] not found`, `user (bob@x)
 /// unknown`) does not end it, nor count towards the reach.
 fn predicate_in_clause(clause: &Clause, rest: &str) -> bool {
     let mut stop = rest.len();
@@ -336,8 +336,8 @@ fn predicate_in_clause(clause: &Clause, rest: &str) -> bool {
     })
 }
 
-/// The length of the bracketed name `text` starts with (`[bob@example.com]`, `(<bob@x>)`): a
-/// bracket, one token that names ([`is_a_name`]), its closing bracket.
+/// The length of the bracketed address `text` starts with (`[bob@example.com]`, `(<bob@x>)`): a
+/// bracket, one token holding an `@`, its closing bracket. A link is no address.
 fn bracketed_name(text: &str) -> Option<usize> {
     let close = match text.chars().next()? {
         '[' => ']',
@@ -346,7 +346,8 @@ fn bracketed_name(text: &str) -> Option<usize> {
     };
     let end = text.find(close)?;
     let inner = &text[1..end];
-    (!inner.contains(char::is_whitespace) && is_a_name(inner)).then_some(end + 1)
+    (!inner.contains(char::is_whitespace) && inner.contains('@') && !inner.contains("://"))
+        .then_some(end + 1)
 }
 
 /// Whether `between` (the text from a subject to its predicate) holds only the clause's link

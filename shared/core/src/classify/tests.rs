@@ -599,6 +599,19 @@ pub(super) fn a_codeless_bounce_is_final_unless_it_names_a_passing_condition() {
             "Delivery agent died unexpectedly",
             "The mailbox file is in use by another process",
             "Address family not supported by the socket",
+            // a delay notice, a queue that expired, a locked or full mailbox, a busy receiver
+            "Delivery to the following recipients is pending",
+            "The mail system will continue trying",
+            "This message has expired",
+            "Unable to lock mailbox",
+            "Inbox full",
+            "Mailbox <bob@example.com> full",
+            "Die Mailbox ist voll",
+            "Server überlastet",
+            "Die Zustellung verzögert sich",
+            "La remise est retardée",
+            "配信が遅延しています",
+            "服务器繁忙",
             // a code decides, whatever the words
             "250 the flux capacitor refused the message",
             // a number like a reply code inside the text keeps the words of a bounce out
@@ -614,6 +627,11 @@ pub(super) fn a_codeless_bounce_is_final_unless_it_names_a_passing_condition() {
             // "unrefused" does not start with a refusal word
             "the unrefusedness of the message",
             "Does not have a final email delivery point",
+            // a passing word inside an address is no passing word
+            "Sorry, only subscribers may post to announce@connect.example.org",
+            // refusals that name what they refuse, not a condition that may pass
+            "Rejected: S/MIME encrypted messages are not permitted here",
+            "Message denied: too many complaints",
         ],
         (ErrorClass::Unknown, false, false),
     );
@@ -1628,10 +1646,9 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 Mailbox 'bob' does not exist here",
         "550 user bob@example.org is unknown to this system",
         "User <a@x.org> not recognised",
-        // a name in brackets does not end the clause; the receiver is the recipient
+        // an address in brackets does not end the clause
         "550 user (bob@example.org) unknown",
         "550 Local user [bob@example.org] not found",
-        "Receiver is unknown here",
         // A modifier before the noun, with at most one word between, and the predicates of a
         // removed or unregistered address.
         "550 invalid mailbox",
@@ -1664,9 +1681,16 @@ pub(super) fn a_recipient_noun_and_its_predicate_in_one_clause_mean_a_dead_addre
         "550 recipient accepted; message invalid",
         "550 recipient: invalid",
         "550 the address you gave (x) could not be used, unknown",
-        // a bracket that holds words, not a name, ends the clause
+        // a bracket that holds words or a link, not an address, ends the clause
         "550 user [not an address] unknown",
         "550 user (see https://example.org/help for why) unknown",
+        "550 Account (https://example.com/help) unknown error",
+        // our own login, bracketed or not
+        "550 SMTP user [bob@example.com] unknown",
+        "550 SASL user (bob@example.com) not found",
+        "550 Login user bob@example.com unknown",
+        // the receiving MTA is no recipient
+        "Receiver MX reported invalid response",
         "550 recipient policy of this organisation for messages that are far too long is unknown",
         "550 username=x rejected, unknown",
         "550 sender address <a@x> unknown",

@@ -446,7 +446,6 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
                 "address",
                 "account",
                 "addressee",
-                "receiver",
                 "alias",
                 "local part",
                 "local-part",
@@ -463,6 +462,12 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
                 "your ",
                 "your email ",
                 "your e-mail ",
+                // our own login: "SMTP user [bob@x] unknown", "SASL user bob not found"
+                "login ",
+                "smtp ",
+                "sasl ",
+                "relay ",
+                "auth ",
             ],
             predicates: &[
                 "unknown",
