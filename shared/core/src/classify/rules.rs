@@ -14,9 +14,10 @@ pub(super) struct TextRule {
 
 /// A subject word followed in the same clause, within [`CLAUSE_REACH`] bytes, by a predicate
 /// phrase: "User <a.b@x> unknown", "the recipient name is not recognized", "mailbox 'bob' does
-/// not exist". A clause ends at `;`, `:`, `,`, a bracket, a line break or a full stop followed by
-/// a space (an address's dots do not end it). A subject right after one of `not_after` does not
-/// count ("sender address", "IP address").
+/// not exist". A clause ends at `;`, `:`, `,`, a bracket (not one around an address: "user
+/// [bob@x] unknown"), a line break or a full stop followed by a space (an address's dots do not
+/// end it). A subject right after one of `not_after` does not count ("sender address", "IP
+/// address").
 /// A subject of `modified_subjects` right after one of `modifiers`, with at most one word of
 /// `modifier_gap` between ("invalid user", "no such local user"), counts as well. A predicate
 /// ends its word, and none of `not_between` may stand before it ("user name or password
