@@ -3,7 +3,7 @@
 
 use super::registry::{REGISTRY, SUBJECT_DEFAULTS};
 use super::rules::{CLAUSE_REACH, Clause, TextRule, text_rules};
-use super::signals::{passes, refuses, says_permanent, says_temporary};
+use super::signals::{passes, refusal_word, says_permanent, says_temporary};
 use super::*;
 
 /// An SMTP reply split into its parts.
@@ -592,7 +592,7 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
         && !mentions_a_code(&lower)
         && passes(&lower).is_none();
     if without_cause {
-        match refuses(&lower) {
+        match refusal_word(&lower) {
             Some(words) => note(
                 "smtp.refusal-words".into(),
                 true,
