@@ -111,7 +111,19 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["could not be delivered for 6 days"],
             ["could not be delivered for 7 days"],
             // X.4.7's title in RFC 3463's registry, which MTAs use as the text
-            ["delivery time expired"]
+            ["delivery time expired"],
+            // the same in the languages relays report in
+            ["tiempo de entrega vencido"],
+            ["tiempo de entrega expirado"],
+            ["délai de livraison expiré"],
+            ["délai de remise expiré"],
+            ["zustellzeit abgelaufen"],
+            ["tempo di consegna scaduto"],
+            ["prazo de entrega expirado"],
+            ["срок доставки истек"],
+            ["срок доставки истёк"],
+            ["配信期限切れ"],
+            ["投递超时"],
         ]
     ),
     // A blocklist named in a refusal: before the network rule, since some receivers word it
@@ -569,6 +581,10 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             // your messaging limits"): not a size ("message size limit" stays content).
             ["hourly limit"],
             ["messaging limit"],
+            // "Your mail limit has been reached" (StartMail); not "exceeds mail limit" (a size)
+            ["your mail limit"],
+            ["mail limit has been reached"],
+            ["mail limit reached"],
             ["recipient limit"],
             ["messages per hour"],
             ["messages per day"],

@@ -46,6 +46,8 @@ const PERMANENT_WORDS: &[&str] = &[
 /// "temporary" / "temporarily" and "try again later".
 const TEMPORARY_WORDS: &[&str] = &[
     "temporar",
+    // sendmail's and milters' EX_TEMPFAIL ("TempFail", "tempfail"): AOL's `521 5.2.1 "TempFail"`
+    "tempfail",
     "try again later",
     "retry later",
     "try later",

@@ -1062,6 +1062,43 @@ fn the_fourteenth_rounds_wordings_have_their_classes() {
     );
 }
 
+/// The general wordings behind the fifteenth round's misses: an expired delivery in Spanish (and
+/// the other languages relays report in), sendmail's `TempFail` under a 5yz code, a limit on our
+/// own account ("your mail limit"), a recipient that failed verification, a host that "doesn't
+/// have this account".
+#[test]
+fn the_fifteenth_rounds_wordings_have_their_classes() {
+    each_is(
+        &[
+            "tiempo de entrega vencido",
+            "Délai de livraison expiré",
+            "Zustellzeit abgelaufen",
+            "срок доставки истек",
+        ],
+        (ErrorClass::ProviderUnavailable, true, false),
+    );
+    // The words say the failure is temporary: retried, and a 5.2.1 so worded is not a closed
+    // mailbox.
+    let v = classify_smtp("521 5.2.1 \u{201c}TempFail\u{201d}");
+    assert_eq!((v.retryable, v.suppress_recipient), (true, false), "{v:?}");
+    each_is(
+        &["550 5.7.1 Your mail limit has been reached."],
+        (ErrorClass::Throttled, true, false),
+    );
+    // "exceeds mail limit" is a size, not a rate.
+    assert_eq!(
+        classify_smtp("552 5.3.4 Message size exceeds mail limit").class,
+        ErrorClass::ContentRejected
+    );
+    each_is(
+        &[
+            "550 RPT-FAL: Recipient failed verification. 550 Cannot deliver to this recipient.",
+            "doesn't have this account",
+        ],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+}
+
 /// Wordings of the thirteenth evaluation round (2026-12-04, read as development data):
 /// Japanese "does not exist" and "not registered", "receiver not found", our MAIL FROM domain,
 /// Exchange Online's BadPrimary (our tenant's contact).

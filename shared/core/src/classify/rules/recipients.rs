@@ -65,6 +65,9 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
             ["does not exist"],
             ["doesn't exist"],
             ["doesn't have a"],
+            // "doesn't have this account" (a Chinese host's words)
+            ["doesn't have this account"],
+            ["does not have this account"],
             ["not a valid mailbox"],
             ["invalid mailbox"],
             ["invalid recipient"],
@@ -298,6 +301,7 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
             ["no longer on server"],
             ["no longer on this server"],
             ["recipient verification failed"],
+            ["recipient failed verification"],
             ["recipient verify failed"],
             ["undeliverable address"],
             ["don't exists that user"],
