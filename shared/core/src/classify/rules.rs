@@ -113,6 +113,20 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             // X.4.7's title in RFC 3463's registry, which MTAs use as the text
             ["delivery time expired"],
             // the same in the languages relays report in
+            // "Message was not delivered within the allowed time", "Giving up on x after 5 days"
+            ["not delivered within"],
+            ["not been delivered within"],
+            ["giving up on"],
+            ["gave up on"],
+            // "the message (has) expired", in the languages relays report in
+            ["nachricht ist abgelaufen"],
+            ["message a expiré"],
+            ["message est expiré"],
+            ["mensaje ha caducado"],
+            ["mensaje ha expirado"],
+            ["messaggio è scaduto"],
+            ["mensagem expirou"],
+            ["bericht is verlopen"],
             ["tiempo de entrega vencido"],
             ["tiempo de entrega expirado"],
             ["délai de livraison expiré"],
@@ -170,6 +184,8 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["all routes to destination"],
             ["temporary mx lookup error"],
             ["malformed or unexpected name server reply"],
+            // EADDRNOTAVAIL: our socket could not bind a source address
+            ["cannot assign requested address"],
         ]
     ),
     // A mail loop (the receiving side's routing sends the message back to itself, or it has
@@ -369,6 +385,9 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["storage quota"],
             ["over its storage limit"],
             ["mailbox storage limit"],
+            // "mailbox has reached its maximum size", "Mailbox over size limit"
+            ["reached its maximum size"],
+            ["mailbox over size limit"],
             ["ccount is full"],
             ["error writing message: file too large"],
             ["boîte aux lettres du destinataire est pleine"],

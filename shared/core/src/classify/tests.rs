@@ -1099,6 +1099,66 @@ fn the_fifteenth_rounds_wordings_have_their_classes() {
     );
 }
 
+/// General wordings of the eighth session (from the seventh review's probes): a relay that gave
+/// up ("not delivered within", "giving up on", "the message has expired" in other languages), the
+/// receiver's own scanner or filter failing (retried, not content), a mailbox at its maximum size,
+/// a socket that could not bind, a recipient that may not be written to (filtered, not dead), and
+/// a mailbox "no longer being used" (dead).
+#[test]
+fn gave_up_deliveries_failed_filters_and_restricted_recipients_have_their_classes() {
+    each_is(
+        &[
+            "Message was not delivered within the allowed time",
+            "Giving up on bob@example.com after 5 days",
+            "Die Nachricht ist abgelaufen",
+            "Le message a expiré",
+            "El mensaje ha caducado",
+            "Il messaggio è scaduto",
+        ],
+        (ErrorClass::ProviderUnavailable, true, false),
+    );
+    each_is(
+        &[
+            "Spam filter service not responding",
+            "Anti-virus scanner not available",
+            "554 virus scanner failure",
+            "Problem running virus-scanner",
+            "451 4.3.0 content filter failure",
+        ],
+        (ErrorClass::ProviderUnavailable, true, false),
+    );
+    // A scanner that found something is still content.
+    each_is(
+        &[
+            "554 5.7.1 Virus found by scanner",
+            "550 Spam filter rejected the message",
+        ],
+        (ErrorClass::ContentRejected, false, false),
+    );
+    each_is(
+        &[
+            "Recipient's mailbox has reached its maximum size",
+            "552 Mailbox over size limit",
+        ],
+        (ErrorClass::MailboxTemporary, true, false),
+    );
+    each_is(
+        &["Cannot assign requested address"],
+        (ErrorClass::Network, true, false),
+    );
+    each_is(
+        &[
+            "You do not have permission to send to this recipient.",
+            "550 5.7.1 You do not have permission to post to this group",
+        ],
+        (ErrorClass::ContentRejected, false, false),
+    );
+    each_is(
+        &["This mailbox is no longer being used"],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+}
+
 /// Wordings of the thirteenth evaluation round (2026-12-04, read as development data):
 /// Japanese "does not exist" and "not registered", "receiver not found", our MAIL FROM domain,
 /// Exchange Online's BadPrimary (our tenant's contact).

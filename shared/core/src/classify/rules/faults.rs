@@ -5,6 +5,27 @@ use super::TextRule;
 use crate::classify::ErrorClass;
 
 pub(in crate::classify) static REFUSALS_AND_FAULTS: &[TextRule] = &[
+    // The receiver's own virus scanner or spam filter failed (not the message it scanned): its
+    // operator's trouble, retried as the receiver's faults below, also under a 5yz code. Before
+    // the content rule, whose "virus" and "spam" would read it as a refusal.
+    rule!(
+        "filter-fault",
+        ProviderUnavailable,
+        [
+            ["scanner failure"],
+            ["scanner failed"],
+            ["scanner error"],
+            ["scanner not available"],
+            ["scanner unavailable"],
+            ["scanner is not available"],
+            ["scanner not responding"],
+            ["problem running virus"],
+            ["filter failure"],
+            ["filter not responding"],
+            ["filter service not responding"],
+            ["filter is not responding"],
+        ]
+    ),
     rule!(
         "content-or-policy",
         ContentRejected,

@@ -35,6 +35,9 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
             ["only members"],
             ["must be a member"],
             ["list is moderated"],
+            // Exchange's restriction on who may write to a recipient or group
+            ["permission to send to"],
+            ["permission to post to"],
             ["group is moderated"],
         ]
     ),
@@ -298,6 +301,7 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
             ["not user of this server"],
             // Moved with no forwarding (X.1.6), and a recipient that a verification probe found
             // undeliverable (Postfix's reject_unverified_recipient, Exim's callout).
+            ["no longer being used"],
             ["no longer on server"],
             ["no longer on this server"],
             ["recipient verification failed"],
