@@ -785,6 +785,9 @@ pub(super) fn a_recipient_wording_about_our_sender_or_login_is_not_a_dead_recipi
             "{raw} -> {v:?}"
         );
     }
+    // A login's password named anywhere: no recipient clause.
+    let v = classify_smtp("550 Account [bob@example.com] invalid password");
+    assert!(!v.suppress_recipient, "{v:?}");
     // RFC 4954's 538: encryption needed for the login, not a disabled mailbox.
     each_is(
         &["538 5.7.11 Mailbox disabled"],

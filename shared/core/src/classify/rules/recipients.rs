@@ -546,7 +546,9 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
                 "configuration",
                 "subscription",
             ],
-            vetoes: &[],
+            // a login's failure, wherever its password is named ("Account [bob@x] invalid
+            // password")
+            vetoes: &["password", "passwd"],
             links: &[],
             modifiers: &[
                 "no such",
