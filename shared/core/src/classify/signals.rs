@@ -2,7 +2,7 @@
 //! and a codeless refusal. Each list holds English and the languages receivers answer in
 //! (translations of the English words, not any one provider's wording).
 
-use super::smtp::{is_a_name, is_word};
+use super::smtp::{fold, is_a_name, is_word};
 
 /// Words that call a failure final, in bounces that carry no code.
 const PERMANENT_WORDS: &[&str] = &[
@@ -654,13 +654,18 @@ fn without_names(lower: &str) -> String {
         .join(" ")
 }
 
-/// The first word of `words` that starts a word of `lower`.
+/// The first word of `words` that starts a word of `lower`, with or without its accents
+/// ([`fold`]).
 fn word_start_of<'w>(lower: &str, words: &[&'w str]) -> Option<&'w str> {
-    words.iter().copied().find(|w| {
-        lower
-            .match_indices(w)
-            .any(|(at, _)| !lower[..at].chars().next_back().is_some_and(is_word))
-    })
+    let starts = |text: &str, w: &str| {
+        text.match_indices(w)
+            .any(|(at, _)| !text[..at].chars().next_back().is_some_and(is_word))
+    };
+    let folded = fold(lower);
+    words
+        .iter()
+        .copied()
+        .find(|w| starts(lower, w) || starts(&folded, &fold(w)))
 }
 
 /// The first of `words` found anywhere in `lower` (scripts without spaces between words).

@@ -5,6 +5,8 @@ use super::registry::{REGISTRY, SUBJECT_DEFAULTS};
 use super::rules::{CLAUSE_REACH, Clause, TextRule, text_rules};
 use super::signals::{passes, refusal_word, says_permanent, says_temporary};
 use super::*;
+use std::borrow::Cow;
+use unicode_normalization::UnicodeNormalization;
 
 /// An SMTP reply split into its parts.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -220,14 +222,39 @@ pub fn text_rule_names() -> Vec<&'static str> {
 }
 
 pub(super) fn text_rule(lower: &str) -> Option<&'static TextRule> {
-    text_rules().find(|rule| rule_matches(rule, lower))
+    let folded = fold(lower);
+    text_rules().find(|rule| rule_matches(rule, lower, &folded))
 }
 
-fn rule_matches(rule: &TextRule, lower: &str) -> bool {
-    rule.any_of
-        .iter()
-        .any(|all| all.iter().all(|phrase| lower.contains(phrase)))
-        || rule.clause.is_some_and(|c| clause_matches(c, lower))
+/// `folded` is [`fold`]`(lower)`: a phrase matches with or without its accents.
+fn rule_matches(rule: &TextRule, lower: &str, folded: &str) -> bool {
+    rule.any_of.iter().any(|all| {
+        all.iter()
+            .all(|phrase| lower.contains(phrase) || folded.contains(&*fold(phrase)))
+    }) || rule.clause.is_some_and(|c| clause_matches(c, lower))
+}
+
+/// The text with its accented Latin letters as their base letters, and Russian "ё" as "е":
+/// servers that write only ASCII send "usuario desconhecido" for "usuário desconhecido", and
+/// "истек" for "истёк". Other scripts are kept as they are (a Japanese voiced kana is another
+/// word).
+pub(super) fn fold(lower: &str) -> Cow<'_, str> {
+    if lower.is_ascii() {
+        return Cow::Borrowed(lower);
+    }
+    let mut out = String::with_capacity(lower.len());
+    for c in lower.chars() {
+        match c {
+            '\u{c0}'..='\u{24f}' => out.extend(
+                std::iter::once(c)
+                    .nfd()
+                    .filter(|d| !unicode_normalization::char::is_combining_mark(*d)),
+            ),
+            'ё' => out.push('е'),
+            _ => out.push(c),
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// A character that continues a word (the rules' phrases match at word boundaries).
@@ -498,8 +525,9 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     let text_match = if tracing {
         // Every rule in order, as `text_rule` tries them.
         let mut found = None;
+        let folded = fold(&lower);
         for rule in text_rules() {
-            let matched = rule_matches(rule, &lower);
+            let matched = rule_matches(rule, &lower, &folded);
             note(
                 format!("smtp.text.{}", rule.name),
                 matched,

@@ -1162,6 +1162,39 @@ fn gave_up_deliveries_failed_filters_and_restricted_recipients_have_their_classe
     );
 }
 
+/// The sixteenth round's misses: a phrase read without its accents, as servers that write only
+/// ASCII send it ("usuario desconhecido" for "usuário desconhecido"), and 1&1's "no valid MX
+/// hosts found".
+#[test]
+fn the_sixteenth_rounds_wordings_have_their_classes() {
+    each_is(
+        &[
+            "553 5.3.0 <xyz@crcsc.org.br>... usuario desconhecido",
+            "550 Destinatario nao encontrado",
+            "550 Empfanger unbekannt",
+            "Boite aux lettres inexistante",
+            "5.0.0 no valid MX hosts found",
+        ],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+    each_is(
+        &[
+            "552 Boîte aux lettres pleine",
+            "552 boite aux lettres pleine",
+        ],
+        (ErrorClass::MailboxTemporary, true, false),
+    );
+    // Accents and Russian "ё" fold for the words of a passing condition too: "истек" is "истёк".
+    each_is(
+        &["срок доставки истек", "Le message a expire"],
+        (ErrorClass::ProviderUnavailable, true, false),
+    );
+    assert!(classify_smtp("550 Zustellung vorubergehend nicht moglich").retryable);
+    // Other scripts are not folded: a voiced kana is another letter.
+    assert_eq!(super::smtp::fold("ユーザが"), "ユーザが");
+    assert_eq!(super::smtp::fold("usuário ёж"), "usuario еж");
+}
+
 /// Wordings of the thirteenth evaluation round (2026-12-04, read as development data):
 /// Japanese "does not exist" and "not registered", "receiver not found", our MAIL FROM domain,
 /// Exchange Online's BadPrimary (our tenant's contact).

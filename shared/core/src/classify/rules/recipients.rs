@@ -168,6 +168,8 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
             ["name or service not known"],
             ["no matches to nameserver query"],
             ["point to non-existent hosts"],
+            // 1&1's "no valid MX hosts found": the domain's mail hosts do not exist
+            ["no valid mx"],
             ["indicated no smtp service"],
             ["unrouteable mail domain"],
             // Localised "does not exist" / "was not found" (French, German, Swedish).,
