@@ -113,11 +113,10 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             // X.4.7's title in RFC 3463's registry, which MTAs use as the text
             ["delivery time expired"],
             // the same in the languages relays report in
-            // "Message was not delivered within the allowed time", "Giving up on x after 5 days"
+            // "Message was not delivered within the allowed time" (not qmail's "Giving up on
+            // <host>", which follows the host's own permanent refusal)
             ["not delivered within"],
             ["not been delivered within"],
-            ["giving up on"],
-            ["gave up on"],
             // "the message (has) expired", in the languages relays report in
             ["nachricht ist abgelaufen"],
             ["message a expiré"],

@@ -6,6 +6,7 @@ use super::rules::{CLAUSE_REACH, Clause, TextRule, text_rules};
 use super::signals::{passes, refusal_word, says_permanent, says_temporary};
 use super::*;
 use std::borrow::Cow;
+use std::sync::LazyLock;
 use unicode_normalization::UnicodeNormalization;
 
 /// An SMTP reply split into its parts.
@@ -223,34 +224,89 @@ pub fn text_rule_names() -> Vec<&'static str> {
 
 pub(super) fn text_rule(lower: &str) -> Option<&'static TextRule> {
     let folded = fold(lower);
-    text_rules().find(|rule| rule_matches(rule, lower, &folded))
+    let folded = folded_text(lower, &folded);
+    text_rules()
+        .zip(FOLDED_PHRASES.iter())
+        .find(|(rule, phrases)| rule_matches(rule, phrases, lower, folded))
+        .map(|(rule, _)| rule)
 }
 
-/// `folded` is [`fold`]`(lower)`: a phrase matches with or without its accents.
-fn rule_matches(rule: &TextRule, lower: &str, folded: &str) -> bool {
-    rule.any_of.iter().any(|all| {
-        all.iter()
-            .all(|phrase| lower.contains(phrase) || folded.contains(&*fold(phrase)))
+/// Each rule's phrases as [`fold`] makes them, in the order of [`text_rules`]: folded once, so
+/// that matching a reply allocates nothing.
+static FOLDED_PHRASES: LazyLock<Vec<Vec<Vec<Option<String>>>>> = LazyLock::new(|| {
+    text_rules()
+        .map(|rule| {
+            rule.any_of
+                .iter()
+                .map(|all| all.iter().map(|phrase| folded_word(phrase)).collect())
+                .collect()
+        })
+        .collect()
+});
+
+/// A phrase matches `lower`, or its folded form matches the folded text (`folded`: `None` when
+/// folding left the text as it was).
+fn rule_matches(
+    rule: &TextRule,
+    phrases: &[Vec<Option<String>>],
+    lower: &str,
+    folded: Option<&str>,
+) -> bool {
+    rule.any_of.iter().zip(phrases).any(|(all, folded_all)| {
+        all.iter().zip(folded_all).all(|(phrase, folded_phrase)| {
+            lower.contains(phrase)
+                || matches_folded(lower, folded, phrase, folded_phrase.as_deref(), |t, p| {
+                    t.contains(p)
+                })
+        })
     }) || rule.clause.is_some_and(|c| clause_matches(c, lower))
+}
+
+/// `found(text, word)` on the folded text and word, unless neither was changed by folding (then
+/// the plain test has said it). `folded` and `folded_word` are `None` when folding left them as
+/// they were ([`folded_text`], [`folded_word`]).
+pub(super) fn matches_folded(
+    lower: &str,
+    folded: Option<&str>,
+    word: &str,
+    folded_word: Option<&str>,
+    found: impl Fn(&str, &str) -> bool,
+) -> bool {
+    match (folded, folded_word) {
+        (None, None) => false,
+        (text, folded_word) => found(text.unwrap_or(lower), folded_word.unwrap_or(word)),
+    }
+}
+
+/// A listed word as [`fold`] makes it, when folding changed it.
+pub(super) fn folded_word(word: &str) -> Option<String> {
+    let folded = fold(word);
+    (folded != word).then(|| folded.into_owned())
+}
+
+/// The folded text when folding changed it.
+pub(super) fn folded_text<'a>(lower: &str, folded: &'a str) -> Option<&'a str> {
+    (folded != lower).then_some(folded)
 }
 
 /// The text with its accented Latin letters as their base letters, and Russian "ё" as "е":
 /// servers that write only ASCII send "usuario desconhecido" for "usuário desconhecido", and
 /// "истек" for "истёк". Other scripts are kept as they are (a Japanese voiced kana is another
-/// word).
+/// word). Borrowed when there is nothing to fold.
 pub(super) fn fold(lower: &str) -> Cow<'_, str> {
-    if lower.is_ascii() {
+    let folds = |c: char| matches!(c, '\u{c0}'..='\u{24f}' | 'ё');
+    if !lower.chars().any(folds) {
         return Cow::Borrowed(lower);
     }
     let mut out = String::with_capacity(lower.len());
     for c in lower.chars() {
         match c {
-            '\u{c0}'..='\u{24f}' => out.extend(
+            'ё' => out.push('е'),
+            c if folds(c) => out.extend(
                 std::iter::once(c)
                     .nfd()
                     .filter(|d| !unicode_normalization::char::is_combining_mark(*d)),
             ),
-            'ё' => out.push('е'),
             _ => out.push(c),
         }
     }
@@ -526,8 +582,9 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
         // Every rule in order, as `text_rule` tries them.
         let mut found = None;
         let folded = fold(&lower);
-        for rule in text_rules() {
-            let matched = rule_matches(rule, &lower, &folded);
+        let folded = folded_text(&lower, &folded);
+        for (rule, phrases) in text_rules().zip(FOLDED_PHRASES.iter()) {
+            let matched = rule_matches(rule, phrases, &lower, folded);
             note(
                 format!("smtp.text.{}", rule.name),
                 matched,

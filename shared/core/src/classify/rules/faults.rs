@@ -20,6 +20,10 @@ pub(in crate::classify) static REFUSALS_AND_FAULTS: &[TextRule] = &[
             ["scanner is not available"],
             ["scanner not responding"],
             ["problem running virus"],
+            // haraka-plugin-clamd's DENYSOFT texts
+            ["error running virus"],
+            ["scanner timed out"],
+            ["connecting to virus scanner"],
             ["filter failure"],
             ["filter not responding"],
             ["filter service not responding"],
