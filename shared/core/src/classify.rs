@@ -27,6 +27,7 @@
 //! - `ses_api`: [`classify_ses_api`] for SES v2 API errors.
 //! - `ses_events`: [`classify_ses_event`] for SES bounce, complaint, reject and rendering events.
 
+mod phrases;
 mod registry;
 mod rules;
 mod ses_api;

@@ -1,12 +1,12 @@
 //! SMTP replies: parsing the reply and its enhanced code, then the three passes (wording
 //! rules, enhanced code, basic code).
 
+use super::phrases::Found;
 use super::registry::{REGISTRY, SUBJECT_DEFAULTS};
 use super::rules::{CLAUSE_REACH, Clause, TextRule, text_rules};
 use super::signals::{passes, refusal_word, says_permanent, says_temporary};
 use super::*;
 use std::borrow::Cow;
-use std::sync::LazyLock;
 use unicode_normalization::UnicodeNormalization;
 
 /// An SMTP reply split into its parts.
@@ -223,43 +223,17 @@ pub fn text_rule_names() -> Vec<&'static str> {
 }
 
 pub(super) fn text_rule(lower: &str) -> Option<&'static TextRule> {
-    let folded = fold(lower);
-    let folded = folded_text(lower, &folded);
+    let found = Found::in_text(lower);
     text_rules()
-        .zip(FOLDED_PHRASES.iter())
-        .find(|(rule, phrases)| rule_matches(rule, phrases, lower, folded))
-        .map(|(rule, _)| rule)
+        .enumerate()
+        .find(|&(position, rule)| rule_matches(rule, position, &found, lower))
+        .map(|(_, rule)| rule)
 }
 
-/// Each rule's phrases as [`fold`] makes them, in the order of [`text_rules`]: folded once, so
-/// that matching a reply allocates nothing.
-static FOLDED_PHRASES: LazyLock<Vec<Vec<Vec<Option<String>>>>> = LazyLock::new(|| {
-    text_rules()
-        .map(|rule| {
-            rule.any_of
-                .iter()
-                .map(|all| all.iter().map(|phrase| folded_word(phrase)).collect())
-                .collect()
-        })
-        .collect()
-});
-
-/// A phrase matches `lower`, or its folded form matches the folded text (`folded`: `None` when
-/// folding left the text as it was).
-fn rule_matches(
-    rule: &TextRule,
-    phrases: &[Vec<Option<String>>],
-    lower: &str,
-    folded: Option<&str>,
-) -> bool {
-    rule.any_of.iter().zip(phrases).any(|(all, folded_all)| {
-        all.iter().zip(folded_all).all(|(phrase, folded_phrase)| {
-            lower.contains(phrase)
-                || matches_folded(lower, folded, phrase, folded_phrase.as_deref(), |t, p| {
-                    t.contains(p)
-                })
-        })
-    }) || rule.clause.is_some_and(|c| clause_matches(c, lower))
+/// The rule at `position` in [`text_rules`] matches: all phrases of one of its lists were found
+/// (with or without their accents), or its clause reads in the text.
+fn rule_matches(rule: &TextRule, position: usize, found: &Found, lower: &str) -> bool {
+    found.rule_phrases(position) || rule.clause.is_some_and(|c| clause_matches(c, lower))
 }
 
 /// `found(text, word)` on the folded text and word, unless neither was changed by folding (then
@@ -581,10 +555,9 @@ fn classify_traced(raw: &str, mut trace: Option<&mut Vec<Tried>>) -> Verdict {
     let text_match = if tracing {
         // Every rule in order, as `text_rule` tries them.
         let mut found = None;
-        let folded = fold(&lower);
-        let folded = folded_text(&lower, &folded);
-        for (rule, phrases) in text_rules().zip(FOLDED_PHRASES.iter()) {
-            let matched = rule_matches(rule, phrases, &lower, folded);
+        let phrases = Found::in_text(&lower);
+        for (position, rule) in text_rules().enumerate() {
+            let matched = rule_matches(rule, position, &phrases, &lower);
             note(
                 format!("smtp.text.{}", rule.name),
                 matched,
