@@ -1,5 +1,5 @@
-//! The wording rules' phrases, found in one pass over a reply: one Aho-Corasick automaton over
-//! every phrase and its accent-folded form ([`fold`]), built on first use.
+//! Phrases found in one pass over a reply: an Aho-Corasick automaton over every phrase and its
+//! accent-folded form ([`fold`]), built on first use, for the wording rules and the signal words.
 
 use super::rules::text_rules;
 use super::smtp::{fold, folded_word};
@@ -7,63 +7,119 @@ use aho_corasick::{AhoCorasick, MatchKind};
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-/// The automaton and, for each rule in the order of [`text_rules`], its phrase lists as phrase
-/// numbers.
-struct Phrases {
+/// Numbered phrases, each also in its accent-folded form, in one automaton.
+pub(super) struct Patterns {
     /// `None` if the automaton could not be built (it cannot, for these few thousand short
     /// patterns): then each pattern is looked for on its own, as slowly as before it.
     automaton: Option<AhoCorasick>,
     patterns: Vec<String>,
-    /// The phrase numbers each pattern of the automaton stands for (a phrase listed twice, or a
-    /// folded form equal to another phrase, is one pattern).
+    /// The phrase numbers each pattern stands for (a phrase listed twice, or a folded form equal
+    /// to another phrase, is one pattern).
     numbers: Vec<Vec<usize>>,
-    rules: Vec<Vec<Vec<usize>>>,
     count: usize,
 }
 
+impl Patterns {
+    /// The phrases, numbered in order from 0.
+    pub(super) fn new<'p>(phrases: impl IntoIterator<Item = &'p str>) -> Patterns {
+        let mut patterns: Vec<String> = Vec::new();
+        let mut numbers: Vec<Vec<usize>> = Vec::new();
+        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut add = |pattern: String, number: usize| {
+            let at = *index.entry(pattern.clone()).or_insert_with(|| {
+                patterns.push(pattern);
+                numbers.push(Vec::new());
+                patterns.len() - 1
+            });
+            numbers[at].push(number);
+        };
+        let mut count = 0;
+        for phrase in phrases {
+            add(phrase.to_owned(), count);
+            if let Some(folded) = folded_word(phrase) {
+                add(folded, count);
+            }
+            count += 1;
+        }
+        let automaton = AhoCorasick::builder()
+            .match_kind(MatchKind::Standard)
+            .build(&patterns)
+            .ok();
+        Patterns {
+            automaton,
+            patterns,
+            numbers,
+            count,
+        }
+    }
+
+    /// Calls `hit(number, text, start)` for every occurrence of a phrase (or its folded form) in
+    /// `lower`, and in `lower`'s folded form when folding changes it.
+    pub(super) fn each_hit(&self, lower: &str, mut hit: impl FnMut(usize, &str, usize)) {
+        let mut scan = |text: &str| match &self.automaton {
+            Some(automaton) => {
+                for found in automaton.find_overlapping_iter(text) {
+                    for &n in &self.numbers[found.pattern().as_usize()] {
+                        hit(n, text, found.start());
+                    }
+                }
+            }
+            None => {
+                for (p, pattern) in self.patterns.iter().enumerate() {
+                    for (start, _) in text.match_indices(pattern.as_str()) {
+                        for &n in &self.numbers[p] {
+                            hit(n, text, start);
+                        }
+                    }
+                }
+            }
+        };
+        scan(lower);
+        let folded = fold(lower);
+        if folded != lower {
+            scan(&folded);
+        }
+    }
+}
+
+#[cfg(test)]
+impl Patterns {
+    /// The same patterns, looked for one by one.
+    fn without_automaton(mut self) -> Patterns {
+        self.automaton = None;
+        self
+    }
+}
+
+/// Every phrase of the rules, and for each rule in the order of [`text_rules`] its phrase lists
+/// as phrase numbers.
+struct Phrases {
+    patterns: Patterns,
+    rules: Vec<Vec<Vec<usize>>>,
+}
+
 static PHRASES: LazyLock<Phrases> = LazyLock::new(|| {
-    let mut patterns: Vec<String> = Vec::new();
-    let mut numbers: Vec<Vec<usize>> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
     let mut count = 0;
-    let mut add = |pattern: String, number: usize| {
-        let at = *index.entry(pattern.clone()).or_insert_with(|| {
-            patterns.push(pattern);
-            numbers.push(Vec::new());
-            patterns.len() - 1
-        });
-        numbers[at].push(number);
-    };
     let rules = text_rules()
         .map(|rule| {
             rule.any_of
                 .iter()
                 .map(|all| {
                     all.iter()
-                        .map(|phrase| {
-                            let number = count;
+                        .map(|_| {
                             count += 1;
-                            add((*phrase).to_owned(), number);
-                            if let Some(folded) = folded_word(phrase) {
-                                add(folded, number);
-                            }
-                            number
+                            count - 1
                         })
                         .collect()
                 })
                 .collect()
         })
         .collect();
-    let automaton = AhoCorasick::builder()
-        .match_kind(MatchKind::Standard)
-        .build(&patterns)
-        .ok();
+    let phrases =
+        text_rules().flat_map(|rule| rule.any_of.iter().flat_map(|all| all.iter().copied()));
     Phrases {
-        automaton,
-        patterns,
-        numbers,
+        patterns: Patterns::new(phrases),
         rules,
-        count,
     }
 });
 
@@ -73,29 +129,9 @@ pub(super) struct Found(Vec<u64>);
 impl Found {
     /// Every phrase found in `lower` or in its folded form.
     pub(super) fn in_text(lower: &str) -> Found {
-        let phrases = &*PHRASES;
-        let mut found = vec![0u64; phrases.count.div_ceil(64)];
-        let mut mark = |text: &str| {
-            let hits: Vec<usize> = match &phrases.automaton {
-                Some(automaton) => automaton
-                    .find_overlapping_iter(text)
-                    .map(|hit| hit.pattern().as_usize())
-                    .collect(),
-                None => (0..phrases.patterns.len())
-                    .filter(|&p| text.contains(&phrases.patterns[p]))
-                    .collect(),
-            };
-            for p in hits {
-                for &n in &phrases.numbers[p] {
-                    found[n / 64] |= 1 << (n % 64);
-                }
-            }
-        };
-        mark(lower);
-        let folded = fold(lower);
-        if folded != lower {
-            mark(&folded);
-        }
+        let patterns = &PHRASES.patterns;
+        let mut found = vec![0u64; patterns.count.div_ceil(64)];
+        patterns.each_hit(lower, |n, _, _| found[n / 64] |= 1 << (n % 64));
         Found(found)
     }
 
@@ -117,9 +153,9 @@ mod tests {
     use super::*;
     use crate::classify::smtp::{SmtpReply, rule_text};
 
-    /// The automaton finds, for every rule and every reply of the fixture corpus (and the same
-    /// replies without their accents or with accents put in), what looking for each phrase and
-    /// its folded form on its own finds.
+    /// The automaton finds, for every rule and every reply of the fixture corpus (and some
+    /// replies with and without their accents), what looking for each phrase and its folded
+    /// form on its own finds; and the same occurrences as the search without it.
     #[test]
     fn the_automaton_finds_what_a_scan_of_each_phrase_finds() {
         let corpus = include_str!("../../tests/fixtures/smtp_replies.jsonl");
@@ -138,11 +174,21 @@ mod tests {
             .map(str::to_owned),
         );
         assert!(texts.len() > 300);
+        let phrases =
+            text_rules().flat_map(|r| r.any_of.iter().flat_map(|all| all.iter().copied()));
+        let slow = Patterns::new(phrases).without_automaton();
         for raw in &texts {
             let reply = SmtpReply::parse(raw);
             let lower = rule_text(reply.enhanced, &reply.text);
             let folded = fold(&lower);
             let found = Found::in_text(&lower);
+            let hits = |patterns: &Patterns| {
+                let mut hits = Vec::new();
+                patterns.each_hit(&lower, |n, text, start| hits.push((n, text.len(), start)));
+                hits.sort_unstable();
+                hits
+            };
+            assert_eq!(hits(&PHRASES.patterns), hits(&slow), "{raw}");
             for (position, rule) in text_rules().enumerate() {
                 let scanned = rule.any_of.iter().any(|all| {
                     all.iter()

@@ -2,7 +2,8 @@
 //! and a codeless refusal. Each list holds English and the languages receivers answer in
 //! (translations of the English words, not any one provider's wording).
 
-use super::smtp::{fold, folded_text, folded_word, is_a_name, is_word, matches_folded};
+use super::phrases::Patterns;
+use super::smtp::{is_a_name, is_word};
 use std::sync::LazyLock;
 
 /// Words that call a failure final, in bounces that carry no code.
@@ -655,17 +656,18 @@ fn without_names(lower: &str) -> String {
         .join(" ")
 }
 
-/// A list of words with each word as [`fold`] makes it (folded once, on first use).
+/// A list of words, found with or without their accents ([`fold`](super::smtp::fold)), in one
+/// pass.
 struct Words {
     words: &'static [&'static str],
-    folded: LazyLock<Vec<Option<String>>>,
+    patterns: LazyLock<Patterns>,
 }
 
 macro_rules! words {
     ($list:ident) => {
         Words {
             words: $list,
-            folded: LazyLock::new(|| $list.iter().map(|w| folded_word(w)).collect()),
+            patterns: LazyLock::new(|| Patterns::new($list.iter().copied())),
         }
     };
 }
@@ -674,23 +676,17 @@ static TEMPORARY: Words = words!(TEMPORARY_WORDS);
 static PASSING: Words = words!(PASSING_WORDS);
 static REFUSAL: Words = words!(REFUSAL_WORDS);
 
-/// The first word of `words` that starts a word of `lower`, with or without its accents
-/// ([`fold`]).
+/// The first word of `words` (in their order) that starts a word of `lower`, with or without its
+/// accents.
 fn word_start_of(lower: &str, words: &Words) -> Option<&'static str> {
-    let starts = |text: &str, w: &str| {
-        text.match_indices(w)
-            .any(|(at, _)| !text[..at].chars().next_back().is_some_and(is_word))
-    };
-    let folded = fold(lower);
-    let folded = folded_text(lower, &folded);
-    words
-        .words
-        .iter()
-        .zip(words.folded.iter())
-        .find(|(w, folded_word)| {
-            starts(lower, w) || matches_folded(lower, folded, w, folded_word.as_deref(), starts)
-        })
-        .map(|(w, _)| *w)
+    let mut first: Option<usize> = None;
+    words.patterns.each_hit(lower, |n, text, start| {
+        let starts_a_word = !text[..start].chars().next_back().is_some_and(is_word);
+        if starts_a_word && first.is_none_or(|f| n < f) {
+            first = Some(n);
+        }
+    });
+    first.map(|n| words.words[n])
 }
 
 /// The first of `words` found anywhere in `lower` (scripts without spaces between words).
@@ -701,6 +697,7 @@ fn anywhere<'w>(lower: &str, words: &[&'w str]) -> Option<&'w str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::classify::smtp::fold;
 
     /// Every word of every list reads where a reply puts it: after a space, and (for the lists
     /// read anywhere) glued to other characters of its script.

@@ -236,31 +236,10 @@ fn rule_matches(rule: &TextRule, position: usize, found: &Found, lower: &str) ->
     found.rule_phrases(position) || rule.clause.is_some_and(|c| clause_matches(c, lower))
 }
 
-/// `found(text, word)` on the folded text and word, unless neither was changed by folding (then
-/// the plain test has said it). `folded` and `folded_word` are `None` when folding left them as
-/// they were ([`folded_text`], [`folded_word`]).
-pub(super) fn matches_folded(
-    lower: &str,
-    folded: Option<&str>,
-    word: &str,
-    folded_word: Option<&str>,
-    found: impl Fn(&str, &str) -> bool,
-) -> bool {
-    match (folded, folded_word) {
-        (None, None) => false,
-        (text, folded_word) => found(text.unwrap_or(lower), folded_word.unwrap_or(word)),
-    }
-}
-
 /// A listed word as [`fold`] makes it, when folding changed it.
 pub(super) fn folded_word(word: &str) -> Option<String> {
     let folded = fold(word);
     (folded != word).then(|| folded.into_owned())
-}
-
-/// The folded text when folding changed it.
-pub(super) fn folded_text<'a>(lower: &str, folded: &'a str) -> Option<&'a str> {
-    (folded != lower).then_some(folded)
 }
 
 /// The text with its accented Latin letters as their base letters, and Russian "ё" as "е":
