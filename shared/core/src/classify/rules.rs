@@ -60,8 +60,9 @@ mod senders;
 /// written as a phrase.
 ///
 /// Order, most specific first:
-/// 1. relay reports and our own socket/DNS errors (`network`), before any word such as "refused";
-/// 2. provider code tables, which beat the generic words around them (Spectrum/Cox's
+/// 1. relay reports, provider codes naming a dead recipient, and our own socket/DNS errors
+///    (`network`), before any word such as "refused" or "blacklisted";
+/// 2. the other provider code tables, which beat the generic words around them (Spectrum/Cox's
 ///    `sender rejected ... AUP#...`, GoDaddy's `5.1.1 ... IB607`);
 /// 3. mailbox-level temporary conditions (greylisting, quota, per-mailbox receive limits);
 /// 4. TLS, then our own sending infrastructure (PTR, HELO, sender domain DNS), then limits on us;
@@ -137,6 +138,27 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["срок доставки истёк"],
             ["配信期限切れ"],
             ["投递超时"],
+        ]
+    ),
+    // Provider codes and words that name a dead recipient, before the blocklist rule ("Address
+    // blacklisted" is SES's suppression list) and the sender rules ("Unable to relay").
+    rule!(
+        "provider-code-recipient",
+        RecipientPermanent,
+        [
+            ["s2017062302"],
+            // SES's account-level suppression list ("... to this address because it is on the
+            // suppression list for your account"): before the sender rules' "your account"
+            ["to this address because it is on the suppression list"],
+            ["ofr", "_416"],
+            ["lpn", "_416"],
+            ["lpn", "_420"],
+            // SES's SMTP interface refusing an address on its suppression list (earlier hard
+            // bounces): the address is listed, not our host
+            ["message rejected: address blacklisted"],
+            // a routing failure (RFC 3463 X.4.4: no next hop for the domain) that Exchange
+            // words "Unable to relay"; its relay refusal proper is 5.7.1
+            ["5.4.4", "unable to relay"]
         ]
     ),
     // A blocklist named in a refusal: before the network rule, since some receivers word it
@@ -272,19 +294,6 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["ib506"],
             ["ib108"],
             ["lpn", "_402"]
-        ]
-    ),
-    rule!(
-        "provider-code-recipient",
-        RecipientPermanent,
-        [
-            ["s2017062302"],
-            // SES's account-level suppression list ("... to this address because it is on the
-            // suppression list for your account"): before the sender rules' "your account"
-            ["to this address because it is on the suppression list"],
-            ["ofr", "_416"],
-            ["lpn", "_416"],
-            ["lpn", "_420"]
         ]
     ),
     rule!(

@@ -59,6 +59,12 @@ pub fn classify_ses_api(failure: &ApiFailure) -> Verdict {
                 Some(rule) if rule.class == Throttled => {
                     (Throttled, "ses.MessageRejected.rate".into())
                 }
+                // "Address blacklisted.": the recipient is on SES's suppression list (the SMTP
+                // interface's form is read by the `provider-code-recipient` rule)
+                _ if message.contains("address blacklisted") => (
+                    RecipientPermanent,
+                    "ses.MessageRejected.suppressed-address".into(),
+                ),
                 _ if message.contains("illegal address") || message.contains("invalid address") => {
                     (InvalidJob, "ses.MessageRejected.address".into())
                 }

@@ -1196,6 +1196,43 @@ fn the_sixteenth_rounds_wordings_have_their_classes() {
     assert_eq!(super::smtp::fold("usuário ёж"), "usuario еж");
 }
 
+/// An address on SES's suppression list ("Address blacklisted.", over SMTP and from the API) is
+/// dead, not a blocklisted host; a routing failure (X.4.4) that Exchange words "Unable to relay"
+/// is an unroutable domain, while the relay refusal proper (5.7.1) stays our configuration.
+#[test]
+fn an_address_on_sess_list_and_an_unroutable_domain_are_dead_addresses() {
+    each_is(
+        &[
+            "554 Message rejected: Address blacklisted.",
+            "550 5.4.4 Unable to relay",
+            "554 5.4.4 <mailserv1.augsburg.de #5.4.4 smtp; 550 5.4.4 Unable to relay>",
+        ],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+    each_is(
+        &["550 5.7.1 Unable to relay"],
+        (ErrorClass::SenderConfig, false, false),
+    );
+    each_is(
+        &["554 5.7.1 Service unavailable; Client host [192.0.2.1] blacklisted"],
+        (ErrorClass::ContentRejected, false, false),
+    );
+    let v = classify_ses_api(&ApiFailure {
+        kind: ApiFailureKind::Service,
+        code: Some("MessageRejected".into()),
+        message: Some("Address blacklisted.".into()),
+        http_status: Some(400),
+    });
+    assert_eq!(
+        (v.class, v.suppress_recipient, v.rule.as_str()),
+        (
+            ErrorClass::RecipientPermanent,
+            true,
+            "ses.MessageRejected.suppressed-address"
+        )
+    );
+}
+
 /// Wordings of the thirteenth evaluation round (2026-12-04, read as development data):
 /// Japanese "does not exist" and "not registered", "receiver not found", our MAIL FROM domain,
 /// Exchange Online's BadPrimary (our tenant's contact).
