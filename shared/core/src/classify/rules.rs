@@ -116,8 +116,7 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             // the same in the languages relays report in
             // "Message was not delivered within the allowed time" (not qmail's "Giving up on
             // <host>", which follows the host's own permanent refusal)
-            ["not delivered within"],
-            ["not been delivered within"],
+            ["not delivered within the allowed time"],
             // "the message (has) expired", in the languages relays report in
             ["nachricht ist abgelaufen"],
             ["message a expiré"],
@@ -155,10 +154,10 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["lpn", "_420"],
             // SES's SMTP interface refusing an address on its suppression list (earlier hard
             // bounces): the address is listed, not our host
-            ["message rejected: address blacklisted"],
+            ["message rejected: address blacklisted."],
             // a routing failure (RFC 3463 X.4.4: no next hop for the domain) that Exchange
             // words "Unable to relay"; its relay refusal proper is 5.7.1
-            ["5.4.4", "unable to relay"]
+            ["5.4.4 unable to relay"]
         ]
     ),
     // A blocklist named in a refusal: before the network rule, since some receivers word it
@@ -394,7 +393,8 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["over its storage limit"],
             ["mailbox storage limit"],
             // "mailbox has reached its maximum size", "Mailbox over size limit"
-            ["reached its maximum size"],
+            ["mailbox has reached its maximum size"],
+            ["mailbox reached its maximum size"],
             ["mailbox over size limit"],
             ["ccount is full"],
             ["error writing message: file too large"],
@@ -609,7 +609,6 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["hourly limit"],
             ["messaging limit"],
             // "Your mail limit has been reached" (StartMail); not "exceeds mail limit" (a size)
-            ["your mail limit"],
             ["mail limit has been reached"],
             ["mail limit reached"],
             ["recipient limit"],

@@ -13,7 +13,6 @@ pub(in crate::classify) static REFUSALS_AND_FAULTS: &[TextRule] = &[
         ProviderUnavailable,
         [
             ["scanner failure"],
-            ["scanner failed"],
             ["scanner error"],
             ["scanner not available"],
             ["scanner unavailable"],
@@ -24,7 +23,6 @@ pub(in crate::classify) static REFUSALS_AND_FAULTS: &[TextRule] = &[
             ["error running virus"],
             ["scanner timed out"],
             ["connecting to virus scanner"],
-            ["filter failure"],
             ["filter not responding"],
             ["filter service not responding"],
             ["filter is not responding"],
