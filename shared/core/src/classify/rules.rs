@@ -610,7 +610,6 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["messaging limit"],
             // "Your mail limit has been reached" (StartMail); not "exceeds mail limit" (a size)
             ["mail limit has been reached"],
-            ["mail limit reached"],
             ["recipient limit"],
             ["messages per hour"],
             ["messages per day"],

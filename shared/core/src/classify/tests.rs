@@ -1164,6 +1164,7 @@ fn gave_up_deliveries_failed_filters_and_restricted_recipients_have_their_classe
             "552 5.3.4 Message size exceeds your mail limit of 10MB",
             "552 5.3.4 Your message has reached its maximum size of 25 MB",
             "550 5.7.1 Message not delivered within our policy: sender blocked",
+            "552 5.2.3 Message exceeds maximum size, mail limit reached",
         ],
         (ErrorClass::ContentRejected, false, false),
     );
