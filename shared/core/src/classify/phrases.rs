@@ -148,6 +148,16 @@ impl Found {
     }
 }
 
+/// The replies of the classifier's fixture corpus, for the matchers' tests.
+#[cfg(test)]
+pub(super) fn fixture_replies() -> Vec<String> {
+    include_str!("../../tests/fixtures/smtp_replies.jsonl")
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["reply"].as_str().map(str::to_owned))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -158,12 +168,7 @@ mod tests {
     /// form on its own finds; and the same occurrences as the search without it.
     #[test]
     fn the_automaton_finds_what_a_scan_of_each_phrase_finds() {
-        let corpus = include_str!("../../tests/fixtures/smtp_replies.jsonl");
-        let mut texts: Vec<String> = corpus
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter_map(|v| v["reply"].as_str().map(str::to_owned))
-            .collect();
+        let mut texts = fixture_replies();
         texts.extend(
             [
                 "553 usuario desconhecido",

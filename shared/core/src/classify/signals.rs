@@ -765,11 +765,9 @@ mod tests {
     /// and its folded form finds at the start of a word.
     #[test]
     fn the_one_pass_search_finds_the_first_listed_word() {
-        let corpus = include_str!("../../tests/fixtures/smtp_replies.jsonl");
-        let mut texts: Vec<String> = corpus
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter_map(|v| v["reply"].as_str().map(str::to_lowercase))
+        let mut texts: Vec<String> = super::super::phrases::fixture_replies()
+            .iter()
+            .map(|t| t.to_lowercase())
             .collect();
         texts.extend(
             [

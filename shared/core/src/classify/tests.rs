@@ -1216,6 +1216,8 @@ fn the_sixteenth_rounds_wordings_have_their_classes() {
         "Nachricht abgelehnt, endgultig. Bitte nicht spater erneut senden.",
         // "différé" read without accents is not English "different"
         "Delivery refused: different charset",
+        // "échec permanent" read without accents, beside a passing "erreur"
+        "Echec permanent de la remise: erreur du serveur distant",
     ] {
         assert!(!classify_smtp(raw).retryable, "{raw}");
     }
