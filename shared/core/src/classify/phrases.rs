@@ -66,7 +66,7 @@ impl Patterns {
             }
             None => {
                 for (p, pattern) in self.patterns.iter().enumerate() {
-                    for (start, _) in text.match_indices(pattern.as_str()) {
+                    for start in overlapping(text, pattern) {
                         for &n in &self.numbers[p] {
                             hit(n, text, start);
                         }
@@ -80,6 +80,16 @@ impl Patterns {
             scan(&folded);
         }
     }
+}
+
+/// Where `pattern` starts in `text`, occurrences that overlap included ("aa" twice in "aaa").
+fn overlapping<'t>(text: &'t str, pattern: &'t str) -> impl Iterator<Item = usize> + 't {
+    let mut from = 0;
+    std::iter::from_fn(move || {
+        let at = from + text.get(from..)?.find(pattern)?;
+        from = at + text[at..].chars().next().map_or(1, char::len_utf8);
+        Some(at)
+    })
 }
 
 #[cfg(test)]
@@ -99,24 +109,22 @@ struct Phrases {
 }
 
 static PHRASES: LazyLock<Phrases> = LazyLock::new(|| {
-    let mut count = 0;
+    let mut phrases: Vec<&'static str> = Vec::new();
     let rules = text_rules()
         .map(|rule| {
             rule.any_of
                 .iter()
                 .map(|all| {
                     all.iter()
-                        .map(|_| {
-                            count += 1;
-                            count - 1
+                        .map(|&phrase| {
+                            phrases.push(phrase);
+                            phrases.len() - 1
                         })
                         .collect()
                 })
                 .collect()
         })
         .collect();
-    let phrases =
-        text_rules().flat_map(|rule| rule.any_of.iter().flat_map(|all| all.iter().copied()));
     Phrases {
         patterns: Patterns::new(phrases),
         rules,
@@ -162,6 +170,21 @@ pub(super) fn fixture_replies() -> Vec<String> {
 mod tests {
     use super::*;
     use crate::classify::smtp::{SmtpReply, rule_text};
+
+    /// The search without the automaton finds overlapping occurrences, as the automaton does.
+    #[test]
+    fn the_search_without_the_automaton_finds_overlapping_occurrences() {
+        assert_eq!(overlapping("aaa", "aa").collect::<Vec<_>>(), [0, 1]);
+        assert_eq!(overlapping("ééé", "éé").collect::<Vec<_>>(), [0, 2]);
+        assert_eq!(overlapping("abc", "d").count(), 0);
+        let patterns = Patterns::new(["no such user", "user unknown"]);
+        for p in [&patterns, &Patterns::new(["no such user", "user unknown"]).without_automaton()] {
+            let mut hits = Vec::new();
+            p.each_hit("no such user unknown", |n, _, start| hits.push((n, start)));
+            hits.sort_unstable();
+            assert_eq!(hits, [(0, 0), (1, 8)]);
+        }
+    }
 
     /// The automaton finds, for every rule and every reply of the fixture corpus (and some
     /// replies with and without their accents), what looking for each phrase and its folded

@@ -242,19 +242,30 @@ pub(super) fn folded_word(word: &str) -> Option<String> {
     (folded != word).then(|| folded.into_owned())
 }
 
-/// The text with its accented Latin letters as their base letters, and Russian "ё" as "е":
-/// servers that write only ASCII send "usuario desconhecido" for "usuário desconhecido", and
-/// "истек" for "истёк". Other scripts are kept as they are (a Japanese voiced kana is another
-/// word). Borrowed when there is nothing to fold.
+/// The text with its accented Latin letters as their base letters (and "ß" as "ss", "æ" as "ae",
+/// "œ" as "oe"), and Russian "ё" as "е": servers that write only ASCII send "usuario
+/// desconhecido" for "usuário desconhecido", "uzytkownik" for "użytkownik", and "истек" for
+/// "истёк". Accents sent as marks of their own (decomposed text, Turkish "İ" lower-cased) are
+/// dropped too. Other scripts are kept as they are (a Japanese voiced kana is another word).
+/// Borrowed when there is nothing to fold.
 pub(super) fn fold(lower: &str) -> Cow<'_, str> {
-    let folds = |c: char| matches!(c, '\u{c0}'..='\u{24f}' | 'ё');
-    if !lower.chars().any(folds) {
+    let folds = |c: char| matches!(c, '\u{c0}'..='\u{24f}' | '\u{300}'..='\u{36f}' | 'ё');
+    if lower.is_ascii() || !lower.chars().any(folds) {
         return Cow::Borrowed(lower);
     }
     let mut out = String::with_capacity(lower.len());
     for c in lower.chars() {
         match c {
             'ё' => out.push('е'),
+            // letters that have no decomposition
+            'ł' => out.push('l'),
+            'ø' => out.push('o'),
+            'đ' => out.push('d'),
+            'ħ' => out.push('h'),
+            'ı' => out.push('i'),
+            'ß' => out.push_str("ss"),
+            'æ' => out.push_str("ae"),
+            'œ' => out.push_str("oe"),
             c if folds(c) => out.extend(
                 std::iter::once(c)
                     .nfd()

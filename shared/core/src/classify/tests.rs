@@ -1224,6 +1224,27 @@ fn the_sixteenth_rounds_wordings_have_their_classes() {
     // Other scripts are not folded: a voiced kana is another letter.
     assert_eq!(super::smtp::fold("ユーザが"), "ユーザが");
     assert_eq!(super::smtp::fold("usuário ёж"), "usuario еж");
+    // Letters without a decomposition have their base letters too, and accents sent as marks
+    // of their own (decomposed text; Turkish "İ" lower-cased keeps a dot mark) are dropped.
+    assert_eq!(
+        super::smtp::fold("błąd øre đ ı straße æ œ"),
+        "blad ore d i strasse ae oe"
+    );
+    assert_eq!(super::smtp::fold("bile\u{301}t i\u{307}"), "bilet i");
+    each_is(
+        &[
+            "550 skrzynka pelna",
+            "550 Skrzynka jest pełna",
+        ],
+        (ErrorClass::MailboxTemporary, true, false),
+    );
+    each_is(
+        &["550 kullanici bulunamadi", "550 Kullanıcı bulunamadı"],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+    let size = classify_smtp("552 Nachricht zu groß");
+    assert_eq!(size.class, ErrorClass::ContentRejected);
+    assert_eq!(classify_smtp("552 Nachricht zu gross").rule, size.rule);
 }
 
 /// An address on SES's suppression list ("Address blacklisted.", over SMTP and from the API) is
