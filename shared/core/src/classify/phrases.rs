@@ -178,7 +178,10 @@ mod tests {
         assert_eq!(overlapping("ééé", "éé").collect::<Vec<_>>(), [0, 2]);
         assert_eq!(overlapping("abc", "d").count(), 0);
         let patterns = Patterns::new(["no such user", "user unknown"]);
-        for p in [&patterns, &Patterns::new(["no such user", "user unknown"]).without_automaton()] {
+        for p in [
+            &patterns,
+            &Patterns::new(["no such user", "user unknown"]).without_automaton(),
+        ] {
             let mut hits = Vec::new();
             p.each_hit("no such user unknown", |n, _, start| hits.push((n, start)));
             hits.sort_unstable();

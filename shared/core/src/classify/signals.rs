@@ -3,7 +3,7 @@
 //! (translations of the English words, not any one provider's wording).
 
 use super::phrases::Patterns;
-use super::smtp::{fold, is_a_name, is_word};
+use super::smtp::{is_a_name, is_word};
 use std::sync::LazyLock;
 
 /// Words that call a failure final, in bounces that carry no code.
@@ -618,11 +618,7 @@ const PASSING_CJK: &[&str] = &[
 
 /// The words of [`PERMANENT_WORDS`] the text says.
 pub(super) fn says_permanent(lower: &str) -> Option<&'static str> {
-    let folded = fold(lower);
-    PERMANENT_WORDS
-        .iter()
-        .copied()
-        .find(|w| lower.contains(w) || folded.contains(fold(w).as_ref()))
+    first_anywhere(lower, &PERMANENT)
 }
 
 /// The words of [`TEMPORARY_WORDS`] the text says, unless it also calls the failure permanent
@@ -639,10 +635,7 @@ pub(super) fn says_temporary(lower: &str) -> Option<&'static str> {
 /// Whether the text says the failure is not temporary ([`NOT_TEMPORARY`]), read without accents
 /// too, as the temporary words are ("nicht spater erneut").
 fn denies_temporary(lower: &str) -> bool {
-    let folded = fold(lower);
-    NOT_TEMPORARY
-        .iter()
-        .any(|w| lower.contains(w) || folded.contains(fold(w).as_ref()))
+    first_anywhere(lower, &DENIALS).is_some()
 }
 
 /// The word of refusal ([`REFUSAL_WORDS`], [`REFUSAL_CJK`]) the text says. Read only where
@@ -693,6 +686,8 @@ macro_rules! words {
     };
 }
 
+static PERMANENT: Words = words!(PERMANENT_WORDS);
+static DENIALS: Words = words!(NOT_TEMPORARY);
 static TEMPORARY: Words = words!(TEMPORARY_WORDS);
 static PASSING: Words = words!(PASSING_WORDS);
 static REFUSAL: Words = words!(REFUSAL_WORDS);
@@ -704,6 +699,18 @@ fn word_start_of(lower: &str, words: &Words) -> Option<&'static str> {
     words.patterns.each_hit(lower, |n, text, start| {
         let starts_a_word = !text[..start].chars().next_back().is_some_and(is_word);
         if starts_a_word && first.is_none_or(|f| n < f) {
+            first = Some(n);
+        }
+    });
+    first.map(|n| words.words[n])
+}
+
+/// The first word of `words` (in their order) found anywhere in `lower`, with or without its
+/// accents.
+fn first_anywhere(lower: &str, words: &Words) -> Option<&'static str> {
+    let mut first: Option<usize> = None;
+    words.patterns.each_hit(lower, |n, _, _| {
+        if first.is_none_or(|f| n < f) {
             first = Some(n);
         }
     });
@@ -762,7 +769,8 @@ mod tests {
 
     /// The one-pass search finds, for each list and each reply of the fixture corpus (and some
     /// replies with and without accents), the first word in list order that a scan of each word
-    /// and its folded form finds at the start of a word.
+    /// and its folded form finds at the start of a word (anywhere, for the permanent words and
+    /// the words that deny a temporary failure).
     #[test]
     fn the_one_pass_search_finds_the_first_listed_word() {
         let mut texts: Vec<String> = super::super::phrases::fixture_replies()
@@ -774,6 +782,8 @@ mod tests {
                 "zustellung vorubergehend gestort",
                 "später erneut",
                 "différée, retry later",
+                "nicht später erneut versuchen",
+                "echec permanent, nicht spater erneut",
             ]
             .map(str::to_owned),
         );
@@ -781,6 +791,17 @@ mod tests {
             text.match_indices(w)
                 .any(|(at, _)| !text[..at].chars().next_back().is_some_and(is_word))
         };
+        for list in [&PERMANENT, &DENIALS] {
+            for text in &texts {
+                let folded = fold(text);
+                let scanned = list
+                    .words
+                    .iter()
+                    .copied()
+                    .find(|w| text.contains(w) || folded.contains(fold(w).as_ref()));
+                assert_eq!(first_anywhere(text, list), scanned, "{text}");
+            }
+        }
         for list in [&TEMPORARY, &PASSING, &REFUSAL] {
             for text in &texts {
                 let folded = fold(text);

@@ -1232,10 +1232,7 @@ fn the_sixteenth_rounds_wordings_have_their_classes() {
     );
     assert_eq!(super::smtp::fold("bile\u{301}t i\u{307}"), "bilet i");
     each_is(
-        &[
-            "550 skrzynka pelna",
-            "550 Skrzynka jest pełna",
-        ],
+        &["550 skrzynka pelna", "550 Skrzynka jest pełna"],
         (ErrorClass::MailboxTemporary, true, false),
     );
     each_is(
