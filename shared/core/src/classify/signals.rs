@@ -706,15 +706,38 @@ fn word_start_of(lower: &str, words: &Words) -> Option<&'static str> {
 }
 
 /// The first word of `words` (in their order) found anywhere in `lower`, with or without its
-/// accents.
+/// accents, unless a negation comes right before it ([`negated`]).
 fn first_anywhere(lower: &str, words: &Words) -> Option<&'static str> {
     let mut first: Option<usize> = None;
-    words.patterns.each_hit(lower, |n, _, _| {
-        if first.is_none_or(|f| n < f) {
+    words.patterns.each_hit(lower, |n, text, start| {
+        if !negated(&text[..start]) && first.is_none_or(|f| n < f) {
             first = Some(n);
         }
     });
     first.map(|n| words.words[n])
+}
+
+/// Whether `before` (the text up to a word) ends with a negation of that word: "non-permanent
+/// error", "impermanent", "not a permanent failure", "(never permanent)".
+fn negated(before: &str) -> bool {
+    let (rest, prefix) = last_word(before, |c| is_word(c) || c == '-');
+    if !prefix.is_empty() {
+        return matches!(prefix, "non" | "non-" | "im" | "un" | "un-");
+    }
+    let (rest, word) = last_word(rest.trim_end(), is_word);
+    matches!(word, "not" | "never" | "non")
+        || word == "a" && last_word(rest.trim_end(), is_word).1 == "not"
+}
+
+/// `text` split before its last run of characters that `part` accepts.
+fn last_word(text: &str, part: impl Fn(char) -> bool) -> (&str, &str) {
+    let at = text
+        .char_indices()
+        .rev()
+        .take_while(|&(_, c)| part(c))
+        .last()
+        .map_or(text.len(), |(at, _)| at);
+    text.split_at(at)
 }
 
 /// The first of `words` found anywhere in `lower` (scripts without spaces between words).
@@ -784,16 +807,24 @@ mod tests {
                 "différée, retry later",
                 "nicht später erneut versuchen",
                 "echec permanent, nicht spater erneut",
-                // words of the lists inside other words: found by the searches that read anywhere
+                // words of the lists inside other words: found by the searches that read
+                // anywhere, unless negated
+                "a semipermanent failure",
                 "an impermanent glitch",
                 "a nonpermanent failure, try later",
             ]
             .map(str::to_owned),
         );
-        // Where `w` occurs in `text`: anywhere, or only at the start of a word.
+        // Where `w` occurs in `text`: anywhere unless negated, or only at the start of a word.
         let found = |text: &str, w: &str, at_start: bool| {
-            text.match_indices(w)
-                .any(|(at, _)| !at_start || !text[..at].chars().next_back().is_some_and(is_word))
+            text.match_indices(w).any(|(at, _)| {
+                let before = &text[..at];
+                if at_start {
+                    !before.chars().next_back().is_some_and(is_word)
+                } else {
+                    !negated(before)
+                }
+            })
         };
         type Search = fn(&str, &Words) -> Option<&'static str>;
         let lists: [(&Words, Search, bool); 5] = [
@@ -814,6 +845,43 @@ mod tests {
                 assert_eq!(search(text, list), scanned, "{text}");
             }
         }
+    }
+
+    /// A permanent word with a negation right before it ("non-permanent", "impermanent", "not a
+    /// permanent failure") neither calls the failure permanent nor denies a temporary one.
+    #[test]
+    fn a_negated_permanent_word_is_not_read() {
+        for text in [
+            "non-permanent error, will retry later",
+            "a nonpermanent error; retry later",
+            "impermanent failure, try again later",
+            "this is not a permanent error, try again later",
+            "temporary (not permanent) failure, try again later",
+            "échec non permanent, réessayez plus tard",
+        ] {
+            assert_eq!(says_permanent(text), None, "{text}");
+            assert!(!denies_temporary(text), "{text}");
+            assert!(passes(text).is_some(), "{text}");
+        }
+        for text in [
+            "permanent error",
+            "550 permanent failure: not a valid address",
+            "échec permanent",
+            "a permanent error, not temporary",
+        ] {
+            assert!(
+                says_permanent(text).is_some() || denies_temporary(text),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            says_permanent("mail not delivered, permanent error"),
+            Some("permanent error")
+        );
+        assert!(!negated("a "));
+        assert!(!negated(""));
+        assert!(negated("this is not a "));
+        assert!(!negated("it is a "));
     }
 
     /// A listed word must start a word: "contemporarily" is not "temporar", "unrefused" not
