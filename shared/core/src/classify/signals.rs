@@ -3,7 +3,7 @@
 //! (translations of the English words, not any one provider's wording).
 
 use super::phrases::Patterns;
-use super::smtp::{is_a_name, is_word};
+use super::smtp::{ends_with_word, is_a_name, is_word};
 use std::sync::LazyLock;
 
 /// Words that call a failure final, in bounces that carry no code.
@@ -717,27 +717,17 @@ fn first_anywhere(lower: &str, words: &Words) -> Option<&'static str> {
     first.map(|n| words.words[n])
 }
 
-/// Whether `before` (the text up to a word) ends with a negation of that word: "non-permanent
-/// error", "impermanent", "not a permanent failure", "(never permanent)".
+/// Whether `before` (the text up to a word) ends with a negation of that word: a prefix written
+/// onto it ("non-permanent", "impermanent") or a word before it ("not a permanent failure",
+/// "(never permanent)").
 fn negated(before: &str) -> bool {
-    let (rest, prefix) = last_word(before, |c| is_word(c) || c == '-');
-    if !prefix.is_empty() {
-        return matches!(prefix, "non" | "non-" | "im" | "un" | "un-");
-    }
-    let (rest, word) = last_word(rest.trim_end(), is_word);
-    matches!(word, "not" | "never" | "non")
-        || word == "a" && last_word(rest.trim_end(), is_word).1 == "not"
-}
-
-/// `text` split before its last run of characters that `part` accepts.
-fn last_word(text: &str, part: impl Fn(char) -> bool) -> (&str, &str) {
-    let at = text
-        .char_indices()
-        .rev()
-        .take_while(|&(_, c)| part(c))
-        .last()
-        .map_or(text.len(), |(at, _)| at);
-    text.split_at(at)
+    ["non", "non-", "im", "un", "un-"]
+        .iter()
+        .any(|prefix| ends_with_word(before, prefix))
+        || before.ends_with(|c: char| !is_word(c))
+            && ["not", "not a", "never", "non"]
+                .iter()
+                .any(|word| ends_with_word(before.trim_end(), word))
 }
 
 /// The first of `words` found anywhere in `lower` (scripts without spaces between words).

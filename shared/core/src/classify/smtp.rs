@@ -332,6 +332,12 @@ fn next_word(rest: &str) -> Option<String> {
     Some(rest.chars().take_while(|c| c.is_alphabetic()).collect())
 }
 
+/// Whether `text` ends with `word`, and `word` starts a word of it.
+pub(super) fn ends_with_word(text: &str, word: &str) -> bool {
+    text.strip_suffix(word)
+        .is_some_and(|rest| !rest.ends_with(is_word))
+}
+
 /// Whether `before` (the text up to a subject) ends with one of the clause's modifiers, then at
 /// most one word of its `modifier_gap`: "invalid user", "no such local user".
 fn modified(clause: &Clause, before: &str) -> bool {
@@ -343,12 +349,7 @@ fn modified(clause: &Clause, before: &str) -> bool {
     [Some(near), one_word_less]
         .into_iter()
         .flatten()
-        .any(|text| {
-            clause.modifiers.iter().any(|m| {
-                text.strip_suffix(m)
-                    .is_some_and(|rest| !rest.ends_with(is_word))
-            })
-        })
+        .any(|text| clause.modifiers.iter().any(|m| ends_with_word(text, m)))
 }
 
 /// Whether one of the clause's predicates starts within [`CLAUSE_REACH`] bytes of `rest` and
