@@ -718,16 +718,17 @@ fn first_anywhere(lower: &str, words: &Words) -> Option<&'static str> {
 }
 
 /// Whether `before` (the text up to a word) ends with a negation of that word: a prefix written
-/// onto it ("non-permanent", "impermanent") or a word before it ("not a permanent failure",
-/// "(never permanent)").
+/// onto it ("non-permanent", "impermanent") or a word before it, apart or hyphenated ("not a
+/// permanent failure", "(never permanent)", "not-permanent").
 fn negated(before: &str) -> bool {
-    ["non", "non-", "im", "un", "un-"]
+    let apart = before.trim_end_matches(|c: char| c.is_whitespace() || c == '-');
+    ["non", "im", "un"]
         .iter()
-        .any(|prefix| ends_with_word(before, prefix))
-        || before.ends_with(|c: char| !is_word(c))
+        .any(|prefix| ends_with_word(before.strip_suffix('-').unwrap_or(before), prefix))
+        || apart.len() < before.len()
             && ["not", "not a", "never", "non"]
                 .iter()
-                .any(|word| ends_with_word(before.trim_end(), word))
+                .any(|word| ends_with_word(apart, word))
 }
 
 /// The first of `words` found anywhere in `lower` (scripts without spaces between words).
@@ -848,6 +849,8 @@ mod tests {
             "this is not a permanent error, try again later",
             "temporary (not permanent) failure, try again later",
             "échec non permanent, réessayez plus tard",
+            "a not-permanent failure, retry later",
+            "never - permanent; try later",
         ] {
             assert_eq!(says_permanent(text), None, "{text}");
             assert!(!denies_temporary(text), "{text}");
@@ -871,7 +874,9 @@ mod tests {
         assert!(!negated("a "));
         assert!(!negated(""));
         assert!(negated("this is not a "));
+        assert!(negated("a not-"));
         assert!(!negated("it is a "));
+        assert!(!negated("a knot-"));
     }
 
     /// A listed word must start a word: "contemporarily" is not "temporar", "unrefused" not
