@@ -77,10 +77,13 @@ impl SmtpReply {
         }
     }
 
-    /// The first digit of whichever code is present (2, 4 or 5).
+    /// The first digit of whichever code is present (2, 4 or 5). A reply code of another class
+    /// (`354` in a bounce, a gateway's `602`) says nothing of success or failure (RFC 5321 4.2.1),
+    /// so the enhanced status decides, else the words, as without a code.
     fn class_digit(&self) -> Option<u8> {
         self.code
             .and_then(|c| u8::try_from(c / 100).ok())
+            .filter(|d| matches!(d, 2 | 4 | 5))
             .or(self.enhanced.map(|e| e.class))
     }
 }

@@ -503,10 +503,13 @@ pub(super) fn an_unknown_reply_with_a_permanent_signal_is_not_retried() {
         // A DSN's Diagnostic-Code without a reply code: the status is the signal.
         "5.0.0 (permanent failure) mailer program exited with status 127",
         // Without any code, the bounce's words; behind a 3yz code misused as a failure, the
-        // 5.x.x status.
+        // 5.x.x status, and without one the words, as without a code (a 3yz or 6yz code says
+        // nothing of failure).
         "Delivery failed permanently; giving up.",
         "Permanent failure in user lookup",
         "354 5.5.0 End data with <CR><LF>.<CR><LF>",
+        "354 End data with <CR><LF>.<CR><LF>",
+        "602 the gateway refused the message",
     ] {
         let v = classify_smtp(raw);
         assert_eq!(v.class, ErrorClass::Unknown, "{raw} -> {v:?}");
