@@ -62,8 +62,23 @@ proptest! {
         let _ = parse_body(text.as_bytes());
     }
 
+    /// A reply code of no failure class (1yz, 3yz, 6yz to 9yz) is read as no code at all.
     #[test]
-    fn the_classifier_never_panics_and_4xx_is_never_permanent(code in 400u16..600, text in ".{0,200}") {
+    fn a_code_of_no_failure_class_is_read_as_none(
+        code in prop_oneof![100u16..200, 300u16..400, 600u16..1000],
+        text in "[a-zA-Z ,.;:()'-]{0,120}",
+    ) {
+        let with = classify_smtp(&format!("{code} {text}"));
+        let without = classify_smtp(&text);
+        prop_assert_eq!(
+            (with.class, with.retryable, with.suppress_recipient),
+            (without.class, without.retryable, without.suppress_recipient),
+            "{} {:?}", code, text
+        );
+    }
+
+    #[test]
+    fn the_classifier_never_panics_and_4xx_is_never_permanent(code in 100u16..1000, text in ".{0,200}") {
         for reply in [format!("{code} {text}"), format!("{code}-{text}\n{code} {text}"), text.clone()] {
             let v = classify_smtp(&reply);
             prop_assert!(!v.rule.is_empty());
