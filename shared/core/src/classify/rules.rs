@@ -568,6 +568,7 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["too many sessions"],
             ["too many mails"],
             ["too many emails"],
+            ["too many e-mails"],
             ["too many requests"],
             ["too many errors"],
             ["too many invalid"],

@@ -1247,6 +1247,22 @@ fn the_sixteenth_rounds_wordings_have_their_classes() {
     assert_eq!(classify_smtp("552 Nachricht zu gross").rule, size.rule);
 }
 
+/// The twentieth round's miss: "too many e-mails" with its hyphen is the sending limit that
+/// "too many emails" is, also under a 5yz code and beside the word "spam".
+#[test]
+fn the_twentieth_rounds_wordings_have_their_classes() {
+    each_is(
+        &[
+            "550 5.7.1 <userid@domain.com>... Error.your access was denied. Since you sent too many \
+             e-mails,you are not allowed to send more e-mails within 24 hours.After 24 hours,you \
+             can send e-mails as usual.If you did not send any e-mails,which is considered as a \
+             spam,you'd better register",
+            "554 too many e-mails from your address, slow down",
+        ],
+        (ErrorClass::Throttled, true, false),
+    );
+}
+
 /// An address on SES's suppression list ("Address blacklisted.", over SMTP and from the API) is
 /// dead, not a blocklisted host; a routing failure (X.4.4) that Exchange words "Unable to relay"
 /// is an unroutable domain, while the relay refusal proper (5.7.1) stays our configuration.
