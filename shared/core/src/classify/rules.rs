@@ -653,4 +653,12 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["送信数の制限"]
         ]
     ),
+    // vpopmail's catch-all: "user does not exist, but will deliver to <its maildir>", then the
+    // fault that stopped it ("can not open new email file errno=2 ..."). The address is served
+    // by the catch-all, so the recipient rules' "does not exist" must not read it as dead.
+    rule!(
+        "catch-all-fault",
+        ProviderUnavailable,
+        [["but will deliver to"], ["can not open new email file"]]
+    ),
 ];

@@ -1263,6 +1263,29 @@ fn the_twentieth_rounds_wordings_have_their_classes() {
     );
 }
 
+/// The twenty-first round's misses, two MTAs' fixed texts: vpopmail's catch-all that found no
+/// such user but delivers to a catch-all maildir and then failed to write it (the address is
+/// alive, the receiving system failed), and Domino's German "not listed in Domino Directory".
+#[test]
+fn the_twenty_first_rounds_wordings_have_their_classes() {
+    each_is(
+        &[
+            "user does not exist, but will deliver to /home/vpopmail/domains/player.pl/daniel/ \
+             can not open new email file errno=2 file=/home/vpopmail/domains/player.pl/daniel/\
+             Maildir/tmp/1212982749.25263.neptun.bn.com.pl,S=3155 system error",
+            "550 can not open new email file errno=13 file=/home/vpopmail/domains/x/0/Maildir/tmp/1",
+        ],
+        (ErrorClass::ProviderUnavailable, true, false),
+    );
+    each_is(
+        &[
+            "5.0.0 Benutzer my (my@example.com) nicht im Domino-Verzeichnis aufgeführt",
+            "550 Benutzer Some Name (x@example.net) nicht im Domino-Verzeichnis aufgefuehrt",
+        ],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+}
+
 /// An address on SES's suppression list ("Address blacklisted.", over SMTP and from the API) is
 /// dead, not a blocklisted host; a routing failure (X.4.4) that Exchange words "Unable to relay"
 /// is an unroutable domain, while the relay refusal proper (5.7.1) stays our configuration.

@@ -109,6 +109,8 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
             ["is not a known user"],
             ["user not local"],
             ["not listed in"],
+            // Domino's German "Benutzer x nicht im Domino-Verzeichnis aufgeführt"
+            ["nicht im domino-verzeichnis"],
             ["invalid address"],
             ["recipient address rejected: unverified address"],
             ["mailbox not available"],
