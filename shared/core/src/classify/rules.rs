@@ -64,7 +64,8 @@ mod senders;
 ///    (`network`), before any word such as "refused" or "blacklisted";
 /// 2. the other provider code tables, which beat the generic words around them (Spectrum/Cox's
 ///    `sender rejected ... AUP#...`, GoDaddy's `5.1.1 ... IB607`);
-/// 3. mailbox-level temporary conditions (greylisting, quota, per-mailbox receive limits);
+/// 3. mailbox-level temporary conditions (greylisting, quota, per-mailbox receive limits, a
+///    catch-all mailbox the receiver could not write);
 /// 4. TLS, then our own sending infrastructure (PTR, HELO, sender domain DNS), then limits on us;
 /// 5. sender wording before recipient wording (`Sender address rejected: User unknown`,
 ///    `Domain of sender address ... does not exist`), then content/policy, then the receiver's own
@@ -474,6 +475,14 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["temporarily locked"]
         ]
     ),
+    // vpopmail's catch-all: "user does not exist, but will deliver to <its maildir>", then the
+    // fault that stopped it ("can not open new email file errno=2 ..."). The address is served
+    // by the catch-all, so the recipient rules' "does not exist" must not read it as dead.
+    rule!(
+        "catch-all-fault",
+        ProviderUnavailable,
+        [["but will deliver to"], ["can not open new email file"]]
+    ),
     rule!(
         "tls-required",
         Tls,
@@ -652,13 +661,5 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["頻率過快"],
             ["送信数の制限"]
         ]
-    ),
-    // vpopmail's catch-all: "user does not exist, but will deliver to <its maildir>", then the
-    // fault that stopped it ("can not open new email file errno=2 ..."). The address is served
-    // by the catch-all, so the recipient rules' "does not exist" must not read it as dead.
-    rule!(
-        "catch-all-fault",
-        ProviderUnavailable,
-        [["but will deliver to"], ["can not open new email file"]]
     ),
 ];
