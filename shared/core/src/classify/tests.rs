@@ -1286,6 +1286,24 @@ fn the_twenty_first_rounds_wordings_have_their_classes() {
     );
 }
 
+/// The twenty-second round's miss: "your domain" is the client's, so a domain of it that does not
+/// exist is our sender's (an Exim log shows the reply after MAIL FROM), not the recipient's; the
+/// recipient's domain stays dead.
+#[test]
+fn the_twenty_second_rounds_wordings_have_their_classes() {
+    each_is(
+        &[
+            "553 sorry, your domain does not exists.",
+            "553 sorry, your domain doesn't exist",
+        ],
+        (ErrorClass::SenderConfig, false, false),
+    );
+    each_is(
+        &["550 5.1.2 domain does not exist"],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+}
+
 /// An address on SES's suppression list ("Address blacklisted.", over SMTP and from the API) is
 /// dead, not a blocklisted host; a routing failure (X.4.4) that Exchange words "Unable to relay"
 /// is an unroutable domain, while the relay refusal proper (5.7.1) stays our configuration.

@@ -41,6 +41,9 @@ pub(in crate::classify) static SENDERS: &[TextRule] = &[
             ["pop-before-smtp"],
             ["smtp-after-pop"],
             ["your domain has no"],
+            // "your domain" is the client's, ours: "553 sorry, your domain does not exists."
+            ["your domain does not exist"],
+            ["your domain doesn't exist"],
             // wp.pl: "refused mailfrom because return MX does not exist"
             ["refused mailfrom"],
             ["return mx"],
