@@ -382,6 +382,8 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["quota limit"],
             ["over its quota"],
             ["quota exceed"],
+            // "550 (Mailbox) Quota Violation", "552 quota violation"
+            ["quota violation"],
             ["not enough storage"],
             ["storage space"],
             ["diskspace quota"],

@@ -1304,6 +1304,19 @@ fn the_twenty_second_rounds_wordings_have_their_classes() {
     );
 }
 
+/// The twenty-fourth round's miss: a "quota violation" is a mailbox over its quota, a state that
+/// clears, also under a 5yz code.
+#[test]
+fn the_twenty_fourth_rounds_wordings_have_their_classes() {
+    each_is(
+        &[
+            "550 (Mailbox) Quota Violation",
+            "Mailbox quota violation for this recipient",
+        ],
+        (ErrorClass::MailboxTemporary, true, false),
+    );
+}
+
 /// An address on SES's suppression list ("Address blacklisted.", over SMTP and from the API) is
 /// dead, not a blocklisted host; a routing failure (X.4.4) that Exchange words "Unable to relay"
 /// is an unroutable domain, while the relay refusal proper (5.7.1) stays our configuration.
