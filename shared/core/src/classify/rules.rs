@@ -382,7 +382,7 @@ static CODES_AND_CONDITIONS: &[TextRule] = &[
             ["quota limit"],
             ["over its quota"],
             ["quota exceed"],
-            // "550 (Mailbox) Quota Violation", "552 quota violation"
+            // "550 (Mailbox) Quota Violation": a mailbox over its quota
             ["quota violation"],
             ["not enough storage"],
             ["storage space"],

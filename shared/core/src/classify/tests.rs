@@ -1311,7 +1311,7 @@ fn the_twenty_fourth_rounds_wordings_have_their_classes() {
     each_is(
         &[
             "550 (Mailbox) Quota Violation",
-            "Mailbox quota violation for this recipient",
+            "Quota violation for this recipient",
         ],
         (ErrorClass::MailboxTemporary, true, false),
     );
