@@ -178,6 +178,7 @@ async fn dead_lettered(status: &DynamoDbStatusStore, message_id: &str, now: Date
         check_suppressed: vec![],
         trace_id: None,
         facts: Default::default(),
+        payload: None,
     };
     assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
     let mut done = StatusUpdate::new(message_id, "req-it/1", Status::DeadLettered, 1, now);

@@ -37,6 +37,7 @@ fn claim(id: &str, attempt: u32, owner: &str, at: DateTime<Utc>, lease_secs: i64
         check_suppressed: Vec::new(),
         trace_id: None,
         facts: Default::default(),
+        payload: None,
     }
 }
 
@@ -209,6 +210,30 @@ async fn status_store_contract(store: &dyn StatusStore) {
         store.claim(&claim(&id, 1, "c", later, 60)).await.unwrap(),
         ClaimOutcome::Claimed
     );
+
+    // The claim writes the body to resend from with its lease (before the provider can take
+    // the mail); a refused claim leaves it; a claim without one removes the older one.
+    let id = unique("job");
+    let body_of = |store_id: &str| {
+        let id = store_id.to_owned();
+        async move { store.get(&id).await.unwrap().unwrap().payload }
+    };
+    let mut first = claim(&id, 0, "a", t, 1);
+    first.payload = Some("{\"generation\":0}".into());
+    assert_eq!(store.claim(&first).await.unwrap(), ClaimOutcome::Claimed);
+    assert_eq!(body_of(&id).await.as_deref(), Some("{\"generation\":0}"));
+    let mut busy = claim(&id, 0, "b", t, 60);
+    busy.payload = Some("{\"other\":true}".into());
+    assert!(matches!(
+        store.claim(&busy).await.unwrap(),
+        ClaimOutcome::Busy { .. }
+    ));
+    assert_eq!(body_of(&id).await.as_deref(), Some("{\"generation\":0}"));
+    assert_eq!(
+        store.claim(&claim(&id, 1, "c", later, 60)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert_eq!(body_of(&id).await, None);
 
     // Suppressed before any claim: recorded, and then a duplicate.
     let id = unique("job");

@@ -48,6 +48,7 @@ async fn outbox_contract(store: &dyn StatusStore) {
         check_suppressed: Vec::new(),
         trace_id: Some("t-1".into()),
         facts: facts(),
+        payload: None,
     };
     assert_eq!(store.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
     let record = store.get(&id).await.unwrap().unwrap();

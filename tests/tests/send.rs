@@ -433,6 +433,7 @@ async fn a_crash_between_send_and_status_write_is_ambiguous_then_resolved() {
             check_suppressed: Vec::new(),
             trace_id: None,
             facts: Default::default(),
+            payload: None,
         })
         .await
         .unwrap();

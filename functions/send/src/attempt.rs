@@ -267,11 +267,8 @@ impl Pipeline {
                     let (refused, suppress) = refusals(&receipt, name);
                     update.recipient_notes = courier_core::recipients::refuse(&mut roll, &refused);
                     update.recipients = Some(roll);
-                    // Kept for a resend on a transient bounce (only SES reports those), unless
-                    // it would crowd the 400 KB DynamoDB item (then the bounce is recorded only).
-                    if provider == Provider::Ses {
-                        update.payload = kept_payload(incoming);
-                    }
+                    // The body to resend from after a transient bounce is on the record since
+                    // the claim (`resend_body`), whoever records this acceptance.
                     if !refused.is_empty() {
                         info!(provider = %name, refused = refused.len(), "sent; some recipients refused");
                     }
@@ -553,6 +550,9 @@ impl Pipeline {
             check_suppressed: Vec::new(),
             trace_id: incoming.trace.clone(),
             facts: JobFacts::of(job),
+            payload: (accepted.provider == Provider::Ses.as_str())
+                .then(|| kept_payload(incoming))
+                .flatten(),
         };
         match self.status.claim(&claim).await {
             Ok(
@@ -680,6 +680,18 @@ impl Pipeline {
             outcome: Outcome::Duplicate,
         })
     }
+
+    /// The body the claim keeps with the record for a resend after a transient bounce, when
+    /// the stack sends through SES (only SES reports those): written with the lease, so it is
+    /// durable before SES can take the mail (SES's Send event may record the send before this
+    /// function does, or instead of it if the function dies).
+    pub(crate) fn resend_body(&self, incoming: &Incoming) -> Option<String> {
+        self.mailers
+            .iter()
+            .any(|m| m.provider() == Provider::Ses)
+            .then(|| kept_payload(incoming))
+            .flatten()
+    }
 }
 
 /// How an `unknown` that keeps a provider's acceptance begins its detail.
@@ -697,9 +709,8 @@ fn first_recipient_domain(email: &OutgoingEmail) -> Option<String> {
         .map(|m| m.email.domain().to_ascii_lowercase())
 }
 
-/// The body kept with an SES send's record for a resend after a transient bounce (only SES
-/// reports those), unless it would crowd the 400 KB DynamoDB item (then the bounce is recorded
-/// only).
+/// The body kept with a record for a resend after a transient bounce, unless it would crowd
+/// the 400 KB DynamoDB item (then the bounce is recorded only).
 fn kept_payload(incoming: &Incoming) -> Option<String> {
     Some(current_body(incoming)).filter(|body| body.len() <= MAX_KEPT_PAYLOAD)
 }

@@ -607,6 +607,7 @@ impl Pipeline {
             check_suppressed: recipients.clone(),
             trace_id: incoming.trace.clone(),
             facts: JobFacts::of(job),
+            payload: self.resend_body(&incoming),
         };
         let mut suppressed: Vec<String> = Vec::new();
         loop {

@@ -9,6 +9,8 @@
 //!
 //! - at most one provider acceptance per job, unless `unknown` was durably recorded after the
 //!   earlier acceptance and before the next provider call;
+//! - SES is called only once the body a transient bounce is sent again from is on the record
+//!   (SES's Send event may record the send before the send function, or instead of it);
 //! - the job ends in exactly one home: a final status, or a dead letter whose payload is
 //!   complete (never both a sent status and a letter, never the redrive DLQ);
 //! - no copy is acknowledged before the job's next home is durable (a final status, a dead
@@ -135,6 +137,25 @@ impl FaultyMailer {
             ));
         }
     }
+
+    /// SES may take the mail in this call, and SES's Send event may then record the send
+    /// before (or instead of) the send function: the body a transient bounce is sent again from
+    /// must be on the record already.
+    fn check_body_kept(&self, message_id: &str) {
+        let kept = self
+            .status
+            .records
+            .lock()
+            .unwrap()
+            .get(message_id)
+            .is_some_and(|r| r.payload.is_some());
+        if self.provider == Provider::Ses && !kept {
+            self.violations
+                .lock()
+                .unwrap()
+                .push("SES called with no body on the record to resend from".into());
+        }
+    }
 }
 
 fn lost() -> SendFailure {
@@ -169,6 +190,7 @@ impl Mailer for FaultyMailer {
 
     async fn send(&self, email: &OutgoingEmail) -> Result<Receipt, SendFailure> {
         self.check_before_call(&email.message_id);
+        self.check_body_kept(&email.message_id);
         let n = self.calls.fetch_add(1, Ordering::SeqCst);
         let answer = self.answers[n.min(self.answers.len() - 1)];
         let receipt = Receipt::new(format!("smtp-{n}"));

@@ -24,6 +24,11 @@ pub struct ClaimRequest {
     pub trace_id: Option<String>,
     /// The job's campaign and metadata, kept on its record for its outcome events.
     pub facts: crate::ports::JobFacts,
+    /// The body a transient bounce of this send is sent again from ([`JobRecord::payload`]):
+    /// written with the lease, so it is durable before the provider can take the mail, whoever
+    /// then records the send (the send function, or SES's Send event when the send function
+    /// died first). `None` removes the record's body (an earlier generation's is not this one).
+    pub payload: Option<String>,
 }
 
 /// What a claim found.
@@ -67,6 +72,10 @@ pub enum ClaimJudgement {
 ///   resolve it to `sent_to_provider`, otherwise after the grace window the job is sent again.
 /// * Stale re-enqueue: a retry re-enqueued generation n+1; an old copy of generation n arrives
 ///   (e.g. its delete failed) -> `Stale`, dropped.
+/// * Crash between the provider's acceptance and the status write, SES's Send event first:
+///   the events function records `sent_to_provider`; the body the claim wrote is on the record,
+///   so a transient bounce sends the job again (generation n+1) and the redelivered copy of
+///   generation n is `Stale` (or a duplicate, if it comes before the bounce).
 /// * Soft-bounce resend: the events function records `bounced_transient` at generation n,
 ///   schedules a copy of n+1, then moves the record to `deferred` at n+1. The copy may arrive
 ///   before that last write (or it may never be made): it takes a `bounced_transient` record of
@@ -135,6 +144,7 @@ mod tests {
             check_suppressed: Vec::new(),
             trace_id: None,
             facts: Default::default(),
+            payload: None,
         }
     }
 

@@ -62,8 +62,9 @@ pub struct JobRecord {
     /// Every status change, oldest first (see [`HistoryEntry`]).
     #[serde(default)]
     pub history: Vec<HistoryEntry>,
-    /// The queue body of the copy that was last sent to a provider (a retry envelope), kept so
-    /// a transient bounce can be sent again; `None` until a send succeeded.
+    /// The queue body of the copy that holds or last held the lease (a retry envelope), kept
+    /// so a transient bounce can be sent again: written by the claim when the stack sends
+    /// through SES (before SES can take the mail), `None` otherwise or when too large.
     #[serde(default)]
     pub payload: Option<String>,
     /// The provider message id whose transient bounce scheduled the current resend.

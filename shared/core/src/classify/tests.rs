@@ -1286,9 +1286,9 @@ fn the_twenty_first_rounds_wordings_have_their_classes() {
     );
 }
 
-/// The twenty-second round's miss: "your domain" is the client's, so a domain of it that does not
-/// exist is our sender's (an Exim log shows the reply after MAIL FROM), not the recipient's; the
-/// recipient's domain stays dead.
+/// One of the twenty-second round's two misses: "your domain" is the client's, so a domain of
+/// it that does not exist is our sender's (an Exim log shows the reply after MAIL FROM), not the
+/// recipient's; the recipient's domain stays dead.
 #[test]
 fn the_twenty_second_rounds_wordings_have_their_classes() {
     each_is(
@@ -1304,8 +1304,8 @@ fn the_twenty_second_rounds_wordings_have_their_classes() {
     );
 }
 
-/// The twenty-fourth round's miss: a "quota violation" is a mailbox over its quota, a state that
-/// clears, also under a 5yz code.
+/// One of the twenty-fourth round's two misses: a "quota violation" is a mailbox over its quota,
+/// a state that clears, also under a 5yz code.
 #[test]
 fn the_twenty_fourth_rounds_wordings_have_their_classes() {
     each_is(

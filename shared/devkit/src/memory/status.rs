@@ -55,6 +55,7 @@ impl StatusStore for MemoryStatusStore {
                 if req.trace_id.is_some() {
                     rec.trace_id.clone_from(&req.trace_id);
                 }
+                rec.payload.clone_from(&req.payload);
                 if req.facts.campaign_id.is_some() {
                     rec.facts.campaign_id.clone_from(&req.facts.campaign_id);
                 }

@@ -133,8 +133,8 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(message_id) \
      OR (attempt < :a AND #s = :bounced_transient)";
 
 impl DynamoDbStatusStore {
-    /// The claim as an update (not a put: the record keeps its history and payload), with the
-    /// job's trace and facts when it has them.
+    /// The claim as an update (not a put: the record keeps its history), with the job's trace
+    /// and facts when it has them, and the body to resend from (removed when it has none).
     fn claim_update(req: &ClaimRequest) -> String {
         let mut set = vec![
             "#s = :processing",
@@ -151,7 +151,12 @@ impl DynamoDbStatusStore {
             set.push("trace_id = :trace");
         }
         set.extend(facts_marks(&req.facts, false).0);
-        expression(&set, &["unknown_since", "swept_at"])
+        if req.payload.is_some() {
+            set.push("payload = :body");
+            expression(&set, &["unknown_since", "swept_at"])
+        } else {
+            expression(&set, &["unknown_since", "swept_at", "payload"])
+        }
     }
 
     fn claim_values(&self, req: &ClaimRequest) -> HashMap<String, AttributeValue> {
@@ -188,6 +193,9 @@ impl DynamoDbStatusStore {
         ]);
         if let Some(trace) = &req.trace_id {
             values.insert(":trace".to_owned(), s(trace));
+        }
+        if let Some(body) = &req.payload {
+            values.insert(":body".to_owned(), s(body));
         }
         for (name, value) in facts_marks(&req.facts, false).1 {
             values.insert(name.to_owned(), value);
