@@ -135,7 +135,9 @@ pub const PRICES: Prices = Prices {
 };
 
 /// Write units per call (items up to 1 KB cost 1 WRU; transactions cost 2 per item).
-/// The claim is a transaction of two items (status put, suppression condition check): 4 WRU.
+/// The claim is a transaction of two items (status put, suppression condition check): 4 WRU
+/// (through SES the status item holds the job's body from the claim on: a body past 1 KB costs
+/// more, not modelled here).
 pub const CLAIM_WRU: u64 = 4;
 /// A dead letter's index item holds the full record (a few KB): 4 WRU assumed.
 pub const LETTER_WRU: u64 = 4;

@@ -212,28 +212,69 @@ async fn status_store_contract(store: &dyn StatusStore) {
     );
 
     // The claim writes the body to resend from with its lease (before the provider can take
-    // the mail); a refused claim leaves it; a claim without one removes the older one.
+    // the mail); a refused claim leaves it. A soft bounce's resend ends the bounced send's
+    // lease, so that send's late status write no longer lands; the next generation's claim
+    // removes what was the earlier send's: its body (this claim has none), its provider id and
+    // the bounce it resent.
     let id = unique("job");
-    let body_of = |store_id: &str| {
-        let id = store_id.to_owned();
-        async move { store.get(&id).await.unwrap().unwrap().payload }
-    };
-    let mut first = claim(&id, 0, "a", t, 1);
+    let mut first = claim(&id, 0, "a", t, 60);
     first.payload = Some("{\"generation\":0}".into());
     assert_eq!(store.claim(&first).await.unwrap(), ClaimOutcome::Claimed);
-    assert_eq!(body_of(&id).await.as_deref(), Some("{\"generation\":0}"));
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.payload.as_deref(), Some("{\"generation\":0}"));
     let mut busy = claim(&id, 0, "b", t, 60);
     busy.payload = Some("{\"other\":true}".into());
     assert!(matches!(
         store.claim(&busy).await.unwrap(),
         ClaimOutcome::Busy { .. }
     ));
-    assert_eq!(body_of(&id).await.as_deref(), Some("{\"generation\":0}"));
+    // SES's Send event records the send (the lease holder has not written yet).
+    let mut by_event = update(&id, "events", Status::SentToProvider, 0, t);
+    by_event.payload = None;
+    store.record(&by_event).await.unwrap();
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (
+            rec.status,
+            rec.payload.as_deref(),
+            rec.provider_message_id.as_deref()
+        ),
+        (
+            Status::SentToProvider,
+            Some("{\"generation\":0}"),
+            Some("pmid")
+        )
+    );
+    assert!(
+        store
+            .resend(&Resend {
+                message_id: id.clone(),
+                attempt: 0,
+                bounced: "pmid".into(),
+                detail: "soft bounce".into(),
+                now: later,
+            })
+            .await
+            .unwrap()
+    );
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
+    assert_eq!(rec.lease_owner, None);
+    let mut late = update(&id, "a", Status::SentToProvider, 0, later);
+    late.payload = None;
+    assert!(
+        store.finish(&late).await.is_err(),
+        "the bounced send's late write"
+    );
     assert_eq!(
         store.claim(&claim(&id, 1, "c", later, 60)).await.unwrap(),
         ClaimOutcome::Claimed
     );
-    assert_eq!(body_of(&id).await, None);
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.payload, rec.provider_message_id, rec.resend_of),
+        (None, None, None)
+    );
 
     // Suppressed before any claim: recorded, and then a duplicate.
     let id = unique("job");

@@ -293,8 +293,8 @@ async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
 }
 
 /// SES as the send function calls it, then the process gone: the answer is kept for the test
-/// and the call never returns, so the invocation is dropped there (a SIGKILL between SES's
-/// acceptance and any write after it).
+/// and the call never returns, so the invocation writes nothing after it (its task waits for
+/// ever, as a process killed between SES's acceptance and its status write).
 struct KilledAfterSes {
     ses: Arc<dyn courier_core::ports::Mailer>,
     took: Arc<tokio::sync::Notify>,
@@ -318,15 +318,9 @@ impl courier_core::ports::Mailer for KilledAfterSes {
     }
 }
 
-#[tokio::test]
-async fn a_send_killed_after_ses_took_it_is_sent_again_on_its_transient_bounce() {
-    // The order chaos-ci seed 63531 found: the send function dies after SES accepted and
-    // before its own status write; SES's Send event records the send first, then SES reports
-    // a transient bounce; SQS redelivers the job's copy later.
-    use courier_core::ports::Mailer as _;
-    let stack = Stack::create(&["ses"]).await;
-    let id = unique("killed");
-    let job = serde_json::json!({"version": 1, "message_id": id, "campaign_id": "soft", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}}).to_string();
+/// `body` through a send function that SES takes it from and that is killed right after;
+/// SES's message id.
+async fn killed_after_ses(stack: &Stack, body: String) -> String {
     let mut doomed = wiring::wire(
         &Clients::new(&stack.sdk),
         SendConfig::default(),
@@ -340,87 +334,111 @@ async fn a_send_killed_after_ses_took_it_is_sent_again_on_its_transient_bounce()
         took: took.clone(),
         id: std::sync::Mutex::new(None),
     });
-    assert_eq!(killed.provider(), courier_core::ports::Provider::Ses);
+    assert_eq!(
+        courier_core::ports::Mailer::provider(&*killed),
+        courier_core::ports::Provider::Ses
+    );
     doomed.mailers = vec![killed.clone()];
-    let doomed = Arc::new(doomed);
     let record = RecordIn {
-        sqs_message_id: "a".into(),
-        body: job.clone(),
+        sqs_message_id: "doomed".into(),
+        body,
         trace_header: None,
     };
     let deadline = chrono::Utc::now() + chrono::Duration::seconds(30);
+    let doomed = Arc::new(doomed);
     tokio::select! {
         _ = doomed.handle_records(vec![record], deadline, "doomed") => panic!("the send was to be killed"),
         () = took.notified() => {}
     }
-    drop(doomed);
-    let ses_id = killed.id.lock().unwrap().clone().unwrap();
-    let status = stack.status_store();
-    let rec = status.get(&id).await.unwrap().unwrap();
-    assert_eq!(
-        rec.status,
-        Status::Processing,
-        "nothing written after the send"
-    );
-    assert!(rec.payload.is_some(), "the claim kept the body");
+    killed.id.lock().unwrap().clone().unwrap()
+}
 
-    // SES's Send event records the send; its transient bounce sends the job again.
+#[tokio::test]
+async fn a_send_killed_after_ses_took_it_is_sent_again_on_its_transient_bounce() {
+    // The order chaos-ci seed 63531 found: the send function dies after SES accepted and
+    // before its own status write; SES's Send event records the send first, then SES reports
+    // a transient bounce; SQS redelivers the job's copy later. Then the same for the resend.
+    let stack = Stack::create(&["ses"]).await;
+    let id = unique("killed");
+    let job = serde_json::json!({"version": 1, "message_id": id, "campaign_id": "soft", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}}).to_string();
+    let status = stack.status_store();
     let events = applier(
         &stack,
         RetryPolicy::from_json(SOFT_POLICY).unwrap(),
         GuardConfig::default(),
     );
-    let sent = events
-        .handle(sqs(event(
-            "Send",
-            &id,
-            &ses_id,
-            serde_json::json!({"send": {}}),
-        )))
-        .await;
-    assert!(sent.failures.is_empty(), "{sent:?}");
-    assert_eq!(
-        status.get(&id).await.unwrap().unwrap().status,
-        Status::SentToProvider
-    );
-    let bounced = events
-        .handle(sqs(event(
-            "Bounce",
-            &id,
-            &ses_id,
-            mailbox_full("ann@example.org"),
-        )))
-        .await;
-    assert_eq!(bounced.applied, vec![Applied::Resent], "{bounced:?}");
-    let rec = status.get(&id).await.unwrap().unwrap();
-    assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
-
-    // The killed invocation's copy comes back: a stale generation, dropped without a send.
     let pipeline = soft_pipeline(&stack);
-    let report = pipeline
-        .handle_records(
-            vec![RecordIn {
-                sqs_message_id: "a".into(),
-                body: job,
-                trace_header: None,
-            }],
-            chrono::Utc::now() + chrono::Duration::seconds(30),
-            "redelivered",
-        )
-        .await;
-    assert!(report.failures.is_empty(), "{:?}", report.reasons);
-    assert_eq!(report.metrics.counts.get("StaleCopiesDropped"), Some(&1));
-    assert_eq!(
-        status.get(&id).await.unwrap().unwrap().attempt,
-        1,
-        "nothing sent by the stale copy"
-    );
+    let mut copy = job.clone();
+    let mut taken = Vec::new();
+    for generation in 0..2 {
+        let ses_id = killed_after_ses(&stack, copy.clone()).await;
+        let rec = status.get(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (rec.status, rec.attempt),
+            (Status::Processing, generation),
+            "nothing written after the send"
+        );
+        assert!(rec.payload.is_some(), "the claim kept the body");
+        assert_eq!(rec.provider_message_id, None, "no earlier send's id");
 
-    // The resend's copy is sent: a new SES message, generation 1.
-    send_one(&pipeline, "b", the_resent_copy(&stack).await).await;
+        // SES's Send event records the send; its transient bounce sends the job again.
+        let sent = events
+            .handle(sqs(event(
+                "Send",
+                &id,
+                &ses_id,
+                serde_json::json!({"send": {}}),
+            )))
+            .await;
+        assert!(sent.failures.is_empty(), "{sent:?}");
+        let rec = status.get(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (rec.status, rec.provider_message_id.as_deref()),
+            (Status::SentToProvider, Some(ses_id.as_str()))
+        );
+        let bounced = events
+            .handle(sqs(event(
+                "Bounce",
+                &id,
+                &ses_id,
+                mailbox_full("ann@example.org"),
+            )))
+            .await;
+        assert_eq!(bounced.applied, vec![Applied::Resent], "{bounced:?}");
+        let rec = status.get(&id).await.unwrap().unwrap();
+        assert_eq!(
+            (rec.status, rec.attempt),
+            (Status::Deferred, generation + 1)
+        );
+
+        // The killed invocation's copy comes back: a stale generation, dropped without a send.
+        let report = pipeline
+            .handle_records(
+                vec![RecordIn {
+                    sqs_message_id: "redelivered".into(),
+                    body: copy,
+                    trace_header: None,
+                }],
+                chrono::Utc::now() + chrono::Duration::seconds(30),
+                "redelivered",
+            )
+            .await;
+        assert!(report.failures.is_empty(), "{:?}", report.reasons);
+        assert_eq!(report.metrics.counts.get("StaleCopiesDropped"), Some(&1));
+        assert_eq!(
+            status.get(&id).await.unwrap().unwrap().attempt,
+            generation + 1,
+            "nothing sent by the stale copy"
+        );
+        taken.push(ses_id);
+        copy = the_resent_copy(&stack).await;
+    }
+
+    // The second resend's copy is sent: a third SES message, generation 2.
+    send_one(&pipeline, "b", copy).await;
     let rec = status.get(&id).await.unwrap().unwrap();
-    assert_eq!((rec.status, rec.attempt), (Status::SentToProvider, 1));
-    assert_ne!(rec.provider_message_id.as_deref(), Some(ses_id.as_str()));
+    assert_eq!((rec.status, rec.attempt), (Status::SentToProvider, 2));
+    assert!(!taken.contains(rec.provider_message_id.as_ref().unwrap()));
 }
 
 #[tokio::test]

@@ -227,9 +227,10 @@ impl Applier {
             recipients::Follow::Gone => return Ok(Applied::NotYet),
         };
         // A transient bounce of a send whose acceptance is not written yet (the send function
-        // is still trying, or its copy carrying the acceptance is on the queue): the body to
-        // send again from comes with that write, so the event waits for it rather than record
-        // a bounce that nothing would resend.
+        // is still trying, or its copy carrying the acceptance is on the queue): that write
+        // brings the provider's id and the recipients the resend is judged by, so the event
+        // waits for it (or for SES's Send event, if the send function died; the body to send
+        // again from is on the record since the claim).
         if to == Status::BouncedTransient && record.status == Status::Processing {
             return Ok(Applied::NotYet);
         }

@@ -424,19 +424,20 @@ async fn a_transient_bounce_sends_the_job_again_on_the_soft_bounce_schedule() {
 }
 
 #[tokio::test]
-async fn a_transient_bounce_ahead_of_the_sent_status_waits_for_the_body_to_resend() {
+async fn a_transient_bounce_ahead_of_the_sent_status_waits_for_it() {
     // GIVEN a job SES took while the send function's status write has not landed yet (the
-    // record is still `processing`, without the kept body)
+    // record is still `processing`, with the body its claim wrote, without SES's id and the
+    // recipients that write brings)
     let w = world(Some(Status::Processing));
+    w.keep_payload(kept_payload(None));
     let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
     // THEN the bounce is left for redelivery: nothing recorded, nothing scheduled
     assert_eq!(report.applied, vec![Applied::NotYet]);
     assert_eq!(report.failures.len(), 1);
     assert_eq!(w.record().status, Status::Processing);
     assert!(w.scheduled().is_empty());
-    // WHEN the sent status lands with the body and the event comes back
+    // WHEN the sent status lands and the event comes back
     w.edit(|rec| rec.status = Status::SentToProvider);
-    w.keep_payload(kept_payload(None));
     let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
     // THEN the job is sent again, as for any transient bounce
     assert!(report.failures.is_empty(), "{report:?}");

@@ -20,9 +20,8 @@ pub struct Acceptances {
 }
 
 impl Acceptances {
-    /// Keeps the sent status that could not be written, without the kept payload (up to 300 KiB
-    /// each: a thousand would not fit a 128 MB function; a later transient bounce of such a job
-    /// is recorded, not resent).
+    /// Keeps the sent status that could not be written, never with a body (up to 300 KiB each:
+    /// a thousand would not fit a 128 MB function; the record has the body since the claim).
     pub(crate) fn remember(&self, sent: &StatusUpdate) {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         kept.retain(|u| u.message_id != sent.message_id);

@@ -786,8 +786,8 @@ pub fn deadline_of(ctx: &lambda_runtime::Context) -> DateTime<Utc> {
         .unwrap_or_else(|| Utc::now() + chrono::Duration::seconds(60))
 }
 
-/// The largest payload kept with a sent job's record for a soft-bounce resend (DynamoDB items
-/// hold at most 400 KB, history included).
+/// The largest payload the claim keeps with a job's record for a soft-bounce resend (DynamoDB
+/// items hold at most 400 KB, history included).
 pub const MAX_KEPT_PAYLOAD: usize = 300 * 1024;
 
 /// Default visibility-timeout-friendly lease when the deadline is far (or unknown).

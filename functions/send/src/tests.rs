@@ -1938,7 +1938,7 @@ async fn hostile_and_broken_jobs_each_end_in_the_right_category() {
 ///   characters JSON writes as two bytes each (`"` and `\`): the job is then larger than an SQS
 ///   message (`SQS_MAX_BYTES`, 1 MiB), so a producer can only send it through the claim check
 ///   (the clients do, above their threshold). Sent through SES and through SMTP.
-/// - The payload kept beside a sent SES job's record for a soft-bounce resend,
+/// - The payload the claim keeps beside an SES job's record for a soft-bounce resend,
 ///   `MAX_KEPT_PAYLOAD` (300 KiB, under DynamoDB's 400 KB item): one byte under and at it are
 ///   kept, one byte over is not (and the job is sent all the same).
 /// - A transient failure of the largest job: its retry copy is larger than a queue message may

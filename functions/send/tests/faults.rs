@@ -8,9 +8,9 @@
 //! none is left. After every run:
 //!
 //! - at most one provider acceptance per job, unless `unknown` was durably recorded after the
-//!   earlier acceptance and before the next provider call;
-//! - SES is called only once the body a transient bounce is sent again from is on the record
-//!   (SES's Send event may record the send before the send function, or instead of it);
+//!   earlier acceptance and before the next provider call; and no SES call before the body of
+//!   its generation, which a transient bounce is sent again from, is on the record (SES's Send
+//!   event may record the send before the send function, or instead of it);
 //! - the job ends in exactly one home: a final status, or a dead letter whose payload is
 //!   complete (never both a sent status and a letter, never the redrive DLQ);
 //! - no copy is acknowledged before the job's next home is durable (a final status, a dead
@@ -140,7 +140,7 @@ impl FaultyMailer {
 
     /// SES may take the mail in this call, and SES's Send event may then record the send
     /// before (or instead of) the send function: the body a transient bounce is sent again from
-    /// must be on the record already.
+    /// must be on the record already, and be this generation's.
     fn check_body_kept(&self, message_id: &str) {
         let kept = self
             .status
@@ -148,12 +148,16 @@ impl FaultyMailer {
             .lock()
             .unwrap()
             .get(message_id)
-            .is_some_and(|r| r.payload.is_some());
+            .is_some_and(|r| {
+                r.payload.as_deref().is_some_and(|body| {
+                    courier_core::envelope::parse_body(body.as_bytes())
+                        .is_ok_and(|kept| kept.attempt == r.attempt)
+                })
+            });
         if self.provider == Provider::Ses && !kept {
-            self.violations
-                .lock()
-                .unwrap()
-                .push("SES called with no body on the record to resend from".into());
+            self.violations.lock().unwrap().push(
+                "SES called without this generation's body on the record to resend from".into(),
+            );
         }
     }
 }

@@ -251,8 +251,8 @@ pub fn dead_letter_of(
     }
 }
 
-/// The body of this generation as an envelope (kept with a sent job's record, so a transient
-/// bounce can be sent again from it).
+/// The body of this generation as an envelope (kept with the job's record from its claim, so a
+/// transient bounce can be sent again from it).
 pub fn current_body(incoming: &Incoming) -> String {
     body_of(
         incoming,

@@ -320,7 +320,8 @@ pub trait StatusStore: Send + Sync {
     async fn reopen(&self, message_id: &str, now: DateTime<Utc>)
     -> Result<Option<u32>, StoreError>;
     /// Moves a sent job whose send bounced transiently to `deferred` as generation
-    /// `attempt + 1`, remembering the bounced provider message id (`resend_of`). False when the
+    /// `attempt + 1`, remembering the bounced provider message id (`resend_of`), and ends the
+    /// bounced send's lease (a late status write of that send no longer lands). False when the
     /// job is no longer at `attempt` in a sent status (another event or resend came first).
     async fn resend(&self, resend: &Resend) -> Result<bool, StoreError>;
     /// Records in `state` that entered it before `before`, oldest first, at most `limit`

@@ -56,6 +56,8 @@ impl StatusStore for MemoryStatusStore {
                     rec.trace_id.clone_from(&req.trace_id);
                 }
                 rec.payload.clone_from(&req.payload);
+                rec.provider_message_id = None;
+                rec.resend_of = None;
                 if req.facts.campaign_id.is_some() {
                     rec.facts.campaign_id.clone_from(&req.facts.campaign_id);
                 }
@@ -237,6 +239,8 @@ impl StatusStore for MemoryStatusStore {
                 rec.attempt += 1;
                 rec.updated_at = resend.now;
                 rec.resend_of = Some(resend.bounced.clone());
+                rec.lease_owner = None;
+                rec.lease_until = None;
                 rec.history.push(HistoryEntry {
                     at: resend.now,
                     status: Status::Deferred,

@@ -134,7 +134,9 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(message_id) \
 
 impl DynamoDbStatusStore {
     /// The claim as an update (not a put: the record keeps its history), with the job's trace
-    /// and facts when it has them, and the body to resend from (removed when it has none).
+    /// and facts when it has them, and the body to resend from (removed when it has none). What
+    /// belonged to an earlier send goes: its provider message id (the next one is this send's,
+    /// whoever records it) and the bounce it resent (`resend_of`).
     fn claim_update(req: &ClaimRequest) -> String {
         let mut set = vec![
             "#s = :processing",
@@ -151,12 +153,18 @@ impl DynamoDbStatusStore {
             set.push("trace_id = :trace");
         }
         set.extend(facts_marks(&req.facts, false).0);
+        let mut remove = vec![
+            "unknown_since",
+            "swept_at",
+            "provider_message_id",
+            "resend_of",
+        ];
         if req.payload.is_some() {
             set.push("payload = :body");
-            expression(&set, &["unknown_since", "swept_at"])
         } else {
-            expression(&set, &["unknown_since", "swept_at", "payload"])
+            remove.push("payload");
         }
+        expression(&set, &remove)
     }
 
     fn claim_values(&self, req: &ClaimRequest) -> HashMap<String, AttributeValue> {
@@ -663,7 +671,8 @@ impl StatusStore for DynamoDbStatusStore {
             .key("message_id", s(&resend.message_id))
             .update_expression(format!(
                 "SET #s = :deferred, attempt = :next, updated_at = :now, expires_at = :exp, \
-                 resend_of = :bounced, {APPEND_HISTORY} REMOVE open_state, open_at, swept_at"
+                 resend_of = :bounced, {APPEND_HISTORY} \
+                 REMOVE open_state, open_at, swept_at, lease_owner, lease_until"
             ))
             .condition_expression("#s IN (:sent, :bounced_transient) AND attempt = :a")
             .expression_attribute_names("#s", "status")
