@@ -214,8 +214,8 @@ async fn status_store_contract(store: &dyn StatusStore) {
     // The claim writes the body to resend from with its lease (before the provider can take
     // the mail); a refused claim leaves it. A soft bounce's resend ends the bounced send's
     // lease, so that send's late status write no longer lands; the next generation's claim
-    // removes what was the earlier send's: its body (this claim has none), its provider id and
-    // the bounce it resent.
+    // removes what was the earlier send's: its body (this claim has none) and its provider id;
+    // the bounce it resent stays named.
     let id = unique("job");
     let mut first = claim(&id, 0, "a", t, 60);
     first.payload = Some("{\"generation\":0}".into());
@@ -272,8 +272,12 @@ async fn status_store_contract(store: &dyn StatusStore) {
     );
     let rec = store.get(&id).await.unwrap().unwrap();
     assert_eq!(
-        (rec.payload, rec.provider_message_id, rec.resend_of),
-        (None, None, None)
+        (
+            rec.payload,
+            rec.provider_message_id,
+            rec.resend_of.as_deref()
+        ),
+        (None, None, Some("pmid"))
     );
 
     // Suppressed before any claim: recorded, and then a duplicate.

@@ -142,6 +142,18 @@ impl Applier {
     }
 }
 
+/// Whether the record is still the `deferred` a resend wrote (its latest `deferred` entry is
+/// the events function's, at the record's generation): no copy has taken the job since.
+fn deferred_by_resend(record: &JobRecord) -> bool {
+    record.status == Status::Deferred
+        && record
+            .history
+            .iter()
+            .rev()
+            .find(|h| h.status == Status::Deferred)
+            .is_some_and(|h| h.by == "events" && h.attempt == record.attempt)
+}
+
 impl Applier {
     /// A transient bounce of the send the record knows: record it, then resend through the
     /// policy or give up. `None` when the record is not in a state this applies to (the
@@ -164,8 +176,14 @@ impl Applier {
         let same_send = record.provider_message_id.is_none()
             || record.provider_message_id.as_deref() == event.provider_message_id.as_deref();
         let now = self.clock.now();
-        let rescheduling = record.status == Status::Deferred
-            && record.resend_of.as_deref() == Some(bounced.as_str());
+        // A bounce whose resend was scheduled already (a redelivered or duplicate event): while
+        // the job is still the `deferred` that resend wrote, its copy is scheduled again; once
+        // a copy took the job, nothing more is done for this bounce.
+        let resent = !bounced.is_empty() && record.resend_of.as_deref() == Some(bounced.as_str());
+        let rescheduling = resent && deferred_by_resend(record);
+        if resent && !rescheduling {
+            return Ok(Some(Applied::Absorbed));
+        }
         // An acceptance kept as `unknown` (its sent status could not be written) with SES's id:
         // the bounce is of that very send, and the record keeps its body too.
         let kept_acceptance = record.status == Status::Unknown

@@ -424,6 +424,52 @@ async fn a_transient_bounce_sends_the_job_again_on_the_soft_bounce_schedule() {
 }
 
 #[tokio::test]
+async fn a_late_copy_of_a_bounce_already_resent_changes_nothing() {
+    // GIVEN a transient bounce whose resend (generation 1) was scheduled
+    let w = world(Some(Status::SentToProvider));
+    w.keep_payload(kept_payload(None));
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert_eq!(report.applied, vec![Applied::Resent]);
+    let resend_copy = w.scheduled()[0].body.clone();
+    // WHEN the resend's copy took the job and was deferred again (generation 2, its body kept by
+    // its claim), and the bounce comes again (SES's duplicate, or a redelivery)
+    w.edit(|rec| {
+        for (status, attempt) in [(Status::Processing, 1), (Status::Deferred, 2)] {
+            rec.history.push(courier_core::ports::HistoryEntry {
+                at: t0(),
+                status,
+                attempt,
+                by: "send".into(),
+                detail: None,
+            });
+        }
+        rec.status = Status::Deferred;
+        rec.attempt = 2;
+        rec.payload = Some(resend_copy.clone());
+        rec.provider_message_id = None;
+    });
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    // THEN nothing is scheduled for it: generation 2's own copy is on its way
+    assert_eq!(report.applied, vec![Applied::Absorbed], "{report:?}");
+    assert_eq!(w.scheduled().len(), 1);
+    assert_eq!(
+        (w.record().status, w.record().attempt),
+        (Status::Deferred, 2)
+    );
+    // AND once the resend is sent (another SES message), the old bounce does not mark it
+    w.edit(|rec| {
+        rec.status = Status::SentToProvider;
+        rec.attempt = 1;
+        rec.provider_message_id = Some("the-resend".into());
+    });
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(report.applied, vec![Applied::Absorbed]);
+    assert_eq!(w.record().status, Status::SentToProvider);
+    assert_eq!(w.scheduled().len(), 1);
+}
+
+#[tokio::test]
 async fn a_transient_bounce_ahead_of_the_sent_status_waits_for_it() {
     // GIVEN a job SES took while the send function's status write has not landed yet (the
     // record is still `processing`, with the body its claim wrote, without SES's id and the

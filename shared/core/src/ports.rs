@@ -57,6 +57,7 @@ pub struct JobRecord {
     /// When the outcome became ambiguous (status `unknown`).
     pub unknown_since: Option<DateTime<Utc>>,
     pub provider: Option<String>,
+    /// The provider's id of this generation's send (the claim removes an earlier send's).
     pub provider_message_id: Option<String>,
     pub updated_at: DateTime<Utc>,
     /// Every status change, oldest first (see [`HistoryEntry`]).

@@ -57,7 +57,6 @@ impl StatusStore for MemoryStatusStore {
                 }
                 rec.payload.clone_from(&req.payload);
                 rec.provider_message_id = None;
-                rec.resend_of = None;
                 if req.facts.campaign_id.is_some() {
                     rec.facts.campaign_id.clone_from(&req.facts.campaign_id);
                 }

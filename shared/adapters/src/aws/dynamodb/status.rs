@@ -134,9 +134,9 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(message_id) \
 
 impl DynamoDbStatusStore {
     /// The claim as an update (not a put: the record keeps its history), with the job's trace
-    /// and facts when it has them, and the body to resend from (removed when it has none). What
-    /// belonged to an earlier send goes: its provider message id (the next one is this send's,
-    /// whoever records it) and the bounce it resent (`resend_of`).
+    /// and facts when it has them, and the body to resend from (removed when it has none). The
+    /// earlier send's provider message id goes (the next one is this send's, whoever records
+    /// it); `resend_of` stays (a late copy of the bounce it names is known for what it is).
     fn claim_update(req: &ClaimRequest) -> String {
         let mut set = vec![
             "#s = :processing",
@@ -153,12 +153,7 @@ impl DynamoDbStatusStore {
             set.push("trace_id = :trace");
         }
         set.extend(facts_marks(&req.facts, false).0);
-        let mut remove = vec![
-            "unknown_since",
-            "swept_at",
-            "provider_message_id",
-            "resend_of",
-        ];
+        let mut remove = vec!["unknown_since", "swept_at", "provider_message_id"];
         if req.payload.is_some() {
             set.push("payload = :body");
         } else {
