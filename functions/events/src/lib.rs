@@ -220,6 +220,14 @@ impl Applier {
         let Some(record) = self.status.get(message_id).await? else {
             return Ok(Applied::NotYet);
         };
+        if to == Status::BouncedTransient
+            && event.provider_message_id.is_some()
+            && record.resend_of == event.provider_message_id
+        {
+            // A copy of a bounce whose resend was scheduled already (SES's duplicate, a
+            // redelivery): that copy is on its way or took the job; nothing more to record.
+            return Ok(Applied::Absorbed);
+        }
         let (record, to) = match self.follow(event, record, to).await? {
             recipients::Follow::Job(record, to) => (*record, to),
             recipients::Follow::Waits => return Ok(Applied::Recipients),

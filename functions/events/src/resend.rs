@@ -23,14 +23,23 @@ use crate::recipients::Moved;
 use crate::{Applied, Applier, EventKind, SesEvent, describe, update_of};
 
 /// Whether a transient bounce of `record`'s send resends a part of it: the job has several
-/// recipients it sent to (a job of one is sent again whole).
+/// recipients it sent to (a job of one is sent again whole). A send recorded without its
+/// recipients (by SES's Send event or a carried acceptance) is counted from its kept body, so
+/// a job of several is never sent again whole for one recipient's bounce.
 pub(crate) fn resends_part(record: &JobRecord) -> bool {
+    if !record.recipients.is_empty() {
+        return record
+            .recipients
+            .iter()
+            .filter(|r| r.status != RecipientStatus::Suppressed)
+            .count()
+            > 1;
+    }
     record
-        .recipients
-        .iter()
-        .filter(|r| r.status != RecipientStatus::Suppressed)
-        .count()
-        > 1
+        .payload
+        .as_deref()
+        .and_then(|body| parse_body(body.as_bytes()).ok())
+        .is_some_and(|kept| kept.job.to.len() + kept.job.cc.len() + kept.job.bcc.len() > 1)
 }
 
 impl Applier {
@@ -52,6 +61,12 @@ impl Applier {
         let EventKind::Failure(failure) = &event.kind else {
             return Ok(Applied::Absorbed);
         };
+        if record.recipients.is_empty() {
+            // Recorded without its recipients (SES's Send event, the send function gone): no
+            // list to resend one of them from, and the others must not get it twice.
+            warn!(message_id = %record.message_id, "transient bounce of one recipient of a send recorded without its recipients; recorded only");
+            return Ok(Applied::Absorbed);
+        }
         if bounced.is_empty() {
             // Resent already (a redelivered event), or a late bounce of a final recipient.
             return Ok(Applied::Absorbed);
@@ -142,18 +157,6 @@ impl Applier {
     }
 }
 
-/// Whether the record is still the `deferred` a resend wrote (its latest `deferred` entry is
-/// the events function's, at the record's generation): no copy has taken the job since.
-fn deferred_by_resend(record: &JobRecord) -> bool {
-    record.status == Status::Deferred
-        && record
-            .history
-            .iter()
-            .rev()
-            .find(|h| h.status == Status::Deferred)
-            .is_some_and(|h| h.by == "events" && h.attempt == record.attempt)
-}
-
 impl Applier {
     /// A transient bounce of the send the record knows: record it, then resend through the
     /// policy or give up. `None` when the record is not in a state this applies to (the
@@ -164,8 +167,9 @@ impl Applier {
     /// provider message id). The copy's claim takes either state (see `judge_claim`). If
     /// scheduling fails, the event is redelivered and schedules again, and the job meanwhile
     /// stays `bounced_transient`, never `deferred` with no copy coming; a redelivered event that
-    /// finds `deferred` schedules again. Two copies of one generation are harmless: the claim
-    /// lets one send and drops the other as a duplicate.
+    /// finds the resend written (`resend_of`) is absorbed before it gets here (`Applier::apply`):
+    /// its copy was scheduled before that write. Two copies of one generation are harmless: the
+    /// claim lets one send and drops the other as a duplicate.
     pub(crate) async fn transient_bounce(
         &self,
         event: &SesEvent,
@@ -176,12 +180,10 @@ impl Applier {
         let same_send = record.provider_message_id.is_none()
             || record.provider_message_id.as_deref() == event.provider_message_id.as_deref();
         let now = self.clock.now();
-        // A bounce whose resend was scheduled already (a redelivered or duplicate event): while
-        // the job is still the `deferred` that resend wrote, its copy is scheduled again; once
-        // a copy took the job, nothing more is done for this bounce.
-        let resent = !bounced.is_empty() && record.resend_of.as_deref() == Some(bounced.as_str());
-        let rescheduling = resent && deferred_by_resend(record);
-        if resent && !rescheduling {
+        if record.provider_message_id.is_some() && event.provider_message_id.is_some() && !same_send
+        {
+            // A bounce of an earlier send (the record's id is this generation's: the claim
+            // removes an earlier one): the later send is the one that counts.
             return Ok(Some(Applied::Absorbed));
         }
         // An acceptance kept as `unknown` (its sent status could not be written) with SES's id:
@@ -195,7 +197,7 @@ impl Applier {
                     record.status,
                     Status::SentToProvider | Status::BouncedTransient
                 );
-        if !(rescheduling || bounced_send) {
+        if !bounced_send {
             return Ok(None);
         }
         let Some(payload) = &record.payload else {
@@ -214,16 +216,6 @@ impl Applier {
             }
         };
         let verdict = classify_ses_event(failure);
-        if rescheduling {
-            // Generation `record.attempt` was decided before: schedule it again.
-            return Ok(Some(match self.plan(&incoming, &verdict, now) {
-                Plan::Retry { wait, .. } => {
-                    self.schedule(&wait).await?;
-                    Applied::Resent
-                }
-                Plan::DeadLetter { .. } | Plan::Finish { .. } => Applied::Absorbed,
-            }));
-        }
         if record.status == Status::SentToProvider || kept_acceptance {
             let mut update = update_of(record, Status::BouncedTransient, now);
             update.provider = Some("ses".into());

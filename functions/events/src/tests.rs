@@ -470,6 +470,46 @@ async fn a_late_copy_of_a_bounce_already_resent_changes_nothing() {
 }
 
 #[tokio::test]
+async fn a_transient_bounce_of_an_earlier_send_leaves_the_later_one_alone() {
+    // GIVEN the job sent again since (the record holds the later send's SES id)
+    let w = world(Some(Status::SentToProvider));
+    w.keep_payload(kept_payload(None));
+    w.edit(|rec| {
+        rec.attempt = 1;
+        rec.provider_message_id = Some("the-later-send".into());
+    });
+    // WHEN a transient bounce of the earlier send arrives
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    // THEN the later send stays as it is and nothing is sent again
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(report.applied, vec![Applied::Absorbed]);
+    assert_eq!(
+        (w.record().status, w.record().attempt),
+        (Status::SentToProvider, 1)
+    );
+    assert!(w.scheduled().is_empty());
+}
+
+#[tokio::test]
+async fn a_job_of_several_recorded_without_its_recipients_is_not_sent_again_whole() {
+    // GIVEN a job to three recipients whose send SES's Send event recorded (the send function
+    // died first): the record has the body its claim kept, and no recipients
+    let w = world(Some(Status::SentToProvider));
+    let mut body: Value = serde_json::from_str(&kept_payload(None)).unwrap();
+    body["job"]["cc"] = serde_json::json!(["bob@example.org"]);
+    body["job"]["bcc"] = serde_json::json!(["cy@example.org"]);
+    w.keep_payload(body.to_string());
+    assert!(w.record().recipients.is_empty());
+    // WHEN one recipient's transient bounce arrives
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    // THEN the job is not sent again to all three (the others are not sent it twice)
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(report.applied, vec![Applied::Absorbed]);
+    assert!(w.scheduled().is_empty());
+    assert_eq!(w.record().status, Status::SentToProvider);
+}
+
+#[tokio::test]
 async fn a_transient_bounce_ahead_of_the_sent_status_waits_for_it() {
     // GIVEN a job SES took while the send function's status write has not landed yet (the
     // record is still `processing`, with the body its claim wrote, without SES's id and the

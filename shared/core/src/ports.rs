@@ -68,7 +68,8 @@ pub struct JobRecord {
     /// through SES (before SES can take the mail), `None` otherwise or when too large.
     #[serde(default)]
     pub payload: Option<String>,
-    /// The provider message id whose transient bounce scheduled the current resend.
+    /// The provider message id whose transient bounce scheduled the latest resend (kept by
+    /// later claims: a late copy of that bounce changes nothing).
     #[serde(default)]
     pub resend_of: Option<String>,
     /// When the sweeper flagged the record (sent, but no outcome event within its period).
