@@ -51,7 +51,6 @@ fn update(id: &str, owner: &str, status: Status, attempt: u32, at: DateTime<Utc>
         provider_message_id: (status == Status::SentToProvider).then(|| "pmid".into()),
         now: at,
         detail: Some(format!("{owner} wrote {status}")),
-        payload: (status == Status::SentToProvider).then(|| format!("{{\"body\":\"{id}\"}}")),
         facts: None,
         recipients: None,
         recipient_notes: Vec::new(),
@@ -229,9 +228,10 @@ async fn status_store_contract(store: &dyn StatusStore) {
         ClaimOutcome::Busy { .. }
     ));
     // SES's Send event records the send (the lease holder has not written yet).
-    let mut by_event = update(&id, "events", Status::SentToProvider, 0, t);
-    by_event.payload = None;
-    store.record(&by_event).await.unwrap();
+    store
+        .record(&update(&id, "events", Status::SentToProvider, 0, t))
+        .await
+        .unwrap();
     let rec = store.get(&id).await.unwrap().unwrap();
     assert_eq!(
         (
@@ -260,8 +260,7 @@ async fn status_store_contract(store: &dyn StatusStore) {
     let rec = store.get(&id).await.unwrap().unwrap();
     assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
     assert_eq!(rec.lease_owner, None);
-    let mut late = update(&id, "a", Status::SentToProvider, 0, later);
-    late.payload = None;
+    let late = update(&id, "a", Status::SentToProvider, 0, later);
     assert!(
         store.finish(&late).await.is_err(),
         "the bounced send's late write"
@@ -1654,9 +1653,10 @@ async fn a_record_at_fifty_recipients_stays_within_one_dynamodb_item() {
             "to": to, "content": {"subject": "s", "text": "t"}
         }))
         .unwrap();
-        store.claim(&claim(&id, 0, "a", t, 60)).await.unwrap();
+        let mut with_body = claim(&id, 0, "a", t, 60);
+        with_body.payload = (payload > 0).then(|| "p".repeat(payload));
+        store.claim(&with_body).await.unwrap();
         let mut sent = update(&id, "a", Status::SentToProvider, 0, t);
-        sent.payload = (payload > 0).then(|| "p".repeat(payload));
         sent.recipients = Some(recipients::roll(&job, Sent, &[]));
         store.finish(&sent).await.unwrap();
         let detail = "x".repeat(recipients::DETAIL_CHARS * 5);
@@ -1698,7 +1698,9 @@ async fn a_record_at_fifty_recipients_stays_within_one_dynamodb_item() {
 async fn status_lifecycle_contract(store: &dyn StatusStore) {
     let t = now();
     let id = unique("job");
-    store.claim(&claim(&id, 0, "a", t, 60)).await.unwrap();
+    let mut with_body = claim(&id, 0, "a", t, 60);
+    with_body.payload = Some(format!("{{\"body\":\"{id}\"}}"));
+    store.claim(&with_body).await.unwrap();
     store
         .finish(&update(&id, "a", Status::SentToProvider, 0, t))
         .await

@@ -39,7 +39,7 @@ pub(crate) fn resends_part(record: &JobRecord) -> bool {
         .payload
         .as_deref()
         .and_then(|body| parse_body(body.as_bytes()).ok())
-        .is_some_and(|kept| kept.job.to.len() + kept.job.cc.len() + kept.job.bcc.len() > 1)
+        .is_some_and(|kept| recipients::roll(&kept.job, RecipientStatus::Sent, &[]).len() > 1)
 }
 
 impl Applier {

@@ -613,9 +613,6 @@ impl Pipeline {
             &[],
         ));
         sent.facts = Some(Box::new(JobFacts::of(job)));
-        if accepted.provider == Provider::Ses.as_str() {
-            sent.payload = kept_payload(incoming);
-        }
         info!(provider_message_id = %accepted.provider_message_id, "this copy carries the provider's acceptance; recording it sent without sending");
         Fate::Record {
             update: sent,

@@ -252,8 +252,6 @@ pub struct StatusUpdate {
     pub now: DateTime<Utc>,
     /// Why, for the record's history (class and rule, event).
     pub detail: Option<String>,
-    /// The queue body that was sent (with `SentToProvider`), kept for resends.
-    pub payload: Option<String>,
     /// Kept where the record has none (a write that precedes any claim: suppressed).
     pub facts: Option<Box<JobFacts>>,
     /// The recipients as this send reached them (with `SentToProvider` or `Unknown` from
@@ -282,7 +280,6 @@ impl StatusUpdate {
             provider_message_id: None,
             now,
             detail: None,
-            payload: None,
             facts: None,
             recipients: None,
             recipient_notes: Vec::new(),

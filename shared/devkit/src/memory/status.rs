@@ -383,9 +383,6 @@ fn apply(rec: &mut JobRecord, update: &StatusUpdate) {
         by: update.owner.clone(),
         detail: update.detail.clone(),
     });
-    if update.payload.is_some() {
-        rec.payload.clone_from(&update.payload);
-    }
     if update.status == Status::Unknown {
         rec.unknown_since = Some(update.now);
     }

@@ -431,10 +431,6 @@ impl StatusStore for DynamoDbStatusStore {
             set.push("provider_message_id = :pid");
             req = req.expression_attribute_values(":pid", s(id));
         }
-        if let Some(payload) = &update.payload {
-            set.push("payload = :body");
-            req = req.expression_attribute_values(":body", s(payload));
-        }
         if update.status == Status::Unknown {
             set.push("unknown_since = :now");
         }
