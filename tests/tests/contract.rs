@@ -1543,10 +1543,9 @@ async fn recipients_contract(store: &dyn StatusStore) {
     );
     let bare = unique("bare");
     store.claim(&claim(&bare, 0, "a", t, 60)).await.unwrap();
-    store
-        .finish(&update(&bare, "a", Status::SentToProvider, 0, t))
-        .await
-        .unwrap();
+    let mut sent = update(&bare, "a", Status::SentToProvider, 0, t);
+    sent.provider_message_id = Some("ses-1".into());
+    store.finish(&sent).await.unwrap();
     let first = courier_core::recipients::RecipientChange { version: 1, ..two };
     assert!(!store.update_recipients(&bare, &first).await.unwrap());
     assert!(
@@ -1558,6 +1557,66 @@ async fn recipients_contract(store: &dyn StatusStore) {
             .recipients
             .is_empty()
     );
+    // A send recorded without recipients takes a list once, for its own generation and send.
+    let fill = courier_core::recipients::RecipientFill {
+        attempt: 0,
+        provider_message_id: "ses-1".into(),
+        list: roll[..3].to_vec(),
+        at: t,
+        detail: "from the event".into(),
+    };
+    let other_send = courier_core::recipients::RecipientFill {
+        provider_message_id: "ses-0".into(),
+        ..fill.clone()
+    };
+    let other_generation = courier_core::recipients::RecipientFill {
+        attempt: 1,
+        ..fill.clone()
+    };
+    for refused in [&other_send, &other_generation] {
+        assert!(!store.fill_recipients(&bare, refused).await.unwrap());
+    }
+    assert!(!store.fill_recipients(&unique("none"), &fill).await.unwrap());
+    assert!(store.fill_recipients(&bare, &fill).await.unwrap());
+    let rec = store.get(&bare).await.unwrap().unwrap();
+    assert_eq!(rec.recipients, roll[..3].to_vec());
+    assert_eq!(rec.recipients_version, 1);
+    let logged: Vec<(usize, _, Option<&str>)> = rec
+        .recipient_log
+        .iter()
+        .map(|e| (e.recipient, e.status, e.detail.as_deref()))
+        .collect();
+    let note = Some("from the event");
+    assert_eq!(
+        logged,
+        vec![(0, Sent, note), (1, Sent, note), (2, Suppressed, note)]
+    );
+    assert_eq!(rec.status, Status::SentToProvider);
+    // A list there already (the send function's own write, or an earlier fill) stays.
+    let again = courier_core::recipients::RecipientFill {
+        list: roll[..1].to_vec(),
+        ..fill.clone()
+    };
+    assert!(!store.fill_recipients(&bare, &again).await.unwrap());
+    assert_eq!(store.get(&bare).await.unwrap().unwrap().recipients.len(), 3);
+    // And the filled list moves like any other.
+    assert!(store.update_recipients(&bare, &first).await.unwrap());
+    // The next generation's claim removes the list (the next send records its own, or SES's
+    // event fills it); the timeline stays.
+    let resend = courier_core::ports::Resend {
+        message_id: bare.clone(),
+        attempt: 0,
+        bounced: "ses-1".into(),
+        detail: "resent".into(),
+        now: t,
+    };
+    assert!(store.resend(&resend).await.unwrap());
+    store.claim(&claim(&bare, 1, "b", t, 60)).await.unwrap();
+    let rec = store.get(&bare).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempt), (Status::Processing, 1));
+    assert!(rec.recipients.is_empty());
+    assert_eq!(rec.recipient_log.len(), 4);
+    assert_eq!(rec.recipients_version, 2);
 }
 
 #[tokio::test]

@@ -441,6 +441,99 @@ async fn a_send_killed_after_ses_took_it_is_sent_again_on_its_transient_bounce()
     assert!(!taken.contains(rec.provider_message_id.as_ref().unwrap()));
 }
 
+/// `sns` (an event as [`event`] makes it) for a message SES sent to `addresses`.
+fn sent_to(sns: String, addresses: &[&str]) -> String {
+    let mut outer: serde_json::Value = serde_json::from_str(&sns).unwrap();
+    let mut inner: serde_json::Value =
+        serde_json::from_str(outer["Message"].as_str().unwrap()).unwrap();
+    inner["mail"]["destination"] = serde_json::json!(addresses);
+    outer["Message"] = inner.to_string().into();
+    outer.to_string()
+}
+
+#[tokio::test]
+async fn a_send_of_three_killed_after_ses_took_it_resends_only_the_bounced_recipient() {
+    use courier_core::recipients::RecipientStatus;
+    // GIVEN a job to Ann (to), Bob (cc) and Cy (bcc) whose send function died after SES took
+    // it; SES's Send event recorded the send, without the recipients the function would have
+    let stack = Stack::create(&["ses"]).await;
+    let id = unique("killed3");
+    let job = serde_json::json!({"version": 1, "message_id": id, "campaign_id": "soft", "from": stack.sender, "to": ["Ann <ann@example.org>"], "cc": ["Bob <bob@example.org>"], "bcc": ["cy@example.org"], "content": {"subject": "s", "text": "t"}}).to_string();
+    let status = stack.status_store();
+    let events = applier(
+        &stack,
+        RetryPolicy::from_json(SOFT_POLICY).unwrap(),
+        GuardConfig::default(),
+    );
+    let pipeline = soft_pipeline(&stack);
+    let ses_id = killed_after_ses(&stack, job.clone()).await;
+    let all = ["ann@example.org", "bob@example.org", "cy@example.org"];
+    let sent = sent_to(
+        event("Send", &id, &ses_id, serde_json::json!({"send": {}})),
+        &all,
+    );
+    let report = events.handle(sqs(sent)).await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    let rec = status.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.status, Status::SentToProvider);
+    assert!(
+        rec.recipients.is_empty(),
+        "the Send event alone wrote no list"
+    );
+    // WHEN SES reports Bob's mailbox full
+    let bounce = sent_to(
+        event("Bounce", &id, &ses_id, mailbox_full("bob@example.org")),
+        &all,
+    );
+    let bounced = events.handle(sqs(bounce.clone())).await;
+    // THEN the record takes its recipients from SES's event, and Bob alone is sent again
+    assert_eq!(bounced.applied, vec![Applied::Resent], "{bounced:?}");
+    let rec = status.get(&id).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempt), (Status::SentToProvider, 0));
+    let roll: Vec<(&str, &str, RecipientStatus)> = rec
+        .recipients
+        .iter()
+        .map(|r| (r.address.as_str(), r.role.as_str(), r.status))
+        .collect();
+    assert_eq!(
+        roll,
+        vec![
+            ("ann@example.org", "to", RecipientStatus::Sent),
+            ("bob@example.org", "cc", RecipientStatus::Resent),
+            ("cy@example.org", "bcc", RecipientStatus::Sent),
+        ]
+    );
+    // AND the killed invocation's copy, redelivered, sends nothing
+    let report = pipeline
+        .handle_records(
+            vec![RecordIn {
+                sqs_message_id: "redelivered".into(),
+                body: job,
+                trace_header: None,
+            }],
+            chrono::Utc::now() + chrono::Duration::seconds(30),
+            "redelivered",
+        )
+        .await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    let rec = status.get(&id).await.unwrap().unwrap();
+    assert_eq!(rec.provider_message_id.as_deref(), Some(ses_id.as_str()));
+    // AND the resend's copy goes to Bob alone, as Cc
+    send_one(&pipeline, "b", the_resent_copy(&stack).await).await;
+    let part = courier_core::recipients::part_id(&id, &ses_id, &["bob@example.org".into()]);
+    let resent = status.get(&part).await.unwrap().expect("the part's record");
+    assert_eq!(resent.status, Status::SentToProvider);
+    let recipients: Vec<(&str, &str)> = resent
+        .recipients
+        .iter()
+        .map(|r| (r.address.as_str(), r.role.as_str()))
+        .collect();
+    assert_eq!(recipients, vec![("bob@example.org", "cc")]);
+    // AND the same bounce again changes nothing
+    let again = events.handle(sqs(bounce)).await;
+    assert_eq!(again.applied, vec![Applied::Absorbed]);
+}
+
 #[tokio::test]
 async fn a_transient_bounce_of_one_of_three_recipients_resends_to_it_alone_through_the_real_queue()
 {

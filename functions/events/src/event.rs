@@ -19,6 +19,8 @@ pub struct SesEvent {
     pub provider_message_id: Option<String>,
     /// The recipients the event is about (bounced, complained, delayed; all for others).
     pub recipients: Vec<String>,
+    /// Every address SES sent the message to (`mail.destination`), whatever the event.
+    pub destination: Vec<String>,
     pub at: DateTime<Utc>,
     /// The sending domain (`mail.source`), for the reputation guard.
     pub source_domain: Option<String>,
@@ -121,7 +123,7 @@ pub fn parse_value(outer: Value) -> Result<SesEvent, ParseError> {
         .and_then(|t| DateTime::parse_from_rfc3339(&t).ok())
         .map_or_else(Utc::now, |t| t.with_timezone(&Utc));
     let (kind, recipients) = match kind_name.as_str() {
-        "Send" => (EventKind::Send, destination),
+        "Send" => (EventKind::Send, destination.clone()),
         "Delivery" => (
             EventKind::Delivery,
             addresses(
@@ -181,16 +183,16 @@ pub fn parse_value(outer: Value) -> Result<SesEvent, ParseError> {
             EventKind::Failure(SesFailureEvent::Reject {
                 reason: s(&event, &["reject", "reason"]),
             }),
-            destination,
+            destination.clone(),
         ),
         "Rendering Failure" | "RenderingFailure" => (
             EventKind::Failure(SesFailureEvent::RenderingFailure {
                 error: s(&event, &["failure", "errorMessage"]),
             }),
-            destination,
+            destination.clone(),
         ),
         other @ ("Open" | "Click" | "Subscription") => {
-            (EventKind::Engagement(other.to_owned()), destination)
+            (EventKind::Engagement(other.to_owned()), destination.clone())
         }
         other => return Err(ParseError::Shape(format!("unknown eventType {other:?}"))),
     };
@@ -209,6 +211,7 @@ pub fn parse_value(outer: Value) -> Result<SesEvent, ParseError> {
         message_id: header_id.or(tag_id),
         provider_message_id: s(mail, &["messageId"]),
         recipients,
+        destination,
         at,
         source_domain: s(mail, &["source"]).and_then(|a| domain_of(&a)),
         occurred_at,

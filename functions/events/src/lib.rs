@@ -228,6 +228,9 @@ impl Applier {
             // redelivery): that copy is on its way or took the job; nothing more to record.
             return Ok(Applied::Absorbed);
         }
+        let Some(record) = self.fill(event, record).await? else {
+            return Ok(Applied::NotYet);
+        };
         let (record, to) = match self.follow(event, record, to).await? {
             recipients::Follow::Job(record, to) => (*record, to),
             recipients::Follow::Waits => return Ok(Applied::Recipients),

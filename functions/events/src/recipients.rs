@@ -1,9 +1,11 @@
 //! Per-recipient outcomes: an event moves the recipients it names, and the job's status follows
 //! them ([`courier_core::recipients`]).
 
+use courier_core::envelope::parse_body;
 use courier_core::ports::{JobRecord, StoreError};
-use courier_core::recipients::{self, RecipientStatus};
+use courier_core::recipients::{self, RecipientFill, RecipientStatus};
 use courier_core::status::Status;
+use tracing::info;
 
 use crate::{Applier, SesEvent, describe};
 
@@ -25,6 +27,53 @@ pub(crate) enum Follow {
 }
 
 impl Applier {
+    /// A send recorded without its recipients (SES's Send event recorded it, the send function
+    /// gone before its own status write) gets its list before the event moves any of them: the
+    /// kept body's recipients in their roles, `sent` where SES's `mail.destination` names them
+    /// (else `suppressed`: the send left them out). So each recipient's outcome is its own, and
+    /// a transient bounce resends only the bounced ones, as for a send the send function
+    /// recorded. The record as it is after (read again); `None` when it is gone.
+    pub(crate) async fn fill(
+        &self,
+        event: &SesEvent,
+        record: JobRecord,
+    ) -> Result<Option<JobRecord>, StoreError> {
+        let open_send = matches!(
+            record.status,
+            Status::SentToProvider | Status::Unknown | Status::BouncedTransient
+        );
+        let (Some(provider_id), Some(body)) = (&event.provider_message_id, &record.payload) else {
+            return Ok(Some(record));
+        };
+        if !record.recipients.is_empty()
+            || !open_send
+            || record.provider_message_id.as_ref() != Some(provider_id)
+        {
+            return Ok(Some(record));
+        }
+        let Some(list) = parse_body(body.as_bytes())
+            .ok()
+            .and_then(|kept| recipients::reached(&kept.job, &event.destination))
+        else {
+            return Ok(Some(record));
+        };
+        let fill = RecipientFill {
+            attempt: record.attempt,
+            provider_message_id: provider_id.clone(),
+            list,
+            at: self.clock.now(),
+            detail: "accepted by ses (the recipients its event names)".into(),
+        };
+        if self
+            .status
+            .fill_recipients(&record.message_id, &fill)
+            .await?
+        {
+            info!(message_id = %record.message_id, recipients = fill.list.len(), "a send recorded without its recipients: its list written from SES's event");
+        }
+        self.status.get(&record.message_id).await
+    }
+
     /// Moves the recipients `event` names to what `to` means for them, then says which job
     /// status follows. A record without recipients (written before they were kept), an event
     /// naming none of them, and a transient bounce (the job's resend decides) keep `to`.

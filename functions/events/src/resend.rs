@@ -23,9 +23,9 @@ use crate::recipients::Moved;
 use crate::{Applied, Applier, EventKind, SesEvent, describe, update_of};
 
 /// Whether a transient bounce of `record`'s send resends a part of it: the job has several
-/// recipients it sent to (a job of one is sent again whole). A send recorded without its
-/// recipients (by SES's Send event or a carried acceptance) is counted from its kept body, so
-/// a job of several is never sent again whole for one recipient's bounce.
+/// recipients it sent to (a job of one is sent again whole). A send still without its
+/// recipients (SES's event named none to fill them from, [`Applier::fill`]) is counted from its
+/// kept body, so a job of several is never sent again whole for one recipient's bounce.
 pub(crate) fn resends_part(record: &JobRecord) -> bool {
     if !record.recipients.is_empty() {
         return record
@@ -62,8 +62,8 @@ impl Applier {
             return Ok(Applied::Absorbed);
         };
         if record.recipients.is_empty() {
-            // Recorded without its recipients (SES's Send event, the send function gone): no
-            // list to resend one of them from, and the others must not get it twice.
+            // Still without its recipients (the event named none to fill them from): no list
+            // to resend one of them from, and the others must not get it twice.
             warn!(message_id = %record.message_id, "transient bounce of one recipient of a send recorded without its recipients; recorded only");
             return Ok(Applied::Absorbed);
         }

@@ -491,25 +491,6 @@ async fn a_transient_bounce_of_an_earlier_send_leaves_the_later_one_alone() {
 }
 
 #[tokio::test]
-async fn a_job_of_several_recorded_without_its_recipients_is_not_sent_again_whole() {
-    // GIVEN a job to three recipients whose send SES's Send event recorded (the send function
-    // died first): the record has the body its claim kept, and no recipients
-    let w = world(Some(Status::SentToProvider));
-    let mut body: Value = serde_json::from_str(&kept_payload(None)).unwrap();
-    body["job"]["cc"] = serde_json::json!(["bob@example.org"]);
-    body["job"]["bcc"] = serde_json::json!(["cy@example.org"]);
-    w.keep_payload(body.to_string());
-    assert!(w.record().recipients.is_empty());
-    // WHEN one recipient's transient bounce arrives
-    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
-    // THEN the job is not sent again to all three (the others are not sent it twice)
-    assert!(report.failures.is_empty(), "{report:?}");
-    assert_eq!(report.applied, vec![Applied::Absorbed]);
-    assert!(w.scheduled().is_empty());
-    assert_eq!(w.record().status, Status::SentToProvider);
-}
-
-#[tokio::test]
 async fn a_transient_bounce_ahead_of_the_sent_status_waits_for_it() {
     // GIVEN a job SES took while the send function's status write has not landed yet (the
     // record is still `processing`, with the body its claim wrote, without SES's id and the

@@ -1,6 +1,7 @@
 //! Exhaustive fault injection of the events function. For one SES event on each path (a
 //! delivery, a permanent bounce, a complaint, a send, a transient bounce resent through the
-//! policy, a transient bounce past the job's `not_after` given up), every port call in turn
+//! policy, a transient bounce past the job's `not_after` given up, a transient bounce of a send
+//! SES's Send event recorded alone, whose recipients the event fills), every port call in turn
 //! fails before its effect, fails after it (the write happened, the answer was lost), crashes
 //! the invocation before it, or crashes it after it; then the event is redelivered as SQS would
 //! until it is acknowledged. After every run:
@@ -70,15 +71,19 @@ struct Path {
     before: Status,
     /// The kept payload's `not_after`, if the path keeps a payload.
     payload: Option<Option<&'static str>>,
+    /// Whether the send was recorded with its recipients (else by SES's Send event alone, with
+    /// SES's id: the event's `mail.destination` fills them).
+    listed: bool,
     end: End,
 }
 
-const PATHS: [Path; 6] = [
+const PATHS: [Path; 7] = [
     Path {
         name: "delivery",
         fixture: "delivery",
         before: Status::SentToProvider,
         payload: None,
+        listed: true,
         end: End::Status(Status::Delivered, false),
     },
     Path {
@@ -86,6 +91,7 @@ const PATHS: [Path; 6] = [
         fixture: "bounce-permanent",
         before: Status::SentToProvider,
         payload: None,
+        listed: true,
         end: End::Status(Status::BouncedPermanent, true),
     },
     Path {
@@ -93,6 +99,7 @@ const PATHS: [Path; 6] = [
         fixture: "complaint",
         before: Status::SentToProvider,
         payload: None,
+        listed: true,
         end: End::Status(Status::Complained, true),
     },
     Path {
@@ -100,6 +107,7 @@ const PATHS: [Path; 6] = [
         fixture: "send",
         before: Status::Unknown,
         payload: None,
+        listed: true,
         end: End::Status(Status::SentToProvider, false),
     },
     Path {
@@ -107,6 +115,7 @@ const PATHS: [Path; 6] = [
         fixture: "bounce-transient",
         before: Status::SentToProvider,
         payload: Some(None),
+        listed: true,
         end: End::Resent,
     },
     Path {
@@ -114,9 +123,21 @@ const PATHS: [Path; 6] = [
         fixture: "bounce-transient",
         before: Status::SentToProvider,
         payload: Some(Some("2026-01-01T00:00:00Z")),
+        listed: true,
         end: End::GaveUp,
     },
+    Path {
+        name: "transient bounce of a send recorded by SES's Send event alone",
+        fixture: "bounce-transient",
+        before: Status::SentToProvider,
+        payload: Some(None),
+        listed: false,
+        end: End::Resent,
+    },
 ];
+
+/// SES's message id in the fixtures.
+const SES_ID: &str = "0100018c1a2b3c4d-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9-000000";
 
 /// The job as the send function keeps it with a sent record (generation 0, as an envelope).
 fn kept_payload(not_after: Option<&str>) -> String {
@@ -164,15 +185,19 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             lease_until: None,
             unknown_since: (path.before == Status::Unknown).then(t0),
             provider: Some("ses".into()),
-            provider_message_id: None,
+            provider_message_id: (!path.listed).then(|| SES_ID.into()),
             payload: path.payload.map(kept_payload),
             // The recipients as the send records them: every path moves Ann's outcome too.
-            recipients: vec![Recipient {
-                address: RECIPIENT.into(),
-                role: Role::To,
-                status: RecipientStatus::of_status(path.before).unwrap(),
-            }],
-            recipients_version: 1,
+            recipients: if path.listed {
+                vec![Recipient {
+                    address: RECIPIENT.into(),
+                    role: Role::To,
+                    status: RecipientStatus::of_status(path.before).unwrap(),
+                }]
+            } else {
+                Vec::new()
+            },
+            recipients_version: u32::from(path.listed),
             ..JobRecord::new(JOB_ID, path.before, 0, t0())
         },
     );
@@ -273,6 +298,12 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             if scheduled.is_empty() {
                 out.violations
                     .push("deferred with no copy on its way".into());
+            }
+            let ann = record.recipients.first().map(|r| r.status);
+            if ann != Some(RecipientStatus::BouncedTransient) {
+                out.violations.push(format!(
+                    "the recipient ended {ann:?}, expected bounced_transient"
+                ));
             }
             for copy in &scheduled {
                 let generation = parse_body(copy.body.as_bytes()).map(|i| i.attempt);

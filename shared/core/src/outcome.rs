@@ -473,6 +473,13 @@ impl StatusStore for OutcomeWrites {
     ) -> Result<bool, StoreError> {
         self.inner.update_recipients(message_id, change).await
     }
+    async fn fill_recipients(
+        &self,
+        message_id: &str,
+        fill: &crate::recipients::RecipientFill,
+    ) -> Result<bool, StoreError> {
+        self.inner.fill_recipients(message_id, fill).await
+    }
     async fn outcome_published(
         &self,
         message_id: &str,

@@ -12,7 +12,7 @@ use crate::status::Status;
 
 pub use crate::claim::{ClaimJudgement, ClaimOutcome, ClaimRequest, judge_claim};
 pub use crate::letters::{AttemptRecord, DeadLetter};
-pub use crate::recipients::{Recipient, RecipientChange, RecipientEntry};
+pub use crate::recipients::{Recipient, RecipientChange, RecipientEntry, RecipientFill};
 
 /// A storage or queue call failed; the record must not be acknowledged.
 #[derive(Debug, thiserror::Error)]
@@ -353,6 +353,15 @@ pub trait StatusStore: Send + Sync {
         &self,
         message_id: &str,
         change: &RecipientChange,
+    ) -> Result<bool, StoreError>;
+    /// Writes `fill`'s recipients (all its entries in the timeline, the list's version 1) on a
+    /// record that has none, whose generation is `fill.attempt` and whose recorded send is
+    /// `fill.provider_message_id`; false (nothing written) otherwise: a list written meanwhile
+    /// (the send function's own status write), another generation or send, the record absent.
+    async fn fill_recipients(
+        &self,
+        message_id: &str,
+        fill: &RecipientFill,
     ) -> Result<bool, StoreError>;
     /// Clears the record's outbox after `outbox` was published; false (nothing changes) when
     /// the record holds another outbox by now (a later outcome, published on its own).

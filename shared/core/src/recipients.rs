@@ -270,6 +270,35 @@ pub fn refuse(list: &mut [Recipient], refused: &[(String, String)]) -> Vec<(Stri
     notes
 }
 
+/// The recipients of a send recorded without them (SES's Send event recorded it, the send
+/// function gone before its own status write), for [`crate::ports::StatusStore::fill_recipients`]:
+/// written only where the record has no list, at generation `attempt`, whose recorded send is
+/// `provider_message_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecipientFill {
+    pub attempt: u32,
+    pub provider_message_id: String,
+    pub list: Vec<Recipient>,
+    pub at: DateTime<Utc>,
+    /// The timeline note of every entry.
+    pub detail: String,
+}
+
+/// The recipients a send of `job` reached, as the provider names them in `sent_to` (SES's
+/// `mail.destination`: every address it sent that message to), in their roles: those of the job
+/// it did not send to are `suppressed` (the send left them out), as the send function records
+/// them. `None` when `sent_to` names none of the job's recipients (not this job's send).
+pub fn reached(job: &crate::job::EmailJob, sent_to: &[String]) -> Option<Vec<Recipient>> {
+    let sent: Vec<String> = sent_to.iter().map(|a| address_key(a)).collect();
+    let all = roll(job, RecipientStatus::Sent, &[]);
+    let left_out: Vec<String> = all
+        .iter()
+        .filter(|r| !sent.contains(&r.address))
+        .map(|r| r.address.clone())
+        .collect();
+    (left_out.len() < all.len()).then(|| roll(job, RecipientStatus::Sent, &left_out))
+}
+
 /// A change to a record's recipients: new outcomes by position, and their timeline entries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecipientChange {
@@ -584,6 +613,36 @@ mod tests {
             ]
         );
         assert_eq!(entries_of(&roll, at(), Some("accepted"), &[]).len(), 4);
+    }
+
+    #[test]
+    fn the_recipients_a_send_reached_are_those_the_provider_names_the_others_left_out() {
+        let job: crate::job::EmailJob = serde_json::from_value(serde_json::json!({
+            "version": 1, "message_id": "m", "campaign_id": "c", "from": "a@example.com",
+            "to": ["Ann <Ann@Example.org>"], "cc": ["cy@example.org"], "bcc": ["dee@example.org"],
+            "content": {"subject": "s", "text": "t"}
+        }))
+        .unwrap();
+        let seen = |sent_to: &[&str]| {
+            let sent_to: Vec<String> = sent_to.iter().map(|a| (*a).to_owned()).collect();
+            reached(&job, &sent_to).map(|list| {
+                list.into_iter()
+                    .map(|r| (r.address, r.role, r.status))
+                    .collect::<Vec<_>>()
+            })
+        };
+        // SES names addresses as it sent them (any case); Dee, not named, was left out.
+        assert_eq!(
+            seen(&["ann@example.org", "CY@example.org"]),
+            Some(vec![
+                ("ann@example.org".into(), Role::To, Sent),
+                ("cy@example.org".into(), Role::Cc, Sent),
+                ("dee@example.org".into(), Role::Bcc, Suppressed),
+            ])
+        );
+        // A destination naming none of the job's recipients is not this job's send.
+        assert_eq!(seen(&["zed@example.org"]), None);
+        assert_eq!(seen(&[]), None);
     }
 
     #[test]

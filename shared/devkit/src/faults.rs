@@ -196,6 +196,14 @@ impl<T: StatusStore + ?Sized> StatusStore for Faulty<T> {
         )
         .await
     }
+    async fn fill_recipients(
+        &self,
+        id: &str,
+        fill: &courier_core::recipients::RecipientFill,
+    ) -> Result<bool, StoreError> {
+        self.gated("fill_recipients", self.inner.fill_recipients(id, fill))
+            .await
+    }
     async fn outcome_published(&self, id: &str, outbox: &Outbox) -> Result<bool, StoreError> {
         self.gated(
             "outcome_published",

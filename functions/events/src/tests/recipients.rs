@@ -474,3 +474,109 @@ async fn a_transient_bounce_without_a_kept_payload_or_of_an_earlier_send_resends
     assert!(w.scheduled().is_empty());
     assert_eq!(w.status(), Some(Status::SentToProvider));
 }
+
+/// `event` (a fixture's JSON) as SES sends it for a message it sent to `addresses`.
+fn sent_to(event: &str, addresses: &[&str]) -> String {
+    let mut v: Value = serde_json::from_str(event).unwrap();
+    v["mail"]["destination"] = serde_json::json!(addresses);
+    v.to_string()
+}
+
+/// A job to Ann, Bob and Cy whose send SES's Send event recorded (the send function died
+/// before its own status write): SES's id and the body its claim kept, and no recipients.
+fn recorded_by_ses_alone() -> World {
+    let w = world(Some(Status::SentToProvider));
+    w.keep_payload(kept_three(None));
+    w.edit(|rec| rec.provider_message_id = Some(SES_ID.into()));
+    assert!(w.record().recipients.is_empty());
+    w
+}
+
+#[tokio::test]
+async fn a_send_recorded_without_its_recipients_takes_them_from_ses_and_resends_only_the_bounced_one()
+ {
+    use RecipientStatus::*;
+    // GIVEN a job to Ann, Bob and Cy recorded by SES's Send event alone, which SES sent to Ann
+    // and Bob (Cy was suppressed when it was sent)
+    let w = recorded_by_ses_alone();
+    // WHEN Bob's transient bounce arrives (its `mail.destination`: Ann and Bob)
+    let bounce = sent_to(&about("bounce-transient", &[BOB]), &[ANN, BOB]);
+    let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
+    // THEN the record takes its recipients from the event, in their roles (Cy suppressed), and
+    // Bob alone is sent again, as a job of his own, as Cc: Ann does not get the message twice
+    assert!(r.failures.is_empty(), "{r:?}");
+    assert_eq!(r.applied, vec![Applied::Resent]);
+    assert_eq!(
+        outcomes(&w),
+        of(&[(ANN, Sent), (BOB, Resent), (CY, Suppressed)])
+    );
+    let roles: Vec<Role> = w.record().recipients.iter().map(|r| r.role).collect();
+    assert_eq!(roles, vec![Role::To, Role::Cc, Role::Bcc]);
+    assert_eq!(
+        w.record().recipient_log[0].detail.as_deref(),
+        Some("accepted by ses (the recipients its event names)")
+    );
+    assert_eq!(w.scheduled().len(), 1);
+    let part = copy(&w, 0);
+    let id = courier_core::recipients::part_id("order-4711", SES_ID, &[BOB.into()]);
+    assert_eq!(part.job.message_id, id);
+    assert!(part.job.to.is_empty() && part.job.bcc.is_empty());
+    assert_eq!(part.job.cc, vec!["Bob <Bob@example.org>".to_owned()]);
+    let rec = w.record();
+    assert_eq!((rec.status, rec.attempt), (Status::SentToProvider, 0));
+    // AND the same event again changes nothing
+    let r = w.applier.handle(sqs(&[bounce])).await;
+    assert_eq!(r.applied, vec![Applied::Absorbed]);
+    assert_eq!(w.scheduled().len(), 1);
+    // AND Ann's delivery makes the job partially delivered (Bob's outcome is his resend's)
+    let delivery = sent_to(&about("delivery", &[ANN]), &[ANN, BOB]);
+    let r = w.applier.handle(sqs(&[delivery])).await;
+    assert_eq!(
+        r.applied,
+        vec![Applied::Changed(Status::PartiallyDelivered)]
+    );
+}
+
+#[tokio::test]
+async fn a_delivery_to_one_recipient_of_a_send_recorded_without_its_recipients_waits_for_the_others()
+ {
+    use RecipientStatus::*;
+    // GIVEN a job to three recorded by SES's Send event alone
+    let w = recorded_by_ses_alone();
+    // WHEN Ann's delivery arrives first
+    let delivery = sent_to(&about("delivery", &[ANN]), &[ANN, BOB, CY]);
+    let r = w.applier.handle(sqs(&[delivery])).await;
+    // THEN it is hers alone: the job is not delivered while Bob's and Cy's outcomes are open
+    assert_eq!(r.applied, vec![Applied::Recipients]);
+    assert_eq!(w.status(), Some(Status::SentToProvider));
+    assert_eq!(
+        outcomes(&w),
+        of(&[(ANN, Delivered), (BOB, Sent), (CY, Sent)])
+    );
+}
+
+#[tokio::test]
+async fn a_send_recorded_without_its_recipients_keeps_none_unless_ses_names_this_send() {
+    // An event naming no destination (not what SES sends), an event of another send, and a
+    // record without a kept body write no list: the job keeps its status as a whole, and is
+    // not sent again to all three for one recipient's bounce.
+    let no_destination = sent_to(&about("bounce-transient", &[BOB]), &[]);
+    let w = recorded_by_ses_alone();
+    let r = w.applier.handle(sqs(&[no_destination])).await;
+    assert_eq!(r.applied, vec![Applied::Absorbed]);
+    assert!(w.record().recipients.is_empty() && w.scheduled().is_empty());
+
+    let bounce = sent_to(&about("bounce-transient", &[BOB]), &[ANN, BOB, CY]);
+    let w = recorded_by_ses_alone();
+    w.edit(|rec| rec.provider_message_id = Some("a-later-send".into()));
+    let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
+    assert_eq!(r.applied, vec![Applied::Absorbed]);
+    assert!(w.record().recipients.is_empty() && w.scheduled().is_empty());
+
+    let w = recorded_by_ses_alone();
+    w.edit(|rec| rec.payload = None);
+    let r = w.applier.handle(sqs(&[bounce])).await;
+    assert!(r.failures.is_empty(), "{r:?}");
+    assert!(w.record().recipients.is_empty() && w.scheduled().is_empty());
+    assert_eq!(w.status(), Some(Status::BouncedTransient));
+}

@@ -57,6 +57,7 @@ impl StatusStore for MemoryStatusStore {
                 }
                 rec.payload.clone_from(&req.payload);
                 rec.provider_message_id = None;
+                rec.recipients.clear();
                 if req.facts.campaign_id.is_some() {
                     rec.facts.campaign_id.clone_from(&req.facts.campaign_id);
                 }
@@ -353,6 +354,35 @@ impl StatusStore for MemoryStatusStore {
         }
         rec.recipients = courier_core::recipients::applied(&rec.recipients, change);
         rec.recipient_log.extend(change.log.iter().cloned());
+        rec.recipients_version += 1;
+        Ok(true)
+    }
+
+    async fn fill_recipients(
+        &self,
+        message_id: &str,
+        fill: &RecipientFill,
+    ) -> Result<bool, StoreError> {
+        self.fail_finishes.take("fill recipients")?;
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut records = lock(&self.records);
+        let Some(rec) = records.get_mut(message_id) else {
+            return Ok(false);
+        };
+        if !rec.recipients.is_empty()
+            || rec.attempt != fill.attempt
+            || rec.provider_message_id.as_deref() != Some(fill.provider_message_id.as_str())
+        {
+            return Ok(false);
+        }
+        rec.recipient_log
+            .extend(courier_core::recipients::entries_of(
+                &fill.list,
+                fill.at,
+                Some(&fill.detail),
+                &[],
+            ));
+        rec.recipients.clone_from(&fill.list);
         rec.recipients_version += 1;
         Ok(true)
     }

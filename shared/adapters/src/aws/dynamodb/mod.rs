@@ -28,8 +28,9 @@ use courier_core::breaker::BreakerState;
 use courier_core::outcome::Outcome;
 use courier_core::ports::{
     BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, HistoryEntry, JobFacts, JobRecord,
-    OpenState, Outbox, PoisonList, RecipientChange, ReputationStore, Resend, SendSchedule,
-    Sightings, StatusStore, StatusUpdate, StoreError, SuppressionList, SweepMark, judge_claim,
+    OpenState, Outbox, PoisonList, RecipientChange, RecipientFill, ReputationStore, Resend,
+    SendSchedule, Sightings, StatusStore, StatusUpdate, StoreError, SuppressionList, SweepMark,
+    judge_claim,
 };
 use courier_core::rate::Reservation;
 use courier_core::reputation::ReputationCounts;

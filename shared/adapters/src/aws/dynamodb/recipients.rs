@@ -3,7 +3,9 @@
 //! 400 KB item with a kept payload of 300 KiB (sizes in `docs/tables.md`).
 
 use super::*;
-use courier_core::recipients::{Recipient, RecipientChange, RecipientEntry, RecipientStatus, Role};
+use courier_core::recipients::{
+    Recipient, RecipientChange, RecipientEntry, RecipientFill, RecipientStatus, Role,
+};
 
 /// The `SET` clauses `finish` adds for a new roll (`:rcpt`, `:rlog`, `:zero`, `:one`, and
 /// `:empty` which `finish` binds already).
@@ -134,4 +136,29 @@ pub(super) async fn update(
         .send()
         .await;
     Ok(crate::aws::conditional(result, "status update recipients")?.is_some())
+}
+
+/// Writes `fill` where the record has no list, at its generation and send (see
+/// [`courier_core::ports::StatusStore::fill_recipients`]).
+pub(super) async fn fill(
+    client: &Client,
+    table: &str,
+    message_id: &str,
+    fill: &RecipientFill,
+) -> Result<bool, StoreError> {
+    let mut req = client
+        .update_item()
+        .table_name(table)
+        .key("message_id", s(message_id))
+        .condition_expression(
+            "attribute_not_exists(rcpt) AND attempt = :a AND provider_message_id = :pid",
+        )
+        .update_expression(format!("SET {}", SET_ROLL.join(", ")))
+        .expression_attribute_values(":a", n(fill.attempt))
+        .expression_attribute_values(":pid", s(&fill.provider_message_id))
+        .expression_attribute_values(":empty", empty_list());
+    for (name, value) in roll_values(&fill.list, fill.at, Some(&fill.detail), &[]) {
+        req = req.expression_attribute_values(name, value);
+    }
+    Ok(crate::aws::conditional(req.send().await, "status fill recipients")?.is_some())
 }

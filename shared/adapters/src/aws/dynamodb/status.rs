@@ -135,8 +135,9 @@ const CLAIM_CONDITION: &str = "attribute_not_exists(message_id) \
 impl DynamoDbStatusStore {
     /// The claim as an update (not a put: the record keeps its history), with the job's trace
     /// and facts when it has them, and the body to resend from (removed when it has none). The
-    /// earlier send's provider message id goes (the next one is this send's, whoever records
-    /// it); `resend_of` stays (a late copy of the bounce it names is known for what it is).
+    /// earlier send's provider message id and recipients go (the next ones are this send's,
+    /// whoever records it; their timeline stays); `resend_of` stays (a late copy of the bounce it
+    /// names is known for what it is).
     fn claim_update(req: &ClaimRequest) -> String {
         let mut set = vec![
             "#s = :processing",
@@ -153,7 +154,7 @@ impl DynamoDbStatusStore {
             set.push("trace_id = :trace");
         }
         set.extend(facts_marks(&req.facts, false).0);
-        let mut remove = vec!["unknown_since", "swept_at", "provider_message_id"];
+        let mut remove = vec!["unknown_since", "swept_at", "provider_message_id", "rcpt"];
         if req.payload.is_some() {
             set.push("payload = :body");
         } else {
@@ -796,6 +797,14 @@ impl StatusStore for DynamoDbStatusStore {
         change: &RecipientChange,
     ) -> Result<bool, StoreError> {
         super::recipients::update(&self.client, &self.table, message_id, change).await
+    }
+
+    async fn fill_recipients(
+        &self,
+        message_id: &str,
+        fill: &RecipientFill,
+    ) -> Result<bool, StoreError> {
+        super::recipients::fill(&self.client, &self.table, message_id, fill).await
     }
 
     async fn outcome_published(
