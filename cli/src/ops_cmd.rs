@@ -468,7 +468,8 @@ pub(crate) fn render_status(
 }
 
 /// The record's recipients: one row each (address, role, outcome), then its timeline, oldest
-/// first. Nothing for a record written before a send recorded them.
+/// first. Nothing for a record without a list (before this generation's send recorded it: a
+/// later generation's claim removes the earlier send's).
 fn render_recipients(r: &courier_core::ports::JobRecord) -> Vec<String> {
     if r.recipients.is_empty() {
         return Vec::new();

@@ -1578,6 +1578,21 @@ async fn recipients_contract(store: &dyn StatusStore) {
     }
     assert!(!store.fill_recipients(&unique("none"), &fill).await.unwrap());
     assert!(store.fill_recipients(&bare, &fill).await.unwrap());
+    // The fill ends the send's lease: the send function's late status write (SES's Send event
+    // recorded the send meanwhile) no longer replaces the list.
+    let slow = unique("slow");
+    store.claim(&claim(&slow, 0, "a", t, 60)).await.unwrap();
+    let mut by_ses = update(&slow, "events", Status::SentToProvider, 0, t);
+    by_ses.provider_message_id = Some("ses-1".into());
+    store.record(&by_ses).await.unwrap();
+    assert!(store.fill_recipients(&slow, &fill).await.unwrap());
+    let mut late = update(&slow, "a", Status::SentToProvider, 0, t);
+    late.recipients = Some(roll.clone());
+    assert!(store.finish(&late).await.is_err());
+    assert_eq!(
+        store.get(&slow).await.unwrap().unwrap().recipients,
+        roll[..3].to_vec()
+    );
     let rec = store.get(&bare).await.unwrap().unwrap();
     assert_eq!(rec.recipients, roll[..3].to_vec());
     assert_eq!(rec.recipients_version, 1);
@@ -1617,6 +1632,21 @@ async fn recipients_contract(store: &dyn StatusStore) {
     assert!(rec.recipients.is_empty());
     assert_eq!(rec.recipient_log.len(), 4);
     assert_eq!(rec.recipients_version, 2);
+    // A change computed before that claim (at the version it kept) writes nothing.
+    let stale = courier_core::recipients::RecipientChange {
+        version: 2,
+        ..first
+    };
+    assert!(!store.update_recipients(&bare, &stale).await.unwrap());
+    assert!(
+        store
+            .get(&bare)
+            .await
+            .unwrap()
+            .unwrap()
+            .recipients
+            .is_empty()
+    );
 }
 
 #[tokio::test]

@@ -237,12 +237,17 @@ impl Applier {
             recipients::Follow::Absorbed => return Ok(Applied::Absorbed),
             recipients::Follow::Gone => return Ok(Applied::NotYet),
         };
-        // A transient bounce of a send whose acceptance is not written yet (the send function
-        // is still trying, or its copy carrying the acceptance is on the queue): that write
-        // brings the provider's id and the recipients the resend is judged by, so the event
-        // waits for it (or for SES's Send event, if the send function died; the body to send
-        // again from is on the record since the claim).
-        if to == Status::BouncedTransient && record.status == Status::Processing {
+        // A bounce of a send whose acceptance is not written yet (the send function is still
+        // trying, or its copy carrying the acceptance is on the queue), or a late one of an
+        // earlier send while the next is in flight: the acceptance brings the provider's id and
+        // the recipients the bounce is applied to (and a resend judged by), so the event waits
+        // for it (or for SES's Send event, if the send function died; the body to send again
+        // from is on the record since the claim). Its recipients were suppressed above already.
+        if matches!(
+            event.kind,
+            EventKind::Failure(SesFailureEvent::Bounce { .. })
+        ) && record.status == Status::Processing
+        {
             return Ok(Applied::NotYet);
         }
         if to == Status::BouncedTransient && resend::resends_part(&record) {

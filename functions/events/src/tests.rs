@@ -491,6 +491,35 @@ async fn a_transient_bounce_of_an_earlier_send_leaves_the_later_one_alone() {
 }
 
 #[tokio::test]
+async fn a_permanent_bounce_ahead_of_the_sent_status_waits_for_it_and_suppresses_at_once() {
+    // GIVEN a job SES took while its send is not recorded yet (`processing`: the send function
+    // is still writing, or died and SES's Send event is on its way; or a later generation is in
+    // flight and this bounce is a late one of the earlier send)
+    let w = world(Some(Status::Processing));
+    w.keep_payload(kept_payload(None));
+    let report = w.applier.handle(sqs(&[fixture("bounce-permanent")])).await;
+    // THEN the dead address is suppressed now, and the job waits for its send's record (which
+    // brings the recipients the bounce is applied to)
+    assert_eq!(report.applied, vec![Applied::NotYet]);
+    assert_eq!(w.record().status, Status::Processing);
+    assert!(
+        w.suppression
+            .entries
+            .lock()
+            .unwrap()
+            .contains_key("ann@example.org")
+    );
+    // WHEN the sent status lands and the event comes back THEN it applies
+    w.edit(|rec| rec.status = Status::SentToProvider);
+    let report = w.applier.handle(sqs(&[fixture("bounce-permanent")])).await;
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(
+        report.applied,
+        vec![Applied::Changed(Status::BouncedPermanent)]
+    );
+}
+
+#[tokio::test]
 async fn a_transient_bounce_ahead_of_the_sent_status_waits_for_it() {
     // GIVEN a job SES took while the send function's status write has not landed yet (the
     // record is still `processing`, with the body its claim wrote, without SES's id and the

@@ -348,16 +348,19 @@ pub trait StatusStore: Send + Sync {
     ) -> Result<Vec<String>, StoreError>;
     /// Writes a change to the record's recipients (their new outcomes and timeline entries) if
     /// its recipients are still at `change.version`; false (nothing written) when they changed
-    /// meanwhile (read again and compute the change again) or the record is absent.
+    /// meanwhile (read again and compute the change again), the record has no list (a later
+    /// generation's claim removed it) or is absent.
     async fn update_recipients(
         &self,
         message_id: &str,
         change: &RecipientChange,
     ) -> Result<bool, StoreError>;
-    /// Writes `fill`'s recipients (all its entries in the timeline, the list's version 1) on a
-    /// record that has none, whose generation is `fill.attempt` and whose recorded send is
-    /// `fill.provider_message_id`; false (nothing written) otherwise: a list written meanwhile
-    /// (the send function's own status write), another generation or send, the record absent.
+    /// Writes `fill`'s recipients (all its entries in the timeline, the list's version one more)
+    /// on a record that has none, whose generation is `fill.attempt` and whose recorded send is
+    /// `fill.provider_message_id`, and ends the send's lease (a late status write of the send
+    /// function would replace the list); false (nothing written) otherwise: a list written
+    /// meanwhile (the send function's own status write), another generation or send, the record
+    /// absent.
     async fn fill_recipients(
         &self,
         message_id: &str,

@@ -349,7 +349,7 @@ impl StatusStore for MemoryStatusStore {
         let Some(rec) = records.get_mut(message_id) else {
             return Ok(false);
         };
-        if rec.recipients_version != change.version {
+        if rec.recipients_version != change.version || rec.recipients.is_empty() {
             return Ok(false);
         }
         rec.recipients = courier_core::recipients::applied(&rec.recipients, change);
@@ -384,6 +384,8 @@ impl StatusStore for MemoryStatusStore {
             ));
         rec.recipients.clone_from(&fill.list);
         rec.recipients_version += 1;
+        rec.lease_owner = None;
+        rec.lease_until = None;
         Ok(true)
     }
 

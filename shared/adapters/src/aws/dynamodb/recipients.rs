@@ -121,7 +121,8 @@ pub(super) async fn update(
         .update_item()
         .table_name(table)
         .key("message_id", s(message_id))
-        .condition_expression("rcpt_v = :v")
+        // `rcpt` too: the next generation's claim removes the list and keeps its version.
+        .condition_expression("rcpt_v = :v AND attribute_exists(rcpt)")
         .expression_attribute_values(":v", n(change.version))
         .expression_attribute_values(":one", n(1));
     for (k, (_, status)) in change.set.iter().enumerate() {
@@ -153,7 +154,12 @@ pub(super) async fn fill(
         .condition_expression(
             "attribute_not_exists(rcpt) AND attempt = :a AND provider_message_id = :pid",
         )
-        .update_expression(format!("SET {}", SET_ROLL.join(", ")))
+        // The lease goes: the send function's own status write, late, would replace the list
+        // (and the outcomes events moved on it) with its own; SES's events speak for it now.
+        .update_expression(format!(
+            "SET {} REMOVE lease_owner, lease_until",
+            SET_ROLL.join(", ")
+        ))
         .expression_attribute_values(":a", n(fill.attempt))
         .expression_attribute_values(":pid", s(&fill.provider_message_id))
         .expression_attribute_values(":empty", empty_list());
