@@ -1578,13 +1578,15 @@ async fn recipients_contract(store: &dyn StatusStore) {
     }
     assert!(!store.fill_recipients(&unique("none"), &fill).await.unwrap());
     assert!(store.fill_recipients(&bare, &fill).await.unwrap());
-    // The fill ends the send's lease: the send function's late status write (SES's Send event
-    // recorded the send meanwhile) no longer replaces the list.
+    // SES's Send event's write ends the send's lease: the send function's late status write no
+    // longer lands (it would replace the list filled since, and the outcomes moved on it).
     let slow = unique("slow");
     store.claim(&claim(&slow, 0, "a", t, 60)).await.unwrap();
     let mut by_ses = update(&slow, "events", Status::SentToProvider, 0, t);
     by_ses.provider_message_id = Some("ses-1".into());
     store.record(&by_ses).await.unwrap();
+    let rec = store.get(&slow).await.unwrap().unwrap();
+    assert_eq!((rec.lease_owner, rec.lease_until), (None, None));
     assert!(store.fill_recipients(&slow, &fill).await.unwrap());
     let mut late = update(&slow, "a", Status::SentToProvider, 0, t);
     late.recipients = Some(roll.clone());

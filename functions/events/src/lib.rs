@@ -288,6 +288,15 @@ impl Applier {
                 })
             }
             Ok(Transition::Duplicate | Transition::Late) => Ok(Applied::Absorbed),
+            // A late event of an earlier send on a job that will never move to it: ended
+            // otherwise (`suppressed`, `dead_lettered`, or `delivered` before a bounce of a job
+            // recorded without recipients), or waiting to be sent again (`deferred`: this
+            // generation has not reached SES). Its recipients were suppressed above already;
+            // redelivered, it would wait for ever and end in the events DLQ.
+            Err(_) if record.status.is_terminal() || record.status == Status::Deferred => {
+                info!(message_id = %message_id, status = %record.status, event = to.as_str(), "a late event of an earlier send; the job has moved on");
+                Ok(Applied::Absorbed)
+            }
             // The event is ahead of the record (e.g. DELIVERY while the send is still being
             // recorded): apply it later.
             Err(_) => Ok(Applied::NotYet),

@@ -520,6 +520,42 @@ async fn a_permanent_bounce_ahead_of_the_sent_status_waits_for_it_and_suppresses
 }
 
 #[tokio::test]
+async fn a_late_bounce_on_a_job_that_moved_on_is_absorbed_not_redelivered_for_ever() {
+    // GIVEN a job that can never take the bounce of an earlier send: it ended otherwise, or
+    // waits to be sent again (this generation has not reached SES)
+    for now in [
+        Status::Suppressed,
+        Status::DeadLettered,
+        Status::Delivered,
+        Status::Deferred,
+    ] {
+        for fixture_name in ["bounce-permanent", "bounce-transient"] {
+            let w = world(Some(now));
+            let report = w.applier.handle(sqs(&[fixture(fixture_name)])).await;
+            // THEN it is acknowledged (it would otherwise end in the events DLQ), the job is
+            // as it was, and a dead address is suppressed all the same
+            assert!(
+                report.failures.is_empty(),
+                "{now} {fixture_name}: {report:?}"
+            );
+            assert_eq!(
+                report.applied,
+                vec![Applied::Absorbed],
+                "{now} {fixture_name}"
+            );
+            assert_eq!(w.record().status, now);
+            let suppressed = w
+                .suppression
+                .entries
+                .lock()
+                .unwrap()
+                .contains_key("ann@example.org");
+            assert_eq!(suppressed, fixture_name == "bounce-permanent");
+        }
+    }
+}
+
+#[tokio::test]
 async fn a_transient_bounce_ahead_of_the_sent_status_waits_for_it() {
     // GIVEN a job SES took while the send function's status write has not landed yet (the
     // record is still `processing`, with the body its claim wrote, without SES's id and the

@@ -2,7 +2,7 @@
 //! match in [`Pipeline::carry_out`]. Errors keep their type ([`Cause`]) until the batch report.
 
 use courier_core::plan::{Plan, Wait};
-use courier_core::ports::StoreError;
+use courier_core::ports::{JobRecord, StoreError};
 
 use super::*;
 
@@ -504,12 +504,7 @@ impl Pipeline {
                 Err(e) => e,
             };
             if let Ok(Some(record)) = self.status.get(&update.message_id).await
-                && record.status == update.status
-                && record.attempt == update.attempt
-                && record
-                    .history
-                    .last()
-                    .is_some_and(|h| h.status == update.status && h.by == update.owner)
+                && (written_already(&record, update) || recorded_by_events(&record, update))
             {
                 return Ok(());
             }
@@ -525,4 +520,28 @@ impl Pipeline {
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
+}
+
+/// Whether `update` landed although its answer was lost.
+fn written_already(record: &JobRecord, update: &StatusUpdate) -> bool {
+    record.status == update.status
+        && record.attempt == update.attempt
+        && record
+            .history
+            .last()
+            .is_some_and(|h| h.status == update.status && h.by == update.owner)
+}
+
+/// Whether the events function recorded this very send (the provider's id) first, which ends
+/// the lease: SES's Send event or a later event of it, or the resend after its transient bounce.
+/// The acceptance is durable then; this write has nothing to add.
+fn recorded_by_events(record: &JobRecord, update: &StatusUpdate) -> bool {
+    let Some(sent) = update.provider_message_id.as_deref() else {
+        return false;
+    };
+    let this_send = record.attempt == update.attempt
+        && record.status.is_sent()
+        && record.provider_message_id.as_deref() == Some(sent);
+    let resent = record.attempt > update.attempt && record.resend_of.as_deref() == Some(sent);
+    update.status == Status::SentToProvider && (this_send || resent)
 }

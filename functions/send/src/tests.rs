@@ -1133,6 +1133,54 @@ async fn an_acceptance_with_no_write_possible_keeps_the_lease_and_expires_into_u
 }
 
 #[tokio::test]
+async fn an_acceptance_the_events_function_recorded_first_is_not_written_again() {
+    // GIVEN SES takes the mail, and before this send's own status write SES's events record it
+    // (its Send event: sent with SES's id, the lease ended), or the events function already
+    // resent it after its transient bounce (the next generation, naming this send)
+    for resent in [false, true] {
+        let store: Arc<std::sync::OnceLock<Arc<MemoryStatusStore>>> = Arc::default();
+        let seen = store.clone();
+        let w = world_with(MemoryMailer::with(
+            courier_core::ports::Provider::Ses,
+            Box::new(move |e| {
+                let id = format!("ses-{}", e.message_id);
+                let mut records = seen.get().unwrap().records.lock().unwrap();
+                let rec = records.get_mut(&e.message_id).unwrap();
+                rec.lease_owner = None;
+                rec.lease_until = None;
+                if resent {
+                    rec.status = Status::Deferred;
+                    rec.attempt += 1;
+                    rec.resend_of = Some(id.clone());
+                } else {
+                    rec.status = Status::SentToProvider;
+                    rec.provider_message_id = Some(id.clone());
+                }
+                Ok(courier_core::ports::Receipt::new(id))
+            }),
+        ));
+        store.set(w.status.clone()).unwrap();
+        let report = w.run(vec![rec("a", job("first", "a@example.org"))]).await;
+        // THEN the send is done: no failed write reported, no carrier copy queued, no
+        // redelivery, and the record is the events function's
+        assert!(report.failures.is_empty(), "{:?}", report.reasons);
+        assert_eq!(
+            report.metrics.counts.get("Sent"),
+            Some(&1),
+            "resent: {resent}"
+        );
+        assert!(w.scheduler.queued.lock().unwrap().is_empty());
+        assert_eq!(w.mailer.sent_count(), 1);
+        let want = if resent {
+            Status::Deferred
+        } else {
+            Status::SentToProvider
+        };
+        assert_eq!(w.status_of("first"), Some(want));
+    }
+}
+
+#[tokio::test]
 async fn an_acceptance_no_status_write_can_keep_outlives_its_instance_on_the_queue() {
     // GIVEN the provider accepts and no status write can be made at all (the table is down)
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));

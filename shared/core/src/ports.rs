@@ -295,8 +295,9 @@ pub trait StatusStore: Send + Sync {
     /// Writes the outcome of a leased attempt and releases the lease. Succeeds only while the
     /// lease is ours or the job was marked `unknown` meanwhile (our evidence resolves it).
     async fn finish(&self, update: &StatusUpdate) -> Result<(), StoreError>;
-    /// Writes a status without a lease (suppressed before any claim); applied only where the
-    /// status machine allows the transition (late or duplicate writes are absorbed).
+    /// Writes a status without a lease (suppressed before any claim; SES's events); applied only
+    /// where the status machine allows the transition (late or duplicate writes are absorbed).
+    /// Ends the lease: the lease holder's own later write of that send no longer lands.
     async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError>;
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError>;
     /// The records of these jobs that exist, read consistently, in no particular order (one
@@ -357,10 +358,8 @@ pub trait StatusStore: Send + Sync {
     ) -> Result<bool, StoreError>;
     /// Writes `fill`'s recipients (all its entries in the timeline, the list's version one more)
     /// on a record that has none, whose generation is `fill.attempt` and whose recorded send is
-    /// `fill.provider_message_id`, and ends the send's lease (a late status write of the send
-    /// function would replace the list); false (nothing written) otherwise: a list written
-    /// meanwhile (the send function's own status write), another generation or send, the record
-    /// absent.
+    /// `fill.provider_message_id`; false (nothing written) otherwise: a list written meanwhile
+    /// (the send function's own status write), another generation or send, the record absent.
     async fn fill_recipients(
         &self,
         message_id: &str,

@@ -384,8 +384,6 @@ impl StatusStore for MemoryStatusStore {
             ));
         rec.recipients.clone_from(&fill.list);
         rec.recipients_version += 1;
-        rec.lease_owner = None;
-        rec.lease_until = None;
         Ok(true)
     }
 

@@ -154,12 +154,7 @@ pub(super) async fn fill(
         .condition_expression(
             "attribute_not_exists(rcpt) AND attempt = :a AND provider_message_id = :pid",
         )
-        // The lease goes: the send function's own status write, late, would replace the list
-        // (and the outcomes events moved on it) with its own; SES's events speak for it now.
-        .update_expression(format!(
-            "SET {} REMOVE lease_owner, lease_until",
-            SET_ROLL.join(", ")
-        ))
+        .update_expression(format!("SET {}", SET_ROLL.join(", ")))
         .expression_attribute_values(":a", n(fill.attempt))
         .expression_attribute_values(":pid", s(&fill.provider_message_id))
         .expression_attribute_values(":empty", empty_list());

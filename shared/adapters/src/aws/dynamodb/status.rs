@@ -483,7 +483,10 @@ impl StatusStore for DynamoDbStatusStore {
             APPEND_HISTORY,
         ];
         set.extend(marks.set);
-        let remove: Vec<&str> = marks.remove.into_iter().collect();
+        // The lease ends, as the memory store's: a send function's late status write of a send
+        // this write recorded (SES's Send event) would take the record back.
+        let mut remove = vec!["lease_owner", "lease_until"];
+        remove.extend(marks.remove);
         let outbox = outbox_marks(
             &update.message_id,
             update.status,
