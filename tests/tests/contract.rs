@@ -1445,6 +1445,20 @@ async fn letter_queue_memory_and_sqs() {
     .await;
 }
 
+/// A record's recipient timeline: (position, outcome, detail) each.
+fn timeline(
+    rec: &courier_core::ports::JobRecord,
+) -> Vec<(
+    usize,
+    courier_core::recipients::RecipientStatus,
+    Option<&str>,
+)> {
+    rec.recipient_log
+        .iter()
+        .map(|e| (e.recipient, e.status, e.detail.as_deref()))
+        .collect()
+}
+
 /// A job's recipients: written with its send, then moved by changes computed at a version.
 async fn recipients_contract(store: &dyn StatusStore) {
     use courier_core::recipients::{self, Recipient, RecipientStatus::*, Role};
@@ -1470,11 +1484,7 @@ async fn recipients_contract(store: &dyn StatusStore) {
     let rec = store.get(&id).await.unwrap().unwrap();
     assert_eq!(rec.recipients, roll);
     assert_eq!(rec.recipients_version, 1);
-    let logged: Vec<(usize, _, Option<&str>)> = rec
-        .recipient_log
-        .iter()
-        .map(|e| (e.recipient, e.status, e.detail.as_deref()))
-        .collect();
+    let logged = timeline(&rec);
     let detail = Some("a wrote sent_to_provider");
     assert_eq!(
         logged,
@@ -1598,11 +1608,7 @@ async fn recipients_contract(store: &dyn StatusStore) {
     let rec = store.get(&bare).await.unwrap().unwrap();
     assert_eq!(rec.recipients, roll[..3].to_vec());
     assert_eq!(rec.recipients_version, 1);
-    let logged: Vec<(usize, _, Option<&str>)> = rec
-        .recipient_log
-        .iter()
-        .map(|e| (e.recipient, e.status, e.detail.as_deref()))
-        .collect();
+    let logged = timeline(&rec);
     let note = Some("from the event");
     assert_eq!(
         logged,
@@ -1640,15 +1646,8 @@ async fn recipients_contract(store: &dyn StatusStore) {
         ..first
     };
     assert!(!store.update_recipients(&bare, &stale).await.unwrap());
-    assert!(
-        store
-            .get(&bare)
-            .await
-            .unwrap()
-            .unwrap()
-            .recipients
-            .is_empty()
-    );
+    let unchanged = store.get(&bare).await.unwrap().unwrap();
+    assert!(unchanged.recipients.is_empty() && unchanged.recipients_version == 2);
 }
 
 #[tokio::test]

@@ -412,17 +412,7 @@ async fn a_send_killed_after_ses_took_it_is_sent_again_on_its_transient_bounce()
         );
 
         // The killed invocation's copy comes back: a stale generation, dropped without a send.
-        let report = pipeline
-            .handle_records(
-                vec![RecordIn {
-                    sqs_message_id: "redelivered".into(),
-                    body: copy,
-                    trace_header: None,
-                }],
-                chrono::Utc::now() + chrono::Duration::seconds(30),
-                "redelivered",
-            )
-            .await;
+        let report = redelivered(&pipeline, copy).await;
         assert!(report.failures.is_empty(), "{:?}", report.reasons);
         assert_eq!(report.metrics.counts.get("StaleCopiesDropped"), Some(&1));
         assert_eq!(
@@ -439,6 +429,24 @@ async fn a_send_killed_after_ses_took_it_is_sent_again_on_its_transient_bounce()
     let rec = status.get(&id).await.unwrap().unwrap();
     assert_eq!((rec.status, rec.attempt), (Status::SentToProvider, 2));
     assert!(!taken.contains(rec.provider_message_id.as_ref().unwrap()));
+}
+
+/// The send function's run of a job's copy SQS delivered again (the killed invocation's).
+async fn redelivered(
+    pipeline: &Arc<courier_send::Pipeline>,
+    body: String,
+) -> courier_send::BatchReport {
+    pipeline
+        .handle_records(
+            vec![RecordIn {
+                sqs_message_id: "redelivered".into(),
+                body,
+                trace_header: None,
+            }],
+            chrono::Utc::now() + chrono::Duration::seconds(30),
+            "redelivered",
+        )
+        .await
 }
 
 /// `sns` (an event as [`event`] makes it) for a message SES sent to `addresses`.
@@ -504,17 +512,7 @@ async fn a_send_of_three_killed_after_ses_took_it_resends_only_the_bounced_recip
         ]
     );
     // AND the killed invocation's copy, redelivered, sends nothing
-    let report = pipeline
-        .handle_records(
-            vec![RecordIn {
-                sqs_message_id: "redelivered".into(),
-                body: job,
-                trace_header: None,
-            }],
-            chrono::Utc::now() + chrono::Duration::seconds(30),
-            "redelivered",
-        )
-        .await;
+    let report = redelivered(&pipeline, job).await;
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
     let rec = status.get(&id).await.unwrap().unwrap();
     assert_eq!(rec.provider_message_id.as_deref(), Some(ses_id.as_str()));

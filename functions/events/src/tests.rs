@@ -133,6 +133,15 @@ impl World {
         self.status.records.lock().unwrap()["order-4711"].clone()
     }
 
+    /// Whether Ann (the fixtures' recipient) is on the suppression list.
+    fn ann_suppressed(&self) -> bool {
+        self.suppression
+            .entries
+            .lock()
+            .unwrap()
+            .contains_key("ann@example.org")
+    }
+
     fn scheduled(&self) -> Vec<Requeue> {
         let mut all = self.scheduler.queued.lock().unwrap().clone();
         all.extend(self.scheduler.waits.lock().unwrap().iter().cloned());
@@ -286,23 +295,11 @@ async fn permanent_bounces_and_complaints_suppress_the_recipient() {
         .handle(sqs(&[fixture("sns-bounce-permanent")]))
         .await;
     assert_eq!(w.status(), Some(Status::BouncedPermanent));
-    assert!(
-        w.suppression
-            .entries
-            .lock()
-            .unwrap()
-            .contains_key("ann@example.org")
-    );
+    assert!(w.ann_suppressed());
     let w = world(Some(Status::Delivered));
     w.applier.handle(sqs(&[fixture("complaint")])).await;
     assert_eq!(w.status(), Some(Status::Complained));
-    assert!(
-        w.suppression
-            .entries
-            .lock()
-            .unwrap()
-            .contains_key("ann@example.org")
-    );
+    assert!(w.ann_suppressed());
 }
 
 #[tokio::test]
@@ -502,13 +499,7 @@ async fn a_permanent_bounce_ahead_of_the_sent_status_waits_for_it_and_suppresses
     // brings the recipients the bounce is applied to)
     assert_eq!(report.applied, vec![Applied::NotYet]);
     assert_eq!(w.record().status, Status::Processing);
-    assert!(
-        w.suppression
-            .entries
-            .lock()
-            .unwrap()
-            .contains_key("ann@example.org")
-    );
+    assert!(w.ann_suppressed());
     // WHEN the sent status lands and the event comes back THEN it applies
     w.edit(|rec| rec.status = Status::SentToProvider);
     let report = w.applier.handle(sqs(&[fixture("bounce-permanent")])).await;
@@ -544,13 +535,7 @@ async fn a_late_bounce_on_a_job_that_moved_on_is_absorbed_not_redelivered_for_ev
                 "{now} {fixture_name}"
             );
             assert_eq!(w.record().status, now);
-            let suppressed = w
-                .suppression
-                .entries
-                .lock()
-                .unwrap()
-                .contains_key("ann@example.org");
-            assert_eq!(suppressed, fixture_name == "bounce-permanent");
+            assert_eq!(w.ann_suppressed(), fixture_name == "bounce-permanent");
         }
     }
 }

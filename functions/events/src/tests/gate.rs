@@ -273,13 +273,7 @@ async fn a_signed_bounce_is_applied_and_forged_ones_change_nothing() {
     let report = w.applier.handle(sqs(&[genuine.to_string()])).await;
     assert!(report.refused.is_empty() && report.failures.is_empty());
     assert_eq!(w.status(), Some(Status::BouncedPermanent));
-    assert!(
-        w.suppression
-            .entries
-            .lock()
-            .unwrap()
-            .contains_key("ann@example.org")
-    );
+    assert!(w.ann_suppressed());
     // One fetch per instance: the first forged message (same URL) fetched it, the rest reused it.
     w.applier
         .handle(sqs(&[signed_fixture(2).to_string()]))

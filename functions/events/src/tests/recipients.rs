@@ -258,6 +258,17 @@ fn copy(w: &World, n: usize) -> courier_core::envelope::Incoming {
     courier_core::envelope::parse_body(w.scheduled()[n].body.as_bytes()).unwrap()
 }
 
+/// The one copy scheduled, checked to be a job of its own, to Bob alone, as Cc: its id.
+fn bobs_part(w: &World) -> String {
+    assert_eq!(w.scheduled().len(), 1);
+    let part = copy(w, 0);
+    let id = courier_core::recipients::part_id("order-4711", SES_ID, &[BOB.into()]);
+    assert_eq!(part.job.message_id, id);
+    assert!(part.job.to.is_empty() && part.job.bcc.is_empty());
+    assert_eq!(part.job.cc, vec!["Bob <Bob@example.org>".to_owned()]);
+    id
+}
+
 #[tokio::test]
 async fn a_transient_bounce_of_one_recipient_resends_to_it_alone_as_a_job_of_its_own() {
     use RecipientStatus::*;
@@ -269,12 +280,8 @@ async fn a_transient_bounce_of_one_recipient_resends_to_it_alone_as_a_job_of_its
     let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
     // THEN one copy is scheduled: a job of its own, to Bob alone, still as Cc
     assert_eq!(r.applied, vec![Applied::Resent]);
-    assert_eq!(w.scheduled().len(), 1);
+    let id = bobs_part(&w);
     let part = copy(&w, 0);
-    let id = courier_core::recipients::part_id("order-4711", SES_ID, &[BOB.into()]);
-    assert_eq!(part.job.message_id, id);
-    assert!(part.job.to.is_empty() && part.job.bcc.is_empty());
-    assert_eq!(part.job.cc, vec!["Bob <Bob@example.org>".to_owned()]);
     assert_eq!(part.job.content, three_content());
     assert_eq!(
         part.attempt, 1,
@@ -516,12 +523,7 @@ async fn a_send_recorded_without_its_recipients_takes_them_from_ses_and_resends_
         w.record().recipient_log[0].detail.as_deref(),
         Some("accepted by ses (the recipients its event names)")
     );
-    assert_eq!(w.scheduled().len(), 1);
-    let part = copy(&w, 0);
-    let id = courier_core::recipients::part_id("order-4711", SES_ID, &[BOB.into()]);
-    assert_eq!(part.job.message_id, id);
-    assert!(part.job.to.is_empty() && part.job.bcc.is_empty());
-    assert_eq!(part.job.cc, vec!["Bob <Bob@example.org>".to_owned()]);
+    bobs_part(&w);
     let rec = w.record();
     assert_eq!((rec.status, rec.attempt), (Status::SentToProvider, 0));
     // AND the same event again changes nothing
