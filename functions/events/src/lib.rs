@@ -242,7 +242,7 @@ impl Applier {
         // earlier send while the next is in flight: the acceptance brings the provider's id and
         // the recipients the bounce is applied to (and a resend judged by), so the event waits
         // for it (or for SES's Send event, if the send function died; the body to send again
-        // from is on the record since the claim). Its recipients were suppressed above already.
+        // from is on the record since the claim). A dead address was suppressed above already.
         if matches!(
             event.kind,
             EventKind::Failure(SesFailureEvent::Bounce { .. })
@@ -291,8 +291,8 @@ impl Applier {
             // A late event of an earlier send on a job that will never move to it: ended
             // otherwise (`suppressed`, `dead_lettered`, or `delivered` before a bounce of a job
             // recorded without recipients), or waiting to be sent again (`deferred`: this
-            // generation has not reached SES). Its recipients were suppressed above already;
-            // redelivered, it would wait for ever and end in the events DLQ.
+            // generation has not reached SES). A dead address was suppressed above already;
+            // redelivered, the event would wait for ever and end in the events DLQ.
             Err(_) if record.status.is_terminal() || record.status == Status::Deferred => {
                 info!(message_id = %message_id, status = %record.status, event = to.as_str(), "a late event of an earlier send; the job has moved on");
                 Ok(Applied::Absorbed)
