@@ -550,9 +550,7 @@ impl Pipeline {
             check_suppressed: Vec::new(),
             trace_id: incoming.trace.clone(),
             facts: JobFacts::of(job),
-            payload: (accepted.provider == Provider::Ses.as_str())
-                .then(|| kept_payload(incoming))
-                .flatten(),
+            payload: self.resend_body(incoming),
         };
         match self.status.claim(&claim).await {
             Ok(
