@@ -1317,6 +1317,32 @@ fn the_twenty_fourth_rounds_wordings_have_their_classes() {
     );
 }
 
+/// The fifteenth session's dev misses: plain statements that the recipient is unknown here,
+/// in words the phrase list did not spell out (each from the evaluation corpus).
+#[test]
+fn unknown_users_in_other_words_are_dead_addresses() {
+    each_is(
+        &[
+            "sorry,we didn't accept mail by no user",
+            "550 5.0.0 'arathib@vnet.IBM.COM' is not a registered gateway user",
+            "550 Cannot receive for specified address",
+            "550 can't accept user... (#5.7.1)",
+            "invalid local name syntax",
+            "550 5.7.1 <Igorb@infogateonline.com>: Recipient address rejected: Mail to this address bounces",
+        ],
+        (ErrorClass::RecipientPermanent, false, true),
+    );
+    // Our own login or sender in the same words is not a dead recipient.
+    for raw in [
+        "530 5.7.0 No user authenticated",
+        "553 5.7.1 Sender address rejected: not a registered user",
+        "550 5.7.1 Sender address rejected: invalid local part",
+    ] {
+        let v = classify_smtp(raw);
+        assert!(!v.suppress_recipient, "{raw} -> {v:?}");
+    }
+}
+
 /// An address on SES's suppression list ("Address blacklisted.", over SMTP and from the API) is
 /// dead, not a blocklisted host; a routing failure (X.4.4) that Exchange words "Unable to relay"
 /// is an unroutable domain, while the relay refusal proper (5.7.1) stays our configuration.

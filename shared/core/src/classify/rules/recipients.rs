@@ -459,6 +459,19 @@ pub(in crate::classify) static RECIPIENTS: &[TextRule] = &[
             ["없는 사용자"],
             ["mailbox nicht vorhanden"],
             ["adresse nicht vorhanden"],
+            // The fifteenth session's dev misses, each a plain statement that the recipient is
+            // not known or cannot be delivered to here: "we didn't accept mail by no user",
+            // "is not a registered gateway user", "Cannot receive for specified address",
+            // "can't accept user", "invalid local name syntax", "Mail to this address bounces".
+            ["no user"],
+            ["not a registered", "user"],
+            ["cannot receive for"],
+            ["can't accept user"],
+            ["cannot accept user"],
+            ["invalid local name"],
+            ["invalid local part"],
+            ["invalid local-part"],
+            ["address bounces"],
         ]
     ),
     // The same meaning in words the list above does not spell out: a recipient noun with a
