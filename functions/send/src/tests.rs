@@ -1310,6 +1310,59 @@ async fn a_carried_acceptance_of_an_earlier_generation_records_nothing() {
 }
 
 #[tokio::test]
+async fn a_carried_acceptance_that_takes_the_record_keeps_the_body_to_resend_from() {
+    // GIVEN copies carrying SES's acceptance of generation 0, and no record the claim must
+    // wait for (none written: a table restored without it, or a record an earlier version
+    // claimed without its body and whose lease lapsed)
+    let keys =
+        courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[]).unwrap();
+    let carrier = |id: &str, provider: &str| {
+        let first =
+            courier_core::envelope::parse_body(job(id, "a@example.org").as_bytes()).unwrap();
+        courier_core::seal::seal(
+            &courier_core::envelope::accepted_body(
+                &first,
+                courier_core::envelope::ProviderAcceptance {
+                    provider: provider.into(),
+                    provider_message_id: format!("{provider}-{id}"),
+                    at: t0(),
+                },
+            ),
+            &keys,
+        )
+    };
+    for (mailer, id, kept) in [
+        (courier_core::ports::Provider::Ses, "carried-ses", true),
+        (courier_core::ports::Provider::Smtp, "carried-smtp", false),
+    ] {
+        let w = world_with(MemoryMailer::accepting(mailer));
+        // WHEN the carrier arrives
+        let report = w.run(vec![rec("c", carrier(id, mailer.as_str()))]).await;
+        // THEN the job is recorded sent with the provider's id, nothing sent again
+        assert!(report.failures.is_empty(), "{:?}", report.reasons);
+        assert_eq!(w.mailer.sent_count(), 0);
+        assert_eq!(w.status_of(id), Some(Status::SentToProvider));
+        let record = w.status.records.lock().unwrap()[id].clone();
+        let expected_id = format!("{}-{id}", mailer.as_str());
+        assert_eq!(
+            record.provider_message_id.as_deref(),
+            Some(expected_id.as_str())
+        );
+        // AND its claim kept the body a transient bounce resends from, as every claim of a
+        // stack that sends through SES does (SMTP reports no bounces to resend on)
+        assert_eq!(record.payload.is_some(), kept, "{id}: {:?}", record.payload);
+        if let Some(body) = &record.payload {
+            let body = courier_core::envelope::parse_body(body.as_bytes()).unwrap();
+            assert_eq!(body.job.message_id, id);
+            assert!(
+                body.accepted.is_none(),
+                "the kept body is the job, not the carrier"
+            );
+        }
+    }
+}
+
+#[tokio::test]
 async fn an_acceptance_whose_first_write_hangs_is_carried_on_the_queue_too() {
     // GIVEN the provider accepts and the first status write hangs past `carrier_after`
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Smtp));
