@@ -1587,6 +1587,25 @@ async fn recipients_contract(store: &dyn StatusStore) {
         assert!(!store.fill_recipients(&bare, refused).await.unwrap());
     }
     assert!(!store.fill_recipients(&unique("none"), &fill).await.unwrap());
+    // A job finished since (its send's outcome recorded whole) keeps its status without a list.
+    let done = unique("done");
+    store.claim(&claim(&done, 0, "a", t, 60)).await.unwrap();
+    let mut sent_done = update(&done, "a", Status::SentToProvider, 0, t);
+    sent_done.provider_message_id = Some("ses-1".into());
+    store.finish(&sent_done).await.unwrap();
+    let mut delivered = update(&done, "events", Status::Delivered, 0, t);
+    delivered.provider_message_id = Some("ses-1".into());
+    store.record(&delivered).await.unwrap();
+    assert!(!store.fill_recipients(&done, &fill).await.unwrap());
+    assert!(
+        store
+            .get(&done)
+            .await
+            .unwrap()
+            .unwrap()
+            .recipients
+            .is_empty()
+    );
     assert!(store.fill_recipients(&bare, &fill).await.unwrap());
     // SES's Send event's write ends the send's lease: the send function's late status write no
     // longer lands (it would replace the list filled since, and the outcomes moved on it).

@@ -38,10 +38,7 @@ impl Applier {
         event: &SesEvent,
         record: JobRecord,
     ) -> Result<Option<JobRecord>, StoreError> {
-        let open_send = matches!(
-            record.status,
-            Status::SentToProvider | Status::Unknown | Status::BouncedTransient
-        );
+        let open_send = recipients::FILLABLE.contains(&record.status);
         let (Some(provider_id), Some(body)) = (&event.provider_message_id, &record.payload) else {
             return Ok(Some(record));
         };

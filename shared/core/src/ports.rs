@@ -357,9 +357,10 @@ pub trait StatusStore: Send + Sync {
         change: &RecipientChange,
     ) -> Result<bool, StoreError>;
     /// Writes `fill`'s recipients (all its entries in the timeline, the list's version one more)
-    /// on a record that has none, whose generation is `fill.attempt` and whose recorded send is
-    /// `fill.provider_message_id`; false (nothing written) otherwise: a list written meanwhile
-    /// (the send function's own status write), another generation or send, the record absent.
+    /// on a record that has none, whose generation is `fill.attempt`, whose recorded send is
+    /// `fill.provider_message_id` and still open ([`crate::recipients::FILLABLE`]); false
+    /// (nothing written) otherwise: a list written meanwhile (the send function's own status
+    /// write), another generation or send, a finished job, the record absent.
     async fn fill_recipients(
         &self,
         message_id: &str,

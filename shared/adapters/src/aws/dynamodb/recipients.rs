@@ -152,12 +152,18 @@ pub(super) async fn fill(
         .table_name(table)
         .key("message_id", s(message_id))
         .condition_expression(
-            "attribute_not_exists(rcpt) AND attempt = :a AND provider_message_id = :pid",
+            "attribute_not_exists(rcpt) AND attempt = :a AND provider_message_id = :pid \
+             AND #s IN (:open0, :open1, :open2)",
         )
+        .expression_attribute_names("#s", "status")
         .update_expression(format!("SET {}", SET_ROLL.join(", ")))
         .expression_attribute_values(":a", n(fill.attempt))
         .expression_attribute_values(":pid", s(&fill.provider_message_id))
         .expression_attribute_values(":empty", empty_list());
+    let [open0, open1, open2] = courier_core::recipients::FILLABLE;
+    for (name, status) in [(":open0", open0), (":open1", open1), (":open2", open2)] {
+        req = req.expression_attribute_values(name, s(status.as_str()));
+    }
     for (name, value) in roll_values(&fill.list, fill.at, Some(&fill.detail), &[]) {
         req = req.expression_attribute_values(name, value);
     }
