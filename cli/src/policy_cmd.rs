@@ -6,22 +6,34 @@ use std::io::{Read, Write};
 use clap::Subcommand;
 use courier_adapters::aws::{Clients, DynamoDbLiveSettings};
 use courier_core::ports::LiveSettingsStore;
-use courierctl::policy::{self, PolicyError};
+use courierctl::policy::{self, Expect, PolicyError};
 
 use crate::settings::{Setting, Settings};
 
 #[derive(Subcommand)]
 pub(crate) enum PolicyCommand {
     /// The stored document, its version, who stored it and whether it validates.
-    Show,
+    Show {
+        /// Only the stored document, as stored (to edit, or to keep and set again later).
+        #[arg(long)]
+        document: bool,
+    },
     /// Check a document (a file, or - for stdin) without storing it: exit 0 and what it puts in
     /// force, or exit 1 and what is wrong.
     Validate { file: String },
     /// Validate a document (a file, or - for stdin) and store it as the next version; every
     /// instance uses it within its live settings cache (30 s by default). An invalid document is
-    /// not stored (exit 1).
+    /// not stored (exit 1), nor one made from another version than the one stored (exit 1).
+    #[command(group(clap::ArgGroup::new("over").required(true).args(["expect_version", "force"])))]
     Set {
         file: String,
+        /// The version the change was made from, as `policy show` printed it (0: none stored):
+        /// if another is stored by now, nothing is stored.
+        #[arg(long)]
+        expect_version: Option<u64>,
+        /// Store it over whatever version is stored.
+        #[arg(long)]
+        force: bool,
         /// Who is changing the settings (recorded with the version).
         #[arg(long, env = "USER", default_value = "courierctl")]
         operator: String,
@@ -65,15 +77,28 @@ pub(crate) fn run(command: PolicyCommand, settings: &Settings, out: &mut dyn Wri
             let store = DynamoDbLiveSettings::new(clients.dynamodb, table);
             match command {
                 PolicyCommand::Validate { .. } => Ok(0),
-                PolicyCommand::Show => {
+                PolicyCommand::Show { document } => {
                     let record = store.get().await.map_err(|e| failed(e.to_string()))?;
-                    write!(out, "{}", policy::describe(record.as_ref()))
-                        .map_err(|e| failed(e.to_string()))?;
+                    let text = match (&record, document) {
+                        (Some(r), true) => format!("{}\n", r.document),
+                        (None, true) => {
+                            return Err(failed("no live settings are stored".to_owned()));
+                        }
+                        (_, false) => policy::describe(record.as_ref()),
+                    };
+                    write!(out, "{text}").map_err(|e| failed(e.to_string()))?;
                     Ok(0)
                 }
-                PolicyCommand::Set { file, operator } => {
+                PolicyCommand::Set {
+                    file,
+                    expect_version,
+                    force: _,
+                    operator,
+                } => {
                     let text = read(&file).map_err(usage)?;
-                    let version = policy::set(&store, &text, chrono::Utc::now(), &operator)
+                    // clap requires one of the two: no version means --force.
+                    let expect = expect_version.map_or(Expect::Current, Expect::Version);
+                    let version = policy::set(&store, &text, expect, chrono::Utc::now(), &operator)
                         .await
                         .map_err(|e: PolicyError| failed(e.to_string()))?;
                     writeln!(

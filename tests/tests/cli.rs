@@ -1094,8 +1094,9 @@ fn an_unknown_stack_is_exit_2_and_an_unreachable_cloudformation_exit_1() {
 }
 
 /// `courierctl policy`: validate without storing, set a valid document as the next version
-/// (recorded with its operator), refuse an invalid one (exit 1, nothing stored), show what is
-/// stored; without the control table it is a usage error (exit 2).
+/// (recorded with its operator), refuse an invalid one or one made from another version (exit
+/// 1, nothing stored) unless forced, show what is stored; without the control table, or without
+/// the version a change was made from, it is a usage error (exit 2).
 #[tokio::test]
 async fn policy_commands_validate_set_and_show_the_live_settings() {
     use courier_core::ports::LiveSettingsStore;
@@ -1125,8 +1126,9 @@ async fn policy_commands_validate_set_and_show_the_live_settings() {
     assert!(store.get().await.unwrap().is_none());
     ctl(&["policy", "show"]).expect(0, "policy show (none)");
     // set: version 1, then an invalid one is refused and version 1 stays
-    ctl(&["policy", "set", good]).expect(0, "policy set (good)");
-    ctl(&["policy", "set", bad]).expect(1, "policy set (bad)");
+    ctl(&["policy", "set", good]).expect(2, "policy set (from no version)");
+    ctl(&["policy", "set", good, "--expect-version", "0"]).expect(0, "policy set (good)");
+    ctl(&["policy", "set", bad, "--expect-version", "1"]).expect(1, "policy set (bad)");
     let stored = store.get().await.unwrap().unwrap();
     assert_eq!(stored.version, 1);
     assert_eq!(stored.updated_by, "courier-it");
@@ -1137,6 +1139,25 @@ async fn policy_commands_validate_set_and_show_the_live_settings() {
         "{}",
         shown.stdout
     );
+    // a change made from an older version is refused, the stored one stays; --force stores it
+    let stale = dir.join("stale.json");
+    std::fs::write(&stale, r#"{"breaker": {"min_calls": 5}}"#).unwrap();
+    let stale = stale.to_str().unwrap();
+    let refused =
+        ctl(&["policy", "set", stale, "--expect-version", "0"]).expect(1, "policy set (stale)");
+    assert!(
+        refused
+            .stderr
+            .contains("version 1 of the live settings is stored, not version 0"),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(store.get().await.unwrap().unwrap().version, 1);
+    ctl(&["policy", "set", stale, "--force"]).expect(0, "policy set (forced)");
+    // show --document prints the document alone, ready to be set again
+    let kept = ctl(&["policy", "show", "--document"]).expect(0, "policy show --document");
+    assert_eq!(kept.stdout.trim(), r#"{"breaker": {"min_calls": 5}}"#);
+    assert_eq!(store.get().await.unwrap().unwrap().version, 2);
     // a file that cannot be read, and no control table: usage errors
     ctl(&["policy", "set", "/nonexistent/policy.json"]).expect(2, "policy set (no file)");
     courierctl_with(&without(&env, "COURIER_CONTROL_TABLE"), &["policy", "show"])

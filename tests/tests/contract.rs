@@ -2328,7 +2328,7 @@ async fn live_settings_contract(store: &dyn LiveSettingsStore) {
             first.updated_at,
             first.updated_by.as_str()
         ),
-        (doc, 1, t, "ann")
+        (doc, 1, Some(t), "ann")
     );
     assert!(store.put("{}", Some(1), t, "bob").await.unwrap());
     assert!(!store.put(doc, Some(1), t, "ann").await.unwrap());
@@ -2342,27 +2342,36 @@ async fn live_settings_memory_and_dynamodb() {
     let dynamodb = aws_sdk_dynamodb::Client::new(&stack.sdk);
     let store = DynamoDbLiveSettings::new(dynamodb.clone(), &stack.resources.control_table);
     live_settings_contract(&store).await;
-    // An item written by hand without a version is an error, not settings.
-    dynamodb
-        .put_item()
-        .table_name(&stack.resources.control_table)
-        .item(
-            "pk",
-            aws_sdk_dynamodb::types::AttributeValue::S("live".into()),
-        )
-        .item(
-            "sk",
-            aws_sdk_dynamodb::types::AttributeValue::S("settings".into()),
-        )
-        .item(
-            "document",
-            aws_sdk_dynamodb::types::AttributeValue::S("{}".into()),
-        )
-        .send()
-        .await
-        .unwrap();
-    let e = store.get().await.unwrap_err();
-    assert!(e.to_string().contains("lacks a field"), "{e}");
+    use aws_sdk_dynamodb::types::AttributeValue::{N, S};
+    let by_hand = |version: Option<aws_sdk_dynamodb::types::AttributeValue>| {
+        let mut put = dynamodb
+            .put_item()
+            .table_name(&stack.resources.control_table)
+            .item("pk", S("live".into()))
+            .item("sk", S("settings".into()))
+            .item("document", S("{}".into()));
+        if let Some(version) = version {
+            put = put.item("version", version);
+        }
+        put.send()
+    };
+    // An item written by hand without a version, or with it as a string, is an error naming it.
+    for version in [None, Some(S("3".into()))] {
+        by_hand(version).await.unwrap();
+        let e = store.get().await.unwrap_err();
+        assert!(e.to_string().contains("has no version number (N)"), "{e}");
+    }
+    // One without when and by whom is read (those are information only).
+    by_hand(Some(N("3".into()))).await.unwrap();
+    let record = store.get().await.unwrap().unwrap();
+    assert_eq!(
+        (
+            record.version,
+            record.updated_at,
+            record.updated_by.as_str()
+        ),
+        (3, None, "")
+    );
 }
 
 /// What every payload store does: a missing key is `None`, a body comes back byte for byte,

@@ -187,6 +187,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_version_number_written_again_with_another_document_is_a_change() {
+        let w = world();
+        w.write(r#"{"breaker": {"min_calls": 25}}"#).await;
+        w.refresh(0).await;
+        assert_eq!(w.breakers.config().min_calls, 25);
+        // WHEN the item is deleted by hand and written anew before the next read: version 1
+        // again, with another document
+        *w.store.record.lock().unwrap() = None;
+        w.write(r#"{"breaker": {"min_calls": 40}}"#).await;
+        // THEN it is put in force
+        assert!(matches!(
+            w.refresh(30).await,
+            Some(LiveRead::Applied { version: 1, .. })
+        ));
+        assert_eq!(w.breakers.config().min_calls, 40);
+        // AND deleted: the deployment's settings come back
+        let kept = w.store.record.lock().unwrap().take();
+        assert!(matches!(
+            w.refresh(60).await,
+            Some(LiveRead::Applied { version: 0, .. })
+        ));
+        assert_eq!(w.breakers.config().min_calls, 10);
+        *w.store.record.lock().unwrap() = kept;
+        w.refresh(90).await;
+        assert_eq!(w.breakers.config().min_calls, 40);
+        // AND a hand edit of the document that keeps its version is read too
+        w.store.record.lock().unwrap().as_mut().unwrap().document =
+            r#"{"breaker": {"probes": 0}}"#.into();
+        assert!(matches!(
+            w.refresh(120).await,
+            Some(LiveRead::Refused { version: 1, .. })
+        ));
+        assert_eq!(w.breakers.config().min_calls, 40);
+        assert!(w.refresh(150).await.is_none());
+    }
+
+    #[tokio::test]
     async fn a_failed_read_keeps_the_settings_and_is_tried_again_next_period() {
         let w = world();
         w.write(r#"{"send_rates": {"ses": "off"}}"#).await;

@@ -18,12 +18,14 @@ pub struct LiveSettingsReader {
 }
 
 /// When the document is due to be read (`None`: now), and the version in force (`None`: the
-/// deployment's own settings) or refused last.
+/// deployment's own settings) or refused last, each with its document: a version number seen
+/// again with another document (the item deleted and written anew, a restore, a hand edit) is
+/// a change.
 #[derive(Debug, Default)]
 struct State {
     next_read: Option<DateTime<Utc>>,
-    applied: Option<u64>,
-    refused: Option<u64>,
+    applied: Option<(u64, String)>,
+    refused: Option<(u64, String)>,
 }
 
 /// What a read found.
@@ -67,13 +69,14 @@ impl LiveSettingsReader {
             Err(e) => return Some(LiveRead::Failed(e)),
         };
         let version = record.as_ref().map(|r| r.version);
-        if version == state.applied || (version.is_some() && version == state.refused) {
+        let seen = record.map(|r| (r.version, r.document));
+        if seen == state.applied || (seen.is_some() && seen == state.refused) {
             return None;
         }
-        let document = record.as_ref().map_or("{}", |r| r.document.as_str());
+        let document = seen.as_ref().map_or("{}", |(_, d)| d.as_str());
         match courier_core::live::effective(document, &self.baseline) {
             Ok(effective) => {
-                state.applied = version;
+                state.applied = seen;
                 state.refused = None;
                 Some(LiveRead::Applied {
                     version: version.unwrap_or(0),
@@ -81,7 +84,7 @@ impl LiveSettingsReader {
                 })
             }
             Err(error) => {
-                state.refused = version;
+                state.refused = seen;
                 Some(LiveRead::Refused {
                     version: version.unwrap_or(0),
                     error,

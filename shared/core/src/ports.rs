@@ -839,7 +839,8 @@ pub struct LiveRecord {
     pub document: String,
     /// 1 for the first document, one more for each change.
     pub version: u64,
-    pub updated_at: DateTime<Utc>,
+    /// When it was written (`None`: an item written by hand without it).
+    pub updated_at: Option<DateTime<Utc>>,
     /// Who wrote it (the caller's AWS identity or user name, as `courierctl` knows it).
     pub updated_by: String,
 }

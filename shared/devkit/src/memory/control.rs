@@ -182,7 +182,7 @@ impl courier_core::ports::LiveSettingsStore for MemoryLiveSettings {
         *record = Some(courier_core::ports::LiveRecord {
             document: document.to_owned(),
             version: expected.unwrap_or(0) + 1,
-            updated_at: now,
+            updated_at: Some(now),
             updated_by: by.to_owned(),
         });
         Ok(true)

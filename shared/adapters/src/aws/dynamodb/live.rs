@@ -1,6 +1,6 @@
 //! The live settings document ([`LiveSettingsStore`]) at (`live`, `settings`) in the control
 //! table: `document` (the JSON as written), `version`, `updated_at` (epoch ms), `updated_by`.
-//! A write is conditional on the version the writer read, so two operators' changes never
+//! A write is conditional on the version the writer expects, so two operators' changes never
 //! silently overwrite each other.
 
 use courier_core::ports::{LiveRecord, LiveSettingsStore};
@@ -39,15 +39,24 @@ impl LiveSettingsStore for DynamoDbLiveSettings {
         let Some(item) = out.item else {
             return Ok(None);
         };
-        let malformed = || StoreError::msg("live settings", "the stored item lacks a field");
+        // An item written by hand names what is wrong with it (the console's usual slip: a
+        // number stored as a string); `updated_at` and `updated_by` are only information.
+        let malformed = |attribute: &str, wanted: &str| {
+            StoreError::msg(
+                "live settings",
+                format!(
+                    "the stored item (control table, pk live, sk settings) has no {attribute} \
+                     {wanted}: fix or delete it by hand"
+                ),
+            )
+        };
         Ok(Some(LiveRecord {
-            document: get_s(&item, "document").ok_or_else(malformed)?,
+            document: get_s(&item, "document")
+                .ok_or_else(|| malformed("document", "string (S)"))?,
             version: get_n(&item, "version")
                 .and_then(|v| u64::try_from(v).ok())
-                .ok_or_else(malformed)?,
-            updated_at: get_n(&item, "updated_at")
-                .and_then(DateTime::from_timestamp_millis)
-                .ok_or_else(malformed)?,
+                .ok_or_else(|| malformed("version", "number (N) of 1 or more"))?,
+            updated_at: get_n(&item, "updated_at").and_then(DateTime::from_timestamp_millis),
             updated_by: get_s(&item, "updated_by").unwrap_or_default(),
         }))
     }
