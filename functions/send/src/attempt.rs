@@ -162,13 +162,17 @@ impl Pipeline {
                     .await;
             }
         }
-        // The receiving domain's pace (a domain that throttled us has a rate of its own).
+        // The receiving domain's pace (a domain that throttled us has a rate of its own): a slot
+        // at most `BOOKING_HORIZON` ahead is waited for here, a later one in the queue.
         let destination = first_recipient_domain(&email);
+        let mut now = now;
         if let Some(domain) = &destination {
             match self.governor.destination_permit(domain, now).await {
                 Ok(Permit::Go { wait }) if wait.is_zero() => {}
                 Ok(Permit::Go { wait }) if self.now() + wait < budget.send_by => {
                     tokio::time::sleep(wait).await;
+                    // The provider's checks below are at the time the send goes.
+                    now = self.now();
                 }
                 Ok(Permit::Go { wait }) => {
                     let until = now + chrono::Duration::from_std(wait).unwrap_or_default();

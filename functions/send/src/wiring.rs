@@ -235,7 +235,7 @@ fn wire_with(
                 Arc::new(DynamoDbDestinationRates::new(dynamodb.clone(), control)),
                 RateLimit {
                     per_sec: 1.0,
-                    max_ahead: courier_core::pacing::DestinationPacing::default().hold,
+                    max_ahead: courier_core::pacing::BOOKING_HORIZON,
                     chunk: 1,
                 },
                 chrono::Duration::from_std(config.breaker_cache)

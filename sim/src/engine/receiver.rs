@@ -98,7 +98,7 @@ impl Engine<'_> {
         };
         let limit = RateLimit {
             per_sec,
-            max_ahead: rule.hold,
+            max_ahead: courier_core::pacing::BOOKING_HORIZON,
             chunk: 1,
         };
         self.calls.ddb_rate_write += 1;

@@ -194,14 +194,15 @@ impl Verdict {
     }
 
     /// Whether this is a receiving domain asking us to slow down, which lowers that domain's
-    /// pacing ([`crate::pacing`]): an SMTP reply or an SES event of class `throttled` whose rule
-    /// names a receiver's rate limit ([`RECEIVER_THROTTLE_RULES`]: Gmail's `4.7.28`, Outlook's
-    /// `4.7.650`, Yahoo's `[TSS04]`, "rate limited", ...). Not our provider's quota (SES's API
-    /// throttling, "Throttling failure: Maximum sending rate exceeded"), and not a bare
-    /// `421 4.7.0 try again later`, which says nothing of a rate.
+    /// pacing ([`crate::pacing`]): an SMTP reply (the answer to our own send) of class
+    /// `throttled` whose rule names a receiver's rate limit ([`RECEIVER_THROTTLE_RULES`]:
+    /// Gmail's `4.7.28`, Outlook's `4.7.650`, Yahoo's `[TSS04]`, "rate limited", ...). Not our
+    /// provider's quota (SES's API throttling, "Throttling failure: Maximum sending rate
+    /// exceeded"), not a bare `421 4.7.0 try again later`, which says nothing of a rate, and not
+    /// an SES event: SES queues and retries a receiver's deferrals itself, from its own IPs.
     pub fn throttles_receiver(&self) -> bool {
         self.class == ErrorClass::Throttled
-            && matches!(self.source, Source::Smtp | Source::SesEvent)
+            && self.source == Source::Smtp
             && RECEIVER_THROTTLE_RULES
                 .iter()
                 .any(|r| self.rule.rsplit('.').next() == Some(*r))
@@ -211,7 +212,8 @@ impl Verdict {
     /// health (feeds its breaker): its class does ([`ErrorClass::counts_against_provider`]),
     /// and it is not a reply naming one of the recipients (a relay refusing that recipient at
     /// `RCPT TO`, Postfix's `421 4.7.0 <a@x>: Recipient address rejected`): there the provider
-    /// answered.
+    /// answered; nor a receiving domain's throttle ([`Verdict::throttles_receiver`]): that
+    /// domain's pace answers it, and one busy domain must not stop the mail to all the others.
     pub fn counts_against_provider<'a>(
         &self,
         mut recipients: impl Iterator<Item = &'a str>,
@@ -221,7 +223,7 @@ impl Verdict {
                 .raw_text
                 .as_deref()
                 .is_some_and(|text| recipients.any(|a| crate::mailbox::names_address(text, a)));
-        self.class.counts_against_provider() && !names_recipient
+        self.class.counts_against_provider() && !names_recipient && !self.throttles_receiver()
     }
 
     /// A verdict for a local failure (no provider involved).

@@ -2480,3 +2480,33 @@ fn each_is(raws: &[&str], expected: (ErrorClass, bool, bool)) {
         );
     }
 }
+
+/// A receiving domain's throttle lowers that domain's pace and does not count against the
+/// provider's breaker (one busy domain must not stop the mail to every other); the provider's
+/// own throttling and a throttle that names no rate still do.
+#[test]
+fn a_receivers_throttle_does_not_count_against_the_provider() {
+    let none = std::iter::empty::<&str>;
+    for raw in [
+        "421 4.7.28 [1.2.3.4] Our system has detected an unusual rate of unsolicited mail originating from your IP address. To protect our users from spam, mail sent from your IP address has been temporarily rate limited.",
+        "421 4.7.0 [TSS04] Messages from 1.2.3.4 temporarily deferred due to unexpected volume or user complaints",
+        "451 4.7.650 The mail server [1.2.3.4] has been temporarily rate limited due to IP reputation.",
+    ] {
+        let v = classify_smtp(raw);
+        assert!(v.throttles_receiver(), "{raw} -> {v:?}");
+        assert!(!v.counts_against_provider(none()), "{raw} -> {v:?}");
+    }
+    let v = classify_smtp("421 4.7.0 Try again later, closing connection.");
+    assert!(
+        !v.throttles_receiver() && v.counts_against_provider(none()),
+        "{v:?}"
+    );
+    let v = classify_ses_api(&ApiFailure {
+        kind: ApiFailureKind::Service,
+        code: Some("TooManyRequestsException".into()),
+        message: Some("Maximum sending rate exceeded.".into()),
+        http_status: Some(429),
+    });
+    assert_eq!(v.class, ErrorClass::Throttled);
+    assert!(v.counts_against_provider(none()), "{v:?}");
+}

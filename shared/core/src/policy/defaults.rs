@@ -47,10 +47,16 @@ fn default_tier(short_horizon: u64, mailbox_horizon: u64) -> TierPolicy {
             ),
         ),
         (
+            // The provider's throttling (SES's rate) and a receiver's ("421 4.7.28", "[TSS04]",
+            // "451 4.7.650"): quick at first, backing off to 15 minutes while it lasts.
             Throttled,
             rule(
-                8,
-                Schedule::Delays(vec![10]),
+                40,
+                Schedule::Exponential {
+                    base: 10,
+                    factor: 2.0,
+                    cap: 15 * MINUTE,
+                },
                 Jitter::Proportional { ratio: 1.0 },
                 false,
                 short_horizon,
@@ -129,11 +135,32 @@ fn default_tier(short_horizon: u64, mailbox_horizon: u64) -> TierPolicy {
 }
 
 /// Bulk mail keeps trying a receiver's temporary refusals as RFC 5321 (4.5.4.1) asks of a
-/// sender, "at least 4-5 days": full or greylisted mailboxes (up to 12 hours apart) and an
-/// unavailable receiving system (up to 2 hours apart) until 5 days have passed.
+/// sender, "at least 4-5 days": full or greylisted mailboxes (up to 12 hours apart), an
+/// unavailable receiving system (up to 2 hours apart) and a receiver's throttling (up to 30
+/// minutes apart) until 5 days have passed, and so do the waits such an outage or backlog
+/// causes on our side (an open breaker, the send rate).
 fn bulk_tier() -> TierPolicy {
     use ErrorClass::*;
     let mut tier = default_tier(DAY, 5 * DAY);
+    tier.classes.insert(
+        Throttled,
+        rule(
+            400,
+            Schedule::Exponential {
+                base: 10,
+                factor: 2.0,
+                cap: 30 * MINUTE,
+            },
+            Jitter::Proportional { ratio: 1.0 },
+            false,
+            5 * DAY,
+        ),
+    );
+    for class in [CircuitOpen, RateLimited] {
+        if let Some(rule) = tier.classes.get_mut(&class) {
+            rule.horizon = 5 * DAY;
+        }
+    }
     tier.classes.insert(
         MailboxTemporary,
         rule(

@@ -1,4 +1,4 @@
-use super::defaults::{DAY, rule};
+use super::defaults::{DAY, HOUR, MINUTE, rule};
 use super::*;
 use crate::random::SeededRandom;
 use proptest::prelude::*;
@@ -100,10 +100,23 @@ fn soft_bounces_wait_minutes_to_hours_through_the_state_machine() {
 #[test]
 fn throttling_does_not_spend_attempts_but_is_bounded() {
     let policy = RetryPolicy::default();
-    let (delays, end) = run(&policy, Priority::Bulk, ErrorClass::Throttled, 9);
-    assert_eq!(delays.len(), 8);
-    assert!(delays.iter().all(|d| (10..=20).contains(d)));
-    assert!(matches!(end, Decision::DeadLetter { .. }));
+    // Quick at first, backing off to 15 minutes, until the transactional horizon (2 h).
+    let (delays, end) = run(&policy, Priority::Transactional, ErrorClass::Throttled, 9);
+    assert!((10..=20).contains(&delays[0]), "{delays:?}");
+    assert!(
+        delays.windows(2).take(5).all(|w| w[1] > w[0] / 2),
+        "{delays:?}"
+    );
+    assert!(delays.iter().all(|d| *d <= 30 * MINUTE), "{delays:?}");
+    let waited: u64 = delays.iter().sum();
+    assert!(
+        (HOUR..=2 * HOUR).contains(&waited),
+        "{waited} s: {delays:?}"
+    );
+    assert!(
+        matches!(&end, Decision::DeadLetter { reason, .. } if reason.contains("horizon")),
+        "{end:?}"
+    );
     let mut state = RetryState::default();
     state.record(ErrorClass::Throttled, false, 10, t0());
     assert_eq!(state.spent, 0);
@@ -402,9 +415,14 @@ fn an_unknown_verdict_with_a_permanent_signal_goes_to_review_at_once() {
 #[test]
 fn bulk_mail_keeps_trying_temporary_refusals_for_four_to_five_days() {
     let policy = RetryPolicy::default();
+    // A receiver's refusals, and the waits its outage or backlog causes on our side (an open
+    // breaker, the send rate): a provider outage must not end bulk mail after a day.
     for class in [
         ErrorClass::MailboxTemporary,
         ErrorClass::ProviderUnavailable,
+        ErrorClass::Throttled,
+        ErrorClass::CircuitOpen,
+        ErrorClass::RateLimited,
     ] {
         let (delays, end) = run(&policy, Priority::Bulk, class, 3);
         let tried_for: u64 = delays.iter().sum();
