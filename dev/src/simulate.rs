@@ -42,7 +42,8 @@ pub(crate) struct SimulateArgs {
     /// What a provider that is down answers: an SMTP reply, or `connection-refused`.
     #[arg(long)]
     outage_reply: Option<String>,
-    /// transactional (2 h / 1 day give-up horizons) or bulk (1 day / 5 days).
+    /// transactional (give-up horizons of 2 h, 1 day for full mailboxes) or bulk (5 days for a
+    /// receiver's refusals and the waits they cause, 1 day for our own faults).
     #[arg(long, default_value = "transactional")]
     priority: String,
     /// No circuit breaker at all.

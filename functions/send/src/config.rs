@@ -7,7 +7,7 @@ use std::time::Duration;
 use courier_adapters::smtp::SmtpSecurity;
 use courier_core::breaker::BreakerConfig;
 use courier_core::mailbox::AllowedSenders;
-use courier_core::policy::{PolicyError, RetryPolicy, parse_duration};
+use courier_core::policy::{PolicyError, RetryPolicy, parse_duration, parse_duration_ms};
 use courier_core::ports::Provider;
 use courier_core::rate::RateLimit;
 
@@ -108,11 +108,10 @@ fn retry_horizon(
                 value: v.to_owned(),
                 problem,
             };
-            let secs = parse_duration(v).map_err(invalid)?;
-            let horizon = Duration::from_secs(secs);
+            let horizon = parse_duration_ms(v).map_err(invalid)?;
             if horizon.is_zero() || horizon >= max_ahead {
                 return Err(invalid(format!(
-                    "must be at least 1s and below COURIER_SEND_RATE_MAX_AHEAD ({max_ahead:?}), or off"
+                    "must be above 0 (e.g. 200ms) and below COURIER_SEND_RATE_MAX_AHEAD ({max_ahead:?}), or off"
                 )));
             }
             Ok(Some(horizon))
@@ -350,11 +349,14 @@ fn rate_limits(
     lookup: &impl Fn(&str) -> Option<String>,
     providers: &[Provider],
 ) -> Result<(BTreeMap<String, RateLimit>, Option<RateLimit>, RateLimit), ConfigError> {
-    let max_ahead = duration(
-        lookup,
-        "COURIER_SEND_RATE_MAX_AHEAD",
-        RateLimit::DEFAULT_MAX_AHEAD,
-    )?;
+    let max_ahead = match lookup("COURIER_SEND_RATE_MAX_AHEAD") {
+        None => RateLimit::DEFAULT_MAX_AHEAD,
+        Some(v) => parse_duration_ms(&v).map_err(|problem| ConfigError::Invalid {
+            name: "COURIER_SEND_RATE_MAX_AHEAD",
+            value: v.clone(),
+            problem,
+        })?,
+    };
     let chunk = match lookup("COURIER_SEND_RATE_CHUNK") {
         None => RateLimit::DEFAULT_CHUNK,
         Some(v) => v.parse().map_err(|_| ConfigError::Invalid {

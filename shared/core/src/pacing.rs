@@ -58,7 +58,7 @@ pub struct DestinationRate {
 /// How far ahead a paced domain's send slots are booked: a send waits at most this long in its
 /// invocation, a later slot in the queue. Short, because an invocation held for one domain holds
 /// back the next batch, and with it every other domain's mail, where instances are few.
-pub const BOOKING_HORIZON: Duration = Duration::from_secs(1);
+pub const BOOKING_HORIZON: Duration = Duration::from_millis(100);
 
 impl Default for DestinationPacing {
     /// Floor 0.5/s, ceiling 100/s, +6/s per minute, × 0.7 on a throttle, one decrease per 5 s

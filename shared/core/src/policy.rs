@@ -216,7 +216,7 @@ impl RetryState {
 mod config;
 mod defaults;
 
-pub use config::{PolicyError, parse_duration};
+pub use config::{PolicyError, parse_duration, parse_duration_ms};
 
 impl RetryPolicy {
     pub fn tier(&self, priority: Priority) -> &TierPolicy {

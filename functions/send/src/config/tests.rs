@@ -63,23 +63,31 @@ fn defaults_and_overrides() {
 #[test]
 fn the_retry_horizon_and_the_live_settings_cache_are_read_and_checked() {
     let (config, _, _) = parse(&base()).unwrap();
-    assert_eq!(config.retry_horizon, Some(Duration::from_secs(1)));
+    assert_eq!(config.retry_horizon, Some(Duration::from_millis(200)));
     assert_eq!(config.live_settings_cache, Duration::from_secs(30));
     let mut env = base();
-    env.insert("COURIER_RETRY_HORIZON", "2s".into());
+    env.insert("COURIER_RETRY_HORIZON", "500ms".into());
     env.insert("COURIER_LIVE_SETTINGS_CACHE", "5s".into());
     let (config, _, _) = parse(&env).unwrap();
-    assert_eq!(config.retry_horizon, Some(Duration::from_secs(2)));
+    assert_eq!(config.retry_horizon, Some(Duration::from_millis(500)));
+    env.insert("COURIER_SEND_RATE_MAX_AHEAD", "5s".into());
+    env.insert("COURIER_RETRY_HORIZON", "2s".into());
+    assert_eq!(
+        parse(&env).unwrap().0.retry_horizon,
+        Some(Duration::from_secs(2))
+    );
     assert_eq!(config.live_settings_cache, Duration::from_secs(5));
     env.insert("COURIER_RETRY_HORIZON", "off".into());
     assert_eq!(parse(&env).unwrap().0.retry_horizon, None);
-    // Unset with a 1 s booking horizon: fresh mail would have no room beyond retries, no lane.
+    // Unset with a 200 ms booking horizon: fresh mail would have no room beyond retries, no lane.
     let mut env = base();
-    env.insert("COURIER_SEND_RATE_MAX_AHEAD", "1s".into());
+    env.insert("COURIER_SEND_RATE_MAX_AHEAD", "200ms".into());
     assert_eq!(parse(&env).unwrap().0.retry_horizon, None);
     for (name, value) in [
-        ("COURIER_RETRY_HORIZON", "5s"),
+        ("COURIER_RETRY_HORIZON", "1s"),
         ("COURIER_RETRY_HORIZON", "0"),
+        ("COURIER_RETRY_HORIZON", "0ms"),
+        ("COURIER_SEND_RATE_MAX_AHEAD", "1.5s"),
         ("COURIER_RETRY_HORIZON", "soon"),
         ("COURIER_LIVE_SETTINGS_CACHE", "2h"),
         ("COURIER_LIVE_SETTINGS_CACHE", "soon"),

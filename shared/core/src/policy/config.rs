@@ -169,6 +169,17 @@ impl RetryPolicy {
     }
 }
 
+/// A duration of [`parse_duration`]'s forms, or milliseconds (`250ms`): the send-rate horizons.
+pub fn parse_duration_ms(text: &str) -> Result<std::time::Duration, String> {
+    match text.trim().strip_suffix("ms") {
+        Some(ms) if !ms.is_empty() && ms.bytes().all(|b| b.is_ascii_digit()) => ms
+            .parse()
+            .map(std::time::Duration::from_millis)
+            .map_err(|_| format!("duration {text:?} is too large")),
+        _ => parse_duration(text).map(std::time::Duration::from_secs),
+    }
+}
+
 /// Durations in the policy file: a number of seconds, or a string like `90s`, `15m`, `6h`, `5d`.
 pub fn parse_duration(text: &str) -> Result<u64, String> {
     let t = text.trim();

@@ -48,14 +48,16 @@ fn default_tier(short_horizon: u64, mailbox_horizon: u64) -> TierPolicy {
         ),
         (
             // The provider's throttling (SES's rate) and a receiver's ("421 4.7.28", "[TSS04]",
-            // "451 4.7.650"): quick at first, backing off to 15 minutes while it lasts.
+            // "451 4.7.650"): quick at first, backing off to 7.5-15 minutes while it lasts (the
+            // jitter at most doubles a delay: it stays within SQS's 15-minute delay, without
+            // the state machine).
             Throttled,
             rule(
                 40,
                 Schedule::Exponential {
                     base: 10,
                     factor: 2.0,
-                    cap: 15 * MINUTE,
+                    cap: 15 * MINUTE / 2,
                 },
                 Jitter::Proportional { ratio: 1.0 },
                 false,
@@ -136,30 +138,31 @@ fn default_tier(short_horizon: u64, mailbox_horizon: u64) -> TierPolicy {
 
 /// Bulk mail keeps trying a receiver's temporary refusals as RFC 5321 (4.5.4.1) asks of a
 /// sender, "at least 4-5 days": full or greylisted mailboxes (up to 12 hours apart), an
-/// unavailable receiving system (up to 2 hours apart) and a receiver's throttling (up to 30
+/// unavailable receiving system (up to 2 hours apart) and a receiver's throttling (up to 15
 /// minutes apart) until 5 days have passed, and so do the waits such an outage or backlog
 /// causes on our side (an open breaker, the send rate).
 fn bulk_tier() -> TierPolicy {
     use ErrorClass::*;
     let mut tier = default_tier(DAY, 5 * DAY);
-    tier.classes.insert(
-        Throttled,
-        rule(
-            400,
-            Schedule::Exponential {
-                base: 10,
-                factor: 2.0,
-                cap: 30 * MINUTE,
-            },
-            Jitter::Proportional { ratio: 1.0 },
-            false,
-            5 * DAY,
-        ),
-    );
+    if let Some(rule) = tier.classes.get_mut(&Throttled) {
+        rule.retries = 2000;
+        rule.horizon = 5 * DAY;
+    }
     for class in [CircuitOpen, RateLimited] {
         if let Some(rule) = tier.classes.get_mut(&class) {
             rule.horizon = 5 * DAY;
         }
+    }
+    // A waiting job is received again at each wait: over days of an outage, every 7.5 to 15
+    // minutes (a bulk job goes at most 15 minutes after the breaker closes), not every 2.5 to
+    // 5. No longer: a wait past SQS's 15-minute delay goes through the state machine, whose
+    // transitions cost more than the receives they save.
+    if let Some(rule) = tier.classes.get_mut(&CircuitOpen) {
+        rule.schedule = Schedule::Exponential {
+            base: 30,
+            factor: 1.5,
+            cap: 15 * MINUTE,
+        };
     }
     tier.classes.insert(
         MailboxTemporary,
