@@ -225,9 +225,48 @@ fn a_throttling_receiver_is_paced_near_its_rate_and_other_domains_are_not_delaye
     // AND the other domains' mail goes as if nothing happened
     assert!(p.others_p50_secs < 1.0, "{both}");
     assert_eq!(paced.dead_lettered, 0, "{both}");
-    // AND unpaced, the domain answers far more throttle replies, and others' mail suffers
+    // AND unpaced, the domain answers far more throttle replies (which no longer open the
+    // provider's breaker for every domain: a receiver's throttle does not count against it)
     assert!(u.throttled > 10 * p.throttled.max(1), "{both}");
-    assert!(u.others_p50_secs > p.others_p50_secs, "{both}");
+    assert_eq!(unpaced.dead_lettered, 0, "{both}");
+}
+
+/// Where instances are few (the template's `SendConcurrency` of 20), a send waits for its slot
+/// at most a fraction of a second in its invocation: a batch ends with its slowest record, and
+/// the 5 s waits of before held the drain, and every domain's mail, below the quota.
+#[test]
+fn with_few_instances_a_paced_domain_or_a_retry_storm_holds_no_other_mail_back() {
+    let mut sc = Scenario::preset("receiver-throttle").unwrap();
+    sc.jobs = 30_000;
+    sc.arrival_secs = 10 * 60;
+    sc.lambda.max_concurrency = 20;
+    if let Some(r) = sc.receiver.as_mut() {
+        r.accept_per_sec = 10.0;
+    }
+    let paced = run(&sc).unwrap();
+    let p = paced.receiver.clone().unwrap();
+    let shown = table(std::slice::from_ref(&paced));
+    assert_eq!((p.sent, p.dead_lettered), (12_000, 0), "{shown}");
+    assert!(p.others_p50_secs < 1.0, "{shown}");
+    let mut sc = Scenario::preset("outage-30m").unwrap();
+    sc.jobs = 100_000;
+    sc.arrival_secs = 30 * 60;
+    sc.faults[0].start_secs = 5 * 60;
+    sc.faults[0].duration_secs = 10 * 60;
+    sc.provider.quota_per_sec = 100.0;
+    sc.send_rate = Some(Scenario::send_rate_of(100.0));
+    sc.lambda.max_concurrency = 20;
+    let storm = run(&sc).unwrap();
+    let shown = table(std::slice::from_ref(&storm));
+    assert_eq!((storm.sent, storm.dead_lettered), (100_000, 0), "{shown}");
+    assert!(
+        storm.fresh_after_recovery_p50_secs.unwrap() < 2.0,
+        "{shown}"
+    );
+    assert!(
+        storm.fresh_after_recovery_p99_secs.unwrap() < 10.0,
+        "{shown}"
+    );
 }
 
 /// A retry storm: 100,000 jobs over 30 minutes (56/s), a 10-minute outage from minute 5, a 100/s
@@ -241,7 +280,7 @@ fn retry_storm(lane: bool) -> Report {
     sc.provider.quota_per_sec = 100.0;
     sc.send_rate = Some(Scenario::send_rate_of(100.0));
     sc.lambda.max_concurrency = 50;
-    sc.retry_horizon = lane.then_some(std::time::Duration::from_secs(1));
+    sc.retry_horizon = lane.then_some(courier_core::rate::RateLimit::DEFAULT_RETRY_HORIZON);
     run(&sc).unwrap()
 }
 
@@ -257,8 +296,8 @@ fn with_the_retry_lane_fresh_mail_is_not_held_back_by_a_retry_storm() {
     };
     // THEN fresh mail arriving during the drain goes out within seconds with the lane, its
     // tail too, and waits minutes behind the backlog without it
-    assert!(fresh(&on).0 < 5.0 && fresh(&on).1 < 10.0, "{both}");
-    assert!(fresh(&off).0 > 30.0 * fresh(&on).0, "{both}");
+    assert!(fresh(&on).0 < 2.0 && fresh(&on).1 < 10.0, "{both}");
+    assert!(fresh(&off).0 > 10.0 * fresh(&on).0, "{both}");
     assert!(fresh(&off).1 > 30.0 * fresh(&on).1, "{both}");
     // AND nothing is lost and the quota is kept; all mail is out at most 10% later (the
     // backlog goes last)
