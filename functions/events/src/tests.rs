@@ -850,6 +850,8 @@ fn settings_name_the_variable_that_is_wrong() {
         ("COURIER_RETRY_POLICY_JSON", "{"),
         ("COURIER_ARCHIVE_RETENTION_DAYS", "0"),
         ("COURIER_ARCHIVE_RETENTION_DAYS", "a year"),
+        ("COURIER_LIVE_SETTINGS_CACHE", "30d"),
+        ("COURIER_LIVE_SETTINGS_CACHE", "0s"),
     ] {
         match Settings::from_lookup(with(key, value)) {
             Err(SettingsError::Invalid { name, .. }) => assert_eq!(name, key),

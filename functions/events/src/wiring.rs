@@ -137,6 +137,18 @@ impl Settings {
                         message,
                     })?,
             };
+        // The send function's range for the same variable (1 s to 1 h).
+        let live_settings_cache =
+            duration("COURIER_LIVE_SETTINGS_CACHE", chrono::Duration::seconds(30))?;
+        if live_settings_cache > chrono::Duration::hours(1) {
+            return Err(SettingsError::Invalid {
+                name: "COURIER_LIVE_SETTINGS_CACHE",
+                message: format!(
+                    "{:?} is not between 1s and 1h",
+                    lookup("COURIER_LIVE_SETTINGS_CACHE").unwrap_or_default()
+                ),
+            });
+        }
         Ok(Settings {
             admission,
             archive_retention_days,
@@ -150,10 +162,7 @@ impl Settings {
             letter_index_table: required("COURIER_LETTER_INDEX_TABLE")?,
             outcome_bus: lookup("COURIER_OUTCOME_BUS").filter(|v| !v.is_empty()),
             policy,
-            live_settings_cache: duration(
-                "COURIER_LIVE_SETTINGS_CACHE",
-                chrono::Duration::seconds(30),
-            )?,
+            live_settings_cache,
             soft_suppression: duration(
                 "COURIER_SOFT_SUPPRESSION_PERIOD",
                 chrono::Duration::days(DEFAULT_SOFT_SUPPRESSION_DAYS),

@@ -425,11 +425,24 @@ fn rate_limits(
             limits.insert(provider.as_str().to_owned(), limit);
         }
     }
+    // Checked even when no rate uses it: a live settings document's rates take this shape.
     let shape = RateLimit {
         per_sec: 1.0,
         max_ahead,
         chunk,
-    };
+    }
+    .validated()
+    .map_err(|e| {
+        let name = match e {
+            courier_core::rate::RateLimitError::Chunk(_) => "COURIER_SEND_RATE_CHUNK",
+            _ => "COURIER_SEND_RATE_MAX_AHEAD",
+        };
+        ConfigError::Invalid {
+            name,
+            value: lookup(name).unwrap_or_default(),
+            problem: e.to_string(),
+        }
+    })?;
     Ok((limits, quota_pacing, shape))
 }
 

@@ -217,19 +217,21 @@ impl LiveDocument {
         }
         let destination_pacing = match &self.destination_pacing {
             None => baseline.destination_pacing,
-            Some(p) if p.enabled == Some(false) => None,
             Some(p) => {
+                // The fields it names, over the deployment's rule (or the default one), are
+                // checked whether or not pacing is on; `enabled` unnamed keeps it as deployed.
                 let base = baseline.destination_pacing.unwrap_or_default();
-                Some(
-                    DestinationPacing {
-                        floor_per_sec: p.floor_per_sec.unwrap_or(base.floor_per_sec),
-                        ceiling_per_sec: p.ceiling_per_sec.unwrap_or(base.ceiling_per_sec),
-                        increase_per_min: p.increase_per_min.unwrap_or(base.increase_per_min),
-                        decrease: p.decrease.unwrap_or(base.decrease),
-                        hold: base.hold,
-                    }
-                    .validated()?,
-                )
+                let rule = DestinationPacing {
+                    floor_per_sec: p.floor_per_sec.unwrap_or(base.floor_per_sec),
+                    ceiling_per_sec: p.ceiling_per_sec.unwrap_or(base.ceiling_per_sec),
+                    increase_per_min: p.increase_per_min.unwrap_or(base.increase_per_min),
+                    decrease: p.decrease.unwrap_or(base.decrease),
+                    hold: base.hold,
+                }
+                .validated()?;
+                p.enabled
+                    .unwrap_or(baseline.destination_pacing.is_some())
+                    .then_some(rule)
             }
         };
         let policy = match &self.retry_policy {
@@ -305,6 +307,45 @@ mod tests {
                 .destination_pacing,
             None
         );
+    }
+
+    #[test]
+    fn naming_a_pacing_field_keeps_pacing_as_deployed_and_is_checked_either_way() {
+        let off = Baseline {
+            destination_pacing: None,
+            ..baseline()
+        };
+        let pacing =
+            |doc: &str, base: &Baseline| effective(doc, base).map(|e| e.destination_pacing);
+        // Off as deployed: a field alone does not turn it on; `enabled: true` does.
+        assert_eq!(
+            pacing(r#"{"destination_pacing": {"decrease": 0.5}}"#, &off).unwrap(),
+            None
+        );
+        let on = pacing(
+            r#"{"destination_pacing": {"enabled": true, "decrease": 0.5}}"#,
+            &off,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(on.decrease, 0.5);
+        // On as deployed: the field changes the rule.
+        assert_eq!(
+            pacing(r#"{"destination_pacing": {"decrease": 0.5}}"#, &baseline())
+                .unwrap()
+                .map(|p| p.decrease),
+            Some(0.5)
+        );
+        // A bad field is refused even where pacing stays off.
+        for base in [&off, &baseline()] {
+            assert!(
+                pacing(
+                    r#"{"destination_pacing": {"enabled": false, "decrease": 7}}"#,
+                    base
+                )
+                .is_err()
+            );
+        }
     }
 
     #[test]

@@ -841,7 +841,8 @@ pub struct LiveRecord {
     pub version: u64,
     /// When it was written (`None`: an item written by hand without it).
     pub updated_at: Option<DateTime<Utc>>,
-    /// Who wrote it (the caller's AWS identity or user name, as `courierctl` knows it).
+    /// Who wrote it, as `courierctl policy set --operator` named them (by default `$USER`): a
+    /// name for the operators, not an authenticated identity (CloudTrail records the caller).
     pub updated_by: String,
 }
 

@@ -140,8 +140,14 @@ fn send_rate_limits_per_provider() {
     assert!(parse(&env).unwrap().0.ses_quota_pacing.is_none());
     env.insert("COURIER_SEND_RATE_CHUNK", "0".into());
     assert!(
-        parse(&env).is_ok(),
-        "the chunk only matters to a paced provider"
+        matches!(
+            parse(&env),
+            Err(ConfigError::Invalid {
+                name: "COURIER_SEND_RATE_CHUNK",
+                ..
+            })
+        ),
+        "checked unpaced too: a live settings document's rates take its shape"
     );
     let mut env = base();
     env.insert("COURIER_SEND_RATE_CHUNK", "0".into());
