@@ -370,6 +370,7 @@ impl StatusStore for MemoryStatusStore {
             return Ok(false);
         };
         if !rec.recipients.is_empty()
+            || !courier_core::recipients::FILLABLE.contains(&rec.status)
             || rec.attempt != fill.attempt
             || rec.provider_message_id.as_deref() != Some(fill.provider_message_id.as_str())
         {
