@@ -108,7 +108,7 @@ enum Command {
     /// The live settings: breaker thresholds, send rates, per-destination pacing and the retry
     /// policy, changed without a redeploy (docs/live-settings.md). Reads COURIER_CONTROL_TABLE.
     ///
-    /// Example: courierctl policy set settings.json
+    /// Example: courierctl policy set settings.json --expect-version 3
     Policy {
         #[command(subcommand)]
         command: policy_cmd::PolicyCommand,

@@ -14,7 +14,8 @@ use crate::settings::{Setting, Settings};
 pub(crate) enum PolicyCommand {
     /// The stored document, its version, who stored it and whether it validates.
     Show {
-        /// Only the stored document, as stored (to edit, or to keep and set again later).
+        /// Only the stored document, as stored (`{}` when none is), to edit or to keep and set
+        /// again later; its version goes to stderr (`version N`).
         #[arg(long)]
         document: bool,
     },
@@ -79,10 +80,16 @@ pub(crate) fn run(command: PolicyCommand, settings: &Settings, out: &mut dyn Wri
                 PolicyCommand::Validate { .. } => Ok(0),
                 PolicyCommand::Show { document } => {
                     let record = store.get().await.map_err(|e| failed(e.to_string()))?;
+                    // --document: the document alone on stdout (`{}` when none is stored), its
+                    // version on stderr, for `set --expect-version`.
                     let text = match (&record, document) {
-                        (Some(r), true) => format!("{}\n", r.document),
+                        (Some(r), true) => {
+                            eprintln!("version {}", r.version);
+                            format!("{}\n", r.document)
+                        }
                         (None, true) => {
-                            return Err(failed("no live settings are stored".to_owned()));
+                            eprintln!("version 0 (none stored)");
+                            "{}\n".to_owned()
                         }
                         (_, false) => policy::describe(record.as_ref()),
                     };

@@ -112,7 +112,7 @@ pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
         .collect(),
         "bulkhead" => [
             base.retry_horizon
-                .or(Some(std::time::Duration::from_secs(1))),
+                .or(Some(courier_core::rate::RateLimit::DEFAULT_RETRY_HORIZON)),
             None,
         ]
         .into_iter()

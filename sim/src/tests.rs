@@ -248,15 +248,7 @@ fn with_few_instances_a_paced_domain_or_a_retry_storm_holds_no_other_mail_back()
     let shown = table(std::slice::from_ref(&paced));
     assert_eq!((p.sent, p.dead_lettered), (12_000, 0), "{shown}");
     assert!(p.others_p50_secs < 1.0, "{shown}");
-    let mut sc = Scenario::preset("outage-30m").unwrap();
-    sc.jobs = 100_000;
-    sc.arrival_secs = 30 * 60;
-    sc.faults[0].start_secs = 5 * 60;
-    sc.faults[0].duration_secs = 10 * 60;
-    sc.provider.quota_per_sec = 100.0;
-    sc.send_rate = Some(Scenario::send_rate_of(100.0));
-    sc.lambda.max_concurrency = 20;
-    let storm = run(&sc).unwrap();
+    let storm = retry_storm(true, 20);
     let shown = table(std::slice::from_ref(&storm));
     assert_eq!((storm.sent, storm.dead_lettered), (100_000, 0), "{shown}");
     assert!(
@@ -271,7 +263,7 @@ fn with_few_instances_a_paced_domain_or_a_retry_storm_holds_no_other_mail_back()
 
 /// A retry storm: 100,000 jobs over 30 minutes (56/s), a 10-minute outage from minute 5, a 100/s
 /// quota: after recovery the backlog's retries and fresh mail meet on one schedule.
-fn retry_storm(lane: bool) -> Report {
+fn retry_storm(lane: bool, instances: u32) -> Report {
     let mut sc = Scenario::preset("outage-30m").unwrap();
     sc.jobs = 100_000;
     sc.arrival_secs = 30 * 60;
@@ -279,14 +271,14 @@ fn retry_storm(lane: bool) -> Report {
     sc.faults[0].duration_secs = 10 * 60;
     sc.provider.quota_per_sec = 100.0;
     sc.send_rate = Some(Scenario::send_rate_of(100.0));
-    sc.lambda.max_concurrency = 50;
+    sc.lambda.max_concurrency = instances;
     sc.retry_horizon = lane.then_some(courier_core::rate::RateLimit::DEFAULT_RETRY_HORIZON);
     run(&sc).unwrap()
 }
 
 #[test]
 fn with_the_retry_lane_fresh_mail_is_not_held_back_by_a_retry_storm() {
-    let (on, off) = (retry_storm(true), retry_storm(false));
+    let (on, off) = (retry_storm(true, 50), retry_storm(false, 50));
     let both = table(&[on.clone(), off.clone()]);
     let fresh = |r: &Report| {
         (

@@ -1125,6 +1125,11 @@ async fn policy_commands_validate_set_and_show_the_live_settings() {
     assert!(v.stderr.contains("breaker.failure_ratio"), "{}", v.stderr);
     assert!(store.get().await.unwrap().is_none());
     ctl(&["policy", "show"]).expect(0, "policy show (none)");
+    let none = ctl(&["policy", "show", "--document"]).expect(0, "policy show --document (none)");
+    assert_eq!(
+        (none.stdout.trim(), none.stderr.trim()),
+        ("{}", "version 0 (none stored)")
+    );
     // set: version 1, then an invalid one is refused and version 1 stays
     ctl(&["policy", "set", good]).expect(2, "policy set (from no version)");
     ctl(&["policy", "set", good, "--expect-version", "0"]).expect(0, "policy set (good)");
@@ -1157,9 +1162,12 @@ async fn policy_commands_validate_set_and_show_the_live_settings() {
     // show --document prints the document alone, ready to be set again
     let kept = ctl(&["policy", "show", "--document"]).expect(0, "policy show --document");
     assert_eq!(kept.stdout.trim(), r#"{"breaker": {"min_calls": 5}}"#);
+    assert_eq!(kept.stderr.trim(), "version 2");
     assert_eq!(store.get().await.unwrap().unwrap().version, 2);
     // a file that cannot be read, and no control table: usage errors
-    ctl(&["policy", "set", "/nonexistent/policy.json"]).expect(2, "policy set (no file)");
+    let unread = ctl(&["policy", "set", "/nonexistent/policy.json", "--force"])
+        .expect(2, "policy set (no file)");
+    assert!(unread.stderr.contains("invalid file"), "{}", unread.stderr);
     courierctl_with(&without(&env, "COURIER_CONTROL_TABLE"), &["policy", "show"])
         .expect(2, "policy show (no table)");
 }

@@ -2356,7 +2356,7 @@ async fn live_settings_memory_and_dynamodb() {
         put.send()
     };
     // An item written by hand without a version, or with it as a string, is an error naming it.
-    for version in [None, Some(S("3".into()))] {
+    for version in [None, Some(S("3".into())), Some(N("0".into()))] {
         by_hand(version).await.unwrap();
         let e = store.get().await.unwrap_err();
         assert!(e.to_string().contains("has no version number (N)"), "{e}");

@@ -91,7 +91,7 @@ impl Default for SendConfig {
     }
 }
 
-/// `COURIER_RETRY_HORIZON`: a duration of at least 1 s below `max_ahead` (the fresh mail's
+/// `COURIER_RETRY_HORIZON`: a duration above 0 and below `max_ahead` (the fresh mail's
 /// horizon), or `off`; unset, [`RateLimit::DEFAULT_RETRY_HORIZON`] (no lane when `max_ahead`
 /// leaves fresh mail no room beyond it).
 fn retry_horizon(
@@ -365,66 +365,6 @@ fn rate_limits(
             problem: "must be a whole number of slots".into(),
         })?,
     };
-    let mut limits = BTreeMap::new();
-    let mut quota_pacing = None;
-    for (provider, name) in [
-        (Provider::Ses, "COURIER_SEND_RATE_SES"),
-        (Provider::Smtp, "COURIER_SEND_RATE_SMTP"),
-    ] {
-        let configured = lookup(name).filter(|v| !v.trim().is_empty());
-        let Some(v) = configured else {
-            if provider == Provider::Ses && providers.contains(&provider) {
-                let shape = RateLimit {
-                    per_sec: 1.0,
-                    max_ahead,
-                    chunk,
-                }
-                .validated()
-                .map_err(|e| {
-                    let name = match e {
-                        courier_core::rate::RateLimitError::Chunk(_) => "COURIER_SEND_RATE_CHUNK",
-                        _ => "COURIER_SEND_RATE_MAX_AHEAD",
-                    };
-                    ConfigError::Invalid {
-                        name,
-                        value: lookup(name).unwrap_or_default(),
-                        problem: e.to_string(),
-                    }
-                })?;
-                quota_pacing = Some(shape);
-            }
-            continue;
-        };
-        if matches!(v.trim(), "off" | "0") {
-            continue;
-        }
-        let per_sec: f64 = v.trim().parse().map_err(|_| ConfigError::Invalid {
-            name,
-            value: v.clone(),
-            problem: "must be a number of calls per second".into(),
-        })?;
-        let limit = RateLimit {
-            per_sec,
-            max_ahead,
-            chunk,
-        }
-        .validated()
-        .map_err(|e| {
-            let name = match e {
-                courier_core::rate::RateLimitError::Rate(_) => name,
-                courier_core::rate::RateLimitError::Chunk(_) => "COURIER_SEND_RATE_CHUNK",
-                courier_core::rate::RateLimitError::Ahead(_) => "COURIER_SEND_RATE_MAX_AHEAD",
-            };
-            ConfigError::Invalid {
-                name,
-                value: lookup(name).unwrap_or_default(),
-                problem: e.to_string(),
-            }
-        })?;
-        if providers.contains(&provider) {
-            limits.insert(provider.as_str().to_owned(), limit);
-        }
-    }
     // Checked even when no rate uses it: a live settings document's rates take this shape.
     let shape = RateLimit {
         per_sec: 1.0,
@@ -443,6 +383,40 @@ fn rate_limits(
             problem: e.to_string(),
         }
     })?;
+    let mut limits = BTreeMap::new();
+    let mut quota_pacing = None;
+    for (provider, name) in [
+        (Provider::Ses, "COURIER_SEND_RATE_SES"),
+        (Provider::Smtp, "COURIER_SEND_RATE_SMTP"),
+    ] {
+        let configured = lookup(name).filter(|v| !v.trim().is_empty());
+        let Some(v) = configured else {
+            if provider == Provider::Ses && providers.contains(&provider) {
+                quota_pacing = Some(shape);
+            }
+            continue;
+        };
+        if matches!(v.trim(), "off" | "0") {
+            continue;
+        }
+        let per_sec: f64 = v.trim().parse().map_err(|_| ConfigError::Invalid {
+            name,
+            value: v.clone(),
+            problem: "must be a number of calls per second".into(),
+        })?;
+        // The shape is valid (above): only the rate can be wrong here.
+        let limit =
+            RateLimit { per_sec, ..shape }
+                .validated()
+                .map_err(|e| ConfigError::Invalid {
+                    name,
+                    value: v.clone(),
+                    problem: e.to_string(),
+                })?;
+        if providers.contains(&provider) {
+            limits.insert(provider.as_str().to_owned(), limit);
+        }
+    }
     Ok((limits, quota_pacing, shape))
 }
 

@@ -303,7 +303,12 @@ impl Governor {
         if let Some(slot) = allowance.take(now_us, spacing) {
             return Ok(go(slot));
         }
-        let chunk = limit.chunk.min(wanted.max(1));
+        // No more slots than fit in the horizon: at a low rate (SES's sandbox 1/s) a chunk of 10
+        // would have the batch's last record wait 9 s in the invocation.
+        let within = u32::try_from(limit.max_ahead_us() / spacing.max(1))
+            .unwrap_or(u32::MAX)
+            .max(1);
+        let chunk = limit.chunk.min(wanted.max(1)).min(within);
         let cost = spacing.saturating_mul(i64::from(chunk));
         match self
             .schedule
@@ -400,6 +405,28 @@ mod tests {
         let open = governor(schedule, 10.0, 1);
         assert_eq!(open.retry_permit("ses", t(0), 1).await.unwrap(), go(600));
         assert_eq!(g.retry_permit("smtp", t(0), 1).await.unwrap(), go(0));
+    }
+
+    #[tokio::test]
+    async fn at_a_low_rate_a_chunk_books_no_further_than_the_horizon() {
+        // GIVEN 1 call/s (SES's sandbox), chunks of 10, horizon 1 s, a batch of 10 records
+        let schedule = Arc::new(MemorySendSchedule::default());
+        let g = governor(schedule.clone(), 1.0, 10);
+        // THEN the first goes now, the next waits its 1 s slot, the third is refused (it would
+        // wait 2 s in the invocation), not handed a slot 9 s away
+        let go = |ms| Permit::Go {
+            wait: Duration::from_millis(ms),
+        };
+        assert_eq!(g.permit("ses", t(0), 10).await.unwrap(), go(0));
+        assert_eq!(g.permit("ses", t(0), 9).await.unwrap(), go(1000));
+        assert!(matches!(
+            g.permit("ses", t(0), 8).await.unwrap(),
+            Permit::Refused { .. }
+        ));
+        assert_eq!(
+            schedule.tats.lock().unwrap()["ses"],
+            t(2_000_000).timestamp_micros()
+        );
     }
 
     #[tokio::test]

@@ -2347,8 +2347,9 @@ async fn a_new_error_code_that_classifies_as_unknown_is_counted_once() {
     assert_eq!(second.metrics.counts.get("NewUnknownErrorCode"), None);
 }
 
-/// A governor limiting `ses` to 10 calls/s (horizon 5 s, chunks of 10) on `schedule`, whose
-/// next free slot is `booked_from` (None: unused).
+/// A governor limiting `ses` to 10 calls/s (horizon 5 s, not the default 1 s, so a slot can be
+/// later than a lease allows; chunks of 10) on `schedule`, whose next free slot is `booked_from`
+/// (None: unused).
 fn ses_governor(
     schedule: &Arc<MemorySendSchedule>,
     booked_from: Option<DateTime<Utc>>,
@@ -2364,7 +2365,11 @@ fn ses_governor(
         schedule.clone(),
         std::collections::BTreeMap::from([(
             "ses".to_owned(),
-            courier_core::rate::RateLimit::per_second(10.0).unwrap(),
+            courier_core::rate::RateLimit {
+                per_sec: 10.0,
+                max_ahead: std::time::Duration::from_secs(5),
+                chunk: 10,
+            },
         )]),
     )
 }
@@ -2522,6 +2527,11 @@ async fn a_slot_later_than_the_lease_allows_defers_the_job() {
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
     assert_eq!(w.mailer.sent_count(), 0);
     assert_eq!(report.metrics.counts.get("Retried_rate_limited"), Some(&1));
+    // AND it was the lease, not a refused booking: the slot was booked (the schedule moved on)
+    assert!(
+        schedule.tats.lock().unwrap()["ses"]
+            > (t0() + chrono::Duration::seconds(4)).timestamp_micros()
+    );
 }
 
 #[tokio::test]

@@ -270,10 +270,6 @@ pub fn refuse(list: &mut [Recipient], refused: &[(String, String)]) -> Vec<(Stri
     notes
 }
 
-/// The recipients of a send recorded without them (SES's Send event recorded it, the send
-/// function gone before its own status write), for [`crate::ports::StatusStore::fill_recipients`]:
-/// written only where the record has no list, at generation `attempt`, whose recorded send is
-/// `provider_message_id` and still open ([`FILLABLE`]).
 /// The statuses of a send whose recipients' outcomes are still to come: a list is filled only
 /// on these (a finished job keeps the status its send ended with, without a list to match).
 pub const FILLABLE: [Status; 3] = [
@@ -282,6 +278,10 @@ pub const FILLABLE: [Status; 3] = [
     Status::BouncedTransient,
 ];
 
+/// The recipients of a send recorded without them (SES's Send event recorded it, the send
+/// function gone before its own status write), for [`crate::ports::StatusStore::fill_recipients`]:
+/// written only where the record has no list, at generation `attempt`, whose recorded send is
+/// `provider_message_id` and still open ([`FILLABLE`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RecipientFill {
     pub attempt: u32,

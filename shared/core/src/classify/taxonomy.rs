@@ -151,6 +151,12 @@ pub enum Source {
     Local,
 }
 
+/// The rules among [`RECEIVER_THROTTLE_RULES`] that name a receiving domain's own throttle
+/// (its code, or Gmail's "unusual rate of unsolicited mail"), not a generic limit ("too many
+/// connections") that a relay may answer for itself: these do not count against the provider's
+/// breaker ([`Verdict::counts_against_provider`]).
+pub const RECEIVER_OWN_THROTTLE_RULES: [&str; 2] = ["provider-code-throttled", "unsolicited-rate"];
+
 /// The reply-text rules that name a receiving domain's rate limit (see
 /// [`Verdict::throttles_receiver`]).
 pub const RECEIVER_THROTTLE_RULES: [&str; 3] = [
@@ -212,8 +218,9 @@ impl Verdict {
     /// health (feeds its breaker): its class does ([`ErrorClass::counts_against_provider`]),
     /// and it is not a reply naming one of the recipients (a relay refusing that recipient at
     /// `RCPT TO`, Postfix's `421 4.7.0 <a@x>: Recipient address rejected`): there the provider
-    /// answered; nor a receiving domain's throttle ([`Verdict::throttles_receiver`]): that
-    /// domain's pace answers it, and one busy domain must not stop the mail to all the others.
+    /// answered; nor a receiving domain's own throttle code ([`RECEIVER_OWN_THROTTLE_RULES`]):
+    /// that domain's pace answers it, and one busy domain must not stop the mail to all the
+    /// others (a generic "too many connections" may be the relay's own limit: it counts).
     pub fn counts_against_provider<'a>(
         &self,
         mut recipients: impl Iterator<Item = &'a str>,
@@ -223,7 +230,11 @@ impl Verdict {
                 .raw_text
                 .as_deref()
                 .is_some_and(|text| recipients.any(|a| crate::mailbox::names_address(text, a)));
-        self.class.counts_against_provider() && !names_recipient && !self.throttles_receiver()
+        let receivers_own = self.throttles_receiver()
+            && RECEIVER_OWN_THROTTLE_RULES
+                .iter()
+                .any(|r| self.rule.rsplit('.').next() == Some(*r));
+        self.class.counts_against_provider() && !names_recipient && !receivers_own
     }
 
     /// A verdict for a local failure (no provider involved).

@@ -2481,9 +2481,10 @@ fn each_is(raws: &[&str], expected: (ErrorClass, bool, bool)) {
     }
 }
 
-/// A receiving domain's throttle lowers that domain's pace and does not count against the
-/// provider's breaker (one busy domain must not stop the mail to every other); the provider's
-/// own throttling and a throttle that names no rate still do.
+/// A receiving domain's own throttle code lowers that domain's pace and does not count against
+/// the provider's breaker (one busy domain must not stop the mail to every other); the
+/// provider's own throttling, a generic limit a relay may answer for itself, and a throttle
+/// that names no rate still do.
 #[test]
 fn a_receivers_throttle_does_not_count_against_the_provider() {
     let none = std::iter::empty::<&str>;
@@ -2499,6 +2500,11 @@ fn a_receivers_throttle_does_not_count_against_the_provider() {
     let v = classify_smtp("421 4.7.0 Try again later, closing connection.");
     assert!(
         !v.throttles_receiver() && v.counts_against_provider(none()),
+        "{v:?}"
+    );
+    let v = classify_smtp("421 4.7.0 Too many connections from your host");
+    assert!(
+        v.throttles_receiver() && v.counts_against_provider(none()),
         "{v:?}"
     );
     let v = classify_ses_api(&ApiFailure {

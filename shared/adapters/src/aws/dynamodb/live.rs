@@ -55,6 +55,7 @@ impl LiveSettingsStore for DynamoDbLiveSettings {
                 .ok_or_else(|| malformed("document", "string (S)"))?,
             version: get_n(&item, "version")
                 .and_then(|v| u64::try_from(v).ok())
+                .filter(|v| *v >= 1)
                 .ok_or_else(|| malformed("version", "number (N) of 1 or more"))?,
             updated_at: get_n(&item, "updated_at").and_then(DateTime::from_timestamp_millis),
             updated_by: get_s(&item, "updated_by").unwrap_or_default(),
