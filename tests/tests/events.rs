@@ -203,14 +203,26 @@ async fn delivery_and_bounce_events_reach_the_status_and_suppression_tables() {
 
 /// The send function on `stack` with the short soft-bounce policy.
 fn soft_pipeline(stack: &Stack) -> Arc<courier_send::Pipeline> {
-    Arc::new(
-        wiring::wire(
-            &Clients::new(&stack.sdk),
-            SendConfig::default(),
-            &stack.resources,
-            RetryPolicy::from_json(SOFT_POLICY).unwrap(),
-        )
-        .unwrap(),
+    Arc::new(soft_send_function(stack))
+}
+
+/// The send function with the compressed soft-bounce policy.
+fn soft_send_function(stack: &Stack) -> courier_send::Pipeline {
+    wiring::wire(
+        &Clients::new(&stack.sdk),
+        SendConfig::default(),
+        &stack.resources,
+        RetryPolicy::from_json(SOFT_POLICY).unwrap(),
+    )
+    .unwrap()
+}
+
+/// The events function with the compressed soft-bounce policy.
+fn soft_applier(stack: &Stack) -> Applier {
+    applier(
+        stack,
+        RetryPolicy::from_json(SOFT_POLICY).unwrap(),
+        GuardConfig::default(),
     )
 }
 
@@ -259,8 +271,7 @@ async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
     assert!(sent.payload.is_some(), "the SES send keeps its payload");
     let first = sent.provider_message_id.clone().unwrap();
 
-    let policy = RetryPolicy::from_json(SOFT_POLICY).unwrap();
-    let events = applier(&stack, policy, GuardConfig::default());
+    let events = soft_applier(&stack);
     let applied = events
         .handle(sqs(event(
             "Bounce",
@@ -321,13 +332,7 @@ impl courier_core::ports::Mailer for KilledAfterSes {
 /// `body` through a send function that SES takes it from and that is killed right after;
 /// SES's message id.
 async fn killed_after_ses(stack: &Stack, body: String) -> String {
-    let mut doomed = wiring::wire(
-        &Clients::new(&stack.sdk),
-        SendConfig::default(),
-        &stack.resources,
-        RetryPolicy::from_json(SOFT_POLICY).unwrap(),
-    )
-    .unwrap();
+    let mut doomed = soft_send_function(stack);
     let took = Arc::new(tokio::sync::Notify::new());
     let killed = Arc::new(KilledAfterSes {
         ses: doomed.mailers[0].clone(),
@@ -362,11 +367,7 @@ async fn a_send_killed_after_ses_took_it_is_sent_again_on_its_transient_bounce()
     let id = unique("killed");
     let job = serde_json::json!({"version": 1, "message_id": id, "campaign_id": "soft", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}}).to_string();
     let status = stack.status_store();
-    let events = applier(
-        &stack,
-        RetryPolicy::from_json(SOFT_POLICY).unwrap(),
-        GuardConfig::default(),
-    );
+    let events = soft_applier(&stack);
     let pipeline = soft_pipeline(&stack);
     let mut copy = job.clone();
     let mut taken = Vec::new();
@@ -468,11 +469,7 @@ async fn a_send_of_three_killed_after_ses_took_it_resends_only_the_bounced_recip
     let id = unique("killed3");
     let job = serde_json::json!({"version": 1, "message_id": id, "campaign_id": "soft", "from": stack.sender, "to": ["Ann <ann@example.org>"], "cc": ["Bob <bob@example.org>"], "bcc": ["cy@example.org"], "content": {"subject": "s", "text": "t"}}).to_string();
     let status = stack.status_store();
-    let events = applier(
-        &stack,
-        RetryPolicy::from_json(SOFT_POLICY).unwrap(),
-        GuardConfig::default(),
-    );
+    let events = soft_applier(&stack);
     let pipeline = soft_pipeline(&stack);
     let ses_id = killed_after_ses(&stack, job.clone()).await;
     let all = ["ann@example.org", "bob@example.org", "cy@example.org"];
@@ -551,8 +548,7 @@ async fn a_transient_bounce_of_one_of_three_recipients_resends_to_it_alone_throu
         .provider_message_id
         .unwrap();
     // WHEN SES reports Bob's mailbox full
-    let policy = RetryPolicy::from_json(SOFT_POLICY).unwrap();
-    let events = applier(&stack, policy, GuardConfig::default());
+    let events = soft_applier(&stack);
     let bounce = event("Bounce", &id, &first, mailbox_full("bob@example.org"));
     let applied = events.handle(sqs(bounce.clone())).await;
     assert_eq!(applied.applied, vec![Applied::Resent], "{applied:?}");

@@ -38,12 +38,11 @@ impl Applier {
         event: &SesEvent,
         record: JobRecord,
     ) -> Result<Option<JobRecord>, StoreError> {
-        let open_send = recipients::FILLABLE.contains(&record.status);
         let (Some(provider_id), Some(body)) = (&event.provider_message_id, &record.payload) else {
             return Ok(Some(record));
         };
         if !record.recipients.is_empty()
-            || !open_send
+            || !recipients::FILLABLE.contains(&record.status)
             || record.provider_message_id.as_ref() != Some(provider_id)
         {
             return Ok(Some(record));

@@ -68,8 +68,8 @@ impl LiveSettingsReader {
             Ok(record) => record,
             Err(e) => return Some(LiveRead::Failed(e)),
         };
-        let version = record.as_ref().map(|r| r.version);
         let seen = record.map(|r| (r.version, r.document));
+        let version = seen.as_ref().map(|(v, _)| *v);
         if seen == state.applied || (seen.is_some() && seen == state.refused) {
             return None;
         }

@@ -209,9 +209,13 @@ impl Verdict {
     pub fn throttles_receiver(&self) -> bool {
         self.class == ErrorClass::Throttled
             && self.source == Source::Smtp
-            && RECEIVER_THROTTLE_RULES
-                .iter()
-                .any(|r| self.rule.rsplit('.').next() == Some(*r))
+            && self.rule_is(&RECEIVER_THROTTLE_RULES)
+    }
+
+    /// Whether the rule that decided is one of `names` (the last part of `rule`).
+    fn rule_is(&self, names: &[&str]) -> bool {
+        let name = self.rule.rsplit('.').next();
+        names.iter().any(|r| name == Some(*r))
     }
 
     /// Whether this failure of a message to `recipients` says something about the provider's
@@ -230,10 +234,7 @@ impl Verdict {
                 .raw_text
                 .as_deref()
                 .is_some_and(|text| recipients.any(|a| crate::mailbox::names_address(text, a)));
-        let receivers_own = self.throttles_receiver()
-            && RECEIVER_OWN_THROTTLE_RULES
-                .iter()
-                .any(|r| self.rule.rsplit('.').next() == Some(*r));
+        let receivers_own = self.throttles_receiver() && self.rule_is(&RECEIVER_OWN_THROTTLE_RULES);
         self.class.counts_against_provider() && !names_recipient && !receivers_own
     }
 
