@@ -449,6 +449,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         ("AWS_ENDPOINT_URL", aws_url.as_str()),
         ("COURIER_QUEUE_URL", stack.queue_url.as_str()),
         ("COURIER_QUEUE_ARN", stack.queue_arn.as_str()),
+        ("COURIER_RETRY_QUEUE_URL", stack.retry_queue_url.as_str()),
         (
             "COURIER_DEAD_LETTER_QUEUE_URL",
             stack.dead_letter_queue_url.as_str(),
@@ -654,9 +655,14 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         tokio::time::sleep(Duration::from_secs(2)).await;
         drivers.revive()?;
         let depth = queue_depth(&sqs, &stack.queue_url).await;
-        // The events queue too: a transient bounce's resend goes back to the send queue.
+        // The retry queue (every copy that waits) and the events queue too: a transient
+        // bounce's resend goes to the retry queue.
+        let retry_depth = queue_depth(&sqs, &stack.retry_queue_url).await;
         let events_depth = queue_depth(&sqs, &stack.events_queue_url).await;
-        if depth == Some((0, 0, 0)) && events_depth == Some((0, 0, 0)) {
+        if depth == Some((0, 0, 0))
+            && retry_depth == Some((0, 0, 0))
+            && events_depth == Some((0, 0, 0))
+        {
             calm += 1;
             if calm >= 3 {
                 settled = true;

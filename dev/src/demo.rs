@@ -562,7 +562,16 @@ async fn run_async(size: usize, prefix: String) -> Result<i32, DemoError> {
             continue;
         }
         last_line = Instant::now();
-        idle_checks = match queues_idle(&sqs, &[&stack.queue_url, &stack.events_queue_url]).await {
+        idle_checks = match queues_idle(
+            &sqs,
+            &[
+                &stack.queue_url,
+                &stack.retry_queue_url,
+                &stack.events_queue_url,
+            ],
+        )
+        .await
+        {
             Ok(true) => idle_checks + 1,
             Ok(false) => 0,
             Err(e) => {

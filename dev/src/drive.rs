@@ -2,7 +2,9 @@
 //! from the environment exactly as the Lambda's INIT does (`courier_send::wiring::from_env`) and
 //! runs the local event-source driver (Lambda's SQS semantics: batches, visibility timeout,
 //! partial batch responses) against `COURIER_QUEUE_URL` with several concurrent "instances",
-//! until it is killed or, with `--idle-exit`, until the queue stayed empty that long.
+//! and against `COURIER_RETRY_QUEUE_URL` (where copies that wait come back) with its own, as
+//! the template's two event sources do, until it is killed or, with `--idle-exit`, until the
+//! queues stayed empty that long.
 //!
 //! The chaos suite (`chaos/`) runs it as a child process and SIGKILLs it at random points.
 //! With `--journal FILE`, every write to the status table that DynamoDB confirmed and that set a
@@ -35,6 +37,10 @@ pub(crate) struct DriveArgs {
     /// Concurrent driver loops in this process (stand-ins for Lambda instances).
     #[arg(long, default_value_t = 2)]
     pub instances: usize,
+    /// Concurrent driver loops on the retry queue (`COURIER_RETRY_QUEUE_URL`; its event
+    /// source's MaximumConcurrency on AWS). None without a retry queue.
+    #[arg(long, default_value_t = 1)]
+    pub retry_instances: usize,
     /// Seconds a received batch stays invisible (the queue's visibility timeout on AWS).
     #[arg(long, default_value_t = 30)]
     pub visibility_timeout: i32,
@@ -236,6 +242,16 @@ async fn run_async(args: &DriveArgs) -> Result<i32, DriveError> {
         let name = queue_url.rsplit('/').next().unwrap_or("courier");
         format!("arn:aws:sqs:us-east-1:000000000000:{name}")
     });
+    // The retry queue's event source, when the stack has one (its ARN: the send queue's account
+    // and region, its own name).
+    let mut lanes = vec![(queue_url.clone(), queue_arn.clone(), args.instances.max(1))];
+    if let Ok(retry_url) = std::env::var("COURIER_RETRY_QUEUE_URL")
+        && !retry_url.is_empty()
+        && retry_url != queue_url
+    {
+        let arn = courier_dev::sibling_queue_arn(&queue_arn, &retry_url);
+        lanes.push((retry_url, arn, args.retry_instances.max(1)));
+    }
     if args.log {
         tracing_subscriber::fmt()
             .with_ansi(false)
@@ -273,17 +289,22 @@ async fn run_async(args: &DriveArgs) -> Result<i32, DriveError> {
     let last_received = Arc::new(Mutex::new(Instant::now()));
     let totals: Arc<Mutex<std::collections::BTreeMap<String, u64>>> = Arc::default();
     let started = Instant::now();
-    println!(
-        "{}: driving {queue_url} with {} instances (pid {})",
-        args.name,
-        args.instances,
-        std::process::id()
-    );
-    for instance in 0..args.instances.max(1) {
+    for (url, _, instances) in &lanes {
+        println!(
+            "{}: driving {url} with {instances} instances (pid {})",
+            args.name,
+            std::process::id()
+        );
+    }
+    let lanes = lanes
+        .into_iter()
+        .enumerate()
+        .flat_map(|(lane, (url, arn, n))| (0..n).map(move |k| (lane, k, url.clone(), arn.clone())));
+    for (lane, instance, url, arn) in lanes {
         let driver = Driver {
             sqs: sqs.clone(),
-            queue_url: queue_url.clone(),
-            queue_arn: queue_arn.clone(),
+            queue_url: url,
+            queue_arn: arn,
             batch_size: 10,
             visibility_timeout: args.visibility_timeout,
             wait_seconds: args.wait_seconds,
@@ -292,7 +313,8 @@ async fn run_async(args: &DriveArgs) -> Result<i32, DriveError> {
         let pipeline = Arc::clone(&pipeline);
         let last_received = Arc::clone(&last_received);
         let totals = Arc::clone(&totals);
-        let name = format!("{}-{}-{instance}", args.name, std::process::id());
+        let lane = if lane == 0 { "" } else { "retry-" };
+        let name = format!("{}-{}-{lane}{instance}", args.name, std::process::id());
         let function_timeout = args.function_timeout;
         tokio::spawn(async move {
             let mut n = 0u64;

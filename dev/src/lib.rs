@@ -31,6 +31,7 @@ pub fn send_resources(
 ) -> Resources {
     Resources {
         queue_url: stack.queue_url.clone(),
+        retry_queue_url: Some(stack.retry_queue_url.clone()),
         dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
         letter_index_table: stack.letter_index_table.clone(),
         status_table: stack.status_table.clone(),
@@ -74,6 +75,7 @@ pub fn events_settings(
         suppression_table: stack.suppression_table.clone(),
         control_table: stack.control_table.clone(),
         queue_url: stack.queue_url.clone(),
+        retry_queue_url: Some(stack.retry_queue_url.clone()),
         delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
         dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
         letter_index_table: stack.letter_index_table.clone(),
@@ -87,6 +89,16 @@ pub fn events_settings(
         envelope_key_secret: stack.envelope_key_secret.clone(),
         live_settings_cache: chrono::Duration::seconds(30),
         outcome_bus: Some(stack.outcome_bus.clone()),
+    }
+}
+
+/// The ARN of the queue at `url` in the account and region of `sibling_arn` (another queue's
+/// ARN): SQS names a queue by the last segment of both.
+pub fn sibling_queue_arn(sibling_arn: &str, url: &str) -> String {
+    let name = url.rsplit('/').next().unwrap_or_default();
+    match sibling_arn.rsplit_once(':') {
+        Some((account, _)) => format!("{account}:{name}"),
+        None => format!("arn:aws:sqs:us-east-1:000000000000:{name}"),
     }
 }
 

@@ -53,6 +53,7 @@ fn report(result: Result<Provisioned, StoreError>, out: &mut dyn Write) -> std::
             for (k, v) in [
                 ("COURIER_QUEUE_URL", &stack.queue_url),
                 ("COURIER_QUEUE_ARN", &stack.queue_arn),
+                ("COURIER_RETRY_QUEUE_URL", &stack.retry_queue_url),
                 ("COURIER_REDRIVE_DLQ_URL", &stack.redrive_dlq_url),
                 (
                     "COURIER_DEAD_LETTER_QUEUE_URL",
@@ -95,6 +96,7 @@ mod tests {
             stack_name: s("p"),
             queue_url: s("http://e/q"),
             queue_arn: s("arn:q"),
+            retry_queue_url: s("http://e/rq"),
             redrive_dlq_url: s("http://e/r"),
             dead_letter_queue_url: s("http://e/l"),
             events_queue_url: s("http://e/ev"),
@@ -124,11 +126,12 @@ mod tests {
         assert_eq!(report(Ok(stack()), &mut out).unwrap(), 0);
         let text = String::from_utf8(out).unwrap();
         assert!(text.contains("export COURIER_QUEUE_URL='http://e/q'\n"));
+        assert!(text.contains("export COURIER_RETRY_QUEUE_URL='http://e/rq'\n"));
         assert!(text.contains("export COURIER_CONTROL_TABLE='p-control-table'\n"));
         assert!(text.contains("export COURIER_EVENTS_QUEUE_URL='http://e/ev'\n"));
         assert!(text.contains("export COURIER_ENVELOPE_KEY_SECRET='arn:secret'\n"));
         assert!(text.contains("export COURIER_OUTCOME_BUS='p-outcome-bus'\n"));
-        assert_eq!(text.lines().count(), 15);
+        assert_eq!(text.lines().count(), 16);
     }
 
     #[test]

@@ -21,6 +21,11 @@ pub(crate) struct SimulateArgs {
     /// Most concurrent function instances (the event source's MaximumConcurrency).
     #[arg(long)]
     instances: Option<u32>,
+    /// Copies that waited come back on a retry queue polled by at most this many instances
+    /// (the template's RetryConcurrency; --instances is then the send queue's
+    /// SendConcurrency). Unset: one queue for fresh mail and retries.
+    #[arg(long)]
+    retry_instances: Option<u32>,
     /// Added concurrency per minute while there is a backlog.
     #[arg(long)]
     ramp: Option<u32>,
@@ -57,8 +62,10 @@ pub(crate) struct SimulateArgs {
     #[arg(long)]
     policy: Option<String>,
     /// Run side by side: every jitter strategy, several breaker settings, the send-rate
-    /// governor on and off, per-destination pacing on and off, or the retry bulkhead on and off.
-    #[arg(long, value_parser = ["jitter", "breaker", "governor", "pacing", "bulkhead"])]
+    /// governor on and off, per-destination pacing on and off, the retry bulkhead on and off,
+    /// or the retry queue against one queue with as many instances (`queues`, with
+    /// --retry-instances).
+    #[arg(long, value_parser = ["jitter", "breaker", "governor", "pacing", "bulkhead", "queues"])]
     compare: Option<String>,
     /// Print the report(s) as JSON.
     #[arg(long)]
@@ -85,6 +92,9 @@ pub(crate) fn scenario(a: &SimulateArgs) -> Result<Scenario, String> {
     if let Some(n) = a.instances {
         sc.lambda.max_concurrency = n;
         sc.lambda.initial_concurrency = sc.lambda.initial_concurrency.min(n.max(1));
+    }
+    if let Some(n) = a.retry_instances {
+        sc.retry_concurrency = Some(n);
     }
     if let Some(n) = a.ramp {
         sc.lambda.ramp_per_minute = n;
@@ -235,6 +245,25 @@ mod tests {
         let zero = scenario(&parse(&["steady", "--send-rate", "0"])).unwrap_err();
         assert!(zero.contains("send rate"), "{zero}");
         assert!(scenario(&parse(&["nope"])).unwrap_err().contains("known:"));
+        // the retry queue: its own instances, none without the flag; zero is refused
+        let two = scenario(&parse(&[
+            "steady",
+            "--instances",
+            "20",
+            "--retry-instances",
+            "10",
+        ]));
+        let two = two.unwrap();
+        assert_eq!(
+            (two.lambda.max_concurrency, two.retry_concurrency),
+            (20, Some(10))
+        );
+        assert_eq!(
+            scenario(&parse(&["steady"])).unwrap().retry_concurrency,
+            None
+        );
+        let zero = scenario(&parse(&["steady", "--retry-instances", "0"])).unwrap_err();
+        assert!(zero.contains("at least 1"), "{zero}");
         assert!(scenario(&parse(&["steady", "--arrival", "5y"])).is_err());
     }
 
@@ -272,5 +301,26 @@ mod tests {
         .unwrap();
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v.as_array().unwrap().len(), 4);
+        // the retry queue against one queue with as many instances: two reports
+        let mut out = Vec::new();
+        let args = [
+            "steady",
+            "--jobs",
+            "100",
+            "--retry-instances",
+            "3",
+            "--compare",
+            "queues",
+        ];
+        run(&parse(&[&args[..], &["--json"]].concat()), &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(
+            v[0]["retry_queue"],
+            "its own event source, 3 instances at most (0 at once)"
+        );
+        assert_eq!(v[1]["retry_queue"], "off");
+        // and without --retry-instances, nothing to compare: exit 2
+        let without = parse(&["steady", "--jobs", "100", "--compare", "queues"]);
+        assert_eq!(run(&without, &mut Vec::new()).unwrap(), 2);
     }
 }

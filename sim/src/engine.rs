@@ -1,5 +1,6 @@
 //! The discrete-event engine: a simulated clock in milliseconds, one event queue, the send
-//! queue (visible messages, delayed ones, in-flight ones), Lambda's pollers and instances, and
+//! queue and, with `retry_concurrency`, the retry queue (visible messages, delayed ones,
+//! in-flight ones), each with its own Lambda pollers and instances, and
 //! the send function's per-record steps with the real policy, classifier and breaker.
 //!
 //! Work is aggregated per batch, as the function does it: one event when a poller receives a
@@ -89,8 +90,25 @@ enum InstState {
     Busy,
 }
 
+/// A queue and the event source polling it: the send queue, and the retry queue when the
+/// scenario has one (copies that waited come back there).
+#[derive(Debug, Default)]
+struct Pool {
+    visible: VecDeque<u32>,
+    idle: Vec<u32>,
+    pending_polls: usize,
+    active: u32,
+    allowed: u32,
+    busy: u32,
+    max_busy: u32,
+    /// The event source's MaximumConcurrency.
+    max: u32,
+}
+
 #[derive(Debug, Clone)]
 struct Instance {
+    /// The pool (queue) it polls.
+    pool: usize,
     state: InstState,
     warm: bool,
     idle_since: u64,
@@ -134,12 +152,9 @@ struct Engine<'a> {
     jobs: Vec<Job>,
     arrived: u64,
     unfinished: u64,
-    visible: VecDeque<u32>,
+    pools: Vec<Pool>,
     instances: Vec<Instance>,
-    idle: Vec<u32>,
-    pending_polls: usize,
-    active: u32,
-    allowed: u32,
+    /// Busy instances of every pool.
     busy: u32,
     max_busy: u32,
     shared: Option<SharedBreaker>,
@@ -193,7 +208,8 @@ pub fn run(sc: &Scenario) -> Result<Report, String> {
         match ev {
             Ev::Arrive => e.arrive(),
             Ev::Visible(job) => {
-                e.visible.push_back(job);
+                let q = e.queue_of(job);
+                e.pools[q].visible.push_back(job);
                 e.wake();
             }
             Ev::Poll(inst) => e.poll(inst),
@@ -233,12 +249,15 @@ impl<'a> Engine<'a> {
             jobs: Vec::with_capacity(usize::try_from(sc.jobs).unwrap_or(0)),
             arrived: 0,
             unfinished: 0,
-            visible: VecDeque::new(),
+            pools: std::iter::once(sc.lambda.max_concurrency)
+                .chain(sc.retry_concurrency)
+                .map(|max| Pool {
+                    allowed: sc.lambda.initial_concurrency.min(max),
+                    max,
+                    ..Pool::default()
+                })
+                .collect(),
             instances: Vec::new(),
-            idle: Vec::new(),
-            pending_polls: 0,
-            active: 0,
-            allowed: sc.lambda.initial_concurrency.min(sc.lambda.max_concurrency),
             busy: 0,
             max_busy: 0,
             shared: sc.breaker.map(|cfg| SharedBreaker {
@@ -314,7 +333,7 @@ impl<'a> Engine<'a> {
                 fate: Fate::Pending,
                 flags,
             });
-            self.visible.push_back(id);
+            self.pools[0].visible.push_back(id);
             self.arrived += 1;
             self.unfinished += 1;
         }
@@ -324,25 +343,38 @@ impl<'a> Engine<'a> {
         self.wake();
     }
 
+    /// The queue `job`'s copies come back to: the retry queue once it has waited, when the
+    /// scenario has one (the send function's `COURIER_RETRY_QUEUE_URL`).
+    fn queue_of(&self, job: u32) -> usize {
+        usize::from(self.pools.len() > 1 && self.is_retry(job))
+    }
+
     /// Idle pollers take newly visible messages at once (long polling); new instances start
     /// only on the scaling ticks.
     fn wake(&mut self) {
         let bs = self.sc.lambda.batch_size as usize;
-        while self.visible.len() > self.pending_polls * bs {
-            let Some(inst) = self.idle.pop() else { break };
-            let i = &mut self.instances[inst as usize];
-            let waited = self.now.saturating_sub(i.idle_since);
-            self.calls.sqs_receive_empty += waited / (self.sc.sqs.receive_wait_secs.max(1) * 1000);
-            i.state = InstState::Polling;
-            self.pending_polls += 1;
-            self.push(self.now + self.sc.latency.sqs_ms, Ev::Poll(inst));
+        for p in 0..self.pools.len() {
+            while self.pools[p].visible.len() > self.pools[p].pending_polls * bs {
+                let Some(inst) = self.pools[p].idle.pop() else {
+                    break;
+                };
+                let i = &mut self.instances[inst as usize];
+                let waited = self.now.saturating_sub(i.idle_since);
+                self.calls.sqs_receive_empty +=
+                    waited / (self.sc.sqs.receive_wait_secs.max(1) * 1000);
+                i.state = InstState::Polling;
+                self.pools[p].pending_polls += 1;
+                self.push(self.now + self.sc.latency.sqs_ms, Ev::Poll(inst));
+            }
+            self.spawn(p);
         }
-        self.spawn();
     }
 
-    fn spawn(&mut self) {
+    fn spawn(&mut self, p: usize) {
         let bs = self.sc.lambda.batch_size as usize;
-        while self.active < self.allowed && self.visible.len() > self.pending_polls * bs {
+        while self.pools[p].active < self.pools[p].allowed
+            && self.pools[p].visible.len() > self.pools[p].pending_polls * bs
+        {
             let idx = match self
                 .instances
                 .iter()
@@ -351,6 +383,7 @@ impl<'a> Engine<'a> {
                 Some(i) => i,
                 None => {
                     self.instances.push(Instance {
+                        pool: p,
                         state: InstState::Retired,
                         warm: false,
                         idle_since: 0,
@@ -366,28 +399,33 @@ impl<'a> Engine<'a> {
                     self.instances.len() - 1
                 }
             };
+            // A retired instance is a new execution environment for whichever source needs it.
+            self.instances[idx].pool = p;
             self.instances[idx].state = InstState::Polling;
-            self.active += 1;
-            self.pending_polls += 1;
+            self.pools[p].active += 1;
+            self.pools[p].pending_polls += 1;
             self.push(self.now + self.sc.latency.sqs_ms, Ev::Poll(idx as u32));
         }
     }
 
     fn scale(&mut self) {
         let l = &self.sc.lambda;
-        if self.visible.is_empty() {
-            self.allowed = l.initial_concurrency.max(self.busy).min(l.max_concurrency);
-            // Idle pollers beyond the allowance stop.
-            while self.active > self.allowed {
-                let Some(inst) = self.idle.pop() else { break };
-                let i = &mut self.instances[inst as usize];
-                self.calls.sqs_receive_empty += self.now.saturating_sub(i.idle_since)
-                    / (self.sc.sqs.receive_wait_secs.max(1) * 1000);
-                i.state = InstState::Retired;
-                self.active -= 1;
+        for p in 0..self.pools.len() {
+            let pool = &mut self.pools[p];
+            if pool.visible.is_empty() {
+                pool.allowed = l.initial_concurrency.max(pool.busy).min(pool.max);
+                // Idle pollers beyond the allowance stop.
+                while pool.active > pool.allowed {
+                    let Some(inst) = pool.idle.pop() else { break };
+                    let i = &mut self.instances[inst as usize];
+                    self.calls.sqs_receive_empty += self.now.saturating_sub(i.idle_since)
+                        / (self.sc.sqs.receive_wait_secs.max(1) * 1000);
+                    i.state = InstState::Retired;
+                    pool.active -= 1;
+                }
+            } else {
+                pool.allowed = (pool.allowed + l.ramp_per_minute).min(pool.max);
             }
-        } else {
-            self.allowed = (self.allowed + l.ramp_per_minute).min(l.max_concurrency);
         }
         self.wake();
         if self.unfinished > 0 || self.arrived < self.sc.jobs {
@@ -396,16 +434,17 @@ impl<'a> Engine<'a> {
     }
 
     fn go_idle(&mut self, inst: u32) {
-        if self.active > self.allowed {
+        let pool = &mut self.pools[self.instances[inst as usize].pool];
+        if pool.active > pool.allowed {
             self.instances[inst as usize].state = InstState::Retired;
-            self.active -= 1;
+            pool.active -= 1;
             return;
         }
         self.calls.sqs_receive_empty += 1;
+        pool.idle.push(inst);
         let i = &mut self.instances[inst as usize];
         i.state = InstState::Idle;
         i.idle_since = self.now;
-        self.idle.push(inst);
     }
 
     fn count_call(&mut self, t: u64, accepted: bool) {
@@ -434,13 +473,14 @@ impl<'a> Engine<'a> {
     }
 
     fn poll(&mut self, inst: u32) {
-        self.pending_polls = self.pending_polls.saturating_sub(1);
+        let p = self.instances[inst as usize].pool;
+        self.pools[p].pending_polls = self.pools[p].pending_polls.saturating_sub(1);
         let sc = self.sc;
         let t = self.now;
         let mut batch = std::mem::take(&mut self.batch);
         batch.clear();
         while batch.len() < sc.lambda.batch_size as usize {
-            let Some(job) = self.visible.pop_front() else {
+            let Some(job) = self.pools[p].visible.pop_front() else {
                 break;
             };
             let j = &mut self.jobs[job as usize];
@@ -460,6 +500,8 @@ impl<'a> Engine<'a> {
         self.calls.sqs_receive += 1;
         self.calls.lambda_invocations += 1;
         self.busy += 1;
+        self.pools[p].busy += 1;
+        self.pools[p].max_busy = self.pools[p].max_busy.max(self.pools[p].busy);
         self.max_busy = self.max_busy.max(self.busy);
         let lat = &sc.latency;
         let mut start = t;

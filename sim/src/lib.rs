@@ -82,7 +82,8 @@ pub fn breaker_variants() -> Vec<Option<BreakerConfig>> {
 
 /// Runs `base` once per variant of `what` (`jitter`, `breaker`, `governor`: paced at the
 /// quota, Courier's default, then off; `pacing`: per-destination pacing on, then off; or
-/// `bulkhead`: the retry bulkhead on, then off); the
+/// `bulkhead`: the retry bulkhead on, then off; `queues`: the retry queue with its own event
+/// source, then one queue polled by as many instances as the two sources together); the
 /// default policy's own jitter is the first column of a jitter comparison.
 pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
     let scenarios: Vec<Scenario> = match what {
@@ -121,6 +122,17 @@ pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
             ..base.clone()
         })
         .collect(),
+        "queues" => {
+            let Some(retry) = base.retry_concurrency else {
+                return Err(
+                    "--compare queues needs the retry queue's instances (--retry-instances)".into(),
+                );
+            };
+            let mut one = base.clone();
+            one.retry_concurrency = None;
+            one.lambda.max_concurrency = base.lambda.max_concurrency.saturating_add(retry);
+            vec![base.clone(), one]
+        }
         "pacing" => [base.destination_pacing.or(Some(Default::default())), None]
             .into_iter()
             .map(|destination_pacing| Scenario {
@@ -130,7 +142,7 @@ pub fn compare(base: &Scenario, what: &str) -> Result<Vec<Report>, String> {
             .collect(),
         other => {
             return Err(format!(
-                "cannot compare {other:?}: use jitter, breaker, governor, pacing or bulkhead"
+                "cannot compare {other:?}: use jitter, breaker, governor, pacing, bulkhead or queues"
             ));
         }
     };

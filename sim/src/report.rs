@@ -96,6 +96,8 @@ pub struct Report {
     pub latency_p99_secs: f64,
     /// The retry bulkhead: `off`, or how far ahead retries book.
     pub retry_bulkhead: String,
+    /// The retry queue: `off` (one queue), or its event source's most instances.
+    pub retry_queue: String,
     /// Arrival to accepted, for sent jobs that arrived after the last fault ended and the
     /// breaker closed after it (fresh mail during the drain; `None` without faults).
     pub fresh_after_recovery_p50_secs: Option<f64>,
@@ -222,6 +224,7 @@ impl Report {
                 ),
             ),
             ("retry bulkhead", self.retry_bulkhead.clone()),
+            ("retry queue", self.retry_queue.clone()),
             (
                 "latency of mail arriving after the breaker closed p50 / p99",
                 match (

@@ -153,6 +153,11 @@ pub struct Scenario {
     /// send-rate schedule only while it is booked less than this far ahead; `None`: off.
     #[serde(skip)]
     pub retry_horizon: Option<std::time::Duration>,
+    /// The retry queue (`COURIER_RETRY_QUEUE_URL` with the template's `RetryConcurrency`):
+    /// copies that waited come back on their own queue, polled by their own event source of at
+    /// most this many instances, while `lambda.max_concurrency` polls the send queue; `None`:
+    /// one queue for all.
+    pub retry_concurrency: Option<u32>,
     #[serde(skip)]
     pub policy: RetryPolicy,
     /// A label for the policy in reports (`default`, a file name, a jitter name).
@@ -225,6 +230,7 @@ impl Default for Scenario {
             receiver: None,
             destination_pacing: Some(DestinationPacing::default()),
             retry_horizon: Some(RateLimit::DEFAULT_RETRY_HORIZON),
+            retry_concurrency: None,
             policy: RetryPolicy::default(),
             policy_label: "default".into(),
             ambiguity_grace_secs: 900,
@@ -350,7 +356,8 @@ impl Scenario {
         if l.batch_size == 0 || l.batch_size > 10 {
             return Err(format!("batch size must be 1..=10, is {}", l.batch_size));
         }
-        if l.max_concurrency == 0 || l.initial_concurrency == 0 {
+        if l.max_concurrency == 0 || l.initial_concurrency == 0 || self.retry_concurrency == Some(0)
+        {
             return Err("concurrency must be at least 1".into());
         }
         if !(self.provider.quota_per_sec > 0.0 && self.provider.quota_per_sec.is_finite()) {

@@ -300,6 +300,53 @@ fn with_the_retry_lane_fresh_mail_is_not_held_back_by_a_retry_storm() {
     assert!(on.makespan_secs <= off.makespan_secs * 1.1, "{both}");
 }
 
+/// The rate lane shares the send rate, not Lambda's concurrency: with instances too few for the
+/// quota, fresh mail on the one queue waits behind the backlog before any instance sees it. The
+/// retry queue (its own event source) leaves the send queue's instances to fresh mail.
+#[test]
+fn with_the_retry_queue_fresh_mail_keeps_its_instances_through_a_retry_storm() {
+    // GIVEN the retry storm with 4 instances on the send queue and 2 on the retry queue,
+    // AND the same storm on one queue polled by 6
+    let mut sc = Scenario::preset("outage-30m").unwrap();
+    sc.jobs = 100_000;
+    sc.arrival_secs = 30 * 60;
+    sc.faults[0].start_secs = 5 * 60;
+    sc.faults[0].duration_secs = 10 * 60;
+    sc.provider.quota_per_sec = 100.0;
+    sc.send_rate = Some(Scenario::send_rate_of(100.0));
+    sc.lambda.max_concurrency = 4;
+    sc.retry_concurrency = Some(2);
+    let reports = crate::compare(&sc, "queues").unwrap();
+    let (two, one) = (&reports[0], &reports[1]);
+    let both = table(&reports);
+    assert_eq!(
+        (one.retry_queue.as_str(), one.max_concurrency),
+        ("off", 6),
+        "{both}"
+    );
+    // THEN fresh mail arriving during the drain goes out within a second with the retry queue,
+    // and waits minutes behind the backlog on one queue
+    let fresh = |r: &Report| {
+        (
+            r.fresh_after_recovery_p50_secs.unwrap(),
+            r.fresh_after_recovery_p99_secs.unwrap(),
+        )
+    };
+    assert!(fresh(two).0 < 2.0 && fresh(two).1 < 10.0, "{both}");
+    assert!(fresh(one).0 > 60.0, "{both}");
+    // AND nothing is lost, the quota is kept, and the backlog is out at most 20% later
+    for r in [two, one] {
+        assert_eq!((r.sent, r.dead_lettered), (100_000, 0), "{both}");
+        assert_eq!(r.secs_over_quota_after_recovery, 0, "{both}");
+    }
+    assert!(two.makespan_secs <= one.makespan_secs * 1.2, "{both}");
+    // AND the retry queue's source runs its 2 instances at most
+    assert!(
+        two.retry_queue.ends_with("2 instances at most (2 at once)"),
+        "{both}"
+    );
+}
+
 /// Jobs of which most go to one recipient the relay refuses with `reply`, as the function's
 /// Postfix does (`421` at RCPT TO).
 fn refused_recipient(reply: &str) -> Report {

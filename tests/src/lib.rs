@@ -90,7 +90,12 @@ pub fn role_arn() -> String {
 /// A fresh set of Courier's resources on the target emulator, with unique names.
 pub struct Stack {
     pub sdk: aws_config::SdkConfig,
+    /// The functions' resources. Without a retry queue (`retry_queue_url: None`): copies that
+    /// wait come back to the send queue, which the tests' driver polls; a test of the retry
+    /// queue sets it to [`Stack::retry_queue_url`].
     pub resources: courier_send::config::Resources,
+    /// The stack's retry queue (the template's `RetryQueue`).
+    pub retry_queue_url: String,
     /// The queue SQS redrives raw messages to after maxReceiveCount.
     pub redrive_dlq_url: String,
     pub queue_arn: String,
@@ -248,15 +253,19 @@ impl Stack {
         });
         Stack {
             sdk,
-            resources: courier_dev::send_resources(
-                &stack,
-                &providers
-                    .iter()
-                    .map(|p| courier_core::ports::Provider::parse(p).expect("a provider name"))
-                    .collect::<Vec<_>>(),
-                None,
-                smtp,
-            ),
+            resources: courier_send::config::Resources {
+                retry_queue_url: None,
+                ..courier_dev::send_resources(
+                    &stack,
+                    &providers
+                        .iter()
+                        .map(|p| courier_core::ports::Provider::parse(p).expect("a provider name"))
+                        .collect::<Vec<_>>(),
+                    None,
+                    smtp,
+                )
+            },
+            retry_queue_url: stack.retry_queue_url.clone(),
             redrive_dlq_url: stack.redrive_dlq_url,
             queue_arn: stack.queue_arn,
             sender,

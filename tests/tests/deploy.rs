@@ -1740,3 +1740,100 @@ fn the_unsubscribe_function_is_public_only_through_its_url_and_can_only_add_supp
         );
     }
 }
+
+/// The queues a resource's `SQSSendMessagePolicy` templates let it send to.
+fn sqs_send_targets(t: &Template, resource: &str) -> BTreeSet<String> {
+    t.doc["Resources"][resource]["Properties"]["Policies"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|p| referenced(&p.get("SQSSendMessagePolicy")?["QueueName"]))
+        .collect()
+}
+
+/// The retry lane's own concurrency: every copy that waits goes to the retry queue, polled by
+/// its own event source capped at `RetryConcurrency`, so a retry backlog never holds the send
+/// queue's `SendConcurrency` instances (docs/architecture.md, Retry lane). `MaximumConcurrency`
+/// takes 2..=1000 (Lambda API reference, `ScalingConfig`). Event source mappings do not account
+/// for reserved concurrency and take messages the function is then throttled on (AWS knowledge
+/// center, "lambda-sqs-scaling"); CloudFormation cannot add the two sources' caps into one
+/// reservation, so the send function reserves none.
+#[test]
+fn copies_that_wait_have_their_own_queue_event_source_and_concurrency() {
+    let t = Template::load();
+    let r = &t.doc["Resources"];
+    let queue = |id: &str| &r[id]["Properties"];
+    // GIVEN the retry queue: the send queue's settings (redrive included), its own name
+    for key in [
+        "VisibilityTimeout",
+        "MessageRetentionPeriod",
+        "MaximumMessageSize",
+        "SqsManagedSseEnabled",
+        "RedrivePolicy",
+    ] {
+        assert_eq!(queue("RetryQueue")[key], queue("SendQueue")[key], "{key}");
+    }
+    assert!(format!("{:?}", queue("RetryQueue")["QueueName"]).contains("courier-retry-${Id}"));
+    // AND the redrive DLQ takes redrives from both queues
+    let allowed = format!(
+        "{:?}",
+        queue("RedriveDeadLetterQueue")["RedriveAllowPolicy"]["sourceQueueArns"]
+    );
+    assert!(allowed.contains("courier-send-${Id}") && allowed.contains("courier-retry-${Id}"));
+    // THEN the send function has one event source per queue, each with its own cap
+    let events = &r["SendFunction"]["Properties"]["Events"];
+    let source = |name: &str| &events[name]["Properties"];
+    for (name, queue, cap) in [
+        ("Jobs", "SendQueue", "SendConcurrency"),
+        ("Retries", "RetryQueue", "RetryConcurrency"),
+    ] {
+        assert_eq!(events[name]["Type"].as_str(), Some("SQS"), "{name}");
+        assert_eq!(referenced(&source(name)["Queue"]).as_deref(), Some(queue));
+        assert_eq!(
+            referenced(&source(name)["ScalingConfig"]["MaximumConcurrency"]).as_deref(),
+            Some(cap)
+        );
+        assert_eq!(source(name)["BatchSize"].as_i64(), Some(10), "{name}");
+        assert_eq!(
+            source(name)["FunctionResponseTypes"][0].as_str(),
+            Some("ReportBatchItemFailures"),
+            "{name}"
+        );
+        let parameter = &t.doc["Parameters"][cap];
+        assert!(parameter["MinValue"].as_i64() >= Some(2), "{cap}");
+        assert!(
+            parameter["MaxValue"].as_i64().is_some_and(|m| m <= 1000),
+            "{cap}"
+        );
+    }
+    assert!(
+        r["SendFunction"]["Properties"]
+            .get("ReservedConcurrentExecutions")
+            .is_none()
+    );
+    // AND both functions put copies on the retry queue, never on the send queue (fresh mail's)
+    let functions = t.functions();
+    for id in ["SendFunction", "EventsFunction"] {
+        let f = functions.iter().find(|f| f.logical_id == id).unwrap();
+        assert_eq!(
+            f.env.get("COURIER_RETRY_QUEUE_URL"),
+            Some(&EnvValue::Resource("RetryQueue".into())),
+            "{id}"
+        );
+        let targets = sqs_send_targets(&t, id);
+        assert!(targets.contains("RetryQueue"), "{id}: {targets:?}");
+        assert!(!targets.contains("SendQueue"), "{id}: {targets:?}");
+    }
+    // AND the delay state machine may put them back on it (and on the send queue, for waits
+    // started before an upgrade added the retry queue)
+    assert_eq!(
+        sqs_send_targets(&t, "DelayStateMachine"),
+        BTreeSet::from(["RetryQueue".to_owned(), "SendQueue".to_owned()])
+    );
+    // AND the backlog alarm counts both queues
+    let alarm = format!("{:?}", r["BacklogGrowingAlarm"]["Properties"]["Metrics"]);
+    assert!(
+        alarm.contains("SendQueue") && alarm.contains("RetryQueue"),
+        "{alarm}"
+    );
+}

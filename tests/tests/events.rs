@@ -30,6 +30,7 @@ fn applier(stack: &Stack, policy: RetryPolicy, guard: GuardConfig) -> Applier {
             suppression_table: r.suppression_table.clone(),
             control_table: r.control_table.clone(),
             queue_url: r.queue_url.clone(),
+            retry_queue_url: r.retry_queue_url.clone(),
             delay_state_machine_arn: r.delay_state_machine_arn.clone(),
             dead_letter_queue_url: r.dead_letter_queue_url.clone(),
             letter_index_table: r.letter_index_table.clone(),
@@ -242,10 +243,11 @@ async fn send_one(pipeline: &Arc<courier_send::Pipeline>, sqs_message_id: &str, 
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
 }
 
-/// The one copy a resend put on the send queue, once its delay is over.
+/// The one copy a resend put on the retry queue (the send queue without one), once its delay
+/// is over.
 async fn the_resent_copy(stack: &Stack) -> String {
     let copies = courier_integration::eventually(Duration::from_secs(20), || async {
-        let got = stack.drain(&stack.resources.queue_url).await;
+        let got = stack.drain(stack.resources.requeue_url()).await;
         (!got.is_empty()).then_some(got)
     })
     .await
@@ -261,7 +263,9 @@ fn mailbox_full(address: &str) -> serde_json::Value {
 
 #[tokio::test]
 async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
-    let stack = Stack::create(&["ses"]).await;
+    // The stack as deployed: resends go to the retry queue.
+    let mut stack = Stack::create(&["ses"]).await;
+    stack.resources.retry_queue_url = Some(stack.retry_queue_url.clone());
     let pipeline = soft_pipeline(&stack);
     let id = unique("soft");
     let job = serde_json::json!({"version": 1, "message_id": id, "campaign_id": "soft", "from": stack.sender, "to": ["ann@example.org"], "content": {"subject": "s", "text": "t"}}).to_string();
@@ -284,8 +288,11 @@ async fn a_transient_bounce_sends_the_job_again_through_the_real_queue() {
     let rec = status.get(&id).await.unwrap().unwrap();
     assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
 
-    // The copy is on the send queue after its delay; the send function sends it again.
-    send_one(&pipeline, "b", the_resent_copy(&stack).await).await;
+    // The copy is on the retry queue after its delay, none on the send queue; the send
+    // function sends it again.
+    let copy = the_resent_copy(&stack).await;
+    assert!(stack.drain(&stack.resources.queue_url).await.is_empty());
+    send_one(&pipeline, "b", copy).await;
     let rec = status.get(&id).await.unwrap().unwrap();
     assert_eq!((rec.status, rec.attempt), (Status::SentToProvider, 1));
     assert_ne!(rec.provider_message_id.as_deref(), Some(first.as_str()));

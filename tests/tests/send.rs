@@ -772,6 +772,75 @@ async fn a_timeout_is_ambiguous_retried_after_the_grace_window_then_dead_lettere
     );
 }
 
+/// Messages on `url`: visible, in flight and delayed.
+async fn on_queue(stack: &Stack, url: &str) -> i64 {
+    use aws_sdk_sqs::types::QueueAttributeName as A;
+    let out = stack
+        .sqs()
+        .get_queue_attributes()
+        .queue_url(url)
+        .attribute_names(A::ApproximateNumberOfMessages)
+        .attribute_names(A::ApproximateNumberOfMessagesNotVisible)
+        .attribute_names(A::ApproximateNumberOfMessagesDelayed)
+        .send()
+        .await
+        .unwrap();
+    out.attributes()
+        .unwrap()
+        .values()
+        .map(|v| v.parse::<i64>().unwrap())
+        .sum()
+}
+
+/// The retry lane's own concurrency (the template's `RetryQueue` and its event source): a copy
+/// that waits goes to the retry queue, never back to the send queue, and the retry queue's
+/// driver (its own event source on AWS) takes it to its end.
+#[tokio::test]
+async fn a_copy_that_waits_goes_to_the_retry_queue_and_ends_from_there() {
+    let mut stack = Stack::create(&["smtp"]).await;
+    stack.resources.retry_queue_url = Some(stack.retry_queue_url.clone());
+    let (send_queue, retry_queue) = (
+        stack.resources.queue_url.clone(),
+        stack.retry_queue_url.clone(),
+    );
+    // GIVEN a job to a recipient the relay refuses for now (421 4.7.0), on the send queue
+    enqueue(
+        &stack,
+        &[job(&stack, "lane-busy", "busy@courier.test").to_string()],
+    )
+    .await;
+    let p = pipeline(&stack, config());
+    // WHEN the send queue's driver takes it and the relay refuses it
+    let fresh = driver(&stack);
+    let started = Instant::now();
+    while status_of(&stack, "lane-busy").await != Some(Status::Deferred)
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        fresh.poll_once(&p, "fresh").await.unwrap();
+    }
+    // THEN its retry copy is on the retry queue and none is on the send queue
+    assert_eq!(status_of(&stack, "lane-busy").await, Some(Status::Deferred));
+    assert_eq!(on_queue(&stack, &send_queue).await, 0);
+    assert_eq!(on_queue(&stack, &retry_queue).await, 1);
+    // AND the retry queue's driver takes it to its end (its one retry refused too)
+    let retries = Driver {
+        queue_url: retry_queue.clone(),
+        queue_arn: courier_dev::sibling_queue_arn(&stack.queue_arn, &retry_queue),
+        ..driver(&stack)
+    };
+    let started = Instant::now();
+    while status_of(&stack, "lane-busy").await != Some(Status::DeadLettered)
+        && started.elapsed() < Duration::from_secs(40)
+    {
+        retries.poll_once(&p, "retries").await.unwrap();
+    }
+    let letters = letters(&stack).await;
+    assert_eq!(letters.len(), 1);
+    assert!(letters[0].history.len() >= 2, "{:?}", letters[0].history);
+    assert_eq!(on_queue(&stack, &send_queue).await, 0);
+    assert_eq!(on_queue(&stack, &retry_queue).await, 0);
+}
+
 /// A receiving domain's throttle reply lowers its pace in the control table, shared by every
 /// instance (the rule's first decrease: ceiling × decrease); the throttled job waits without
 /// spending an attempt, and another domain's mail is sent at once.

@@ -109,12 +109,16 @@ async fn main() {
         .send()
         .await
         .expect("upload template");
-    let resources = courier_dev::send_resources(
-        &stack,
-        &[courier_core::ports::Provider::Smtp],
-        None,
-        Some(smtp),
-    );
+    // One queue: the drivers poll the send queue only, so any copy that waits comes back there.
+    let resources = courier_send::config::Resources {
+        retry_queue_url: None,
+        ..courier_dev::send_resources(
+            &stack,
+            &[courier_core::ports::Provider::Smtp],
+            None,
+            Some(smtp),
+        )
+    };
     let pipeline = Arc::new(
         courier_send::wiring::wire(
             &clients,

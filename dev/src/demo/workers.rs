@@ -52,7 +52,8 @@ pub(super) fn functions(
     Ok((Arc::new(pipeline), Arc::new(applier)))
 }
 
-/// `instances` send instances on the send queue, adding each batch's metrics to `totals`.
+/// `instances` send instances on the send queue and half as many (at least one) on the retry
+/// queue (the template's two event sources), adding each batch's metrics to `totals`.
 pub(super) fn spawn_send(
     instances: usize,
     sqs: &aws_sdk_sqs::Client,
@@ -61,9 +62,21 @@ pub(super) fn spawn_send(
     totals: &Arc<Mutex<BTreeMap<String, u64>>>,
     stop: &Arc<AtomicBool>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    (0..instances)
-        .map(|instance| {
-            let driver = Driver::new(sqs.clone(), &stack.queue_url, &stack.queue_arn);
+    let retry_arn = courier_dev::sibling_queue_arn(&stack.queue_arn, &stack.retry_queue_url);
+    let lanes = [
+        (
+            stack.queue_url.as_str(),
+            stack.queue_arn.as_str(),
+            instances,
+        ),
+        (&stack.retry_queue_url, &retry_arn, instances.div_ceil(2)),
+    ];
+    lanes
+        .into_iter()
+        .flat_map(|(url, arn, n)| (0..n).map(move |k| (url, arn, k)))
+        .enumerate()
+        .map(|(instance, (url, arn, _))| {
+            let driver = Driver::new(sqs.clone(), url, arn);
             let (pipeline, totals, stop) =
                 (Arc::clone(pipeline), Arc::clone(totals), Arc::clone(stop));
             tokio::spawn(async move {

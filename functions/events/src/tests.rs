@@ -830,6 +830,15 @@ fn settings_name_the_variable_that_is_wrong() {
             }
         }
     };
+    // Resends go to the retry queue when there is one, else to the send queue.
+    assert_eq!(
+        (ok.retry_queue_url.as_deref(), ok.requeue_url()),
+        (None, "http://q")
+    );
+    let s = Settings::from_lookup(with("COURIER_RETRY_QUEUE_URL", "http://rq")).unwrap();
+    assert_eq!(s.requeue_url(), "http://rq");
+    let s = Settings::from_lookup(with("COURIER_RETRY_QUEUE_URL", "")).unwrap();
+    assert_eq!(s.requeue_url(), "http://q");
     let s = Settings::from_lookup(with("COURIER_REPUTATION_BOUNCE_TRIP", "0.03")).unwrap();
     assert!((s.guard.bounce_trip - 0.03).abs() < 1e-12);
     let s = Settings::from_lookup(with("COURIER_REPUTATION_WINDOW", "6h")).unwrap();

@@ -25,6 +25,9 @@ pub struct Settings {
     /// The control table: reputation buckets and the pauses (breaker items).
     pub control_table: String,
     pub queue_url: String,
+    /// `COURIER_RETRY_QUEUE_URL`: where resends go (the send function's retry queue); unset,
+    /// the send queue.
+    pub retry_queue_url: Option<String>,
     pub delay_state_machine_arn: String,
     pub dead_letter_queue_url: String,
     pub letter_index_table: String,
@@ -62,6 +65,11 @@ pub enum SettingsError {
 }
 
 impl Settings {
+    /// Where resends go: the retry queue, or the send queue without one.
+    pub fn requeue_url(&self) -> &str {
+        self.retry_queue_url.as_deref().unwrap_or(&self.queue_url)
+    }
+
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Settings, SettingsError> {
         let required = |name: &'static str| {
             lookup(name)
@@ -157,6 +165,7 @@ impl Settings {
             suppression_table: required("COURIER_SUPPRESSION_TABLE")?,
             control_table: required("COURIER_CONTROL_TABLE")?,
             queue_url: required("COURIER_QUEUE_URL")?,
+            retry_queue_url: lookup("COURIER_RETRY_QUEUE_URL").filter(|v| !v.is_empty()),
             delay_state_machine_arn: required("COURIER_DELAY_STATE_MACHINE_ARN")?,
             dead_letter_queue_url: required("COURIER_DEAD_LETTER_QUEUE_URL")?,
             letter_index_table: required("COURIER_LETTER_INDEX_TABLE")?,
@@ -240,7 +249,7 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Result<Applier, StoreErro
                 Arc::new(SqsRetryScheduler::new(
                     clients.sqs.clone(),
                     clients.sfn.clone(),
-                    &settings.queue_url,
+                    settings.requeue_url(),
                     &settings.delay_state_machine_arn,
                 )),
                 Arc::new(seal_keys(clients, settings)),

@@ -143,6 +143,10 @@ pub enum ConfigError {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resources {
     pub queue_url: String,
+    /// `COURIER_RETRY_QUEUE_URL`: the retry queue, where every copy that waits goes (its own
+    /// event source and `MaximumConcurrency`: the retry lane's concurrency); unset, the send
+    /// queue.
+    pub retry_queue_url: Option<String>,
     pub dead_letter_queue_url: String,
     /// The dead-letter index (DynamoDB), written with every dead letter.
     pub letter_index_table: String,
@@ -213,6 +217,11 @@ fn unsubscribe_settings(
 }
 
 impl Resources {
+    /// Where copies that wait are put back: the retry queue, or the send queue without one.
+    pub fn requeue_url(&self) -> &str {
+        self.retry_queue_url.as_deref().unwrap_or(&self.queue_url)
+    }
+
     /// The settings naming the queues, tables, bucket and state machine (the required
     /// `COURIER_*` variables [`SendConfig::from_lookup`] reads), for a process to be started on
     /// these resources.
@@ -243,6 +252,9 @@ impl Resources {
             ),
         ];
         env.extend(bus);
+        if let Some(url) = &self.retry_queue_url {
+            env.push(("COURIER_RETRY_QUEUE_URL", url.clone()));
+        }
         if let Some(u) = &self.unsubscribe {
             env.push(("COURIER_UNSUBSCRIBE_URL", u.links.url.clone()));
             env.push(("COURIER_UNSUBSCRIBE_KEY_SECRET", u.key_secret.clone()));
@@ -565,6 +577,7 @@ impl SendConfig {
         };
         let resources = Resources {
             queue_url: required(&lookup, "COURIER_QUEUE_URL")?,
+            retry_queue_url: lookup("COURIER_RETRY_QUEUE_URL").filter(|v| !v.is_empty()),
             dead_letter_queue_url: required(&lookup, "COURIER_DEAD_LETTER_QUEUE_URL")?,
             letter_index_table: required(&lookup, "COURIER_LETTER_INDEX_TABLE")?,
             status_table: required(&lookup, "COURIER_STATUS_TABLE")?,

@@ -168,7 +168,7 @@ fn wire_with(
                 SqsRetryScheduler::new(
                     sqs.clone(),
                     clients.sfn.clone(),
-                    &resources.queue_url,
+                    resources.requeue_url(),
                     &resources.delay_state_machine_arn,
                 )
                 .with_payloads(Arc::clone(&payloads)),

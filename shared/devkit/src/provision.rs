@@ -101,6 +101,8 @@ pub struct Provisioned {
     pub stack_name: String,
     pub queue_url: String,
     pub queue_arn: String,
+    /// Where copies that wait come back (the retry lane's own event source).
+    pub retry_queue_url: String,
     /// Where SQS redrives raw messages after maxReceiveCount.
     pub redrive_dlq_url: String,
     /// Where Courier writes dead letters with their records.
@@ -684,6 +686,7 @@ pub async fn provision(
         stack_name: prefix.to_owned(),
         queue_url: send_queue_url,
         queue_arn,
+        retry_queue_url: queue_url("RetryQueue").await?,
         redrive_dlq_url: queue_url("RedriveDeadLetterQueue").await?,
         dead_letter_queue_url: queue_url("DeadLetterQueue").await?,
         events_queue_url: queue_url("EventsQueue").await?,

@@ -69,7 +69,7 @@ impl Engine<'_> {
         let sc = self.sc;
         // Idle pollers keep long-polling until the end.
         let end = self.now;
-        for &inst in &self.idle {
+        for &inst in self.pools.iter().flat_map(|p| &p.idle) {
             let i = &self.instances[inst as usize];
             self.calls.sqs_receive_empty +=
                 end.saturating_sub(i.idle_since) / (sc.sqs.receive_wait_secs.max(1) * 1000);
@@ -210,6 +210,13 @@ impl Engine<'_> {
                     || "off".into(),
                     |h| format!("retries book {:.1} s ahead at most", h.as_secs_f64()),
                 ),
+            retry_queue: match (sc.retry_concurrency, self.pools.get(1)) {
+                (Some(n), Some(pool)) => format!(
+                    "its own event source, {n} instances at most ({} at once)",
+                    pool.max_busy
+                ),
+                _ => "off".into(),
+            },
             fresh_after_recovery_p50_secs: recovery_ms.map(|_| percentile(&fresh, 0.5)),
             fresh_after_recovery_p99_secs: recovery_ms.map(|_| percentile(&fresh, 0.99)),
             possible_duplicates: self.possible_duplicates,

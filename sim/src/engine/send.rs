@@ -330,23 +330,26 @@ impl Engine<'_> {
     }
 
     pub(super) fn done(&mut self, inst: u32) {
+        let p = self.instances[inst as usize].pool;
         self.busy = self.busy.saturating_sub(1);
+        self.pools[p].busy = self.pools[p].busy.saturating_sub(1);
         let now = self.now;
         if let Some(shared) = self.shared.as_mut() {
             self.instances[inst as usize]
                 .breaker
                 .flush(shared, now, at(now), &mut self.calls);
         }
-        if self.active > self.allowed {
+        let pool = &mut self.pools[p];
+        if pool.active > pool.allowed {
             self.instances[inst as usize].state = InstState::Retired;
-            self.active -= 1;
+            pool.active -= 1;
             return;
         }
-        if self.visible.is_empty() {
+        if pool.visible.is_empty() {
             self.go_idle(inst);
         } else {
+            pool.pending_polls += 1;
             self.instances[inst as usize].state = InstState::Polling;
-            self.pending_polls += 1;
             self.push(now + self.sc.latency.sqs_ms, Ev::Poll(inst));
         }
     }

@@ -42,6 +42,22 @@ fn resource_env_is_what_the_function_reads() {
     assert_eq!(parse(&env).unwrap().1.outcome_bus, None);
 }
 
+/// Copies that wait go to the retry queue (the template's `RetryQueue`, its own event source);
+/// without one (unset or empty), back to the send queue.
+#[test]
+fn copies_that_wait_go_to_the_retry_queue_when_there_is_one() {
+    let (_, without, _) = parse(&base()).unwrap();
+    assert_eq!(without.requeue_url(), without.queue_url);
+    let mut env = base();
+    env.insert("COURIER_RETRY_QUEUE_URL", String::new());
+    assert_eq!(parse(&env).unwrap().1.retry_queue_url, None);
+    env.insert("COURIER_RETRY_QUEUE_URL", "https://sqs/retry".into());
+    let (_, with, _) = parse(&env).unwrap();
+    assert_eq!(with.requeue_url(), "https://sqs/retry");
+    let written: HashMap<&'static str, String> = with.resource_env().into_iter().collect();
+    assert_eq!(written, env);
+}
+
 #[test]
 fn defaults_and_overrides() {
     let (config, resources, _) = parse(&base()).unwrap();

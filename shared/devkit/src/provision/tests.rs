@@ -29,6 +29,7 @@ fn keeps_the_data_plane_and_nothing_else() {
     let kept: BTreeSet<&str> = resources(&v).keys().map(String::as_str).collect();
     let expected: BTreeSet<&str> = [
         "SendQueue",
+        "RetryQueue",
         "RedriveDeadLetterQueue",
         "DeadLetterQueue",
         "EventsQueue",
@@ -121,18 +122,18 @@ fn settings_come_from_the_template() {
     );
     // each DLQ takes redrives only from its own queue, named as the emulator's queue is
     let allowed = |dlq: &str| r[dlq]["Properties"]["RedriveAllowPolicy"].clone();
-    let arn = |name: &str| json!([{ "Fn::Sub": format!("arn:${{AWS::Partition}}:sqs:${{AWS::Region}}:${{AWS::AccountId}}:courier-t1-{name}") }]);
+    let arn = |name: &str| json!({ "Fn::Sub": format!("arn:${{AWS::Partition}}:sqs:${{AWS::Region}}:${{AWS::AccountId}}:courier-t1-{name}") });
     assert_eq!(
         allowed("RedriveDeadLetterQueue")["redrivePermission"],
         "byQueue"
     );
     assert_eq!(
         allowed("RedriveDeadLetterQueue")["sourceQueueArns"],
-        arn("send-queue")
+        json!([arn("retry-queue"), arn("send-queue")])
     );
     assert_eq!(
         allowed("EventsDeadLetterQueue")["sourceQueueArns"],
-        arn("events-queue")
+        json!([arn("events-queue")])
     );
     assert_eq!(send["QueueName"], "courier-t1-send-queue");
     // the status table's sparse by_open index
