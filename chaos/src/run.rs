@@ -551,7 +551,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
                   depth: Option<(i64, i64, i64)>| {
         let (v, nv, d) = depth.unwrap_or((-1, -1, -1));
         println!(
-            "chaos: {:>6.1} s  enqueued {:>6}/{}  queue visible {v} in-flight {nv} delayed {d}  kills {kills}  postfix restarts {restarts}  AWS {} | SMTP {}  resets {}/{}",
+            "chaos: {:>6.1} s  enqueued {:>6}/{}  send queue visible {v} in-flight {nv} delayed {d}  kills {kills}  postfix restarts {restarts}  AWS {} | SMTP {}  resets {}/{}",
             phase.elapsed().as_secs_f64(),
             enqueued.load(Ordering::Relaxed),
             settings.jobs,
@@ -647,7 +647,8 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         phase.elapsed().as_secs_f64()
     );
 
-    // Settle: the send queue empty (visible, in flight, delayed) three checks in a row.
+    // Settle: the send, retry and events queues empty (visible, in flight, delayed) three checks
+    // in a row.
     let settle = Instant::now();
     let mut calm = 0;
     let mut settled = false;

@@ -75,7 +75,8 @@ pub(crate) enum DlqCommand {
         #[arg(long)]
         blocklist: bool,
     },
-    /// Move EVERY message of the redrive DLQ back to the send queue (SQS StartMessageMoveTask).
+    /// Move EVERY message of the redrive DLQ back to the queue it came from, send or retry (SQS
+    /// StartMessageMoveTask).
     ///
     /// No filter, no index, no per-letter audit: use `replay` unless you have fixed the root
     /// cause of all of them.

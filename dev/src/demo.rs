@@ -2,7 +2,8 @@
 //! started (moto by default), enqueues a demo campaign with a realistic failure mix and drives the
 //! three functions through their real handlers:
 //! - the send function, through the local event-source driver (several concurrent "instances",
-//!   Lambda's batch, visibility-timeout and partial-failure semantics) on the send queue, against
+//!   Lambda's batch, visibility-timeout and partial-failure semantics) on the send and retry
+//!   queues (the template's two event sources), against
 //!   the real SMTP server and SES v2 on the emulator (the demo verifies its sending domain and
 //!   creates the configuration set through the SES v2 API first);
 //! - the events function, through the same driver on the events queue. Emulators never publish
@@ -27,7 +28,7 @@
 //!   local part before `+`: `reader{i}@` delivered (Send, Delivery); `bounce+{i}@`
 //!   (`i % 100 == 36`) a permanent bounce, the recipient then suppressed by the events function;
 //!   `softbounce+{i}@` (37) a transient bounce, sent again by the events function through the
-//!   send queue and then delivered; `delay+{i}@` (38) a delivery delay, then the delivery;
+//!   retry queue and then delivered; `delay+{i}@` (38) a delivery delay, then the delivery;
 //!   `complaint+{i}@` (`i % 500 == 39`) delivered, then a complaint, the recipient suppressed;
 //!   `i % 500 == 35` one message to three recipients, `reader{i}@` delivered, `bounce+{i}@` (Cc)
 //!   bounced, `complaint+{i}@` (Bcc) complained: each recipient's outcome is recorded on its own
@@ -89,7 +90,8 @@ pub(crate) const DEMO_POLICY: &str = r#"{
   }}
 }"#;
 
-/// Concurrent driver loops on the send queue, standing in for concurrent Lambda instances.
+/// Concurrent driver loops on the send queue, standing in for concurrent Lambda instances (and
+/// half as many on the retry queue).
 const INSTANCES: usize = 4;
 /// Concurrent driver loops on the events queue (the template allows the events function 5).
 const EVENT_INSTANCES: usize = 2;

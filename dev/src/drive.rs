@@ -39,7 +39,7 @@ pub(crate) struct DriveArgs {
     pub instances: usize,
     /// Concurrent driver loops on the retry queue (`COURIER_RETRY_QUEUE_URL`; its event
     /// source's MaximumConcurrency on AWS). None without a retry queue.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub retry_instances: usize,
     /// Seconds a received batch stays invisible (the queue's visibility timeout on AWS).
     #[arg(long, default_value_t = 30)]
@@ -250,7 +250,7 @@ async fn run_async(args: &DriveArgs) -> Result<i32, DriveError> {
         && retry_url != queue_url
     {
         let arn = courier_dev::sibling_queue_arn(&queue_arn, &retry_url);
-        lanes.push((retry_url, arn, args.retry_instances.max(1)));
+        lanes.push((retry_url, arn, args.retry_instances));
     }
     if args.log {
         tracing_subscriber::fmt()
@@ -378,5 +378,39 @@ async fn run_async(args: &DriveArgs) -> Result<i32, DriveError> {
             );
             return Ok(0);
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(flatten)]
+        a: DriveArgs,
+    }
+
+    /// One loop on the retry queue unless told otherwise; none is refused (the queue's copies
+    /// would never be taken).
+    #[test]
+    fn the_retry_queue_gets_at_least_one_loop() {
+        let parse =
+            |args: &[&str]| T::try_parse_from(std::iter::once("drive").chain(args.iter().copied()));
+        assert_eq!(parse(&[]).unwrap().a.retry_instances, 1);
+        assert_eq!(
+            parse(&["--retry-instances", "3"])
+                .unwrap()
+                .a
+                .retry_instances,
+            3
+        );
+        let zero = parse(&["--retry-instances", "0"])
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(zero.contains("--retry-instances"), "{zero}");
     }
 }

@@ -136,7 +136,7 @@ async fn the_demo_drives_ses_events_through_the_events_function() {
     assert!(by_events(&bounced, Status::BouncedPermanent), "{bounced:?}");
     assert!(suppressed("bounce+36@courier.test").await);
 
-    // A transient bounce: recorded, resent through the send queue, sent again, then delivered.
+    // A transient bounce: recorded, resent through the retry queue, sent again, then delivered.
     let soft = record("demo-00037").await;
     assert_eq!(soft.status, Status::Delivered, "{soft:?}");
     assert!(by_events(&soft, Status::BouncedTransient), "{soft:?}");

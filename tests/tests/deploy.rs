@@ -1830,10 +1830,23 @@ fn copies_that_wait_have_their_own_queue_event_source_and_concurrency() {
         sqs_send_targets(&t, "DelayStateMachine"),
         BTreeSet::from(["RetryQueue".to_owned(), "SendQueue".to_owned()])
     );
-    // AND the backlog alarm counts both queues
-    let alarm = format!("{:?}", r["BacklogGrowingAlarm"]["Properties"]["Metrics"]);
+    // AND the backlog alarm reads both queues and its condition adds them up
+    let metrics = &r["BacklogGrowingAlarm"]["Properties"]["Metrics"];
+    let queue_of = |id: &str| {
+        let metric = metrics
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|m| m["Id"].as_str() == Some(id))
+            .unwrap();
+        referenced(&metric["MetricStat"]["Metric"]["Dimensions"][0]["Value"])
+    };
+    assert_eq!(queue_of("fresh").as_deref(), Some("SendQueue"));
+    assert_eq!(queue_of("retries").as_deref(), Some("RetryQueue"));
+    let stalling = format!("{:?}", metrics[3]["Expression"]);
     assert!(
-        alarm.contains("SendQueue") && alarm.contains("RetryQueue"),
-        "{alarm}"
+        stalling.contains("FILL(fresh, 0) + FILL(retries, 0) >")
+            && stalling.contains("DIFF(FILL(fresh, 0) + FILL(retries, 0)) > 0"),
+        "{stalling}"
     );
 }

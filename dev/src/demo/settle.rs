@@ -159,7 +159,7 @@ pub(super) fn report(r: &Report<'_>) {
         );
     }
     println!(
-        "    transient bounces resent  {:>6}  (through the send queue; sent again by the send function)",
+        "    transient bounces resent  {:>6}  (through the retry queue; sent again by the send function)",
         applied("resent")
     );
     println!(

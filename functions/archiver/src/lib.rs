@@ -54,7 +54,7 @@ pub const GATHER: usize = 200;
 pub enum QueueKind {
     /// Courier's dead-letter queue: bodies are [`DeadLetter`] records.
     Letters,
-    /// The send queue's redrive DLQ: raw messages SQS moved after maxReceiveCount.
+    /// The send and retry queues' redrive DLQ: raw messages SQS moved after maxReceiveCount.
     Redrive,
 }
 

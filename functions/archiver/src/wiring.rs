@@ -16,7 +16,7 @@ use crate::{Archiver, QueueKind};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     pub dead_letter_queue_url: String,
-    /// The send queue's redrive DLQ (raw messages SQS moved after maxReceiveCount).
+    /// The send and retry queues' redrive DLQ (raw messages SQS moved after maxReceiveCount).
     pub redrive_queue_url: String,
     pub letter_index_table: String,
     pub archive_bucket: String,

@@ -1,4 +1,5 @@
-//! How a copy waits before it is back on the send queue, decided in one place
+//! How a copy waits before it is back on a queue (the retry queue, or the send queue without
+//! one), decided in one place
 //! ([`mechanism`]), and the delay state machine that waits longer than SQS's 900 s
 //! `DelaySeconds` limit, then sends the message back to the queue. The same definition is
 //! deployed by `infra/template.yaml` and created by the integration tests.

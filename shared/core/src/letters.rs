@@ -126,7 +126,7 @@ pub struct ArchiveAges(pub BTreeMap<DeadLetterCategory, Duration>);
 
 impl Default for ArchiveAges {
     /// Invalid jobs, poison and raw redrives: 7 days (the redrive DLQ's clock starts when the
-    /// message entered the send queue, see [`ArchiveAges::limit`]). Exhausted retries and review
+    /// message entered the send or retry queue, see [`ArchiveAges::limit`]). Exhausted retries and review
     /// cases are worked by operators: 10 days.
     fn default() -> Self {
         let day = 24 * 3600;
@@ -190,7 +190,7 @@ impl ArchiveAges {
                     age.as_secs_f64() / 86_400.0,
                     limit.as_secs_f64() / 86_400.0,
                     if category == DeadLetterCategory::Redriven {
-                        ", counted from when the message entered the send queue, less that queue's retention"
+                        ", counted from when the message entered the send or retry queue, less their retention"
                     } else {
                         ""
                     }
@@ -202,7 +202,7 @@ impl ArchiveAges {
 
     /// The longest age `category` may have. SQS drops a message from a dead-letter queue 14
     /// days after it entered it, except for a redriven message of a standard queue, whose clock
-    /// started when it entered the send queue (up to `source_retention` earlier); the archiver's
+    /// started when it entered the send or retry queue (up to `source_retention` earlier); the archiver's
     /// age counts from when the letter was indexed (for raw redrives: first seen in the DLQ).
     pub fn limit(category: DeadLetterCategory, source_retention: Duration) -> Duration {
         let limit = LETTER_QUEUE_RETENTION.saturating_sub(ARCHIVE_MARGIN);

@@ -19,7 +19,7 @@ use courier_core::ports::{
 };
 use tracing::warn;
 
-/// A dead-letter queue (Courier's, or the send queue's redrive DLQ). Claim-checked bodies are
+/// A dead-letter queue (Courier's, or the redrive DLQ of the send and retry queues). Claim-checked bodies are
 /// redeemed from the payload store, when one is set.
 pub struct SqsLetterQueue {
     sqs: aws_sdk_sqs::Client,

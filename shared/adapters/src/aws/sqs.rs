@@ -14,8 +14,8 @@ use courier_core::ports::{
     DeadLetter, DeadLetterSink, PayloadStore, Requeue, RetryScheduler, StoreError,
 };
 
-/// Retries: `SendMessageBatch` to the send queue for delays up to 900 s, the delay state
-/// machine beyond. A copy too large for a queue message goes through the payload store
+/// Retries: `SendMessageBatch` to its queue (the retry queue, or the send queue without one) for
+/// delays up to 900 s, the delay state machine beyond. A copy too large for a queue message goes through the payload store
 /// (the claim check), when one is set.
 pub struct SqsRetryScheduler {
     sqs: aws_sdk_sqs::Client,
