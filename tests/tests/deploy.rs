@@ -1850,3 +1850,68 @@ fn copies_that_wait_have_their_own_queue_event_source_and_concurrency() {
         "{stalling}"
     );
 }
+
+/// A delay state machine execution that fails, times out or is aborted takes its copy with it
+/// and leaves the job `deferred`: an alarm on Step Functions' own per-state-machine metrics
+/// (namespace `AWS/States`, dimension `StateMachineArn`: "Monitoring Step Functions metrics
+/// using Amazon CloudWatch") tells the alarm topic on the first one.
+#[test]
+fn a_delay_that_never_puts_its_copy_back_raises_an_alarm() {
+    let t = Template::load();
+    let alarm = &t.doc["Resources"]["DelayExecutionsFailedAlarm"]["Properties"];
+    let metrics = alarm["Metrics"].as_sequence().unwrap();
+    let mut read = BTreeSet::new();
+    for m in metrics.iter().filter(|m| m.get("MetricStat").is_some()) {
+        let metric = &m["MetricStat"]["Metric"];
+        assert_eq!(metric["Namespace"].as_str(), Some("AWS/States"));
+        assert_eq!(
+            metric["Dimensions"][0]["Name"].as_str(),
+            Some("StateMachineArn")
+        );
+        assert_eq!(
+            referenced(&metric["Dimensions"][0]["Value"]).as_deref(),
+            Some("DelayStateMachine")
+        );
+        assert_eq!(m["ReturnData"].as_bool(), Some(false));
+        read.insert((
+            m["Id"].as_str().unwrap().to_owned(),
+            metric["MetricName"].as_str().unwrap().to_owned(),
+        ));
+    }
+    let names: BTreeSet<&str> = read.iter().map(|(_, name)| name.as_str()).collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "ExecutionsAborted",
+            "ExecutionsFailed",
+            "ExecutionsTimedOut"
+        ])
+    );
+    // The one series returned adds all three up; one is enough to fire.
+    let returned: Vec<&Yaml> = metrics
+        .iter()
+        .filter(|m| m["ReturnData"].as_bool() == Some(true))
+        .collect();
+    assert_eq!(returned.len(), 1);
+    let expression = returned[0]["Expression"].as_str().unwrap();
+    for (id, _) in &read {
+        assert!(
+            expression.contains(&format!("FILL({id}, 0)")),
+            "{expression}"
+        );
+    }
+    assert_eq!(alarm["Threshold"].as_i64(), Some(0));
+    assert_eq!(
+        alarm["ComparisonOperator"].as_str(),
+        Some("GreaterThanThreshold")
+    );
+    assert!(
+        alarm["AlarmActions"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|a| referenced(a).as_deref() == Some("AlarmTopic"))
+    );
+    let runbook = std::fs::read_to_string(repo().join("docs/runbook.md")).unwrap();
+    assert!(runbook.contains("| `DelayExecutionsFailedAlarm` |"));
+}
