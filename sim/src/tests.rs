@@ -262,8 +262,9 @@ fn with_few_instances_a_paced_domain_or_a_retry_storm_holds_no_other_mail_back()
 }
 
 /// A retry storm: 100,000 jobs over 30 minutes (56/s), a 10-minute outage from minute 5, a 100/s
-/// quota: after recovery the backlog's retries and fresh mail meet on one schedule.
-fn retry_storm(lane: bool, instances: u32) -> Report {
+/// quota, up to `instances` instances: after recovery the backlog's retries and fresh mail meet
+/// on one schedule.
+fn storm_scenario(instances: u32) -> Scenario {
     let mut sc = Scenario::preset("outage-30m").unwrap();
     sc.jobs = 100_000;
     sc.arrival_secs = 30 * 60;
@@ -272,6 +273,12 @@ fn retry_storm(lane: bool, instances: u32) -> Report {
     sc.provider.quota_per_sec = 100.0;
     sc.send_rate = Some(Scenario::send_rate_of(100.0));
     sc.lambda.max_concurrency = instances;
+    sc
+}
+
+/// The retry storm run with the retry lane or without.
+fn retry_storm(lane: bool, instances: u32) -> Report {
+    let mut sc = storm_scenario(instances);
     sc.retry_horizon = lane.then_some(courier_core::rate::RateLimit::DEFAULT_RETRY_HORIZON);
     run(&sc).unwrap()
 }
@@ -307,14 +314,7 @@ fn with_the_retry_lane_fresh_mail_is_not_held_back_by_a_retry_storm() {
 fn with_the_retry_queue_fresh_mail_keeps_its_instances_through_a_retry_storm() {
     // GIVEN the retry storm with 4 instances on the send queue and 2 on the retry queue,
     // AND the same storm on one queue polled by 6
-    let mut sc = Scenario::preset("outage-30m").unwrap();
-    sc.jobs = 100_000;
-    sc.arrival_secs = 30 * 60;
-    sc.faults[0].start_secs = 5 * 60;
-    sc.faults[0].duration_secs = 10 * 60;
-    sc.provider.quota_per_sec = 100.0;
-    sc.send_rate = Some(Scenario::send_rate_of(100.0));
-    sc.lambda.max_concurrency = 4;
+    let mut sc = storm_scenario(4);
     sc.retry_concurrency = Some(2);
     let reports = crate::compare(&sc, "queues").unwrap();
     let (two, one) = (&reports[0], &reports[1]);
