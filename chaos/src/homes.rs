@@ -23,6 +23,7 @@ pub async fn sweep(
             status_table: stack.status_table.clone(),
             lease_grace: chrono::Duration::zero(),
             no_outcome_after: chrono::Duration::hours(6),
+            copy_grace: chrono::Duration::hours(1),
             outcome_bus: Some(stack.outcome_bus.clone()),
         },
     );

@@ -396,9 +396,17 @@ pub(crate) fn render_status(
             if let Some(trace) = &r.trace_id {
                 lines.push(format!("  trace {trace}"));
             }
+            if let Some(due) = r.copy_due {
+                lines.push(format!("  its copy is due back at {}", due.to_rfc3339()));
+            }
             if let Some(at) = r.swept_at {
+                let why = if r.copy_due.is_some() {
+                    "its copy did not come back (docs/runbook.md, SweptCopyOverdueAlarm)"
+                } else {
+                    "no outcome event arrived"
+                };
                 lines.push(format!(
-                    "  flagged by the sweeper at {}: no outcome event arrived",
+                    "  flagged by the sweeper at {}: {why}",
                     at.to_rfc3339()
                 ));
             }
@@ -745,6 +753,33 @@ mod tests {
             !render_status("m4", Some(&old), &[])
                 .iter()
                 .any(|l| l.contains("recipients"))
+        );
+    }
+
+    #[test]
+    fn a_waiting_job_shows_when_its_copy_is_due_and_why_the_sweeper_flagged_it() {
+        let mut r = JobRecord::new("m5", Status::Deferred, 2, t(1));
+        r.copy_due = Some(t(60));
+        let lines = render_status("m5", Some(&r), &[]);
+        assert!(
+            lines.contains(&format!("  its copy is due back at {}", t(60).to_rfc3339())),
+            "{lines:?}"
+        );
+        r.swept_at = Some(t(4000));
+        let lines = render_status("m5", Some(&r), &[]);
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("flagged by the sweeper") && l.contains("did not come back")),
+            "{lines:?}"
+        );
+        // A sent job flagged for its missing outcome says so.
+        let mut sent = JobRecord::new("m6", Status::SentToProvider, 0, t(1));
+        sent.swept_at = Some(t(4000));
+        assert!(
+            render_status("m6", Some(&sent), &[])
+                .iter()
+                .any(|l| l.ends_with("no outcome event arrived")),
         );
     }
 }

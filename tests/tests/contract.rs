@@ -54,6 +54,7 @@ fn update(id: &str, owner: &str, status: Status, attempt: u32, at: DateTime<Utc>
         facts: None,
         recipients: None,
         recipient_notes: Vec::new(),
+        copy_due: None,
     }
 }
 
@@ -253,6 +254,7 @@ async fn status_store_contract(store: &dyn StatusStore) {
                 bounced: "pmid".into(),
                 detail: "soft bounce".into(),
                 now: later,
+                copy_due: later,
             })
             .await
             .unwrap()
@@ -1651,6 +1653,7 @@ async fn recipients_contract(store: &dyn StatusStore) {
         bounced: "ses-1".into(),
         detail: "resent".into(),
         now: t,
+        copy_due: t,
     };
     assert!(store.resend(&resend).await.unwrap());
     store.claim(&claim(&bare, 1, "b", t, 60)).await.unwrap();
@@ -1803,6 +1806,149 @@ async fn a_record_at_fifty_recipients_stays_within_one_dynamodb_item() {
     assert!(measured.iter().all(|b| *b < 400 * 1024), "{measured:?}");
 }
 
+/// Whether `id` is in the sweeper's waiting index with its copy due before `before` (read
+/// whole: other tests' waiting jobs share the table).
+async fn waiting(store: &dyn StatusStore, id: &str, before: DateTime<Utc>) -> bool {
+    store
+        .open_before(OpenState::Waiting, before, 100_000)
+        .await
+        .unwrap()
+        .iter()
+        .any(|r| r.message_id == id)
+}
+
+/// A job that waits for its copy (`deferred`, `unknown`) is in the sweeper's waiting index by
+/// when the copy is due, whoever wrote the status; a claim takes it off; the sweeper flags one
+/// whose copy never came, once, and the late copy still claims it.
+async fn waiting_index_contract(store: &dyn StatusStore) {
+    let t = now();
+    let after = |d: DateTime<Utc>| d + chrono::Duration::seconds(1);
+
+    // A retry: the send function's `deferred` names when the copy is due.
+    let id = unique("job");
+    store.claim(&claim(&id, 0, "a", t, 60)).await.unwrap();
+    let due = t + chrono::Duration::seconds(90);
+    let deferred = StatusUpdate {
+        copy_due: Some(due),
+        ..update(&id, "a", Status::Deferred, 1, t)
+    };
+    store.finish(&deferred).await.unwrap();
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.copy_due), (Status::Deferred, Some(due)));
+    assert!(!waiting(store, &id, due).await, "not before its due time");
+    assert!(waiting(store, &id, after(due)).await);
+
+    // Never came back: flagged once, the status stays, off the index.
+    let found: Vec<JobRecord> = store
+        .open_before(OpenState::Waiting, after(due), 100_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.message_id == id)
+        .collect();
+    let swept_at = due + chrono::Duration::hours(2);
+    assert!(
+        store
+            .sweep(&found[0], SweepMark::CopyOverdue, swept_at)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .sweep(&found[0], SweepMark::CopyOverdue, swept_at)
+            .await
+            .unwrap()
+    );
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.status, rec.attempt, rec.swept_at),
+        (Status::Deferred, 1, Some(swept_at))
+    );
+    let last = rec.history.last().unwrap();
+    assert_eq!(
+        (last.by.as_str(), last.status),
+        ("sweeper", Status::Deferred)
+    );
+    assert!(
+        last.detail.as_deref().unwrap().contains("due back at"),
+        "{last:?}"
+    );
+    assert!(!waiting(store, &id, after(swept_at)).await);
+    // The late copy claims it as ever; the claim clears the flag and the due time.
+    assert_eq!(
+        store
+            .claim(&claim(&id, 1, "b", swept_at, 60))
+            .await
+            .unwrap(),
+        ClaimOutcome::Claimed
+    );
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.status, rec.swept_at, rec.copy_due),
+        (Status::Processing, None, None)
+    );
+    assert!(!waiting(store, &id, t + chrono::Duration::days(400)).await);
+    // A sweep of the record as it was found changes nothing now.
+    assert!(
+        !store
+            .sweep(&found[0], SweepMark::CopyOverdue, after(swept_at))
+            .await
+            .unwrap()
+    );
+
+    // A released lease (`deferred` with no due time): due back by SQS's redelivery bound.
+    let released = unique("job");
+    store.claim(&claim(&released, 0, "a", t, 60)).await.unwrap();
+    store
+        .finish(&update(&released, "a", Status::Deferred, 0, t))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get(&released).await.unwrap().unwrap().copy_due,
+        Some(t + REDELIVERY_BOUND)
+    );
+    assert!(!waiting(store, &released, t + REDELIVERY_BOUND).await);
+    assert!(waiting(store, &released, after(t + REDELIVERY_BOUND)).await);
+
+    // A claim that finds the lease expired mid-send: `unknown` until the grace window closes.
+    let ambiguous = unique("job");
+    store.claim(&claim(&ambiguous, 0, "a", t, 1)).await.unwrap();
+    let outcome = store
+        .claim(&claim(
+            &ambiguous,
+            0,
+            "b",
+            t + chrono::Duration::seconds(5),
+            60,
+        ))
+        .await
+        .unwrap();
+    let ClaimOutcome::Ambiguous { resolve_at } = outcome else {
+        panic!("{outcome:?}");
+    };
+    let rec = store.get(&ambiguous).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.status, rec.copy_due),
+        (Status::Unknown, Some(resolve_at))
+    );
+    assert!(!waiting(store, &ambiguous, resolve_at).await);
+    assert!(waiting(store, &ambiguous, after(resolve_at)).await);
+    // SES's evidence ends the wait.
+    store
+        .record(&update(
+            &ambiguous,
+            "events",
+            Status::SentToProvider,
+            0,
+            t + chrono::Duration::seconds(10),
+        ))
+        .await
+        .unwrap();
+    let rec = store.get(&ambiguous).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.copy_due), (Status::SentToProvider, None));
+    assert!(!waiting(store, &ambiguous, t + chrono::Duration::days(400)).await);
+}
+
 /// History, the kept payload, transient-bounce resends and the sweeper's open-job index.
 async fn status_lifecycle_contract(store: &dyn StatusStore) {
     let t = now();
@@ -1862,6 +2008,7 @@ async fn status_lifecycle_contract(store: &dyn StatusStore) {
         bounced: "pmid".into(),
         detail: "mailbox_temporary (mailbox-full); retry in 600 s".into(),
         now: later,
+        copy_due: later + chrono::Duration::seconds(600),
     };
     assert!(store.resend(&resend).await.unwrap());
     assert!(
@@ -1872,6 +2019,10 @@ async fn status_lifecycle_contract(store: &dyn StatusStore) {
     assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
     assert_eq!(rec.resend_of.as_deref(), Some("pmid"));
     assert_eq!(rec.history.len(), 4);
+    // Deferred waits for the resend's copy: in the waiting index by when that copy is due.
+    assert_eq!(rec.copy_due, Some(resend.copy_due));
+    assert!(!waiting(store, &id, resend.copy_due).await);
+    assert!(waiting(store, &id, resend.copy_due + chrono::Duration::seconds(1)).await);
     // Deferred is not open: the sweeper no longer sees it.
     assert!(
         !store
@@ -1890,6 +2041,8 @@ async fn status_lifecycle_contract(store: &dyn StatusStore) {
         store.claim(&claim(&id, 1, "b", later, 60)).await.unwrap(),
         ClaimOutcome::Claimed
     );
+    assert_eq!(store.get(&id).await.unwrap().unwrap().copy_due, None);
+    assert!(!waiting(store, &id, later + chrono::Duration::days(400)).await);
 
     // Stuck in processing long past the lease: swept to unknown, once.
     let stuck = unique("job");
@@ -1918,6 +2071,17 @@ async fn status_lifecycle_contract(store: &dyn StatusStore) {
     let rec = store.get(&stuck).await.unwrap().unwrap();
     assert_eq!(rec.status, Status::Unknown);
     assert_eq!(rec.history.last().unwrap().by, "sweeper");
+    // Unknown, waiting for the dead worker's copy: due by SQS's longest visibility timeout.
+    assert_eq!(rec.copy_due, Some(much_later + REDELIVERY_BOUND));
+    assert!(!waiting(store, &stuck, much_later + REDELIVERY_BOUND).await);
+    assert!(
+        waiting(
+            store,
+            &stuck,
+            much_later + REDELIVERY_BOUND + chrono::Duration::seconds(1)
+        )
+        .await
+    );
     assert!(
         !store
             .open_before(OpenState::Processing, much_later, 1000)
@@ -2075,6 +2239,18 @@ async fn status_lifecycle_memory_and_dynamodb() {
         Duration::from_secs(3600),
     );
     status_lifecycle_contract(&store).await;
+}
+
+#[tokio::test]
+async fn waiting_index_memory_and_dynamodb() {
+    waiting_index_contract(&MemoryStatusStore::default()).await;
+    let stack = Stack::create(&["ses"]).await;
+    let store = DynamoDbStatusStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.status_table,
+        Duration::from_secs(3600),
+    );
+    waiting_index_contract(&store).await;
 }
 
 async fn sightings_and_reputation_contract(

@@ -1915,3 +1915,55 @@ fn a_delay_that_never_puts_its_copy_back_raises_an_alarm() {
     let runbook = std::fs::read_to_string(repo().join("docs/runbook.md")).unwrap();
     assert!(runbook.contains("| `DelayExecutionsFailedAlarm` |"));
 }
+
+/// A `deferred` or `unknown` job whose copy never comes back (a purged or deleted queue, past
+/// the queue's retention, a delay execution that failed) is flagged by the sweeper
+/// `SweepCopyGrace` past its due time (`SweptCopyOverdue`, namespace `Courier`, dimension
+/// `Function`: the EMF the sweeper prints), and the first one tells the alarm topic.
+#[test]
+fn a_waiting_job_whose_copy_never_comes_back_raises_an_alarm() {
+    let t = Template::load();
+    let alarm = &t.doc["Resources"]["SweptCopyOverdueAlarm"]["Properties"];
+    assert_eq!(alarm["Namespace"].as_str(), Some("Courier"));
+    assert_eq!(alarm["MetricName"].as_str(), Some("SweptCopyOverdue"));
+    assert_eq!(alarm["Dimensions"][0]["Name"].as_str(), Some("Function"));
+    assert_eq!(alarm["Dimensions"][0]["Value"].as_str(), Some("sweeper"));
+    assert_eq!(alarm["Statistic"].as_str(), Some("Sum"));
+    assert_eq!(alarm["Threshold"].as_i64(), Some(0));
+    assert_eq!(
+        alarm["ComparisonOperator"].as_str(),
+        Some("GreaterThanThreshold")
+    );
+    assert!(
+        alarm["AlarmActions"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|a| referenced(a).as_deref() == Some("AlarmTopic"))
+    );
+    // The metric is the one the sweeper emits.
+    let report = courier_sweeper::SweepReport {
+        copy_overdue: 1,
+        ..Default::default()
+    };
+    let emf = report.to_emf(0);
+    assert_eq!(emf["SweptCopyOverdue"], 1);
+    assert_eq!(emf["Function"], "sweeper");
+    // The grace reaches the sweeper from its parameter, and its default parses as the sweeper
+    // parses it at INIT.
+    let env = &t.doc["Resources"]["SweeperFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(
+        referenced(&env["COURIER_SWEEP_COPY_GRACE"]).as_deref(),
+        Some("SweepCopyGrace")
+    );
+    let default = scalar(&t.doc["Parameters"]["SweepCopyGrace"]["Default"]).unwrap();
+    let settings = courier_sweeper::Settings::from_lookup(|name| match name {
+        "COURIER_STATUS_TABLE" => Some("status".into()),
+        "COURIER_SWEEP_COPY_GRACE" => Some(default.clone()),
+        _ => None,
+    })
+    .unwrap();
+    assert_eq!(settings.copy_grace, chrono::Duration::hours(1));
+    let runbook = std::fs::read_to_string(repo().join("docs/runbook.md")).unwrap();
+    assert!(runbook.contains("| `SweptCopyOverdueAlarm` |"));
+}

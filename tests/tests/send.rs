@@ -860,6 +860,80 @@ async fn a_copy_that_waits_goes_to_the_retry_queue_and_ends_from_there() {
     assert_eq!(on_queue(&stack, &retry_queue).await, 0);
 }
 
+/// "Never lost" past the queue: a `deferred` job whose copy is lost (here deleted from the
+/// retry queue, as a purge, a deleted queue or the end of its retention would) stays in the
+/// status table's waiting index by when the copy was due; the sweeper, on the same table, flags
+/// it once that time is `copy_grace` past, not before, and counts it for its alarm.
+#[tokio::test]
+async fn a_deferred_job_whose_copy_is_lost_is_found_by_the_sweeper() {
+    use courier_devkit::memory::ManualClock;
+    let mut stack = Stack::create(&["smtp"]).await;
+    stack.resources.retry_queue_url = Some(stack.retry_queue_url.clone());
+    let retry_queue = stack.retry_queue_url.clone();
+    enqueue(
+        &stack,
+        &[job(&stack, "copy-lost", "busy@courier.test").to_string()],
+    )
+    .await;
+    let p = pipeline(&stack, config());
+    let fresh = driver(&stack);
+    let started = Instant::now();
+    while status_of(&stack, "copy-lost").await != Some(Status::Deferred)
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        fresh.poll_once(&p, "fresh").await.unwrap();
+    }
+    let deferred = store(&stack).get("copy-lost").await.unwrap().unwrap();
+    assert_eq!(deferred.status, Status::Deferred);
+    let due = deferred
+        .copy_due
+        .expect("a deferred record names its copy's due time");
+    assert!(
+        due >= deferred.updated_at,
+        "{due} vs {}",
+        deferred.updated_at
+    );
+    // The fault: the copy is taken off the retry queue and never comes back.
+    let started = Instant::now();
+    let mut lost = Vec::new();
+    while lost.is_empty() && started.elapsed() < Duration::from_secs(20) {
+        lost = stack.drain(&retry_queue).await;
+    }
+    assert_eq!(lost.len(), 1, "the one retry copy");
+    let grace = chrono::Duration::hours(1);
+    let sweeper_at = |at: chrono::DateTime<chrono::Utc>| courier_sweeper::Sweeper {
+        status: Arc::new(store(&stack)),
+        clock: Arc::new(ManualClock::new(at)),
+        settings: courier_sweeper::Settings {
+            status_table: stack.resources.status_table.clone(),
+            lease_grace: chrono::Duration::minutes(5),
+            no_outcome_after: chrono::Duration::hours(6),
+            copy_grace: grace,
+            outcome_bus: None,
+        },
+        outcomes: None,
+    };
+    let deadline = chrono::Utc::now() + chrono::Duration::days(3);
+    // Within the grace: a copy that is only late is left alone.
+    let early = sweeper_at(due + grace - chrono::Duration::seconds(1));
+    assert_eq!(early.run(deadline).await.unwrap().copy_overdue, 0);
+    // Past it: flagged once, the status kept, the history saying why.
+    let late = sweeper_at(due + grace + chrono::Duration::seconds(1));
+    let report = late.run(deadline).await.unwrap();
+    assert_eq!(report.copy_overdue, 1, "{report:?}");
+    assert_eq!(report.to_emf(0)["SweptCopyOverdue"], 1);
+    let flagged = store(&stack).get("copy-lost").await.unwrap().unwrap();
+    assert_eq!(flagged.status, Status::Deferred);
+    assert!(flagged.swept_at.is_some());
+    let last = flagged.history.last().unwrap();
+    assert_eq!(last.by, "sweeper");
+    assert!(
+        last.detail.as_deref().unwrap().contains("due back at"),
+        "{last:?}"
+    );
+    assert_eq!(late.run(deadline).await.unwrap().copy_overdue, 0, "once");
+}
+
 /// A receiving domain's throttle reply lowers its pace in the control table, shared by every
 /// instance (the rule's first decrease: ceiling × decrease); the throttled job waits without
 /// spending an attempt, and another domain's mail is sent at once.

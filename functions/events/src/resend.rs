@@ -230,6 +230,7 @@ impl Applier {
                     bounced,
                     detail,
                     now,
+                    copy_due: wait.due(),
                 };
                 // The copy first: until it is scheduled the job stays `bounced_transient` (a
                 // known end if scheduling never succeeds), never `deferred` with no copy coming.

@@ -390,6 +390,9 @@ async fn a_transient_bounce_sends_the_job_again_on_the_soft_bounce_schedule() {
     assert_eq!(steps, vec![Status::BouncedTransient, Status::Deferred]);
     let scheduled = w.scheduled();
     assert_eq!(scheduled.len(), 1);
+    // The record names when the resend's copy is due (the sweeper's waiting index).
+    let delay = chrono::Duration::seconds(i64::try_from(scheduled[0].delay_secs).unwrap());
+    assert_eq!(rec.copy_due, Some(rec.updated_at + delay));
     // The timeline says what happens next in the words of the shared plan (class, rule, wait).
     let detail = rec.history[1].detail.clone().unwrap_or_default();
     assert!(

@@ -325,9 +325,13 @@ impl Pipeline {
                 detail,
             } => {
                 info!(class = %verdict.class, rule = %verdict.rule, delay_s = wait.requeue().delay_secs, mechanism = ?wait.mechanism(), "retry scheduled");
+                let then = StatusUpdate {
+                    copy_due: Some(wait.due()),
+                    ..update(status, incoming.attempt + 1, detail)
+                };
                 Fate::Wait {
                     wait,
-                    then: Some(update(status, incoming.attempt + 1, detail)),
+                    then: Some(then),
                     outcome: if status == Status::Unknown {
                         Outcome::Ambiguous
                     } else {

@@ -159,6 +159,11 @@ impl World {
         );
     }
 
+    /// When the record says the copy of a waiting job is due back.
+    fn copy_due_of(&self, id: &str) -> Option<chrono::DateTime<chrono::Utc>> {
+        self.status.records.lock().unwrap().get(id)?.copy_due
+    }
+
     fn status_of(&self, id: &str) -> Option<Status> {
         self.status
             .records
@@ -614,6 +619,9 @@ async fn greylisting_is_re_enqueued_with_history_and_a_new_generation() {
     assert_eq!(next.attempt, 1);
     assert_eq!(next.history[0].class, ErrorClass::MailboxTemporary);
     assert_eq!(w.status_of("m8"), Some(Status::Deferred));
+    // The record names when the copy is due, for the sweeper to notice one that never comes.
+    let delay = chrono::Duration::seconds(i64::try_from(requeue.delay_secs).unwrap());
+    assert_eq!(w.copy_due_of("m8"), Some(t0() + delay));
     assert_eq!(
         report.metrics.counts.get("Retried_mailbox_temporary"),
         Some(&1)
@@ -674,6 +682,11 @@ async fn a_failed_re_enqueue_reports_the_record_and_releases_its_lease() {
     let report = w.run(vec![rec("f", job("m9", "x@example.org"))]).await;
     assert_eq!(report.failures, vec!["f".to_owned()]);
     assert_eq!(w.status_of("m9"), Some(Status::Deferred));
+    // Released for SQS's redelivery: due back within the longest visibility timeout.
+    assert_eq!(
+        w.copy_due_of("m9"),
+        Some(t0() + courier_core::ports::REDELIVERY_BOUND)
+    );
     // The redelivered copy can claim at once and is re-enqueued this time.
     let report = w.run(vec![rec("f", job("m9", "x@example.org"))]).await;
     assert!(report.failures.is_empty());
@@ -1507,6 +1520,8 @@ async fn a_long_wait_too_large_for_the_state_machine_hops_through_the_queue_unti
     let due = hop.not_before.expect("marked due");
     assert!(due > t0() + chrono::Duration::seconds(900), "{due}");
     assert_eq!(w.status_of("big-wait"), Some(Status::Deferred));
+    // Due when the last hop is, not the first.
+    assert_eq!(w.copy_due_of("big-wait"), Some(due));
     // WHEN the hop comes back before it is due
     w.clock.advance(900);
     let report = w.run(vec![rec("g", first.body.clone())]).await;

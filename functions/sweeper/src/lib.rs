@@ -8,6 +8,10 @@
 //!   period: flagged (`swept_at`, a history entry) and taken off the open index; counted as
 //!   `SweptNoOutcome` (usually a configuration set without an event destination, or events
 //!   that are failing to apply).
+//! - `deferred` or `unknown` with the copy it waits for not back within the grace past its due
+//!   time (the copy was lost: a purged or deleted queue, past the queue's retention, a delay
+//!   execution that failed): flagged (`swept_at`, a history entry) and taken off the open index;
+//!   counted as `SweptCopyOverdue`. Nothing is sent: the runbook says how to put the job back.
 //!
 //! - an outcome whose writer did not publish it within [`OUTBOX_GRACE`] (it died, or the bus
 //!   refused): published from the record and cleared ([`courier_core::outcome::relay`]);
@@ -19,7 +23,7 @@
 //!
 //! # Layout
 //! - [`Settings`]: the periods, parsed once at INIT; [`wire`] builds the [`Sweeper`].
-//! - [`Sweeper`]: one sweep over both open states; [`SweepReport`] its counts (EMF).
+//! - [`Sweeper`]: one sweep over the three open states; [`SweepReport`] its counts (EMF).
 //! - [`function_handler`]: the scheduled invocation.
 
 use std::collections::HashSet;
@@ -50,6 +54,8 @@ pub struct Settings {
     pub lease_grace: Duration,
     /// How long a sent job may wait for its outcome event.
     pub no_outcome_after: Duration,
+    /// How long past its due time the copy of a waiting job may be before it is swept.
+    pub copy_grace: Duration,
     /// The outcome bus (`COURIER_OUTCOME_BUS`); none: outcomes are not published.
     pub outcome_bus: Option<String>,
 }
@@ -81,6 +87,7 @@ impl Settings {
                 .ok_or(SettingsError::Missing("COURIER_STATUS_TABLE"))?,
             lease_grace: duration("COURIER_SWEEP_LEASE_GRACE", Duration::minutes(5))?,
             no_outcome_after: duration("COURIER_SWEEP_NO_OUTCOME_AFTER", Duration::hours(6))?,
+            copy_grace: duration("COURIER_SWEEP_COPY_GRACE", Duration::hours(1))?,
             outcome_bus: lookup("COURIER_OUTCOME_BUS").filter(|v| !v.is_empty()),
         })
     }
@@ -91,6 +98,7 @@ impl Settings {
 pub struct SweepReport {
     pub stuck_processing: usize,
     pub no_outcome: usize,
+    pub copy_overdue: usize,
     /// Found, but changed before the mark (left alone).
     pub moved_on: usize,
     /// Unpublished outcomes published now.
@@ -110,12 +118,14 @@ impl SweepReport {
                 "Metrics": [
                     {"Name": "SweptStuckProcessing", "Unit": "Count"},
                     {"Name": "SweptNoOutcome", "Unit": "Count"},
+                    {"Name": "SweptCopyOverdue", "Unit": "Count"},
                     {"Name": "OutcomesRelayed", "Unit": "Count"},
                     {"Name": "OutcomesUnpublished", "Unit": "Count"}
                 ]}]},
             "Function": "sweeper",
             "SweptStuckProcessing": self.stuck_processing,
             "SweptNoOutcome": self.no_outcome,
+            "SweptCopyOverdue": self.copy_overdue,
             "SweepMovedOn": self.moved_on,
             "OutcomesRelayed": self.outcomes_relayed,
             "OutcomesUnpublished": self.outcomes_unpublished,
@@ -151,7 +161,7 @@ pub fn wire(clients: &Clients, settings: Settings) -> Sweeper {
 }
 
 impl Sweeper {
-    /// Sweeps both kinds until nothing is left or `deadline` is 5 s away.
+    /// Sweeps the three kinds until nothing is left or `deadline` is 5 s away.
     pub async fn run(&self, deadline: DateTime<Utc>) -> Result<SweepReport, StoreError> {
         let mut report = SweepReport::default();
         let now = self.clock.now();
@@ -165,6 +175,11 @@ impl Sweeper {
                 OpenState::AwaitingOutcome,
                 now - self.settings.no_outcome_after,
                 SweepMark::NoOutcome,
+            ),
+            (
+                OpenState::Waiting,
+                now - self.settings.copy_grace,
+                SweepMark::CopyOverdue,
             ),
         ];
         for (state, before, mark) in kinds {
@@ -190,10 +205,11 @@ impl Sweeper {
                         .sweep(&record, mark.clone(), self.clock.now())
                         .await?
                     {
-                        warn!(message_id = %record.message_id, trace_id = record.trace_id.as_deref().unwrap_or_default(), status = %record.status, ?mark, "swept");
+                        warn!(message_id = %record.message_id, trace_id = record.trace_id.as_deref().unwrap_or_default(), status = %record.status, attempt = record.attempt, copy_due = ?record.copy_due, ?mark, "swept");
                         match mark {
                             SweepMark::LeaseExpired => report.stuck_processing += 1,
                             SweepMark::NoOutcome => report.no_outcome += 1,
+                            SweepMark::CopyOverdue => report.copy_overdue += 1,
                         }
                     } else {
                         report.moved_on += 1;
@@ -253,6 +269,7 @@ pub async fn function_handler(
     Ok(serde_json::json!({
         "stuck_processing": report.stuck_processing,
         "no_outcome": report.no_outcome,
+        "copy_overdue": report.copy_overdue,
         "moved_on": report.moved_on,
         "outcomes_relayed": report.outcomes_relayed,
         "outcomes_unpublished": report.outcomes_unpublished,

@@ -32,6 +32,7 @@ fn world() -> World {
                 status_table: "status".into(),
                 lease_grace: Duration::minutes(5),
                 no_outcome_after: Duration::hours(6),
+                copy_grace: Duration::hours(1),
                 outcome_bus: Some("outcomes".into()),
             },
             outcomes: Some(bus.clone()),
@@ -51,6 +52,13 @@ impl World {
             rec.lease_owner = Some("dead-worker".into());
             rec.lease_until = Some(at + Duration::minutes(2));
         }
+        self.status.records.lock().unwrap().insert(id.into(), rec);
+    }
+
+    /// A `deferred` or `unknown` job written `age` ago whose copy is due at `due`.
+    fn put_waiting(&self, id: &str, status: Status, age: Duration, due: DateTime<Utc>) {
+        let mut rec = JobRecord::new(id, status, 2, t0() - age);
+        rec.copy_due = Some(due);
         self.status.records.lock().unwrap().insert(id.into(), rec);
     }
 
@@ -277,4 +285,90 @@ async fn without_a_bus_outcomes_are_left_alone() {
     let report = w.sweeper.run(w.far()).await.unwrap();
     assert_eq!(report.outcomes_relayed, 0);
     assert!(w.get("j").await.outbox.is_some());
+}
+
+#[tokio::test]
+async fn a_waiting_job_whose_copy_is_long_overdue_is_flagged_once_and_its_late_copy_still_counts() {
+    let w = world();
+    w.put_waiting(
+        "lost",
+        Status::Deferred,
+        Duration::hours(3),
+        t0() - Duration::hours(2),
+    );
+    w.put_waiting(
+        "lost-unknown",
+        Status::Unknown,
+        Duration::hours(4),
+        t0() - Duration::minutes(61),
+    );
+    // Due 30 minutes ago: within the grace (a backlog may hold it).
+    w.put_waiting(
+        "late",
+        Status::Deferred,
+        Duration::hours(1),
+        t0() - Duration::minutes(30),
+    );
+    // Deferred four days ago for a five-day wait: the due time decides, not the age.
+    w.put_waiting(
+        "long-wait",
+        Status::Deferred,
+        Duration::days(4),
+        t0() + Duration::days(1),
+    );
+    let report = w.sweeper.run(w.far()).await.unwrap();
+    assert_eq!(
+        report,
+        SweepReport {
+            copy_overdue: 2,
+            ..SweepReport::default()
+        }
+    );
+    for (id, status) in [
+        ("lost", Status::Deferred),
+        ("lost-unknown", Status::Unknown),
+    ] {
+        let rec = w.get(id).await;
+        assert_eq!((rec.status, rec.swept_at), (status, Some(t0())), "{id}");
+        let last = rec.history.last().unwrap();
+        assert_eq!((last.by.as_str(), last.status), ("sweeper", status), "{id}");
+        assert!(
+            last.detail.as_deref().unwrap().contains("due back at"),
+            "{last:?}"
+        );
+    }
+    for id in ["late", "long-wait"] {
+        let rec = w.get(id).await;
+        assert!(rec.swept_at.is_none() && rec.history.is_empty(), "{id}");
+    }
+    assert_eq!(report.to_emf(0)["SweptCopyOverdue"], 2);
+    // Flagged once: the next run finds nothing new until the late one is overdue.
+    assert_eq!(
+        w.sweeper.run(w.far()).await.unwrap(),
+        SweepReport::default()
+    );
+    w.clock.advance(31 * 60);
+    assert_eq!(w.sweeper.run(w.far()).await.unwrap().copy_overdue, 1);
+    // A flagged job's copy that does come back is claimed as ever.
+    let claim = courier_core::ports::ClaimRequest {
+        message_id: "lost".into(),
+        attempt: 2,
+        owner: "late-copy".into(),
+        now: w.clock.now(),
+        lease_until: w.clock.now() + Duration::minutes(1),
+        grace: Duration::minutes(10),
+        check_suppressed: Vec::new(),
+        trace_id: None,
+        facts: Default::default(),
+        payload: None,
+    };
+    assert_eq!(
+        w.status.claim(&claim).await.unwrap(),
+        courier_core::ports::ClaimOutcome::Claimed
+    );
+    let rec = w.get("lost").await;
+    assert_eq!(
+        (rec.status, rec.swept_at, rec.copy_due),
+        (Status::Processing, None, None)
+    );
 }

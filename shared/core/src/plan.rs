@@ -81,6 +81,7 @@ pub fn route(decision: Decision, acceptance: Acceptance, grace: Duration) -> Rou
 pub struct Wait {
     requeue: Requeue,
     mechanism: DelayMechanism,
+    due: DateTime<Utc>,
 }
 
 impl Wait {
@@ -98,6 +99,11 @@ impl Wait {
         self.mechanism
     }
 
+    /// When the copy is due back to be claimed (after all its hops).
+    pub fn due(&self) -> DateTime<Utc> {
+        self.due
+    }
+
     /// Whether it goes through the queue (batched re-enqueue) rather than the state machine.
     pub fn via_queue(&self) -> bool {
         self.mechanism != DelayMechanism::StateMachine
@@ -108,11 +114,16 @@ impl Wait {
 /// machine, or hops through the queue (the first hop applied here).
 pub fn wait(requeue: Requeue, now: DateTime<Utc>) -> Wait {
     let mechanism = delay::mechanism(requeue.delay_secs, &requeue.body);
+    let due = now + chrono::Duration::seconds(i64::try_from(requeue.delay_secs).unwrap_or(0));
     let requeue = match mechanism {
         DelayMechanism::QueueHops => delay::first_hop(requeue, now),
         DelayMechanism::QueueDelay | DelayMechanism::StateMachine => requeue,
     };
-    Wait { requeue, mechanism }
+    Wait {
+        requeue,
+        mechanism,
+        due,
+    }
 }
 
 /// A wait decided without claiming the job ([`unclaimed`]): only the queue's own delay, so that

@@ -72,9 +72,14 @@ pub struct JobRecord {
     /// later claims: a late copy of that bounce changes nothing).
     #[serde(default)]
     pub resend_of: Option<String>,
-    /// When the sweeper flagged the record (sent, but no outcome event within its period).
+    /// When the sweeper flagged the record (sent, but no outcome event within its period; or
+    /// waiting, and its copy did not come back).
     #[serde(default)]
     pub swept_at: Option<DateTime<Utc>>,
+    /// When the copy a `deferred` or `unknown` job waits for is due back (see
+    /// [`OpenState::Waiting`]); `None` in every other status.
+    #[serde(default)]
+    pub copy_due: Option<DateTime<Utc>>,
     /// The job's trace id ([`crate::envelope::Incoming::trace`]), written by each claim.
     #[serde(default)]
     pub trace_id: Option<String>,
@@ -147,6 +152,7 @@ impl JobRecord {
             payload: None,
             resend_of: None,
             swept_at: None,
+            copy_due: None,
             trace_id: None,
             facts: JobFacts::default(),
             outbox: None,
@@ -179,7 +185,16 @@ pub enum OpenState {
     /// `sent_to_provider` through a provider that reports outcomes (SES): waiting for a
     /// delivery, bounce or complaint event.
     AwaitingOutcome,
+    /// `deferred` or `unknown`: waiting for a copy of the job to come back (a retry, a wait, a
+    /// redelivery, the grace window's copy), keyed by when it is due
+    /// ([`JobRecord::copy_due`]), not by when the job entered the state.
+    Waiting,
 }
+
+/// How long a copy left for SQS's redelivery can take at most to come back: SQS's largest
+/// visibility timeout (12 hours). A `deferred` or `unknown` record written without a due time
+/// (a released lease, a lease the sweeper found expired) is due back by then.
+pub const REDELIVERY_BOUND: chrono::Duration = chrono::Duration::hours(12);
 
 impl OpenState {
     /// Index partitions per state (write sharding: no hot partition at high send rates).
@@ -190,6 +205,7 @@ impl OpenState {
         match status {
             Status::Processing => Some(OpenState::Processing),
             Status::SentToProvider if provider == Some("ses") => Some(OpenState::AwaitingOutcome),
+            Status::Deferred | Status::Unknown => Some(OpenState::Waiting),
             _ => None,
         }
     }
@@ -198,6 +214,7 @@ impl OpenState {
         match self {
             OpenState::Processing => "processing",
             OpenState::AwaitingOutcome => "awaiting_outcome",
+            OpenState::Waiting => "waiting",
         }
     }
 
@@ -226,6 +243,27 @@ pub enum SweepMark {
     /// Sent, but no outcome event arrived within the period: flag it (`swept_at`) and leave
     /// the index; the status stays `sent_to_provider`.
     NoOutcome,
+    /// `deferred` or `unknown`, and the copy it waits for is long past due (lost with a purged
+    /// or deleted queue, past the queue's retention, or with a delay execution that failed):
+    /// flag it (`swept_at`) and leave the index; the status stays.
+    CopyOverdue,
+}
+
+impl SweepMark {
+    /// The history entry's detail of this mark on `found`.
+    pub fn detail(&self, found: &JobRecord) -> String {
+        match self {
+            SweepMark::LeaseExpired => "still processing long after its lease expired".into(),
+            SweepMark::NoOutcome => "no delivery, bounce or complaint event arrived".into(),
+            SweepMark::CopyOverdue => format!(
+                "its copy was due back at {} and has not come (a purged or deleted queue, past \
+                 the queue's retention, a failed delay execution)",
+                found
+                    .copy_due
+                    .map_or_else(|| "an unrecorded time".to_owned(), |d| d.to_rfc3339())
+            ),
+        }
+    }
 }
 
 /// A resend scheduled after a transient bounce.
@@ -238,6 +276,8 @@ pub struct Resend {
     pub bounced: String,
     pub detail: String,
     pub now: DateTime<Utc>,
+    /// When the resend's copy is due ([`JobRecord::copy_due`]).
+    pub copy_due: DateTime<Utc>,
 }
 
 /// A status change written by the lease holder.
@@ -261,6 +301,9 @@ pub struct StatusUpdate {
     /// A recipient's own timeline detail in that roll (bare address, detail), where it differs
     /// from `detail` (the reply that refused it).
     pub recipient_notes: Vec<(String, String)>,
+    /// With `deferred` or `unknown`: when the copy the job waits for is due back
+    /// ([`JobRecord::copy_due`]); `None`: by [`REDELIVERY_BOUND`] from `now`.
+    pub copy_due: Option<DateTime<Utc>>,
 }
 
 impl StatusUpdate {
@@ -283,7 +326,15 @@ impl StatusUpdate {
             facts: None,
             recipients: None,
             recipient_notes: Vec::new(),
+            copy_due: None,
         }
+    }
+
+    /// When the copy this write's job waits for is due back: `Some` exactly when the status
+    /// waits for one ([`OpenState::Waiting`]).
+    pub fn copy_due(&self) -> Option<DateTime<Utc>> {
+        matches!(self.status, Status::Deferred | Status::Unknown)
+            .then(|| self.copy_due.unwrap_or(self.now + REDELIVERY_BOUND))
     }
 }
 
@@ -324,8 +375,9 @@ pub trait StatusStore: Send + Sync {
     /// bounced send's lease (a late status write of that send no longer lands). False when the
     /// job is no longer at `attempt` in a sent status (another event or resend came first).
     async fn resend(&self, resend: &Resend) -> Result<bool, StoreError>;
-    /// Records in `state` that entered it before `before`, oldest first, at most `limit`
-    /// (eventually consistent: check what you act on with [`StatusStore::sweep`]).
+    /// Records in `state` that entered it before `before` (for [`OpenState::Waiting`]: whose
+    /// copy was due before `before`), oldest first, at most `limit` (eventually consistent:
+    /// check what you act on with [`StatusStore::sweep`]).
     async fn open_before(
         &self,
         state: OpenState,

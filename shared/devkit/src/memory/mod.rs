@@ -10,10 +10,10 @@ use chrono::{DateTime, Utc};
 use courier_core::breaker::BreakerState;
 use courier_core::ports::{
     BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink,
-    HistoryEntry, JobRecord, Mailer, OpenState, OutgoingEmail, PoisonList, Provider, Receipt,
-    RecipientChange, RecipientFill, ReputationStore, Requeue, Resend, RetryScheduler, SendFailure,
-    SendSchedule, Sightings, StatusStore, StatusUpdate, StoreError, SuppressionList, SweepMark,
-    Template, TemplateError, TemplateStore, judge_claim,
+    HistoryEntry, JobRecord, Mailer, OpenState, OutgoingEmail, PoisonList, Provider,
+    REDELIVERY_BOUND, Receipt, RecipientChange, RecipientFill, ReputationStore, Requeue, Resend,
+    RetryScheduler, SendFailure, SendSchedule, Sightings, StatusStore, StatusUpdate, StoreError,
+    SuppressionList, SweepMark, Template, TemplateError, TemplateStore, judge_claim,
 };
 use courier_core::status::Status;
 

@@ -51,6 +51,8 @@ impl StatusStore for MemoryStatusStore {
                 rec.lease_owner = Some(req.owner.clone());
                 rec.lease_until = Some(req.lease_until);
                 rec.unknown_since = None;
+                rec.swept_at = None;
+                rec.copy_due = None;
                 rec.updated_at = req.now;
                 if req.trace_id.is_some() {
                     rec.trace_id.clone_from(&req.trace_id);
@@ -81,6 +83,7 @@ impl StatusStore for MemoryStatusStore {
                     rec.unknown_since = Some(req.now);
                     rec.lease_owner = None;
                     rec.updated_at = req.now;
+                    rec.copy_due = Some(req.now + req.grace);
                     rec.history.push(HistoryEntry {
                         at: req.now,
                         status: Status::Unknown,
@@ -210,6 +213,7 @@ impl StatusStore for MemoryStatusStore {
                 rec.status = Status::Pending;
                 rec.attempt += 1;
                 rec.updated_at = now;
+                rec.copy_due = None;
                 rec.history.push(HistoryEntry {
                     at: now,
                     status: Status::Pending,
@@ -239,6 +243,8 @@ impl StatusStore for MemoryStatusStore {
                 rec.attempt += 1;
                 rec.updated_at = resend.now;
                 rec.resend_of = Some(resend.bounced.clone());
+                rec.copy_due = Some(resend.copy_due);
+                rec.swept_at = None;
                 rec.lease_owner = None;
                 rec.lease_until = None;
                 rec.history.push(HistoryEntry {
@@ -264,9 +270,14 @@ impl StatusStore for MemoryStatusStore {
         let mut found: Vec<JobRecord> = records
             .values()
             .filter(|r| {
-                r.swept_at.is_none()
+                // A sweep's flag takes a record off until it is written again, as the DynamoDB
+                // store's removed index keys.
+                r.swept_at.is_none_or(|swept| swept < r.updated_at)
                     && OpenState::of(r.status, r.provider.as_deref()) == Some(state)
-                    && r.updated_at < before
+                    && match state {
+                        OpenState::Waiting => r.copy_due.unwrap_or(r.updated_at) < before,
+                        _ => r.updated_at < before,
+                    }
             })
             .cloned()
             .collect();
@@ -300,22 +311,33 @@ impl StatusStore for MemoryStatusStore {
                 rec.lease_owner = None;
                 rec.lease_until = None;
                 rec.updated_at = now;
+                rec.copy_due = Some(now + REDELIVERY_BOUND);
                 rec.history.push(HistoryEntry {
                     at: now,
                     status: Status::Unknown,
                     attempt: rec.attempt,
                     by: "sweeper".into(),
-                    detail: Some("still processing long after its lease expired".into()),
+                    detail: Some(mark.detail(found)),
                 });
             }
-            SweepMark::NoOutcome => {
+            SweepMark::NoOutcome | SweepMark::CopyOverdue => {
+                let expected = match mark {
+                    SweepMark::NoOutcome => Some(OpenState::AwaitingOutcome),
+                    _ => Some(OpenState::Waiting),
+                };
+                // Flagged already (and not written since): off the index.
+                if OpenState::of(rec.status, rec.provider.as_deref()) != expected
+                    || rec.swept_at.is_some_and(|swept| swept >= rec.updated_at)
+                {
+                    return Ok(false);
+                }
                 rec.swept_at = Some(now);
                 rec.history.push(HistoryEntry {
                     at: now,
                     status: rec.status,
                     attempt: rec.attempt,
                     by: "sweeper".into(),
-                    detail: Some("no delivery, bounce or complaint event arrived".into()),
+                    detail: Some(mark.detail(found)),
                 });
             }
         }
@@ -429,6 +451,7 @@ fn apply(rec: &mut JobRecord, update: &StatusUpdate) {
     rec.lease_owner = None;
     rec.lease_until = None;
     rec.updated_at = update.now;
+    rec.copy_due = update.copy_due();
     if update.provider.is_some() {
         rec.provider.clone_from(&update.provider);
     }

@@ -28,9 +28,9 @@ use courier_core::breaker::BreakerState;
 use courier_core::outcome::Outcome;
 use courier_core::ports::{
     BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, HistoryEntry, JobFacts, JobRecord,
-    OpenState, Outbox, PoisonList, RecipientChange, RecipientFill, ReputationStore, Resend,
-    SendSchedule, Sightings, StatusStore, StatusUpdate, StoreError, SuppressionList, SweepMark,
-    judge_claim,
+    OpenState, Outbox, PoisonList, REDELIVERY_BOUND, RecipientChange, RecipientFill,
+    ReputationStore, Resend, SendSchedule, Sightings, StatusStore, StatusUpdate, StoreError,
+    SuppressionList, SweepMark, judge_claim,
 };
 use courier_core::rate::Reservation;
 use courier_core::reputation::ReputationCounts;
@@ -134,6 +134,7 @@ pub fn record_of(item: &HashMap<String, AttributeValue>) -> Option<JobRecord> {
         payload: get_s(item, "payload"),
         resend_of: get_s(item, "resend_of"),
         swept_at: time(item, "swept_at"),
+        copy_due: time(item, "copy_due"),
         trace_id: get_s(item, "trace_id"),
         facts: JobFacts {
             campaign_id: get_s(item, "campaign_id"),
@@ -251,28 +252,32 @@ fn empty_list() -> AttributeValue {
 }
 
 /// The sparse `by_open` index attributes of a write: set while the job is open (see
-/// [`OpenState`]), removed otherwise.
+/// [`OpenState`]), removed otherwise. A waiting job's key is when its copy is due (`copy_due`).
 struct OpenMarks {
     set: Option<&'static str>,
     remove: Option<&'static str>,
     values: Vec<(&'static str, AttributeValue)>,
 }
 
-fn open_marks(
-    message_id: &str,
-    status: Status,
-    provider: Option<&str>,
-    now: DateTime<Utc>,
-) -> OpenMarks {
-    match OpenState::of(status, provider) {
-        Some(state) => OpenMarks {
-            set: Some("open_state = :os, open_at = :oa"),
+fn open_marks(update: &StatusUpdate) -> OpenMarks {
+    let id = &update.message_id;
+    match (
+        OpenState::of(update.status, update.provider.as_deref()),
+        update.copy_due(),
+    ) {
+        (Some(state @ OpenState::Waiting), Some(due)) => OpenMarks {
+            set: Some("open_state = :os, open_at = :oa, copy_due = :oa"),
             remove: None,
-            values: vec![(":os", s(state.key(message_id))), (":oa", n(ms(now)))],
+            values: vec![(":os", s(state.key(id))), (":oa", n(ms(due)))],
         },
-        None => OpenMarks {
+        (Some(state), _) => OpenMarks {
+            set: Some("open_state = :os, open_at = :oa"),
+            remove: Some("copy_due"),
+            values: vec![(":os", s(state.key(id))), (":oa", n(ms(update.now)))],
+        },
+        (None, _) => OpenMarks {
             set: None,
-            remove: Some("open_state, open_at"),
+            remove: Some("open_state, open_at, copy_due"),
             values: Vec::new(),
         },
     }

@@ -54,7 +54,7 @@ impl DynamoDbStatusStore {
             .update_item()
             .table_name(&self.table)
             .key("message_id", s(&req.message_id))
-            .update_expression(format!("SET #s = :unknown, unknown_since = :now, updated_at = :now, {APPEND_HISTORY} REMOVE lease_owner, lease_until, open_state, open_at"))
+            .update_expression(format!("SET #s = :unknown, unknown_since = :now, updated_at = :now, open_state = :os, open_at = :due, copy_due = :due, {APPEND_HISTORY} REMOVE lease_owner, lease_until"))
             .condition_expression("#s = :processing AND attempt = :a AND lease_until = :old_lease")
             .expression_attribute_names("#s", "status")
             .expression_attribute_values(":empty", empty_list())
@@ -67,6 +67,9 @@ impl DynamoDbStatusStore {
             .expression_attribute_values(":now", n(ms(req.now)))
             .expression_attribute_values(":a", n(old.attempt))
             .expression_attribute_values(":old_lease", n(old.lease_until.map_or(0, ms)))
+            // The copy that found the lease expired comes back when the grace window closes.
+            .expression_attribute_values(":os", s(OpenState::Waiting.key(&req.message_id)))
+            .expression_attribute_values(":due", n(ms(req.now + req.grace)))
             .send()
             .await;
         Ok(crate::aws::conditional(result, "status mark unknown")?.is_some())
@@ -154,7 +157,13 @@ impl DynamoDbStatusStore {
             set.push("trace_id = :trace");
         }
         set.extend(facts_marks(&req.facts, false).0);
-        let mut remove = vec!["unknown_since", "swept_at", "provider_message_id", "rcpt"];
+        let mut remove = vec![
+            "unknown_since",
+            "swept_at",
+            "copy_due",
+            "provider_message_id",
+            "rcpt",
+        ];
         if req.payload.is_some() {
             set.push("payload = :body");
         } else {
@@ -378,8 +387,7 @@ impl StatusStore for DynamoDbStatusStore {
     }
 
     async fn finish(&self, update: &StatusUpdate) -> Result<(), StoreError> {
-        let provider = update.provider.as_deref();
-        let marks = open_marks(&update.message_id, update.status, provider, update.now);
+        let marks = open_marks(update);
         let mut set = vec![
             "#s = :s",
             "attempt = :a",
@@ -472,9 +480,8 @@ impl StatusStore for DynamoDbStatusStore {
                 placeholders.join(", ")
             )
         };
-        // The provider that reports outcomes: this write's, else the one on the record.
-        let provider = update.provider.as_deref();
-        let marks = open_marks(&update.message_id, update.status, provider, update.now);
+        // The provider that reports outcomes is this write's.
+        let marks = open_marks(update);
         let mut set = vec![
             "#s = :s",
             "attempt = if_not_exists(attempt, :a)",
@@ -633,7 +640,7 @@ impl StatusStore for DynamoDbStatusStore {
             .table_name(&self.table)
             .key("message_id", s(message_id))
             .update_expression(format!(
-                "SET #s = :pending, attempt = :next, updated_at = :now, {APPEND_HISTORY} REMOVE open_state, open_at"
+                "SET #s = :pending, attempt = :next, updated_at = :now, {APPEND_HISTORY} REMOVE open_state, open_at, copy_due"
             ))
             .condition_expression("#s = :dead AND attempt = :a")
             .expression_attribute_names("#s", "status")
@@ -666,8 +673,8 @@ impl StatusStore for DynamoDbStatusStore {
             .key("message_id", s(&resend.message_id))
             .update_expression(format!(
                 "SET #s = :deferred, attempt = :next, updated_at = :now, expires_at = :exp, \
-                 resend_of = :bounced, {APPEND_HISTORY} \
-                 REMOVE open_state, open_at, swept_at, lease_owner, lease_until"
+                 resend_of = :bounced, open_state = :os, open_at = :due, copy_due = :due, \
+                 {APPEND_HISTORY} REMOVE swept_at, lease_owner, lease_until"
             ))
             .condition_expression("#s IN (:sent, :bounced_transient) AND attempt = :a")
             .expression_attribute_names("#s", "status")
@@ -679,6 +686,8 @@ impl StatusStore for DynamoDbStatusStore {
             .expression_attribute_values(":now", n(ms(resend.now)))
             .expression_attribute_values(":exp", self.expires_at(resend.now))
             .expression_attribute_values(":bounced", s(&resend.bounced))
+            .expression_attribute_values(":os", s(OpenState::Waiting.key(&resend.message_id)))
+            .expression_attribute_values(":due", n(ms(resend.copy_due)))
             .expression_attribute_values(":empty", empty_list())
             .expression_attribute_values(
                 ":h",
@@ -731,13 +740,17 @@ impl StatusStore for DynamoDbStatusStore {
             .expression_attribute_values(":u", n(ms(found.updated_at)))
             .expression_attribute_values(":now", n(ms(now)))
             .expression_attribute_values(":empty", empty_list());
-        let request = match mark {
+        let request = match &mark {
             SweepMark::LeaseExpired => request
                 .update_expression(format!(
-                    "SET #s = :unknown, unknown_since = :now, updated_at = :now, {APPEND_HISTORY} \
-                     REMOVE lease_owner, lease_until, open_state, open_at"
+                    "SET #s = :unknown, unknown_since = :now, updated_at = :now, \
+                     open_state = :os, open_at = :due, copy_due = :due, {APPEND_HISTORY} \
+                     REMOVE lease_owner, lease_until"
                 ))
                 .condition_expression("#s = :processing AND updated_at = :u AND lease_until < :now")
+                // The dead worker's copy comes back by the queue's visibility timeout.
+                .expression_attribute_values(":os", s(OpenState::Waiting.key(&found.message_id)))
+                .expression_attribute_values(":due", n(ms(now + REDELIVERY_BOUND)))
                 .expression_attribute_values(":unknown", s(Status::Unknown.as_str()))
                 .expression_attribute_values(":processing", s(Status::Processing.as_str()))
                 .expression_attribute_values(
@@ -747,14 +760,16 @@ impl StatusStore for DynamoDbStatusStore {
                         Status::Unknown,
                         found.attempt,
                         "sweeper",
-                        Some("still processing long after its lease expired"),
+                        Some(&mark.detail(found)),
                     ),
                 ),
             SweepMark::NoOutcome => request
                 .update_expression(format!(
                     "SET swept_at = :now, {APPEND_HISTORY} REMOVE open_state, open_at"
                 ))
-                .condition_expression("#s = :sent AND updated_at = :u")
+                .condition_expression(
+                    "#s = :sent AND updated_at = :u AND attribute_exists(open_state)",
+                )
                 .expression_attribute_values(":sent", s(Status::SentToProvider.as_str()))
                 .expression_attribute_values(
                     ":h",
@@ -763,7 +778,26 @@ impl StatusStore for DynamoDbStatusStore {
                         Status::SentToProvider,
                         found.attempt,
                         "sweeper",
-                        Some("no delivery, bounce or complaint event arrived"),
+                        Some(&mark.detail(found)),
+                    ),
+                ),
+            SweepMark::CopyOverdue => request
+                .update_expression(format!(
+                    "SET swept_at = :now, {APPEND_HISTORY} REMOVE open_state, open_at"
+                ))
+                // Still in the index: a record flagged already is not flagged again.
+                .condition_expression(
+                    "#s = :found AND updated_at = :u AND attribute_exists(open_state)",
+                )
+                .expression_attribute_values(":found", s(found.status.as_str()))
+                .expression_attribute_values(
+                    ":h",
+                    history_entry(
+                        now,
+                        found.status,
+                        found.attempt,
+                        "sweeper",
+                        Some(&mark.detail(found)),
                     ),
                 ),
         };
