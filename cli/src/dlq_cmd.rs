@@ -18,6 +18,7 @@ use courierctl::progress::{Bar, Progress};
 
 use crate::settings::{Missing, Setting, Settings};
 use crate::workbench::{self as dlq, DlqError};
+use courierctl::requeue::PutBack;
 
 #[derive(Subcommand)]
 pub(crate) enum DlqCommand {
@@ -218,6 +219,89 @@ fn setting(settings: &Settings, setting: Setting) -> Result<String, DlqError> {
         .map_err(|e: Missing| DlqError::Usage(e.to_string()))
 }
 
+/// The send queue, through the stack's seal: replays and put-back copies are later generations,
+/// which the send function would otherwise take as first copies of jobs it has seen (and drop).
+async fn sealing_scheduler(
+    clients: &Clients,
+    settings: &Settings,
+) -> Result<SealingScheduler, DlqError> {
+    let keys = Arc::new(SecretSealKeys::from_secret(
+        &setting(settings, Setting::EnvelopeKeySecret)?,
+        Arc::new(SecretsManagerSecretStore::new(clients.secrets.clone())),
+    ));
+    keys.keys().await?;
+    Ok(SealingScheduler::new(
+        Arc::new(SqsRetryScheduler::new(
+            clients.sqs.clone(),
+            clients.sfn.clone(),
+            setting(settings, Setting::QueueUrl)?,
+            "",
+        )),
+        keys,
+    ))
+}
+
+/// Runs `courierctl requeue` ([`courierctl::requeue`]); returns the exit code.
+pub(crate) fn requeue(
+    message_ids: &[String],
+    act: &ActArgs,
+    settings: &Settings,
+    out: &mut dyn Write,
+) -> i32 {
+    let run = async {
+        let who = confirmed(
+            act,
+            "put back the copies of",
+            (message_ids.len(), "jobs"),
+            out,
+        )?;
+        let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
+        let status = DynamoDbStatusStore::new(
+            clients.dynamodb.clone(),
+            setting(settings, Setting::StatusTable)?,
+            courier_core::status::RETENTION,
+        );
+        let scheduler = match who {
+            Some(_) => Some(sealing_scheduler(&clients, settings).await?),
+            None => None,
+        };
+        let put_back =
+            who.as_ref()
+                .zip(scheduler.as_ref())
+                .map(|((operator, reason), scheduler)| PutBack {
+                    scheduler,
+                    operator,
+                    reason,
+                });
+        let outcome =
+            courierctl::requeue::requeue(message_ids, &status, put_back.as_ref(), Utc::now())
+                .await?;
+        let verb = match put_back {
+            Some(_) => "put back the copies of",
+            None => "would put back the copies of",
+        };
+        report(verb, "jobs", &outcome, out)?;
+        Ok::<i32, DlqError>(0)
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("courierctl requeue: {e}");
+            return 1;
+        }
+    };
+    match runtime.block_on(run) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("courierctl requeue: {e}");
+            e.exit_code()
+        }
+    }
+}
+
 /// Runs a dlq command; returns the exit code.
 pub(crate) fn run(command: DlqCommand, settings: &Settings, out: &mut dyn Write) -> i32 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -281,7 +365,9 @@ async fn run_async(
             rate,
         } => {
             let letters = selection(&index, &ids, &filter, now).await?;
-            let Some((operator, reason)) = confirmed(&act, "replay", letters.len(), out)? else {
+            let Some((operator, reason)) =
+                confirmed(&act, "replay", (letters.len(), "letters"), out)?
+            else {
                 dlq::table(&letters, now, false, out)?;
                 return Ok(0);
             };
@@ -290,22 +376,7 @@ async fn run_async(
                 setting(settings, Setting::StatusTable)?,
                 courier_core::status::RETENTION,
             );
-            // Replays are new generations: sealed with the stack's key, or the send function
-            // would take them as first copies of jobs it has seen (and drop them).
-            let keys = Arc::new(SecretSealKeys::from_secret(
-                &setting(settings, Setting::EnvelopeKeySecret)?,
-                Arc::new(SecretsManagerSecretStore::new(clients.secrets.clone())),
-            ));
-            keys.keys().await?;
-            let scheduler = SealingScheduler::new(
-                Arc::new(SqsRetryScheduler::new(
-                    clients.sqs.clone(),
-                    clients.sfn.clone(),
-                    setting(settings, Setting::QueueUrl)?,
-                    "",
-                )),
-                keys,
-            );
+            let scheduler = sealing_scheduler(&clients, settings).await?;
             let outcome = dlq::replay(
                 &letters,
                 &status,
@@ -318,7 +389,7 @@ async fn run_async(
                 &mut *progress_out(),
             )
             .await?;
-            report("replayed", &outcome, out)?;
+            report("replayed", "letters", &outcome, out)?;
         }
         DlqCommand::Discard {
             ids,
@@ -327,7 +398,9 @@ async fn run_async(
             blocklist,
         } => {
             let letters = selection(&index, &ids, &filter, now).await?;
-            let Some((operator, reason)) = confirmed(&act, "discard", letters.len(), out)? else {
+            let Some((operator, reason)) =
+                confirmed(&act, "discard", (letters.len(), "letters"), out)?
+            else {
                 dlq::table(&letters, now, false, out)?;
                 return Ok(0);
             };
@@ -350,7 +423,7 @@ async fn run_async(
                 &mut *progress_out(),
             )
             .await?;
-            report("discarded", &outcome, out)?;
+            report("discarded", "letters", &outcome, out)?;
         }
         DlqCommand::RedriveAll {
             source_arn,
@@ -412,13 +485,13 @@ async fn selection(
 fn confirmed(
     act: &ActArgs,
     verb: &str,
-    count: usize,
+    (count, noun): (usize, &str),
     out: &mut dyn Write,
 ) -> Result<Option<(String, String)>, DlqError> {
     if !act.confirm {
         writeln!(
             out,
-            "dry run: would {verb} {count} letters (add --confirm --reason \"...\" to do it):"
+            "dry run: would {verb} {count} {noun} (add --confirm --reason \"...\" to do it):"
         )?;
         return Ok(None);
     }
@@ -432,10 +505,15 @@ fn confirmed(
     Ok(Some((operator, reason)))
 }
 
-fn report(verb: &str, outcome: &dlq::Outcome, out: &mut dyn Write) -> std::io::Result<()> {
+fn report(
+    verb: &str,
+    noun: &str,
+    outcome: &dlq::Outcome,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
     writeln!(
         out,
-        "{verb} {} letters; skipped {}",
+        "{verb} {} {noun}; skipped {}",
         outcome.done.len(),
         outcome.skipped.len()
     )?;
@@ -515,7 +593,11 @@ mod tests {
             reason: None,
             operator: None,
         };
-        assert!(confirmed(&dry, "replay", 3, &mut out).unwrap().is_none());
+        assert!(
+            confirmed(&dry, "replay", (3, "letters"), &mut out)
+                .unwrap()
+                .is_none()
+        );
         assert!(
             String::from_utf8(out)
                 .unwrap()
@@ -527,7 +609,7 @@ mod tests {
             operator: None,
         };
         assert!(matches!(
-            confirmed(&no_reason, "replay", 3, &mut Vec::new()),
+            confirmed(&no_reason, "replay", (3, "letters"), &mut Vec::new()),
             Err(DlqError::Usage(_))
         ));
         let ok = ActArgs {
@@ -536,7 +618,7 @@ mod tests {
             operator: Some("ann".into()),
         };
         assert_eq!(
-            confirmed(&ok, "replay", 3, &mut Vec::new()).unwrap(),
+            confirmed(&ok, "replay", (3, "letters"), &mut Vec::new()).unwrap(),
             Some(("ann".into(), "fixed".into()))
         );
     }

@@ -8,9 +8,11 @@
 //! - [`progress`]: progress of long operations (indicatif bars on a terminal).
 //! - [`smoke`]: the smoke test of a deployed stack against SES's mailbox simulator.
 //! - [`policy`]: the live settings (`courierctl policy show|validate|set`).
+//! - [`requeue`]: a flagged job's lost copy put back (`courierctl requeue`).
 
 pub mod policy;
 pub mod progress;
+pub mod requeue;
 pub mod smoke;
 pub mod table;
 pub mod workbench;

@@ -89,6 +89,19 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Put back the copy of jobs the sweeper flagged because theirs never came back
+    /// (SweptCopyOverdueAlarm): the job at its generation, from the body its record keeps, on the
+    /// send queue, sealed. Without --confirm: a dry run. Reads COURIER_STATUS_TABLE,
+    /// COURIER_QUEUE_URL and COURIER_ENVELOPE_KEY_SECRET, or the outputs of --stack.
+    ///
+    /// Example: courierctl requeue order-1234 --confirm --reason "retry queue purged"
+    Requeue {
+        /// The jobs' message ids (as the sweeper's log and `courierctl status` name them).
+        #[arg(required = true)]
+        message_ids: Vec<String>,
+        #[command(flatten)]
+        act: dlq_cmd::ActArgs,
+    },
     /// A sending domain's reputation: rolling counts and bounce / complaint rates against SES's
     /// review levels, and whether the reputation guard paused its SES sends. `--resume` lifts a
     /// pause once the cause (a bad list, a broken form) is fixed. Reads COURIER_CONTROL_TABLE.
@@ -196,6 +209,9 @@ fn main() -> ExitCode {
             &domain, &window, resume, json, &settings, &mut out,
         )),
         Command::Dlq { command } => Ok(dlq_cmd::run(*command, &settings, &mut out)),
+        Command::Requeue { message_ids, act } => {
+            Ok(dlq_cmd::requeue(&message_ids, &act, &settings, &mut out))
+        }
         Command::Policy { command } => Ok(policy_cmd::run(command, &settings, &mut out)),
         Command::Smoke {
             from,

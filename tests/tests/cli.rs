@@ -672,6 +672,153 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     );
 }
 
+/// `requeue` puts back the lost copy of a job the sweeper flagged (`SweptCopyOverdue`): a dry
+/// run without `--confirm`, a usage error without `--reason`, then one sealed copy of the job at
+/// its generation on the send queue and who and why in its timeline; a job whose copy may still
+/// come is refused.
+#[tokio::test]
+async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
+    let stack = Stack::create(&["smtp"]).await;
+    let env = settings(&stack);
+    let ctl = |args: &[&str]| courierctl_with(&env, args);
+    let status = DynamoDbStatusStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.status_table,
+        courier_core::status::RETENTION,
+    );
+    let t = Utc::now() - chrono::Duration::hours(3);
+    let body = job("cli-lost", "spring", "ann@courier.test");
+    // GIVEN jobs claimed as generation 0 and deferred to 1, their copies due a minute later
+    for id in ["cli-lost", "cli-waiting"] {
+        let claim = ClaimRequest {
+            message_id: id.into(),
+            attempt: 0,
+            owner: "req-it/0".into(),
+            now: t,
+            lease_until: t + chrono::Duration::seconds(60),
+            grace: chrono::Duration::seconds(900),
+            check_suppressed: vec![],
+            trace_id: None,
+            facts: Default::default(),
+            payload: Some(body.replace("cli-lost", id)),
+        };
+        assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
+        let mut deferred = StatusUpdate::new(id, "req-it/0", Status::Deferred, 1, t);
+        deferred.copy_due = Some(t + chrono::Duration::seconds(60));
+        status.finish(&deferred).await.unwrap();
+    }
+    // AND the sweeper flagged one of them: its copy never came back
+    let found = status.get("cli-lost").await.unwrap().unwrap();
+    let swept_at = t + chrono::Duration::hours(2);
+    assert!(
+        status
+            .sweep(
+                &found,
+                courier_core::ports::SweepMark::CopyOverdue,
+                swept_at
+            )
+            .await
+            .unwrap()
+    );
+    let flagged = status.get("cli-lost").await.unwrap().unwrap();
+
+    // WHEN `requeue ID` without --confirm THEN a dry run: nothing enqueued or written
+    let dry = ctl(&["requeue", "cli-lost"]).expect(0, "requeue (dry run)");
+    assert!(
+        dry.stdout
+            .contains("would put back the copies of 1 jobs; skipped 0"),
+        "{}",
+        dry.stdout
+    );
+    assert!(drain(&stack).await.is_empty());
+    assert_eq!(status.get("cli-lost").await.unwrap().unwrap(), flagged);
+    let no_reason = ctl(&["requeue", "cli-lost", "--confirm"]).expect(2, "requeue --confirm alone");
+    assert!(
+        no_reason.stderr.contains("--reason"),
+        "{}",
+        no_reason.stderr
+    );
+    ctl(&["requeue"]).expect(2, "requeue without a message id");
+
+    // WHEN confirmed with a reason
+    let done = ctl(&[
+        "requeue",
+        "cli-lost",
+        "cli-waiting",
+        "--confirm",
+        "--reason",
+        "retry queue purged",
+        "--operator",
+        "ann",
+    ])
+    .expect(0, "requeue --confirm --reason");
+    // THEN the flagged job's copy is put back; the other's may still come
+    assert!(
+        done.stdout
+            .contains("put back the copies of 1 jobs; skipped 1"),
+        "{}",
+        done.stdout
+    );
+    assert!(
+        done.stdout
+            .contains("skipped cli-waiting: not flagged by the sweeper"),
+        "{}",
+        done.stdout
+    );
+    let queued = drain(&stack).await;
+    assert_eq!(queued.len(), 1, "{queued:?}");
+    let copy: Value = serde_json::from_str(queued[0].body().unwrap()).unwrap();
+    assert_eq!(copy[courier_core::envelope::ENVELOPE_KEY], 1, "{copy}");
+    assert!(
+        copy["seal"].is_string(),
+        "sealed with the stack's key: {copy}"
+    );
+    let parsed = courier_core::envelope::parse_body(queued[0].body().unwrap().as_bytes()).unwrap();
+    assert_eq!(
+        (parsed.job.message_id.as_str(), parsed.attempt),
+        ("cli-lost", 1)
+    );
+    let rec = status.get("cli-lost").await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
+    let last = rec.history.last().unwrap();
+    assert_eq!(
+        (last.by.as_str(), last.status),
+        ("operator", Status::Deferred)
+    );
+    assert!(
+        last.detail
+            .as_deref()
+            .unwrap()
+            .contains("ann: retry queue purged"),
+        "{last:?}"
+    );
+    assert_eq!(
+        status
+            .get("cli-waiting")
+            .await
+            .unwrap()
+            .unwrap()
+            .history
+            .len(),
+        2,
+        "nothing written to a job that was not put back"
+    );
+    // AND the copy claims the job at its generation
+    let claim = ClaimRequest {
+        message_id: "cli-lost".into(),
+        attempt: parsed.attempt,
+        owner: "req-it/1".into(),
+        now: Utc::now(),
+        lease_until: Utc::now() + chrono::Duration::seconds(60),
+        grace: chrono::Duration::seconds(900),
+        check_suppressed: vec![],
+        trace_id: None,
+        facts: Default::default(),
+        payload: None,
+    };
+    assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
+}
+
 #[tokio::test]
 async fn suppression_commands_add_list_and_remove() {
     let stack = Stack::create(&["smtp"]).await;
