@@ -719,7 +719,18 @@ impl StatusStore for DynamoDbStatusStore {
                 limit,
             )
             .await?;
-        let mut found: Vec<JobRecord> = items.iter().filter_map(record_of).collect();
+        // The index projects a few attributes (`status`, `attempt`, `updated_at`, ...) and its
+        // keys: a waiting job's `open_at` is when its copy is due.
+        let mut found: Vec<JobRecord> = items
+            .iter()
+            .filter_map(|item| {
+                let mut record = record_of(item)?;
+                if state == OpenState::Waiting {
+                    record.copy_due = time(item, "open_at");
+                }
+                Some(record)
+            })
+            .collect();
         found.sort_by_key(|r| r.updated_at);
         found.truncate(limit);
         Ok(found)
