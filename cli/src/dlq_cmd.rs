@@ -274,14 +274,25 @@ pub(crate) fn requeue(
                     reason,
                 });
         let outcome =
-            courierctl::requeue::requeue(message_ids, &status, put_back.as_ref(), Utc::now())
-                .await?;
+            courierctl::requeue::requeue(message_ids, &status, put_back.as_ref(), Utc::now()).await;
         let verb = match put_back {
             Some(_) => "put back the copies of",
             None => "would put back the copies of",
         };
-        report(verb, "jobs", &outcome, out)?;
-        Ok::<i32, DlqError>(0)
+        writeln!(
+            out,
+            "{verb} {} jobs; skipped {}; failed {}",
+            outcome.done.len(),
+            outcome.skipped.len(),
+            outcome.failed.len()
+        )?;
+        for (id, why) in &outcome.skipped {
+            writeln!(out, "  skipped {id}: {why}")?;
+        }
+        for (id, error) in &outcome.failed {
+            writeln!(out, "  failed {id}: {error} (trying again is safe)")?;
+        }
+        Ok::<i32, DlqError>(i32::from(!outcome.failed.is_empty()))
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -389,7 +400,7 @@ async fn run_async(
                 &mut *progress_out(),
             )
             .await?;
-            report("replayed", "letters", &outcome, out)?;
+            report("replayed", &outcome, out)?;
         }
         DlqCommand::Discard {
             ids,
@@ -423,7 +434,7 @@ async fn run_async(
                 &mut *progress_out(),
             )
             .await?;
-            report("discarded", "letters", &outcome, out)?;
+            report("discarded", &outcome, out)?;
         }
         DlqCommand::RedriveAll {
             source_arn,
@@ -505,15 +516,10 @@ fn confirmed(
     Ok(Some((operator, reason)))
 }
 
-fn report(
-    verb: &str,
-    noun: &str,
-    outcome: &dlq::Outcome,
-    out: &mut dyn Write,
-) -> std::io::Result<()> {
+fn report(verb: &str, outcome: &dlq::Outcome, out: &mut dyn Write) -> std::io::Result<()> {
     writeln!(
         out,
-        "{verb} {} {noun}; skipped {}",
+        "{verb} {} letters; skipped {}",
         outcome.done.len(),
         outcome.skipped.len()
     )?;

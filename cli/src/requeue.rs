@@ -3,17 +3,31 @@
 //! execution), from the body its status record keeps.
 //!
 //! The copy is the job at the record's generation, with a fresh retry budget (as a dead letter's
-//! replay), sealed by the scheduler it is given. The send function's claim takes it like the lost
-//! copy: at most one send per generation, so a late original arriving too is dropped as a
-//! duplicate. An `unknown` job is sent again once its grace window is over, as its lost copy would
-//! have been (a recorded duplicate if the provider had it).
+//! replay), sealed by the scheduler it is given; the job then waits again for it (in the sweeper's
+//! index, due at once: lost too, it is flagged again). The send function's claim takes it like the
+//! lost copy: at most one send per generation, so a late original arriving too is dropped as a
+//! duplicate. An `unknown` job whose record keeps the provider's acceptance is refused (it was
+//! sent); another `unknown` job is sent again once its grace window is over, as its lost copy
+//! would have been (a recorded duplicate if the provider had it).
 
 use chrono::{DateTime, Utc};
 use courier_core::envelope::{parse_body, replay_body};
 use courier_core::ports::{HistoryEntry, JobRecord, Requeue, RetryScheduler, StatusStore};
 use courier_core::status::Status;
 
-use crate::workbench::{DlqError, Outcome};
+use crate::workbench::DlqError;
+
+/// What `requeue` did, or would do, job by job.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// Put back (or, in a dry run, to be put back).
+    pub done: Vec<String>,
+    /// (message id, why not): nothing was written or sent.
+    pub skipped: Vec<(String, String)>,
+    /// (message id, error): the copy could not be put back (or the job's record not read or
+    /// written); trying again is safe.
+    pub failed: Vec<(String, String)>,
+}
 
 /// The copy to put back for `record`, or why there is none to put back.
 pub fn copy_of(record: &JobRecord) -> Result<String, String> {
@@ -21,6 +35,15 @@ pub fn copy_of(record: &JobRecord) -> Result<String, String> {
         return Err(format!(
             "the job is {}: it waits for no copy",
             record.status
+        ));
+    }
+    if record.status == Status::Unknown
+        && let Some(id) = &record.provider_message_id
+    {
+        return Err(format!(
+            "the provider accepted it as {id} (kept on its record): it was sent, and is not sent \
+             again; {}",
+            "its provider's events record it (SES), or it stays unknown for review (SMTP)"
         ));
     }
     if record.swept_at.is_none() {
@@ -50,67 +73,88 @@ pub struct PutBack<'a> {
     pub reason: &'a str,
 }
 
-/// Puts back the copies of `message_ids` (see [`copy_of`]) as `put_back` says, with no delay,
-/// each after a history entry that says who and why (written only while the job is still as it
-/// was read: one that moved on meanwhile is skipped). `put_back` `None`: only checks each job.
+/// Puts back the copies of `message_ids` (see [`copy_of`]) as `put_back` says, with no delay;
+/// then the job waits again for that copy, with who and why in its timeline (written only while
+/// the job is still as it was read: one that moved on meanwhile has the copy dropped by its
+/// claim). A job that fails is reported and the others are tried. `put_back` `None`: only checks
+/// each job.
 pub async fn requeue(
     message_ids: &[String],
     status: &dyn StatusStore,
     put_back: Option<&PutBack<'_>>,
     now: DateTime<Utc>,
-) -> Result<Outcome, DlqError> {
+) -> Outcome {
     let mut outcome = Outcome::default();
     for id in message_ids {
-        let Some(record) = status.get(id).await? else {
-            outcome.skipped.push((id.clone(), "no such job".into()));
-            continue;
-        };
-        let body = match copy_of(&record) {
-            Ok(body) => body,
-            Err(why) => {
-                outcome.skipped.push((id.clone(), why));
-                continue;
-            }
-        };
-        let Some(PutBack {
-            scheduler,
-            operator,
-            reason,
-        }) = put_back
-        else {
-            outcome.done.push(id.clone());
-            continue;
-        };
-        let entry = HistoryEntry {
-            at: now,
-            status: record.status,
-            attempt: record.attempt,
-            by: "operator".into(),
-            detail: Some(format!("its lost copy put back by {operator}: {reason}")),
-        };
-        if !status.note(id, &entry).await? {
-            outcome
-                .skipped
-                .push((id.clone(), "the job moved on meanwhile".into()));
-            continue;
+        match requeue_one(id, status, put_back, now).await {
+            Ok(Ok(())) => outcome.done.push(id.clone()),
+            Ok(Err(why)) => outcome.skipped.push((id.clone(), why)),
+            Err(e) => outcome.failed.push((id.clone(), e.to_string())),
         }
-        let copy = Requeue {
-            message_id: id.clone(),
-            body,
-            delay_secs: 0,
-        };
-        if let Some(Err(e)) = scheduler.enqueue(std::slice::from_ref(&copy)).await.pop() {
-            return Err(e.into());
-        }
-        outcome.done.push(id.clone());
     }
-    Ok(outcome)
+    outcome
+}
+
+/// One job: `Ok(Err(why))` when it is not put back.
+async fn requeue_one(
+    id: &str,
+    status: &dyn StatusStore,
+    put_back: Option<&PutBack<'_>>,
+    now: DateTime<Utc>,
+) -> Result<Result<(), String>, DlqError> {
+    let Some(record) = status.get(id).await? else {
+        return Ok(Err("no such job".into()));
+    };
+    let body = match copy_of(&record) {
+        Ok(body) => body,
+        Err(why) => return Ok(Err(why)),
+    };
+    let Some(PutBack {
+        scheduler,
+        operator,
+        reason,
+    }) = put_back
+    else {
+        return Ok(Ok(()));
+    };
+    // The copy first: if the record's write then fails, the copy is one more the claim takes
+    // once; the other way round, a timeline would say a copy went back that never did.
+    let copy = Requeue {
+        message_id: id.to_owned(),
+        body,
+        delay_secs: 0,
+    };
+    match scheduler.enqueue(std::slice::from_ref(&copy)).await.pop() {
+        Some(Ok(())) => {}
+        Some(Err(e)) => return Err(e.into()),
+        None => {
+            return Err(courier_core::ports::StoreError::msg(
+                "requeue",
+                "the queue gave no answer",
+            )
+            .into());
+        }
+    }
+    let entry = HistoryEntry {
+        at: now,
+        status: record.status,
+        attempt: record.attempt,
+        by: "operator".into(),
+        detail: Some(format!("its lost copy put back by {operator}: {reason}")),
+    };
+    if !status.rewait(id, &entry, now).await? {
+        return Ok(Err(
+            "the job moved on meanwhile (its late copy came): the copy put back is dropped by its claim"
+                .into(),
+        ));
+    }
+    Ok(Ok(()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use courier_core::ports::{ClaimOutcome, ClaimRequest, SweepMark};
+    use courier_core::ports::{ClaimOutcome, ClaimRequest, OpenState, StatusUpdate, SweepMark};
     use courier_devkit::memory::{MemoryScheduler, MemoryStatusStore};
 
     fn t(s: i64) -> DateTime<Utc> {
@@ -128,11 +172,10 @@ mod tests {
             check_suppressed: Vec::new(),
             trace_id: Some("trace-1".into()),
             facts: Default::default(),
-            payload: Some(
-                r#"{"version": 1, "message_id": "lost", "campaign_id": "c", "from": "a@example.com",
-                    "to": ["b@example.org"], "content": {"subject": "Hi", "text": "x"}}"#
-                    .into(),
-            ),
+            payload: Some(format!(
+                r#"{{"version": 1, "message_id": "{id}", "campaign_id": "c", "from": "a@example.com",
+                    "to": ["b@example.org"], "content": {{"subject": "Hi", "text": "x"}}}}"#
+            )),
         }
     }
 
@@ -144,14 +187,20 @@ mod tests {
         }
     }
 
-    /// A job claimed as generation 0, deferred to generation 1 with its copy due at 60 s, and
-    /// flagged by the sweeper at an hour past that.
-    async fn flagged(store: &MemoryStatusStore, id: &str) -> JobRecord {
+    /// A job claimed as generation 0, left `status` at generation 1 with its copy due at 60 s
+    /// (`provider_message_id`: an acceptance kept with it), then flagged by the sweeper an hour
+    /// past that.
+    async fn flagged_as(
+        store: &MemoryStatusStore,
+        id: &str,
+        status: Status,
+        provider_message_id: Option<&str>,
+    ) -> JobRecord {
         store.claim(&claim(id, 0, t(0))).await.unwrap();
-        let mut deferred =
-            courier_core::ports::StatusUpdate::new(id, "worker-0", Status::Deferred, 1, t(0));
-        deferred.copy_due = Some(t(60));
-        store.finish(&deferred).await.unwrap();
+        let mut waiting = StatusUpdate::new(id, "worker-0", status, 1, t(0));
+        waiting.copy_due = Some(t(60));
+        waiting.provider_message_id = provider_message_id.map(str::to_owned);
+        store.finish(&waiting).await.unwrap();
         let found = store.get(id).await.unwrap().unwrap();
         assert!(
             store
@@ -162,6 +211,19 @@ mod tests {
         store.get(id).await.unwrap().unwrap()
     }
 
+    async fn flagged(store: &MemoryStatusStore, id: &str) -> JobRecord {
+        flagged_as(store, id, Status::Deferred, None).await
+    }
+
+    async fn waiting(store: &MemoryStatusStore, id: &str, before: DateTime<Utc>) -> bool {
+        store
+            .open_before(OpenState::Waiting, before, 100)
+            .await
+            .unwrap()
+            .iter()
+            .any(|r| r.message_id == id)
+    }
+
     #[tokio::test]
     async fn a_flagged_jobs_copy_is_put_back_at_its_generation_and_claimed_once() {
         let store = MemoryStatusStore::default();
@@ -169,7 +231,7 @@ mod tests {
         flagged(&store, "lost").await;
         let ids = vec!["lost".to_owned()];
         // A dry run changes nothing.
-        let dry = requeue(&ids, &store, None, t(4000)).await.unwrap();
+        let dry = requeue(&ids, &store, None, t(4000)).await;
         assert_eq!(dry.done, ids);
         assert!(scheduler.queued.lock().unwrap().is_empty());
         let before = store.get("lost").await.unwrap().unwrap();
@@ -181,9 +243,14 @@ mod tests {
             Some(&put_back(&scheduler, "queue purged")),
             t(4000),
         )
-        .await
-        .unwrap();
-        assert_eq!((done.done, done.skipped), (ids.clone(), Vec::new()));
+        .await;
+        assert_eq!(
+            done,
+            Outcome {
+                done: ids.clone(),
+                ..Outcome::default()
+            }
+        );
         let queued = scheduler.queued.lock().unwrap().clone();
         assert_eq!(queued.len(), 1);
         assert_eq!(queued[0].delay_secs, 0);
@@ -204,6 +271,9 @@ mod tests {
                 .unwrap()
                 .contains("ann: queue purged")
         );
+        // The job waits for the put-back copy: flagged again if it is lost too.
+        assert_eq!((rec.copy_due, rec.swept_at), (Some(t(4000)), None));
+        assert!(waiting(&store, "lost", t(4001)).await);
         // The copy claims generation 1 once; the late original, arriving too, is a duplicate.
         assert_eq!(
             store
@@ -212,13 +282,7 @@ mod tests {
                 .unwrap(),
             ClaimOutcome::Claimed
         );
-        let mut sent = courier_core::ports::StatusUpdate::new(
-            "lost",
-            "worker-1",
-            Status::SentToProvider,
-            1,
-            t(4002),
-        );
+        let mut sent = StatusUpdate::new("lost", "worker-1", Status::SentToProvider, 1, t(4002));
         sent.provider = Some("smtp".into());
         store.finish(&sent).await.unwrap();
         assert_eq!(
@@ -226,27 +290,19 @@ mod tests {
             ClaimOutcome::Duplicate(Status::SentToProvider)
         );
         // And a job that moved on is not put back again.
-        let again = requeue(&ids, &store, Some(&put_back(&scheduler, "again")), t(4004))
-            .await
-            .unwrap();
+        let again = requeue(&ids, &store, Some(&put_back(&scheduler, "again")), t(4004)).await;
         assert!(again.done.is_empty());
         assert!(again.skipped[0].1.contains("sent_to_provider"), "{again:?}");
         assert_eq!(scheduler.queued.lock().unwrap().len(), 1);
     }
 
     #[tokio::test]
-    async fn only_a_flagged_waiting_job_with_a_kept_body_is_put_back() {
+    async fn only_a_flagged_waiting_job_with_a_kept_body_and_no_kept_acceptance_is_put_back() {
         let store = MemoryStatusStore::default();
         let scheduler = MemoryScheduler::default();
         // Waiting, but not flagged: its copy may still come.
         store.claim(&claim("waiting", 0, t(0))).await.unwrap();
-        let mut deferred = courier_core::ports::StatusUpdate::new(
-            "waiting",
-            "worker-0",
-            Status::Deferred,
-            1,
-            t(0),
-        );
+        let mut deferred = StatusUpdate::new("waiting", "worker-0", Status::Deferred, 1, t(0));
         deferred.copy_due = Some(t(60));
         store.finish(&deferred).await.unwrap();
         // Flagged, but no body kept (an SMTP-only stack).
@@ -258,15 +314,19 @@ mod tests {
             .get_mut("bodiless")
             .unwrap()
             .payload = None;
+        // Flagged `unknown` with the provider's acceptance kept: it was sent.
+        flagged_as(&store, "accepted", Status::Unknown, Some("ses-1")).await;
         // Not waiting at all.
         store.claim(&claim("busy", 0, t(0))).await.unwrap();
-        let ids: Vec<String> = ["waiting", "bodiless", "busy", "absent"]
+        let ids: Vec<String> = ["waiting", "bodiless", "accepted", "busy", "absent"]
             .map(str::to_owned)
             .to_vec();
-        let outcome = requeue(&ids, &store, Some(&put_back(&scheduler, "x")), t(4000))
-            .await
-            .unwrap();
-        assert!(outcome.done.is_empty());
+        let before = store.records.lock().unwrap().clone();
+        let outcome = requeue(&ids, &store, Some(&put_back(&scheduler, "x")), t(4000)).await;
+        assert!(
+            outcome.done.is_empty() && outcome.failed.is_empty(),
+            "{outcome:?}"
+        );
         let why: Vec<(&str, &str)> = outcome
             .skipped
             .iter()
@@ -277,13 +337,45 @@ mod tests {
             "{why:?}"
         );
         assert!(why[1].1.contains("new message_id"), "{why:?}");
-        assert!(why[2].1.contains("processing"), "{why:?}");
-        assert_eq!(why[3], ("absent", "no such job"));
-        assert!(scheduler.queued.lock().unwrap().is_empty());
-        // Nothing was written to any of them.
-        assert_eq!(
-            store.get("waiting").await.unwrap().unwrap().history.len(),
-            2
+        assert!(
+            why[2].1.contains("accepted it as ses-1") && why[2].1.contains("not sent again"),
+            "{why:?}"
         );
+        assert!(why[3].1.contains("processing"), "{why:?}");
+        assert_eq!(why[4], ("absent", "no such job"));
+        assert!(scheduler.queued.lock().unwrap().is_empty());
+        assert_eq!(*store.records.lock().unwrap(), before, "nothing written");
+    }
+
+    #[tokio::test]
+    async fn an_unknown_job_without_a_kept_acceptance_is_put_back_to_wait_out_its_grace() {
+        let store = MemoryStatusStore::default();
+        let scheduler = MemoryScheduler::default();
+        flagged_as(&store, "ambiguous", Status::Unknown, None).await;
+        let ids = vec!["ambiguous".to_owned()];
+        let outcome = requeue(&ids, &store, Some(&put_back(&scheduler, "purged")), t(4000)).await;
+        assert_eq!(outcome.done, ids);
+        let rec = store.get("ambiguous").await.unwrap().unwrap();
+        assert_eq!((rec.status, rec.copy_due), (Status::Unknown, Some(t(4000))));
+    }
+
+    #[tokio::test]
+    async fn a_copy_the_queue_refuses_is_reported_and_the_next_job_is_still_put_back() {
+        let store = MemoryStatusStore::default();
+        let scheduler = MemoryScheduler::default();
+        flagged(&store, "first").await;
+        flagged(&store, "second").await;
+        let first_before = store.get("first").await.unwrap().unwrap();
+        scheduler.fail_enqueues.set(1);
+        let ids = vec!["first".to_owned(), "second".to_owned()];
+        let outcome = requeue(&ids, &store, Some(&put_back(&scheduler, "purged")), t(4000)).await;
+        assert_eq!(outcome.done, vec!["second".to_owned()]);
+        assert_eq!(outcome.failed.len(), 1);
+        assert_eq!(outcome.failed[0].0, "first");
+        // Nothing says the first was put back; it stays flagged for another try.
+        assert_eq!(store.get("first").await.unwrap().unwrap(), first_before);
+        let queued = scheduler.queued.lock().unwrap().clone();
+        assert_eq!(queued.len(), 1);
+        assert_eq!(queued[0].message_id, "second");
     }
 }

@@ -780,6 +780,9 @@ async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
     );
     let rec = status.get("cli-lost").await.unwrap().unwrap();
     assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
+    // waiting again for the copy put back (flagged again should it be lost too)
+    assert!(rec.swept_at.is_none(), "{rec:?}");
+    assert!(rec.copy_due.is_some_and(|due| due > swept_at), "{rec:?}");
     let last = rec.history.last().unwrap();
     assert_eq!(
         (last.by.as_str(), last.status),

@@ -1876,6 +1876,19 @@ async fn waiting_index_contract(store: &dyn StatusStore) {
         "{last:?}"
     );
     assert!(!waiting(store, &id, after(swept_at)).await);
+    // An operator puts the copy back (`courierctl requeue`): waiting again, the flag cleared.
+    let put_back = HistoryEntry {
+        at: swept_at,
+        status: Status::Deferred,
+        attempt: 1,
+        by: "operator".into(),
+        detail: Some("its lost copy put back".into()),
+    };
+    assert!(store.rewait(&id, &put_back, swept_at).await.unwrap());
+    let rec = store.get(&id).await.unwrap().unwrap();
+    assert_eq!((rec.swept_at, rec.copy_due), (None, Some(swept_at)));
+    assert_eq!(rec.history.last().unwrap().by, "operator");
+    assert!(waiting(store, &id, after(swept_at)).await);
     // The late copy claims it as ever; the claim clears the flag and the due time.
     assert_eq!(
         store
@@ -1890,6 +1903,8 @@ async fn waiting_index_contract(store: &dyn StatusStore) {
         (Status::Processing, None, None)
     );
     assert!(!waiting(store, &id, t + chrono::Duration::days(400)).await);
+    // Nor does a put-back once it moved on.
+    assert!(!store.rewait(&id, &put_back, swept_at).await.unwrap());
     // A sweep of the record as it was found changes nothing now.
     assert!(
         !store
@@ -1935,7 +1950,20 @@ async fn waiting_index_contract(store: &dyn StatusStore) {
     );
     assert!(!waiting(store, &ambiguous, resolve_at).await);
     assert!(waiting(store, &ambiguous, after(resolve_at)).await);
-    // SES's evidence ends the wait.
+    // Flagged, then SES's evidence ends the wait (and the flag).
+    let found: Vec<JobRecord> = store
+        .open_before(OpenState::Waiting, after(resolve_at), 100_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|r| r.message_id == ambiguous)
+        .collect();
+    assert!(
+        store
+            .sweep(&found[0], SweepMark::CopyOverdue, after(resolve_at))
+            .await
+            .unwrap()
+    );
     store
         .record(&update(
             &ambiguous,
@@ -1947,7 +1975,10 @@ async fn waiting_index_contract(store: &dyn StatusStore) {
         .await
         .unwrap();
     let rec = store.get(&ambiguous).await.unwrap().unwrap();
-    assert_eq!((rec.status, rec.copy_due), (Status::SentToProvider, None));
+    assert_eq!(
+        (rec.status, rec.copy_due, rec.swept_at),
+        (Status::SentToProvider, None, None)
+    );
     assert!(!waiting(store, &ambiguous, t + chrono::Duration::days(400)).await);
 }
 

@@ -1963,7 +1963,7 @@ fn a_waiting_job_whose_copy_never_comes_back_raises_an_alarm() {
         _ => None,
     })
     .unwrap();
-    assert_eq!(settings.copy_grace, chrono::Duration::hours(1));
+    assert_eq!(settings.copy_grace, chrono::Duration::hours(6));
     let runbook = std::fs::read_to_string(repo().join("docs/runbook.md")).unwrap();
     assert!(runbook.contains("| `SweptCopyOverdueAlarm` |"));
 }

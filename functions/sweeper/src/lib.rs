@@ -87,7 +87,7 @@ impl Settings {
                 .ok_or(SettingsError::Missing("COURIER_STATUS_TABLE"))?,
             lease_grace: duration("COURIER_SWEEP_LEASE_GRACE", Duration::minutes(5))?,
             no_outcome_after: duration("COURIER_SWEEP_NO_OUTCOME_AFTER", Duration::hours(6))?,
-            copy_grace: duration("COURIER_SWEEP_COPY_GRACE", Duration::hours(1))?,
+            copy_grace: duration("COURIER_SWEEP_COPY_GRACE", Duration::hours(6))?,
             outcome_bus: lookup("COURIER_OUTCOME_BUS").filter(|v| !v.is_empty()),
         })
     }

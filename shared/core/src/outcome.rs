@@ -433,6 +433,14 @@ impl StatusStore for OutcomeWrites {
     ) -> Result<bool, StoreError> {
         self.inner.note(message_id, entry).await
     }
+    async fn rewait(
+        &self,
+        message_id: &str,
+        entry: &crate::ports::HistoryEntry,
+        copy_due: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.inner.rewait(message_id, entry, copy_due).await
+    }
     async fn reopen(
         &self,
         message_id: &str,

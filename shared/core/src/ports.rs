@@ -366,6 +366,16 @@ pub trait StatusStore: Send + Sync {
     /// bounce) while the job is still in `entry.status` at generation `entry.attempt`. False
     /// (nothing written) when the job is absent or moved on.
     async fn note(&self, message_id: &str, entry: &HistoryEntry) -> Result<bool, StoreError>;
+    /// An operator put back the copy of a `deferred` or `unknown` job (`courierctl requeue`):
+    /// appends `entry`, and the job waits again for a copy due at `copy_due` (in the waiting
+    /// index, the sweeper's flag cleared), while it is still in `entry.status` at generation
+    /// `entry.attempt`. False (nothing written) when it is absent or moved on.
+    async fn rewait(
+        &self,
+        message_id: &str,
+        entry: &HistoryEntry,
+        copy_due: DateTime<Utc>,
+    ) -> Result<bool, StoreError>;
     /// An operator's replay: moves a `dead_lettered` job back to `pending` as a new generation
     /// and returns that generation; `None` when the job is not dead-lettered (nothing changes).
     async fn reopen(&self, message_id: &str, now: DateTime<Utc>)

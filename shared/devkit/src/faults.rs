@@ -162,6 +162,15 @@ impl<T: StatusStore + ?Sized> StatusStore for Faulty<T> {
     async fn note(&self, message_id: &str, entry: &HistoryEntry) -> Result<bool, StoreError> {
         self.gated("note", self.inner.note(message_id, entry)).await
     }
+    async fn rewait(
+        &self,
+        message_id: &str,
+        entry: &HistoryEntry,
+        copy_due: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.gated("rewait", self.inner.rewait(message_id, entry, copy_due))
+            .await
+    }
     async fn reopen(&self, id: &str, now: DateTime<Utc>) -> Result<Option<u32>, StoreError> {
         self.gated("reopen", self.inner.reopen(id, now)).await
     }

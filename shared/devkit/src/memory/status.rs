@@ -202,6 +202,30 @@ impl StatusStore for MemoryStatusStore {
         }
     }
 
+    async fn rewait(
+        &self,
+        message_id: &str,
+        entry: &HistoryEntry,
+        copy_due: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        self.fail_finishes.take("rewait")?;
+        let mut records = lock(&self.records);
+        match records.get_mut(message_id) {
+            Some(rec)
+                if rec.status == entry.status
+                    && rec.attempt == entry.attempt
+                    && OpenState::of(rec.status, None) == Some(OpenState::Waiting) =>
+            {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                rec.history.push(entry.clone());
+                rec.copy_due = Some(copy_due);
+                rec.swept_at = None;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
     async fn reopen(
         &self,
         message_id: &str,
@@ -275,7 +299,8 @@ impl StatusStore for MemoryStatusStore {
                 r.swept_at.is_none_or(|swept| swept < r.updated_at)
                     && OpenState::of(r.status, r.provider.as_deref()) == Some(state)
                     && match state {
-                        OpenState::Waiting => r.copy_due.unwrap_or(r.updated_at) < before,
+                        // As DynamoDB's index: a waiting record without a due time is not in it.
+                        OpenState::Waiting => r.copy_due.is_some_and(|due| due < before),
                         _ => r.updated_at < before,
                     }
             })
@@ -452,6 +477,7 @@ fn apply(rec: &mut JobRecord, update: &StatusUpdate) {
     rec.lease_until = None;
     rec.updated_at = update.now;
     rec.copy_due = update.copy_due();
+    rec.swept_at = None;
     if update.provider.is_some() {
         rec.provider.clone_from(&update.provider);
     }

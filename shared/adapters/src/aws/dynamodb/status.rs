@@ -395,7 +395,8 @@ impl StatusStore for DynamoDbStatusStore {
             "expires_at = :exp",
             APPEND_HISTORY,
         ];
-        let mut remove = vec!["lease_owner", "lease_until"];
+        // A status write ends the sweeper's flag of the state it leaves (the history keeps it).
+        let mut remove = vec!["lease_owner", "lease_until", "swept_at"];
         set.extend(marks.set);
         remove.extend(marks.remove);
         let outbox = outbox_marks(&update.message_id, update.status, ":a");
@@ -492,7 +493,7 @@ impl StatusStore for DynamoDbStatusStore {
         set.extend(marks.set);
         // The lease ends, as the memory store's: a send function's late status write of a send
         // this write recorded (SES's Send event) would take the record back.
-        let mut remove = vec!["lease_owner", "lease_until"];
+        let mut remove = vec!["lease_owner", "lease_until", "swept_at"];
         remove.extend(marks.remove);
         let outbox = outbox_marks(
             &update.message_id,
@@ -618,6 +619,46 @@ impl StatusStore for DynamoDbStatusStore {
             .send()
             .await;
         Ok(crate::aws::conditional(result, "status note")?.is_some())
+    }
+
+    async fn rewait(
+        &self,
+        message_id: &str,
+        entry: &HistoryEntry,
+        copy_due: DateTime<Utc>,
+    ) -> Result<bool, StoreError> {
+        if OpenState::of(entry.status, None) != Some(OpenState::Waiting) {
+            return Ok(false);
+        }
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(message_id))
+            .update_expression(format!(
+                "SET open_state = :os, open_at = :due, copy_due = :due, {APPEND_HISTORY} \
+                 REMOVE swept_at"
+            ))
+            .condition_expression("#s = :s AND attempt = :a")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":s", s(entry.status.as_str()))
+            .expression_attribute_values(":a", n(entry.attempt))
+            .expression_attribute_values(":os", s(OpenState::Waiting.key(message_id)))
+            .expression_attribute_values(":due", n(ms(copy_due)))
+            .expression_attribute_values(":empty", empty_list())
+            .expression_attribute_values(
+                ":h",
+                history_entry(
+                    entry.at,
+                    entry.status,
+                    entry.attempt,
+                    &entry.by,
+                    entry.detail.as_deref(),
+                ),
+            )
+            .send()
+            .await;
+        Ok(crate::aws::conditional(result, "status rewait")?.is_some())
     }
 
     /// Reads the generation first so the history entry carries the new one; the write is
