@@ -165,21 +165,32 @@ fn letter(
     }
 }
 
-/// Writes the job's record as the send function would: claimed as generation 1, then
-/// dead-lettered with its reason in the history.
-async fn dead_lettered(status: &DynamoDbStatusStore, message_id: &str, now: DateTime<Utc>) {
-    let claim = ClaimRequest {
+/// The send function's claim of generation `attempt` at `now` by `req-it/<attempt>`, keeping
+/// `payload` as the body to resend from.
+fn claim_of(
+    message_id: &str,
+    attempt: u32,
+    now: DateTime<Utc>,
+    payload: Option<String>,
+) -> ClaimRequest {
+    ClaimRequest {
         message_id: message_id.into(),
-        attempt: 1,
-        owner: "req-it/1".into(),
+        attempt,
+        owner: format!("req-it/{attempt}"),
         now,
         lease_until: now + chrono::Duration::seconds(60),
         grace: chrono::Duration::seconds(900),
         check_suppressed: vec![],
         trace_id: None,
         facts: Default::default(),
-        payload: None,
-    };
+        payload,
+    }
+}
+
+/// Writes the job's record as the send function would: claimed as generation 1, then
+/// dead-lettered with its reason in the history.
+async fn dead_lettered(status: &DynamoDbStatusStore, message_id: &str, now: DateTime<Utc>) {
+    let claim = claim_of(message_id, 1, now, None);
     assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
     let mut done = StatusUpdate::new(message_id, "req-it/1", Status::DeadLettered, 1, now);
     done.detail = Some("content_rejected (it.rule): 554 5.7.1 rejected by policy".into());
@@ -690,18 +701,7 @@ async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
     let body = job("cli-lost", "spring", "ann@courier.test");
     // GIVEN jobs claimed as generation 0 and deferred to 1, their copies due a minute later
     for id in ["cli-lost", "cli-waiting"] {
-        let claim = ClaimRequest {
-            message_id: id.into(),
-            attempt: 0,
-            owner: "req-it/0".into(),
-            now: t,
-            lease_until: t + chrono::Duration::seconds(60),
-            grace: chrono::Duration::seconds(900),
-            check_suppressed: vec![],
-            trace_id: None,
-            facts: Default::default(),
-            payload: Some(body.replace("cli-lost", id)),
-        };
+        let claim = claim_of(id, 0, t, Some(body.replace("cli-lost", id)));
         assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
         let mut deferred = StatusUpdate::new(id, "req-it/0", Status::Deferred, 1, t);
         deferred.copy_due = Some(t + chrono::Duration::seconds(60));
@@ -807,18 +807,7 @@ async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
         "nothing written to a job that was not put back"
     );
     // AND the copy claims the job at its generation
-    let claim = ClaimRequest {
-        message_id: "cli-lost".into(),
-        attempt: parsed.attempt,
-        owner: "req-it/1".into(),
-        now: Utc::now(),
-        lease_until: Utc::now() + chrono::Duration::seconds(60),
-        grace: chrono::Duration::seconds(900),
-        check_suppressed: vec![],
-        trace_id: None,
-        facts: Default::default(),
-        payload: None,
-    };
+    let claim = claim_of("cli-lost", parsed.attempt, Utc::now(), None);
     assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
 }
 

@@ -1900,6 +1900,13 @@ fn a_delay_that_never_puts_its_copy_back_raises_an_alarm() {
             "{expression}"
         );
     }
+    fires_on_the_first_to_the_alarm_topic(alarm);
+    let runbook = std::fs::read_to_string(repo().join("docs/runbook.md")).unwrap();
+    assert!(runbook.contains("| `DelayExecutionsFailedAlarm` |"));
+}
+
+/// An alarm that fires on the first occurrence (above 0) and tells the alarm topic.
+fn fires_on_the_first_to_the_alarm_topic(alarm: &Yaml) {
     assert_eq!(alarm["Threshold"].as_i64(), Some(0));
     assert_eq!(
         alarm["ComparisonOperator"].as_str(),
@@ -1912,8 +1919,6 @@ fn a_delay_that_never_puts_its_copy_back_raises_an_alarm() {
             .iter()
             .any(|a| referenced(a).as_deref() == Some("AlarmTopic"))
     );
-    let runbook = std::fs::read_to_string(repo().join("docs/runbook.md")).unwrap();
-    assert!(runbook.contains("| `DelayExecutionsFailedAlarm` |"));
 }
 
 /// A `deferred` or `unknown` job whose copy never comes back (a purged or deleted queue, past
@@ -1929,18 +1934,7 @@ fn a_waiting_job_whose_copy_never_comes_back_raises_an_alarm() {
     assert_eq!(alarm["Dimensions"][0]["Name"].as_str(), Some("Function"));
     assert_eq!(alarm["Dimensions"][0]["Value"].as_str(), Some("sweeper"));
     assert_eq!(alarm["Statistic"].as_str(), Some("Sum"));
-    assert_eq!(alarm["Threshold"].as_i64(), Some(0));
-    assert_eq!(
-        alarm["ComparisonOperator"].as_str(),
-        Some("GreaterThanThreshold")
-    );
-    assert!(
-        alarm["AlarmActions"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .any(|a| referenced(a).as_deref() == Some("AlarmTopic"))
-    );
+    fires_on_the_first_to_the_alarm_topic(alarm);
     // The metric is the one the sweeper emits.
     let report = courier_sweeper::SweepReport {
         copy_overdue: 1,

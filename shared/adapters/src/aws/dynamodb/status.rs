@@ -77,6 +77,38 @@ impl DynamoDbStatusStore {
 }
 
 impl DynamoDbStatusStore {
+    /// An UpdateItem that appends `entry` to the history while the job is still in
+    /// `entry.status` at generation `entry.attempt`, with `set` (clauses ending in `, `) and
+    /// `remove` (` REMOVE ...`) besides.
+    fn append_while(
+        &self,
+        message_id: &str,
+        entry: &HistoryEntry,
+        set: &str,
+        remove: &str,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(message_id))
+            .update_expression(format!("SET {set}{APPEND_HISTORY}{remove}"))
+            .condition_expression("#s = :s AND attempt = :a")
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":s", s(entry.status.as_str()))
+            .expression_attribute_values(":a", n(entry.attempt))
+            .expression_attribute_values(":empty", empty_list())
+            .expression_attribute_values(
+                ":h",
+                history_entry(
+                    entry.at,
+                    entry.status,
+                    entry.attempt,
+                    &entry.by,
+                    entry.detail.as_deref(),
+                ),
+            )
+    }
+
     /// The items of a sparse, sharded index (`{prefix}#{shard}` in `keys.0`) whose `keys.1`
     /// is before `before`: each shard queried until it gave `limit` items or ran out.
     async fn query_shards(
@@ -595,29 +627,7 @@ impl StatusStore for DynamoDbStatusStore {
     }
 
     async fn note(&self, message_id: &str, entry: &HistoryEntry) -> Result<bool, StoreError> {
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("message_id", s(message_id))
-            .update_expression(format!("SET {APPEND_HISTORY}"))
-            .condition_expression("#s = :s AND attempt = :a")
-            .expression_attribute_names("#s", "status")
-            .expression_attribute_values(":s", s(entry.status.as_str()))
-            .expression_attribute_values(":a", n(entry.attempt))
-            .expression_attribute_values(":empty", empty_list())
-            .expression_attribute_values(
-                ":h",
-                history_entry(
-                    entry.at,
-                    entry.status,
-                    entry.attempt,
-                    &entry.by,
-                    entry.detail.as_deref(),
-                ),
-            )
-            .send()
-            .await;
+        let result = self.append_while(message_id, entry, "", "").send().await;
         Ok(crate::aws::conditional(result, "status note")?.is_some())
     }
 
@@ -631,31 +641,14 @@ impl StatusStore for DynamoDbStatusStore {
             return Ok(false);
         }
         let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("message_id", s(message_id))
-            .update_expression(format!(
-                "SET open_state = :os, open_at = :due, copy_due = :due, {APPEND_HISTORY} \
-                 REMOVE swept_at"
-            ))
-            .condition_expression("#s = :s AND attempt = :a")
-            .expression_attribute_names("#s", "status")
-            .expression_attribute_values(":s", s(entry.status.as_str()))
-            .expression_attribute_values(":a", n(entry.attempt))
+            .append_while(
+                message_id,
+                entry,
+                "open_state = :os, open_at = :due, copy_due = :due, ",
+                " REMOVE swept_at",
+            )
             .expression_attribute_values(":os", s(OpenState::Waiting.key(message_id)))
             .expression_attribute_values(":due", n(ms(copy_due)))
-            .expression_attribute_values(":empty", empty_list())
-            .expression_attribute_values(
-                ":h",
-                history_entry(
-                    entry.at,
-                    entry.status,
-                    entry.attempt,
-                    &entry.by,
-                    entry.detail.as_deref(),
-                ),
-            )
             .send()
             .await;
         Ok(crate::aws::conditional(result, "status rewait")?.is_some())
