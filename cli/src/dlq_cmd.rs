@@ -241,26 +241,36 @@ async fn sealing_scheduler(
     ))
 }
 
+/// The jobs `courierctl requeue` works on.
+pub(crate) enum Jobs {
+    Ids(Vec<String>),
+    /// The jobs the sweeper flagged as overdue, oldest flag first, at most `limit`.
+    Overdue {
+        limit: usize,
+    },
+}
+
 /// Runs `courierctl requeue` ([`courierctl::requeue`]); returns the exit code.
-pub(crate) fn requeue(
-    message_ids: &[String],
-    act: &ActArgs,
-    settings: &Settings,
-    out: &mut dyn Write,
-) -> i32 {
+pub(crate) fn requeue(jobs: Jobs, act: &ActArgs, settings: &Settings, out: &mut dyn Write) -> i32 {
     let run = async {
-        let who = confirmed(
-            act,
-            "put back the copies of",
-            (message_ids.len(), "jobs"),
-            out,
-        )?;
         let clients = Clients::new(&courier_adapters::aws::sdk_config().await);
         let status = DynamoDbStatusStore::new(
             clients.dynamodb.clone(),
             setting(settings, Setting::StatusTable)?,
             courier_core::status::RETENTION,
         );
+        let message_ids = match jobs {
+            Jobs::Ids(ids) => ids,
+            Jobs::Overdue { limit } => {
+                courierctl::requeue::overdue(&status, limit, Utc::now()).await?
+            }
+        };
+        let who = confirmed(
+            act,
+            "put back the copies of",
+            (message_ids.len(), "jobs"),
+            out,
+        )?;
         let scheduler = match who {
             Some(_) => Some(sealing_scheduler(&clients, settings).await?),
             None => None,
@@ -274,7 +284,8 @@ pub(crate) fn requeue(
                     reason,
                 });
         let outcome =
-            courierctl::requeue::requeue(message_ids, &status, put_back.as_ref(), Utc::now()).await;
+            courierctl::requeue::requeue(&message_ids, &status, put_back.as_ref(), Utc::now())
+                .await;
         let verb = match put_back {
             Some(_) => "put back the copies of",
             None => "would put back the copies of",

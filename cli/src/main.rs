@@ -94,11 +94,17 @@ enum Command {
     /// send queue, sealed. Without --confirm: a dry run. Reads COURIER_STATUS_TABLE,
     /// COURIER_QUEUE_URL and COURIER_ENVELOPE_KEY_SECRET, or the outputs of --stack.
     ///
-    /// Example: courierctl requeue order-1234 --confirm --reason "retry queue purged"
+    /// Example: courierctl requeue --overdue --confirm --reason "retry queue purged"
+    #[command(group(clap::ArgGroup::new("jobs").required(true).args(["message_ids", "overdue"])))]
     Requeue {
         /// The jobs' message ids (as the sweeper's log and `courierctl status` name them).
-        #[arg(required = true)]
         message_ids: Vec<String>,
+        /// Every job the sweeper flagged as overdue, oldest flag first, up to --limit.
+        #[arg(long, conflicts_with = "message_ids")]
+        overdue: bool,
+        /// With --overdue: at most this many jobs (default 1000; run again for more).
+        #[arg(long)]
+        limit: Option<usize>,
         #[command(flatten)]
         act: dlq_cmd::ActArgs,
     },
@@ -209,8 +215,23 @@ fn main() -> ExitCode {
             &domain, &window, resume, json, &settings, &mut out,
         )),
         Command::Dlq { command } => Ok(dlq_cmd::run(*command, &settings, &mut out)),
-        Command::Requeue { message_ids, act } => {
-            Ok(dlq_cmd::requeue(&message_ids, &act, &settings, &mut out))
+        Command::Requeue {
+            message_ids,
+            overdue,
+            limit,
+            act,
+        } => {
+            let jobs = match (overdue, limit) {
+                (true, limit) => dlq_cmd::Jobs::Overdue {
+                    limit: limit.unwrap_or(1000),
+                },
+                (false, None) => dlq_cmd::Jobs::Ids(message_ids),
+                (false, Some(_)) => {
+                    eprintln!("courierctl requeue: --limit goes with --overdue");
+                    return ExitCode::from(2);
+                }
+            };
+            Ok(dlq_cmd::requeue(jobs, &act, &settings, &mut out))
         }
         Command::Policy { command } => Ok(policy_cmd::run(command, &settings, &mut out)),
         Command::Smoke {

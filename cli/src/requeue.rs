@@ -12,7 +12,9 @@
 
 use chrono::{DateTime, Utc};
 use courier_core::envelope::{parse_body, replay_body};
-use courier_core::ports::{HistoryEntry, JobRecord, Requeue, RetryScheduler, StatusStore};
+use courier_core::ports::{
+    HistoryEntry, JobRecord, OpenState, Requeue, RetryScheduler, StatusStore,
+};
 use courier_core::status::Status;
 
 use crate::workbench::DlqError;
@@ -64,6 +66,24 @@ pub fn copy_of(record: &JobRecord) -> Result<String, String> {
         .map(|kept| kept.history)
         .unwrap_or_default();
     replay_body(payload, record.attempt, history, record.trace_id.as_deref())
+}
+
+/// The jobs the sweeper flagged as overdue by `now` (their copy never came back), oldest flag
+/// first, at most `limit` (the status table's `by_open` index, eventually consistent: each is
+/// read again before it is put back).
+pub async fn overdue(
+    status: &dyn StatusStore,
+    limit: usize,
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, DlqError> {
+    let found = status
+        .open_before(
+            OpenState::Overdue,
+            now + chrono::Duration::seconds(1),
+            limit,
+        )
+        .await?;
+    Ok(found.into_iter().map(|r| r.message_id).collect())
 }
 
 /// Where put-back copies go, and who puts them back and why.
@@ -154,7 +174,7 @@ async fn requeue_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use courier_core::ports::{ClaimOutcome, ClaimRequest, OpenState, StatusUpdate, SweepMark};
+    use courier_core::ports::{ClaimOutcome, ClaimRequest, StatusUpdate, SweepMark};
     use courier_devkit::memory::{MemoryScheduler, MemoryStatusStore};
 
     fn t(s: i64) -> DateTime<Utc> {
@@ -345,6 +365,42 @@ mod tests {
         assert_eq!(why[4], ("absent", "no such job"));
         assert!(scheduler.queued.lock().unwrap().is_empty());
         assert_eq!(*store.records.lock().unwrap(), before, "nothing written");
+    }
+
+    #[tokio::test]
+    async fn overdue_lists_the_flagged_waiting_jobs_until_each_is_put_back() {
+        let store = MemoryStatusStore::default();
+        let scheduler = MemoryScheduler::default();
+        flagged(&store, "a").await;
+        flagged(&store, "b").await;
+        // Waiting, not flagged; and a job that moved on after its flag.
+        store.claim(&claim("waiting", 0, t(0))).await.unwrap();
+        let mut deferred = StatusUpdate::new("waiting", "worker-0", Status::Deferred, 1, t(0));
+        deferred.copy_due = Some(t(60));
+        store.finish(&deferred).await.unwrap();
+        flagged(&store, "moved").await;
+        store.claim(&claim("moved", 1, t(3800))).await.unwrap();
+        let mut listed = overdue(&store, 10, t(4000)).await.unwrap();
+        listed.sort();
+        assert_eq!(listed, ["a", "b"]);
+        assert_eq!(
+            overdue(&store, 1, t(4000)).await.unwrap().len(),
+            1,
+            "--limit"
+        );
+        assert!(
+            overdue(&store, 10, t(3000)).await.unwrap().is_empty(),
+            "flagged at 3700"
+        );
+        let done = requeue(
+            &["a".to_owned()],
+            &store,
+            Some(&put_back(&scheduler, "x")),
+            t(4000),
+        )
+        .await;
+        assert_eq!(done.done, ["a"]);
+        assert_eq!(overdue(&store, 10, t(4001)).await.unwrap(), ["b"]);
     }
 
     #[tokio::test]

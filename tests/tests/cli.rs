@@ -732,6 +732,18 @@ async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
     );
     assert!(drain(&stack).await.is_empty());
     assert_eq!(status.get("cli-lost").await.unwrap().unwrap(), flagged);
+    // `--overdue` finds the flagged job (and not the one still waiting)
+    let listed = ctl(&["requeue", "--overdue"]).expect(0, "requeue --overdue (dry run)");
+    assert!(
+        listed
+            .stdout
+            .contains("would put back the copies of 1 jobs; skipped 0"),
+        "{}",
+        listed.stdout
+    );
+    ctl(&["requeue", "--overdue", "cli-lost"]).expect(2, "requeue with ids and --overdue");
+    ctl(&["requeue", "--limit", "5", "cli-lost"]).expect(2, "requeue --limit without --overdue");
+    assert!(drain(&stack).await.is_empty());
     let no_reason = ctl(&["requeue", "cli-lost", "--confirm"]).expect(2, "requeue --confirm alone");
     assert!(
         no_reason.stderr.contains("--reason"),
@@ -783,6 +795,14 @@ async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
     // waiting again for the copy put back (flagged again should it be lost too)
     assert!(rec.swept_at.is_none(), "{rec:?}");
     assert!(rec.copy_due.is_some_and(|due| due > swept_at), "{rec:?}");
+    let listed = ctl(&["requeue", "--overdue"]).expect(0, "requeue --overdue after");
+    assert!(
+        listed
+            .stdout
+            .contains("would put back the copies of 0 jobs"),
+        "{}",
+        listed.stdout
+    );
     let last = rec.history.last().unwrap();
     assert_eq!(
         (last.by.as_str(), last.status),

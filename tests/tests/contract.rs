@@ -1806,15 +1806,25 @@ async fn a_record_at_fifty_recipients_stays_within_one_dynamodb_item() {
     assert!(measured.iter().all(|b| *b < 400 * 1024), "{measured:?}");
 }
 
-/// Whether `id` is in the sweeper's waiting index with its copy due before `before` (read
-/// whole: other tests' waiting jobs share the table).
-async fn waiting(store: &dyn StatusStore, id: &str, before: DateTime<Utc>) -> bool {
+/// Whether `id` is in the sweeper's index under `state` with its key before `before` (read
+/// whole: other tests' jobs share the table).
+async fn listed(
+    store: &dyn StatusStore,
+    state: OpenState,
+    id: &str,
+    before: DateTime<Utc>,
+) -> bool {
     store
-        .open_before(OpenState::Waiting, before, 100_000)
+        .open_before(state, before, 100_000)
         .await
         .unwrap()
         .iter()
         .any(|r| r.message_id == id)
+}
+
+/// [`listed`] as waiting for a copy due before `before`.
+async fn waiting(store: &dyn StatusStore, id: &str, before: DateTime<Utc>) -> bool {
+    listed(store, OpenState::Waiting, id, before).await
 }
 
 /// A job that waits for its copy (`deferred`, `unknown`) is in the sweeper's waiting index by
@@ -1876,6 +1886,9 @@ async fn waiting_index_contract(store: &dyn StatusStore) {
         "{last:?}"
     );
     assert!(!waiting(store, &id, after(swept_at)).await);
+    // Listed as overdue from the flag on (for `courierctl requeue --overdue`).
+    assert!(!listed(store, OpenState::Overdue, &id, swept_at).await);
+    assert!(listed(store, OpenState::Overdue, &id, after(swept_at)).await);
     // An operator puts the copy back (`courierctl requeue`): waiting again, the flag cleared.
     let put_back = HistoryEntry {
         at: swept_at,
@@ -1889,6 +1902,7 @@ async fn waiting_index_contract(store: &dyn StatusStore) {
     assert_eq!((rec.swept_at, rec.copy_due), (None, Some(swept_at)));
     assert_eq!(rec.history.last().unwrap().by, "operator");
     assert!(waiting(store, &id, after(swept_at)).await);
+    assert!(!listed(store, OpenState::Overdue, &id, after(swept_at)).await);
     // The late copy claims it as ever; the claim clears the flag and the due time.
     assert_eq!(
         store
@@ -1979,6 +1993,8 @@ async fn waiting_index_contract(store: &dyn StatusStore) {
         (rec.status, rec.copy_due, rec.swept_at),
         (Status::SentToProvider, None, None)
     );
+    let far = t + chrono::Duration::days(400);
+    assert!(!listed(store, OpenState::Overdue, &ambiguous, far).await);
     assert!(!waiting(store, &ambiguous, t + chrono::Duration::days(400)).await);
 }
 

@@ -10,8 +10,9 @@
 //!   that are failing to apply).
 //! - `deferred` or `unknown` with the copy it waits for not back within the grace past its due
 //!   time (the copy was lost: a purged or deleted queue, past the queue's retention, a delay
-//!   execution that failed): flagged (`swept_at`, a history entry) and taken off the open index;
-//!   counted as `SweptCopyOverdue`. Nothing is sent: the runbook says how to put the job back.
+//!   execution that failed): flagged (`swept_at`, a history entry) and moved to the index's
+//!   `overdue` state; counted as `SweptCopyOverdue`. Nothing is sent: `courierctl requeue
+//!   --overdue` puts the jobs back.
 //!
 //! - an outcome whose writer did not publish it within [`OUTBOX_GRACE`] (it died, or the bus
 //!   refused): published from the record and cleared ([`courier_core::outcome::relay`]);

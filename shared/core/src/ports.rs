@@ -189,6 +189,10 @@ pub enum OpenState {
     /// redelivery, the grace window's copy), keyed by when it is due
     /// ([`JobRecord::copy_due`]), not by when the job entered the state.
     Waiting,
+    /// `deferred` or `unknown`, flagged by the sweeper ([`SweepMark::CopyOverdue`]), keyed by
+    /// when: the jobs `courierctl requeue --overdue` finds. No status write leads here; any
+    /// write of the job takes it off.
+    Overdue,
 }
 
 /// How long a copy left for SQS's redelivery can take at most to come back: SQS's largest
@@ -215,6 +219,7 @@ impl OpenState {
             OpenState::Processing => "processing",
             OpenState::AwaitingOutcome => "awaiting_outcome",
             OpenState::Waiting => "waiting",
+            OpenState::Overdue => "overdue",
         }
     }
 
@@ -245,7 +250,7 @@ pub enum SweepMark {
     NoOutcome,
     /// `deferred` or `unknown`, and the copy it waits for is long past due (lost with a purged
     /// or deleted queue, past the queue's retention, or with a delay execution that failed):
-    /// flag it (`swept_at`) and leave the index; the status stays.
+    /// flag it (`swept_at`) and move it to [`OpenState::Overdue`]; the status stays.
     CopyOverdue,
 }
 

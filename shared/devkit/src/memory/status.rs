@@ -293,17 +293,7 @@ impl StatusStore for MemoryStatusStore {
         let records = lock(&self.records);
         let mut found: Vec<JobRecord> = records
             .values()
-            .filter(|r| {
-                // A sweep's flag takes a record off until it is written again, as the DynamoDB
-                // store's removed index keys.
-                r.swept_at.is_none_or(|swept| swept < r.updated_at)
-                    && OpenState::of(r.status, r.provider.as_deref()) == Some(state)
-                    && match state {
-                        // As DynamoDB's index: a waiting record without a due time is not in it.
-                        OpenState::Waiting => r.copy_due.is_some_and(|due| due < before),
-                        _ => r.updated_at < before,
-                    }
-            })
+            .filter(|r| in_index(r, state, before))
             .cloned()
             .collect();
         found.sort_by_key(|r| r.updated_at);
@@ -450,6 +440,21 @@ impl StatusStore for MemoryStatusStore {
             }
             _ => Ok(false),
         }
+    }
+}
+
+/// Whether `r` is in the sweeper's index under `state` with its key before `before`, as the
+/// DynamoDB store keeps it: a waiting record by its due time (none: not in it), a flagged one
+/// (not written since the sweep) only under `Overdue` (a waiting one) by the flag's time.
+fn in_index(r: &JobRecord, state: OpenState, before: DateTime<Utc>) -> bool {
+    let open = OpenState::of(r.status, r.provider.as_deref());
+    match (state, r.swept_at.filter(|swept| *swept >= r.updated_at)) {
+        (OpenState::Overdue, Some(swept)) => open == Some(OpenState::Waiting) && swept < before,
+        (OpenState::Overdue, None) | (_, Some(_)) => false,
+        (OpenState::Waiting, None) => {
+            open == Some(state) && r.copy_due.is_some_and(|due| due < before)
+        }
+        (_, None) => open == Some(state) && r.updated_at < before,
     }
 }
 

@@ -828,13 +828,19 @@ impl StatusStore for DynamoDbStatusStore {
                 ),
             SweepMark::CopyOverdue => request
                 .update_expression(format!(
-                    "SET swept_at = :now, {APPEND_HISTORY} REMOVE open_state, open_at"
+                    "SET swept_at = :now, open_state = :overdue, open_at = :now, {APPEND_HISTORY}"
                 ))
-                // Still in the index: a record flagged already is not flagged again.
-                .condition_expression(
-                    "#s = :found AND updated_at = :u AND attribute_exists(open_state)",
-                )
+                // Still waiting in the index: a record flagged already is not flagged again.
+                .condition_expression("#s = :found AND updated_at = :u AND open_state = :waiting")
                 .expression_attribute_values(":found", s(found.status.as_str()))
+                .expression_attribute_values(
+                    ":waiting",
+                    s(OpenState::Waiting.key(&found.message_id)),
+                )
+                .expression_attribute_values(
+                    ":overdue",
+                    s(OpenState::Overdue.key(&found.message_id)),
+                )
                 .expression_attribute_values(
                     ":h",
                     history_entry(
