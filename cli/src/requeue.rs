@@ -43,9 +43,8 @@ pub fn copy_of(record: &JobRecord) -> Result<String, String> {
         && let Some(id) = &record.provider_message_id
     {
         return Err(format!(
-            "the provider accepted it as {id} (kept on its record): it was sent, and is not sent \
-             again; {}",
-            "its provider's events record it (SES), or it stays unknown for review (SMTP)"
+            "the provider accepted it as {id} (kept on its record): it was sent and is not sent \
+             again (SES's events record it; an SMTP send stays unknown for review)"
         ));
     }
     if record.swept_at.is_none() {
@@ -95,9 +94,9 @@ pub struct PutBack<'a> {
 
 /// Puts back the copies of `message_ids` (see [`copy_of`]) as `put_back` says, with no delay;
 /// then the job waits again for that copy, with who and why in its timeline (written only while
-/// the job is still as it was read: one that moved on meanwhile has the copy dropped by its
-/// claim). A job that fails is reported and the others are tried. `put_back` `None`: only checks
-/// each job.
+/// the job is still as it was read: a job a copy claimed meanwhile has its claim's entry
+/// instead). A job that fails is reported and the others are tried. `put_back` `None`: only
+/// checks each job.
 pub async fn requeue(
     message_ids: &[String],
     status: &dyn StatusStore,
@@ -162,12 +161,9 @@ async fn requeue_one(
         by: "operator".into(),
         detail: Some(format!("its lost copy put back by {operator}: {reason}")),
     };
-    if !status.rewait(id, &entry, now).await? {
-        return Ok(Err(
-            "the job moved on meanwhile (its late copy came): the copy put back is dropped by its claim"
-                .into(),
-        ));
-    }
+    // False when the job moved on since it was read: a copy (this one, or the late original)
+    // claimed it, and the other is dropped by its claim. The copy is queued either way.
+    status.rewait(id, &entry, now).await?;
     Ok(Ok(()))
 }
 
