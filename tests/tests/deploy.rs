@@ -1437,10 +1437,18 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
         ("scan", "search"),
     ];
     let mut used = BTreeSet::new();
-    let sources = std::fs::read_dir(repo().join("shared/adapters/src/aws/dynamodb"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .chain([repo().join("shared/adapters/src/aws/letters.rs")]);
+    // Every source file of the DynamoDB adapters, their submodules' included.
+    let mut sources = vec![repo().join("shared/adapters/src/aws/letters.rs")];
+    let mut dirs = vec![repo().join("shared/adapters/src/aws/dynamodb")];
+    while let Some(dir) = dirs.pop() {
+        for path in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                sources.push(path);
+            }
+        }
+    }
     for path in sources {
         let source = std::fs::read_to_string(&path).unwrap();
         for (call, action) in calls {
