@@ -1996,6 +1996,60 @@ async fn waiting_index_contract(store: &dyn StatusStore) {
     let far = t + chrono::Duration::days(400);
     assert!(!listed(store, OpenState::Overdue, &ambiguous, far).await);
     assert!(!waiting(store, &ambiguous, t + chrono::Duration::days(400)).await);
+
+    // A part resent to some recipients (a job with no record yet): its record waits for the
+    // copy, written once, with the body, trace and facts to put it back from.
+    let part = unique("part");
+    let due = t + chrono::Duration::seconds(300);
+    let expected = Expected {
+        message_id: part.clone(),
+        attempt: 2,
+        detail: "resend of some recipients of order-1".into(),
+        now: t,
+        copy_due: due,
+        payload: Some(format!("{{\"body\":\"{part}\"}}")),
+        trace_id: Some("1-5759e988-bd862e3fe1be46a994272793".into()),
+        facts: JobFacts {
+            campaign_id: Some("receipts".into()),
+            metadata: [("order".to_owned(), "1".to_owned())].into(),
+        },
+    };
+    assert!(store.expect(&expected).await.unwrap());
+    let rec = store.get(&part).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.status, rec.attempt, rec.copy_due),
+        (Status::Deferred, 2, Some(due))
+    );
+    assert_eq!(rec.payload, expected.payload);
+    assert_eq!(rec.trace_id, expected.trace_id);
+    assert_eq!(rec.facts, expected.facts);
+    assert_eq!(rec.history.len(), 1);
+    assert_eq!(
+        (rec.history[0].by.as_str(), rec.history[0].detail.as_deref()),
+        ("events", Some(expected.detail.as_str()))
+    );
+    assert!(!waiting(store, &part, due).await);
+    assert!(waiting(store, &part, after(due)).await);
+    // Written again (a redelivered event): nothing changes.
+    let again = Expected {
+        now: t + chrono::Duration::seconds(1),
+        ..expected.clone()
+    };
+    assert!(!store.expect(&again).await.unwrap());
+    assert_eq!(store.get(&part).await.unwrap().unwrap().history.len(), 1);
+    // An older copy is stale; the copy claims it; after that the record is never reset.
+    assert_eq!(
+        store.claim(&claim(&part, 1, "b", t, 60)).await.unwrap(),
+        ClaimOutcome::Stale { current_attempt: 2 }
+    );
+    assert_eq!(
+        store.claim(&claim(&part, 2, "b", t, 60)).await.unwrap(),
+        ClaimOutcome::Claimed
+    );
+    assert!(!store.expect(&again).await.unwrap());
+    let rec = store.get(&part).await.unwrap().unwrap();
+    assert_eq!((rec.status, rec.copy_due), (Status::Processing, None));
+    assert!(!waiting(store, &part, far).await);
 }
 
 /// History, the kept payload, transient-bounce resends and the sweeper's open-job index.

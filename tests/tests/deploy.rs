@@ -1439,16 +1439,7 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
     let mut used = BTreeSet::new();
     // Every source file of the DynamoDB adapters, their submodules' included.
     let mut sources = vec![repo().join("shared/adapters/src/aws/letters.rs")];
-    let mut dirs = vec![repo().join("shared/adapters/src/aws/dynamodb")];
-    while let Some(dir) = dirs.pop() {
-        for path in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
-            if path.is_dir() {
-                dirs.push(path);
-            } else {
-                sources.push(path);
-            }
-        }
-    }
+    sources.extend(rust_files(&repo().join("shared/adapters/src/aws/dynamodb")));
     for path in sources {
         let source = std::fs::read_to_string(&path).unwrap();
         for (call, action) in calls {
@@ -1525,9 +1516,11 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
         "functions/sweeper/src",
         "functions/unsubscribe/src",
     ] {
-        for entry in std::fs::read_dir(repo().join(crate_dir)).unwrap() {
-            let path = entry.unwrap().path();
-            if path.extension().is_none_or(|e| e != "rs") || path.ends_with("tests.rs") {
+        let dir = repo().join(crate_dir);
+        for path in rust_files(&dir) {
+            // Unit tests (`tests.rs`, `tests/`) may use what a function may not.
+            let relative = path.strip_prefix(&dir).unwrap();
+            if relative.ends_with("tests.rs") || relative.starts_with("tests") {
                 continue;
             }
             let source = std::fs::read_to_string(&path).unwrap();
@@ -1541,6 +1534,23 @@ fn functions_get_explicit_dynamodb_actions_and_none_deletes_or_scans() {
             }
         }
     }
+}
+
+/// Every `.rs` file under `dir`, its submodule directories' included.
+fn rust_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for path in std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()) {
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
 }
 
 /// SES checks that it may publish to the topic when the event destination is made: the

@@ -572,6 +572,19 @@ async fn a_transient_bounce_of_one_of_three_recipients_resends_to_it_alone_throu
             RecipientStatus::Sent
         ]
     );
+    // AND the part's own record waits for that copy, where the sweeper looks for lost copies
+    let waiting = status.get(&part).await.unwrap().expect("the part's record");
+    assert_eq!((waiting.status, waiting.attempt), (Status::Deferred, 1));
+    let due = waiting.copy_due.expect("when its copy is due");
+    let overdue = status
+        .open_before(
+            courier_core::ports::OpenState::Waiting,
+            due + chrono::Duration::seconds(1),
+            100,
+        )
+        .await
+        .unwrap();
+    assert!(overdue.iter().any(|r| r.message_id == part), "{overdue:?}");
     // AND its copy reaches the send queue, and the send function sends it to Bob alone, as Cc
     send_one(&pipeline, "b", the_resent_copy(&stack).await).await;
     let resent = status.get(&part).await.unwrap().expect("the part's record");

@@ -3,18 +3,20 @@
 //! a duplicate its claim drops), in their roles; on this job they become `resent`.
 //!
 //! Crash safety: the recipients are `bounced_transient` (written by [`Applier::follow`]), then
-//! the part's copy is scheduled (or its letter written), then they move to `resent`. A failure
-//! in between leaves them `bounced_transient` and the event is redelivered, which schedules the
-//! same part again.
+//! the part's copy is scheduled (or its letter written), then the part's own record is written
+//! waiting for that copy (`StatusStore::expect`, so the sweeper finds it if the copy is lost),
+//! then they move to `resent`. A failure in between leaves them `bounced_transient` and the
+//! event is redelivered, which schedules the same part again (its claim drops the second copy)
+//! and finds the part's record written.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use courier_core::classify::{Verdict, classify_ses_event};
-use courier_core::envelope::{Incoming, parse_body};
+use courier_core::envelope::{Incoming, current_body, parse_body};
 use courier_core::mailbox::address_key;
 use courier_core::plan::{self, Acceptance, Failure, Plan, Wait};
-use courier_core::ports::{JobRecord, Resend, StoreError};
+use courier_core::ports::{Expected, JobFacts, JobRecord, Resend, StoreError};
 use courier_core::recipients::{self, RecipientStatus, part_id};
 use courier_core::status::Status;
 use tracing::{info, warn};
@@ -111,6 +113,8 @@ impl Applier {
         let (to, detail, applied) = match self.plan(&part, &verdict, now) {
             Plan::Retry { wait, .. } => {
                 self.schedule(&wait).await?;
+                self.expect_part(&part, &wait, &record.message_id, now)
+                    .await?;
                 info!(message_id = %record.message_id, part = %id, recipients = bounced.len(), delay_s = wait.requeue().delay_secs, "transient bounce; resend to its recipients scheduled");
                 (
                     RecipientStatus::Resent,
@@ -292,6 +296,31 @@ impl Applier {
             grace: Duration::ZERO,
         };
         plan::plan(&failure, decision)
+    }
+
+    /// Writes the record of a part whose copy `wait` schedules: `deferred` at the copy's
+    /// generation, due when the wait ends, with the part's body (what `courierctl requeue` puts
+    /// back if the copy is lost). Nothing when it has a record already (its copy came first, or
+    /// a redelivered event).
+    async fn expect_part(
+        &self,
+        part: &Incoming,
+        wait: &Wait,
+        whole: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let expected = Expected {
+            message_id: part.job.message_id.clone(),
+            attempt: part.attempt + 1,
+            detail: format!("resend of some recipients of {whole} after a transient bounce"),
+            now,
+            copy_due: wait.due(),
+            payload: Some(current_body(part)),
+            trace_id: part.trace.clone(),
+            facts: JobFacts::of(&part.job),
+        };
+        self.status.expect(&expected).await?;
+        Ok(())
     }
 
     /// Schedules the resend's copy as its [`Wait`] says (the state machine, or the queue).

@@ -13,6 +13,10 @@
 //!   of the next generation with the record pointing at it, or a complete dead letter);
 //! - a resend schedules only copies of the next generation, and never leaves the job `deferred`
 //!   with no copy on its way;
+//! - a transient bounce of one recipient of a job with several (resent to it alone, as a job of
+//!   its own) leaves that job's record waiting for its copy, with the body to put it back from
+//!   (what the sweeper's lost-copy check and `courierctl requeue` need), and marks the recipient
+//!   `resent` only with both in place;
 //! - the reputation guard counts the event at most once.
 //!
 //! It prints the number of injected points and runs; every one must hold.
@@ -62,6 +66,10 @@ enum End {
     /// Given up: a complete dead letter, the record `dead_lettered`, the recipient suppressed
     /// softly.
     GaveUp,
+    /// The bounced recipient resent alone, as a job of its own: that job's record `deferred`
+    /// at generation 1 with its due time and body, copies of it (and only of it) scheduled, the
+    /// recipient `resent` and the job still sent.
+    PartResent,
 }
 
 struct Path {
@@ -74,16 +82,19 @@ struct Path {
     /// Whether the send was recorded with its recipients (else by SES's Send event alone, with
     /// SES's id: the event's `mail.destination` fills them).
     listed: bool,
+    /// The job's other recipients (`cc`), whom the event does not name.
+    others: &'static [&'static str],
     end: End,
 }
 
-const PATHS: [Path; 7] = [
+const PATHS: [Path; 8] = [
     Path {
         name: "delivery",
         fixture: "delivery",
         before: Status::SentToProvider,
         payload: None,
         listed: true,
+        others: &[],
         end: End::Status(Status::Delivered, false),
     },
     Path {
@@ -92,6 +103,7 @@ const PATHS: [Path; 7] = [
         before: Status::SentToProvider,
         payload: None,
         listed: true,
+        others: &[],
         end: End::Status(Status::BouncedPermanent, true),
     },
     Path {
@@ -100,6 +112,7 @@ const PATHS: [Path; 7] = [
         before: Status::SentToProvider,
         payload: None,
         listed: true,
+        others: &[],
         end: End::Status(Status::Complained, true),
     },
     Path {
@@ -108,6 +121,7 @@ const PATHS: [Path; 7] = [
         before: Status::Unknown,
         payload: None,
         listed: true,
+        others: &[],
         end: End::Status(Status::SentToProvider, false),
     },
     Path {
@@ -116,6 +130,7 @@ const PATHS: [Path; 7] = [
         before: Status::SentToProvider,
         payload: Some(None),
         listed: true,
+        others: &[],
         end: End::Resent,
     },
     Path {
@@ -124,6 +139,7 @@ const PATHS: [Path; 7] = [
         before: Status::SentToProvider,
         payload: Some(Some("2026-01-01T00:00:00Z")),
         listed: true,
+        others: &[],
         end: End::GaveUp,
     },
     Path {
@@ -132,7 +148,17 @@ const PATHS: [Path; 7] = [
         before: Status::SentToProvider,
         payload: Some(None),
         listed: false,
+        others: &[],
         end: End::Resent,
+    },
+    Path {
+        name: "transient bounce of one recipient of three",
+        fixture: "bounce-transient",
+        before: Status::SentToProvider,
+        payload: Some(None),
+        listed: true,
+        others: &["bob@example.org", "cy@example.org"],
+        end: End::PartResent,
     },
 ];
 
@@ -140,12 +166,15 @@ const PATHS: [Path; 7] = [
 const SES_ID: &str = "0100018c1a2b3c4d-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9-000000";
 
 /// The job as the send function keeps it with a sent record (generation 0, as an envelope).
-fn kept_payload(not_after: Option<&str>) -> String {
+fn kept_payload(not_after: Option<&str>, others: &[&str]) -> String {
     let mut job = serde_json::json!({
         "version": 1, "message_id": JOB_ID, "campaign_id": "receipts",
         "from": "shop@example.com", "to": [RECIPIENT],
         "content": {"subject": "Your receipt", "text": "Thanks"}
     });
+    if !others.is_empty() {
+        job["cc"] = others.into();
+    }
     if let Some(t) = not_after {
         job["not_after"] = t.into();
     }
@@ -186,14 +215,20 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             unknown_since: (path.before == Status::Unknown).then(t0),
             provider: Some("ses".into()),
             provider_message_id: (!path.listed).then(|| SES_ID.into()),
-            payload: path.payload.map(kept_payload),
+            payload: path
+                .payload
+                .map(|not_after| kept_payload(not_after, path.others)),
             // The recipients as the send records them: every path moves Ann's outcome too.
             recipients: if path.listed {
-                vec![Recipient {
-                    address: RECIPIENT.into(),
-                    role: Role::To,
-                    status: RecipientStatus::of_status(path.before).unwrap(),
-                }]
+                let each = RecipientStatus::of_status(path.before).unwrap();
+                std::iter::once((RECIPIENT, Role::To))
+                    .chain(path.others.iter().map(|a| (*a, Role::Cc)))
+                    .map(|(address, role)| Recipient {
+                        address: address.into(),
+                        role,
+                        status: each,
+                    })
+                    .collect()
             } else {
                 Vec::new()
             },
@@ -258,6 +293,8 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         ));
     }
     let record = status.records.lock().unwrap()[JOB_ID].clone();
+    let part_id = courier_core::recipients::part_id(JOB_ID, SES_ID, &[RECIPIENT.into()]);
+    let part = status.records.lock().unwrap().get(&part_id).cloned();
     let listed = suppression.entries.lock().unwrap().get(RECIPIENT).cloned();
     let soft = suppression.expiries.lock().unwrap().contains_key(RECIPIENT);
     let mut scheduled: Vec<Requeue> = scheduler.queued.lock().unwrap().clone();
@@ -310,6 +347,48 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
                 if generation.as_ref().ok() != Some(&1) {
                     out.violations
                         .push(format!("a copy of generation {generation:?} scheduled"));
+                }
+            }
+        }
+        End::PartResent => {
+            let roll: Vec<RecipientStatus> = record.recipients.iter().map(|r| r.status).collect();
+            let sent = RecipientStatus::Sent;
+            if (record.status, record.attempt) != (Status::SentToProvider, 0)
+                || roll != [RecipientStatus::Resent, sent, sent]
+            {
+                out.violations.push(format!(
+                    "the job ended {} at generation {} with its recipients {roll:?}, expected \
+                     sent at 0 with Ann resent",
+                    record.status, record.attempt
+                ));
+            }
+            match &part {
+                Some(p)
+                    if p.status == Status::Deferred && p.attempt == 1 && p.copy_due.is_some() =>
+                {
+                    let kept = p.payload.as_deref().map(|b| parse_body(b.as_bytes()));
+                    let alone = kept.and_then(Result::ok).is_some_and(|k| {
+                        k.job.message_id == part_id
+                            && k.job.to == [RECIPIENT]
+                            && k.job.cc.is_empty()
+                    });
+                    if !alone {
+                        out.violations
+                            .push("the part's record keeps no body to Ann alone".into());
+                    }
+                }
+                other => out.violations.push(format!(
+                    "the part's record is {other:?}, expected deferred at 1, due"
+                )),
+            }
+            if scheduled.is_empty() {
+                out.violations.push("resent with no copy on its way".into());
+            }
+            for copy in &scheduled {
+                let copy = parse_body(copy.body.as_bytes()).map(|i| (i.job.message_id, i.attempt));
+                if copy.as_ref().ok() != Some(&(part_id.clone(), 1)) {
+                    out.violations
+                        .push(format!("scheduled {copy:?}, expected the part at 1"));
                 }
             }
         }

@@ -441,6 +441,9 @@ impl StatusStore for OutcomeWrites {
     ) -> Result<bool, StoreError> {
         self.inner.rewait(message_id, entry, copy_due).await
     }
+    async fn expect(&self, expected: &crate::ports::Expected) -> Result<bool, StoreError> {
+        self.inner.expect(expected).await
+    }
     async fn reopen(
         &self,
         message_id: &str,

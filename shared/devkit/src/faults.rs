@@ -11,9 +11,9 @@ use courier_core::breaker::BreakerState;
 use courier_core::claim::{ClaimOutcome, ClaimRequest};
 use courier_core::letters::DeadLetter;
 use courier_core::ports::{
-    BreakerStore, DeadLetterSink, EventLedger, HistoryEntry, JobRecord, OpenState, Outbox,
-    PoisonList, ReputationStore, Requeue, Resend, RetryScheduler, StatusStore, StatusUpdate,
-    StoreError, SuppressionEntry, SuppressionList, SweepMark,
+    BreakerStore, DeadLetterSink, EventLedger, Expected, HistoryEntry, JobRecord, OpenState,
+    Outbox, PoisonList, ReputationStore, Requeue, Resend, RetryScheduler, StatusStore,
+    StatusUpdate, StoreError, SuppressionEntry, SuppressionList, SweepMark,
 };
 use courier_core::reputation::ReputationCounts;
 
@@ -170,6 +170,9 @@ impl<T: StatusStore + ?Sized> StatusStore for Faulty<T> {
     ) -> Result<bool, StoreError> {
         self.gated("rewait", self.inner.rewait(message_id, entry, copy_due))
             .await
+    }
+    async fn expect(&self, expected: &Expected) -> Result<bool, StoreError> {
+        self.gated("expect", self.inner.expect(expected)).await
     }
     async fn reopen(&self, id: &str, now: DateTime<Utc>) -> Result<Option<u32>, StoreError> {
         self.gated("reopen", self.inner.reopen(id, now)).await

@@ -376,8 +376,9 @@ async fn a_recipients_write_failing_after_the_copy_reschedules_the_same_part() {
     use RecipientStatus::*;
     let w = three(Status::SentToProvider, Sent);
     w.keep_payload(kept_three(None));
-    // The first recipients' write (bounced) lands; the second (resent) fails.
-    w.status.fail_finishes.set_after(1, 1);
+    // The first recipients' write (bounced) and the part's record land; the second
+    // recipients' write (resent) fails.
+    w.status.fail_finishes.set_after(2, 1);
     let bounce = about("bounce-transient", &[BOB]);
     let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
     assert_eq!(r.failures, vec!["sqs-0".to_owned()]);
@@ -394,6 +395,96 @@ async fn a_recipients_write_failing_after_the_copy_reschedules_the_same_part() {
         .collect();
     assert_eq!(copies[0], copies[1]);
     assert_eq!(outcomes(&w), of(&[(ANN, Sent), (BOB, Resent), (CY, Sent)]));
+}
+
+/// A part's copy has no record of its own job until its claim: the record that waits for it is
+/// written with the copy, so the sweeper finds a part whose copy is lost (`SweptCopyOverdue`)
+/// and `courierctl requeue` can put it back from the body it keeps.
+#[tokio::test]
+async fn a_part_waits_for_its_copy_in_a_record_of_its_own_written_once() {
+    use RecipientStatus::*;
+    let w = three(Status::SentToProvider, Sent);
+    w.keep_payload(kept_three(None));
+    w.edit(|rec| rec.trace_id = Some("1-5759e988-bd862e3fe1be46a994272793".into()));
+    // The part's record fails to be written once: the event comes back, and Bob waits as bounced.
+    w.status.fail_finishes.set_after(1, 1);
+    let bounce = about("bounce-transient", &[BOB]);
+    let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
+    assert_eq!(r.failures, vec!["sqs-0".to_owned()]);
+    assert_eq!(
+        outcomes(&w),
+        of(&[(ANN, Sent), (BOB, BouncedTransient), (CY, Sent)])
+    );
+    let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
+    assert_eq!(r.applied, vec![Applied::Resent]);
+    assert_eq!(outcomes(&w), of(&[(ANN, Sent), (BOB, Resent), (CY, Sent)]));
+    let id = courier_core::recipients::part_id("order-4711", SES_ID, &[BOB.into()]);
+    let copy = copy(&w, 1);
+    let part = w.status.get(&id).await.unwrap().expect("the part's record");
+    // Waiting at the copy's generation, due when the copy's wait ends
+    assert_eq!(
+        (part.status, part.attempt),
+        (Status::Deferred, copy.attempt)
+    );
+    let delay = w.scheduled()[1].delay_secs;
+    assert_eq!(
+        part.copy_due,
+        Some(t0() + chrono::Duration::seconds(i64::try_from(delay).unwrap()))
+    );
+    assert_eq!(
+        courier_core::ports::OpenState::of(part.status, None),
+        Some(courier_core::ports::OpenState::Waiting)
+    );
+    // with the part's body (Bob alone), the trace and the facts of the job it came from
+    let kept =
+        courier_core::envelope::parse_body(part.payload.as_deref().unwrap().as_bytes()).unwrap();
+    assert_eq!(kept.job.message_id, id);
+    assert_eq!(kept.job.cc, vec!["Bob <Bob@example.org>".to_owned()]);
+    assert!(kept.job.to.is_empty() && kept.job.bcc.is_empty());
+    assert_eq!(part.trace_id, copy.trace);
+    assert_eq!(part.facts.campaign_id.as_deref(), Some("receipts"));
+    assert_eq!(part.history.len(), 1);
+    assert!(
+        part.history[0]
+            .detail
+            .as_deref()
+            .unwrap()
+            .contains("of order-4711"),
+        "{:?}",
+        part.history[0]
+    );
+    // AND the part's copy claims its record
+    let claim = courier_core::claim::ClaimRequest {
+        message_id: id.clone(),
+        attempt: copy.attempt,
+        owner: "send".into(),
+        now: t0(),
+        lease_until: t0() + chrono::Duration::seconds(60),
+        grace: chrono::Duration::seconds(600),
+        check_suppressed: Vec::new(),
+        trace_id: None,
+        facts: Default::default(),
+        payload: None,
+    };
+    assert_eq!(
+        w.status.claim(&claim).await.unwrap(),
+        courier_core::ports::ClaimOutcome::Claimed
+    );
+    // AND a part whose copy was claimed first is not written back to waiting
+    w.status
+        .records
+        .lock()
+        .unwrap()
+        .get_mut("order-4711")
+        .unwrap()
+        .recipients[1]
+        .status = BouncedTransient;
+    let again = w.applier.handle(sqs(&[bounce])).await;
+    assert_eq!(again.applied, vec![Applied::Resent]);
+    assert_eq!(
+        w.status.get(&id).await.unwrap().unwrap().status,
+        Status::Processing
+    );
 }
 
 #[tokio::test]

@@ -249,6 +249,24 @@ pub struct Resend {
     pub copy_due: DateTime<Utc>,
 }
 
+/// A copy of a job that has no record yet, on its way (the events function's resend to some
+/// recipients of a job as a job of its own): the record that waits for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expected {
+    pub message_id: String,
+    /// The copy's generation.
+    pub attempt: u32,
+    /// Why, for the record's history (whose part it is).
+    pub detail: String,
+    pub now: DateTime<Utc>,
+    /// When the copy is due ([`JobRecord::copy_due`]).
+    pub copy_due: DateTime<Utc>,
+    /// The body `courierctl requeue` puts the copy back from ([`JobRecord::payload`]).
+    pub payload: Option<String>,
+    pub trace_id: Option<String>,
+    pub facts: JobFacts,
+}
+
 /// A status change written by the lease holder.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusUpdate {
@@ -354,6 +372,11 @@ pub trait StatusStore: Send + Sync {
     /// bounced send's lease (a late status write of that send no longer lands). False when the
     /// job is no longer at `attempt` in a sent status (another event or resend came first).
     async fn resend(&self, resend: &Resend) -> Result<bool, StoreError>;
+    /// Writes the record of a job whose first copy is on its way: `deferred` at
+    /// `expected.attempt`, waiting for that copy (in the waiting index), with its body, trace
+    /// and facts. False (nothing written) when the job has a record already: its copy was
+    /// claimed first, or the write is repeated (a redelivered event).
+    async fn expect(&self, expected: &Expected) -> Result<bool, StoreError>;
     /// Records in `state` that entered it before `before` (for [`OpenState::Waiting`]: whose
     /// copy was due before `before`), oldest first, at most `limit` (eventually consistent:
     /// check what you act on with [`StatusStore::sweep`]).

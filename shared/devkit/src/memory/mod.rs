@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use courier_core::breaker::BreakerState;
 use courier_core::ports::{
     BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, Clock, DeadLetter, DeadLetterSink,
-    HistoryEntry, JobRecord, Mailer, OpenState, OutgoingEmail, PoisonList, Provider,
+    Expected, HistoryEntry, JobRecord, Mailer, OpenState, OutgoingEmail, PoisonList, Provider,
     REDELIVERY_BOUND, Receipt, RecipientChange, RecipientFill, ReputationStore, Requeue, Resend,
     RetryScheduler, SendFailure, SendSchedule, Sightings, StatusStore, StatusUpdate, StoreError,
     SuppressionList, SweepMark, Template, TemplateError, TemplateStore, judge_claim,

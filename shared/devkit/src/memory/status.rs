@@ -226,6 +226,34 @@ impl StatusStore for MemoryStatusStore {
         }
     }
 
+    async fn expect(&self, expected: &Expected) -> Result<bool, StoreError> {
+        self.fail_finishes.take("expect")?;
+        let mut records = lock(&self.records);
+        if records.contains_key(&expected.message_id) {
+            return Ok(false);
+        }
+        self.writes.fetch_add(1, Ordering::Relaxed);
+        let mut rec = JobRecord::new(
+            &expected.message_id,
+            Status::Deferred,
+            expected.attempt,
+            expected.now,
+        );
+        rec.copy_due = Some(expected.copy_due);
+        rec.payload.clone_from(&expected.payload);
+        rec.trace_id.clone_from(&expected.trace_id);
+        rec.facts = expected.facts.clone();
+        rec.history.push(HistoryEntry {
+            at: expected.now,
+            status: Status::Deferred,
+            attempt: expected.attempt,
+            by: "events".into(),
+            detail: Some(expected.detail.clone()),
+        });
+        records.insert(expected.message_id.clone(), rec);
+        Ok(true)
+    }
+
     async fn reopen(
         &self,
         message_id: &str,

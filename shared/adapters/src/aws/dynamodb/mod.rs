@@ -27,8 +27,8 @@ use super::store_error as err;
 use courier_core::breaker::BreakerState;
 use courier_core::outcome::Outcome;
 use courier_core::ports::{
-    BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, HistoryEntry, JobFacts, JobRecord,
-    OpenState, Outbox, PoisonList, REDELIVERY_BOUND, RecipientChange, RecipientFill,
+    BreakerStore, ClaimJudgement, ClaimOutcome, ClaimRequest, Expected, HistoryEntry, JobFacts,
+    JobRecord, OpenState, Outbox, PoisonList, REDELIVERY_BOUND, RecipientChange, RecipientFill,
     ReputationStore, Resend, SendSchedule, Sightings, StatusStore, StatusUpdate, StoreError,
     SuppressionList, SweepMark, judge_claim,
 };

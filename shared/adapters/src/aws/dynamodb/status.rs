@@ -698,6 +698,64 @@ impl StatusStore for DynamoDbStatusStore {
         Ok(crate::aws::conditional(result, "status resend")?.is_some())
     }
 
+    async fn expect(&self, expected: &Expected) -> Result<bool, StoreError> {
+        let mut set = vec![
+            "#s = :deferred",
+            "attempt = :a",
+            "updated_at = :now",
+            "expires_at = :exp",
+            "open_state = :os",
+            "open_at = :due",
+            "copy_due = :due",
+            APPEND_HISTORY,
+        ];
+        let mut values = HashMap::from([
+            (":deferred".to_owned(), s(Status::Deferred.as_str())),
+            (":a".to_owned(), n(expected.attempt)),
+            (":now".to_owned(), n(ms(expected.now))),
+            (":exp".to_owned(), self.expires_at(expected.now)),
+            (
+                ":os".to_owned(),
+                s(OpenState::Waiting.key(&expected.message_id)),
+            ),
+            (":due".to_owned(), n(ms(expected.copy_due))),
+            (":empty".to_owned(), empty_list()),
+            (
+                ":h".to_owned(),
+                history_entry(
+                    expected.now,
+                    Status::Deferred,
+                    expected.attempt,
+                    "events",
+                    Some(&expected.detail),
+                ),
+            ),
+        ]);
+        if let Some(body) = &expected.payload {
+            set.push("payload = :body");
+            values.insert(":body".to_owned(), s(body));
+        }
+        if let Some(trace) = &expected.trace_id {
+            set.push("trace_id = :trace");
+            values.insert(":trace".to_owned(), s(trace));
+        }
+        let (facts, facts_values) = facts_marks(&expected.facts, false);
+        set.extend(facts);
+        values.extend(facts_values.into_iter().map(|(k, v)| (k.to_owned(), v)));
+        let result = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(&expected.message_id))
+            .update_expression(expression(&set, &[]))
+            .condition_expression("attribute_not_exists(message_id)")
+            .expression_attribute_names("#s", "status")
+            .set_expression_attribute_values(Some(values))
+            .send()
+            .await;
+        Ok(crate::aws::conditional(result, "status expect")?.is_some())
+    }
+
     async fn open_before(
         &self,
         state: OpenState,
