@@ -47,7 +47,8 @@ pub(crate) enum DlqCommand {
     },
     /// One letter in full: record, attempt history, audit trail.
     Show { id: String },
-    /// Put letters' jobs back on the send queue with a fresh attempt budget.
+    /// Put letters' jobs back, on the retry queue (the send queue without one), with a fresh
+    /// attempt budget.
     ///
     /// Dry run unless --confirm; --reason is then required. Select by ids or by filters. Live
     /// letters by default; `--state archived` replays letters the archiver has moved to S3 (from
@@ -219,8 +220,9 @@ fn setting(settings: &Settings, setting: Setting) -> Result<String, DlqError> {
         .map_err(|e: Missing| DlqError::Usage(e.to_string()))
 }
 
-/// The send queue, through the stack's seal: replays and put-back copies are later generations,
-/// which the send function would otherwise take as first copies of jobs it has seen (and drop).
+/// The retry lane (else the send queue, [`Settings::copies_queue`]), through the stack's seal:
+/// replays and put-back copies are later generations, which the send function would otherwise
+/// take as first copies of jobs it has seen (and drop).
 async fn sealing_scheduler(
     clients: &Clients,
     settings: &Settings,
@@ -234,7 +236,9 @@ async fn sealing_scheduler(
         Arc::new(SqsRetryScheduler::new(
             clients.sqs.clone(),
             clients.sfn.clone(),
-            setting(settings, Setting::QueueUrl)?,
+            settings
+                .copies_queue()
+                .map_err(|e| DlqError::Usage(e.to_string()))?,
             "",
         )),
         keys,

@@ -70,9 +70,9 @@ enum Command {
     Schema,
     /// Work dead letters through the index: stats, list/search, show, replay, discard.
     ///
-    /// Reads COURIER_LETTER_INDEX_TABLE (and COURIER_STATUS_TABLE, COURIER_QUEUE_URL for replay,
-    /// COURIER_CONTROL_TABLE for discard --blocklist), or the outputs of --stack, and the usual
-    /// AWS variables.
+    /// Reads COURIER_LETTER_INDEX_TABLE (and COURIER_STATUS_TABLE, COURIER_RETRY_QUEUE_URL or else
+    /// COURIER_QUEUE_URL, and COURIER_ENVELOPE_KEY_SECRET for replay, COURIER_CONTROL_TABLE for
+    /// discard --blocklist), or the outputs of --stack, and the usual AWS variables.
     Dlq {
         #[command(subcommand)]
         command: Box<dlq_cmd::DlqCommand>,
@@ -91,8 +91,9 @@ enum Command {
     },
     /// Put back the copy of jobs the sweeper flagged because theirs never came back
     /// (SweptCopyOverdueAlarm): the job at its generation, from the body its record keeps, on the
-    /// send queue, sealed. Without --confirm: a dry run. Reads COURIER_STATUS_TABLE,
-    /// COURIER_QUEUE_URL and COURIER_ENVELOPE_KEY_SECRET, or the outputs of --stack.
+    /// retry queue (the send queue without one), sealed. Without --confirm: a dry run. Reads
+    /// COURIER_STATUS_TABLE, COURIER_RETRY_QUEUE_URL or else COURIER_QUEUE_URL, and
+    /// COURIER_ENVELOPE_KEY_SECRET, or the outputs of --stack.
     ///
     /// Example: courierctl requeue --overdue --confirm --reason "retry queue purged"
     #[command(group(clap::ArgGroup::new("jobs").required(true).args(["message_ids", "overdue"])))]

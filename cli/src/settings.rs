@@ -18,6 +18,9 @@ pub(crate) enum Setting {
     QueueUrl,
     /// The secret of the retry envelopes' seal key (`dlq replay` seals what it enqueues).
     EnvelopeKeySecret,
+    /// The retry lane's queue, where `dlq replay` and `requeue` put copies when the stack has one
+    /// ([`Settings::copies_queue`]).
+    RetryQueueUrl,
 }
 
 /// Where a setting comes from: the variable that sets it and the output of `infra/template.yaml`
@@ -30,7 +33,7 @@ pub(crate) struct Source {
 }
 
 /// Every setting courierctl reads, in the order of [`Setting`]'s variants.
-pub(crate) const SOURCES: [Source; 6] = [
+pub(crate) const SOURCES: [Source; 7] = [
     Source {
         setting: Setting::StatusTable,
         variable: "COURIER_STATUS_TABLE",
@@ -60,6 +63,11 @@ pub(crate) const SOURCES: [Source; 6] = [
         setting: Setting::EnvelopeKeySecret,
         variable: "COURIER_ENVELOPE_KEY_SECRET",
         output: "EnvelopeKeySecretArn",
+    },
+    Source {
+        setting: Setting::RetryQueueUrl,
+        variable: "COURIER_RETRY_QUEUE_URL",
+        output: "RetryQueueUrl",
     },
 ];
 
@@ -125,6 +133,16 @@ impl Settings {
         Settings {
             values,
             stack: stack.map(|s| s.name.clone()),
+        }
+    }
+
+    /// Where replayed and put-back copies go: the retry lane (its own event source and
+    /// concurrency, so a bulk replay does not hold up fresh mail), or the send queue when no
+    /// retry queue is named; the error names the send queue's setting.
+    pub(crate) fn copies_queue(&self) -> Result<&str, Missing> {
+        match &self.values[Setting::RetryQueueUrl as usize] {
+            Some(url) => Ok(url),
+            None => self.get(Setting::QueueUrl),
         }
     }
 

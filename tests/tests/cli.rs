@@ -690,7 +690,15 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
 #[tokio::test]
 async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
     let stack = Stack::create(&["smtp"]).await;
-    let env = settings(&stack);
+    // The stack's retry lane is named: put-back copies go there, not to fresh mail's queue.
+    let mut env = settings(&stack);
+    env.push(("COURIER_RETRY_QUEUE_URL", stack.retry_queue_url.clone()));
+    let lanes = || async {
+        (
+            drain(&stack).await,
+            stack.drain(&stack.retry_queue_url).await,
+        )
+    };
     let ctl = |args: &[&str]| courierctl_with(&env, args);
     let status = DynamoDbStatusStore::new(
         aws_sdk_dynamodb::Client::new(&stack.sdk),
@@ -730,7 +738,8 @@ async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
         "{}",
         dry.stdout
     );
-    assert!(drain(&stack).await.is_empty());
+    let (send, retry) = lanes().await;
+    assert!(send.is_empty() && retry.is_empty(), "{send:?} {retry:?}");
     assert_eq!(status.get("cli-lost").await.unwrap().unwrap(), flagged);
     // `--overdue` finds the flagged job (and not the one still waiting)
     let listed = ctl(&["requeue", "--overdue"]).expect(0, "requeue --overdue (dry run)");
@@ -743,7 +752,8 @@ async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
     );
     ctl(&["requeue", "--overdue", "cli-lost"]).expect(2, "requeue with ids and --overdue");
     ctl(&["requeue", "--limit", "5", "cli-lost"]).expect(2, "requeue --limit without --overdue");
-    assert!(drain(&stack).await.is_empty());
+    let (send, retry) = lanes().await;
+    assert!(send.is_empty() && retry.is_empty(), "{send:?} {retry:?}");
     let no_reason = ctl(&["requeue", "cli-lost", "--confirm"]).expect(2, "requeue --confirm alone");
     assert!(
         no_reason.stderr.contains("--reason"),
@@ -777,7 +787,8 @@ async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
         "{}",
         done.stdout
     );
-    let queued = drain(&stack).await;
+    let (send, queued) = lanes().await;
+    assert!(send.is_empty(), "nothing on the send queue: {send:?}");
     assert_eq!(queued.len(), 1, "{queued:?}");
     let copy: Value = serde_json::from_str(queued[0].body().unwrap()).unwrap();
     assert_eq!(copy[courier_core::envelope::ENVELOPE_KEY], 1, "{copy}");

@@ -195,6 +195,23 @@ fn without_a_stack_a_missing_setting_says_that_stack_provides_it() {
     assert!(text.contains("is not set"));
 }
 
+#[test]
+fn replayed_and_put_back_copies_take_the_retry_lane_when_the_stack_has_one() {
+    let both = Settings::resolve(
+        vars(&[("COURIER_QUEUE_URL", "https://sqs/send")]),
+        Some(&stack(&[("RetryQueueUrl", "https://sqs/retry")])),
+    );
+    assert_eq!(both.copies_queue(), Ok("https://sqs/retry"));
+    let send_only = Settings::resolve(vars(&[("COURIER_QUEUE_URL", "https://sqs/send")]), None);
+    assert_eq!(send_only.copies_queue(), Ok("https://sqs/send"));
+    // neither: the error names the send queue's setting
+    let text = Settings::resolve(vars(&[]), None)
+        .copies_queue()
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("COURIER_QUEUE_URL is not set"), "{text}");
+}
+
 /// A stack lookup that answers `answer` and counts its calls.
 struct Fake {
     answer: Result<StackInfo, StackError>,
