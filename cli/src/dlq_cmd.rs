@@ -6,14 +6,14 @@ use std::sync::Arc;
 use chrono::{DateTime, Utc};
 use clap::{Args, Subcommand};
 use courier_adapters::aws::{
-    Clients, DynamoDbLetterIndex, DynamoDbPoisonList, DynamoDbStatusStore,
+    Clients, DynamoDbLetterIndex, DynamoDbPoisonList, DynamoDbStatusStore, S3PayloadStore,
     SecretsManagerSecretStore, SqsRetryScheduler,
 };
 use courier_adapters::seal_secret::{SealingScheduler, SecretSealKeys};
 use courier_core::classify::ErrorClass;
 use courier_core::letters::{LetterFilter, LetterState};
 use courier_core::policy::{DeadLetterCategory, parse_duration};
-use courier_core::ports::{LetterIndex, PoisonList};
+use courier_core::ports::{LetterIndex, PayloadStore, PoisonList};
 use courierctl::progress::{Bar, Progress};
 
 use crate::settings::{Missing, Setting, Settings};
@@ -226,23 +226,26 @@ fn setting(settings: &Settings, setting: Setting) -> Result<String, DlqError> {
 async fn sealing_scheduler(
     clients: &Clients,
     settings: &Settings,
+    payloads: Option<&Arc<dyn PayloadStore>>,
 ) -> Result<SealingScheduler, DlqError> {
     let keys = Arc::new(SecretSealKeys::from_secret(
         &setting(settings, Setting::EnvelopeKeySecret)?,
         Arc::new(SecretsManagerSecretStore::new(clients.secrets.clone())),
     ));
     keys.keys().await?;
-    Ok(SealingScheduler::new(
-        Arc::new(SqsRetryScheduler::new(
-            clients.sqs.clone(),
-            clients.sfn.clone(),
-            settings
-                .copies_queue()
-                .map_err(|e| DlqError::Usage(e.to_string()))?,
-            "",
-        )),
-        keys,
-    ))
+    let mut scheduler = SqsRetryScheduler::new(
+        clients.sqs.clone(),
+        clients.sfn.clone(),
+        settings
+            .copies_queue()
+            .map_err(|e| DlqError::Usage(e.to_string()))?,
+        "",
+    );
+    if let Some(payloads) = payloads {
+        // A copy too large for SQS goes through the claim check, as the functions' do.
+        scheduler = scheduler.with_payloads(Arc::clone(payloads));
+    }
+    Ok(SealingScheduler::new(Arc::new(scheduler), keys))
 }
 
 /// The jobs `courierctl requeue` works on.
@@ -275,8 +278,13 @@ pub(crate) fn requeue(jobs: Jobs, act: &ActArgs, settings: &Settings, out: &mut 
             (message_ids.len(), "jobs"),
             out,
         )?;
+        // Optional: only a body kept over 300 KiB needs it (such a job fails without it).
+        let payloads: Option<Arc<dyn PayloadStore>> =
+            settings.get(Setting::PayloadBucket).ok().map(|bucket| {
+                Arc::new(S3PayloadStore::new(clients.s3.clone(), bucket)) as Arc<dyn PayloadStore>
+            });
         let scheduler = match who {
-            Some(_) => Some(sealing_scheduler(&clients, settings).await?),
+            Some(_) => Some(sealing_scheduler(&clients, settings, payloads.as_ref()).await?),
             None => None,
         };
         let put_back =
@@ -284,6 +292,7 @@ pub(crate) fn requeue(jobs: Jobs, act: &ActArgs, settings: &Settings, out: &mut 
                 .zip(scheduler.as_ref())
                 .map(|((operator, reason), scheduler)| PutBack {
                     scheduler,
+                    payloads: payloads.as_deref(),
                     operator,
                     reason,
                 });
@@ -402,7 +411,7 @@ async fn run_async(
                 setting(settings, Setting::StatusTable)?,
                 courier_core::status::RETENTION,
             );
-            let scheduler = sealing_scheduler(&clients, settings).await?;
+            let scheduler = sealing_scheduler(&clients, settings, None).await?;
             let outcome = dlq::replay(
                 &letters,
                 &status,

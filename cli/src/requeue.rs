@@ -11,9 +11,10 @@
 //! would have been (a recorded duplicate if the provider had it).
 
 use chrono::{DateTime, Utc};
+use courier_core::claim_check::{self, RedeemError};
 use courier_core::envelope::{parse_body, replay_body};
 use courier_core::ports::{
-    HistoryEntry, JobRecord, OpenState, Requeue, RetryScheduler, StatusStore,
+    HistoryEntry, JobRecord, OpenState, PayloadStore, Requeue, RetryScheduler, StatusStore,
 };
 use courier_core::status::Status;
 
@@ -31,8 +32,9 @@ pub struct Outcome {
     pub failed: Vec<(String, String)>,
 }
 
-/// The copy to put back for `record`, or why there is none to put back.
-pub fn copy_of(record: &JobRecord) -> Result<String, String> {
+/// The body `record` keeps to put its copy back from (as kept: a body over 300 KiB is a claim
+/// check of it, [`kept_body`]), or why there is none to put back.
+pub fn waiting_copy(record: &JobRecord) -> Result<&str, String> {
     if !matches!(record.status, Status::Deferred | Status::Unknown) {
         return Err(format!(
             "the job is {}: it waits for no copy",
@@ -56,15 +58,46 @@ pub fn copy_of(record: &JobRecord) -> Result<String, String> {
             None => "not flagged by the sweeper (its record names no due time)".into(),
         });
     }
-    let payload = record.payload.as_deref().ok_or(
-        "its record keeps no body (the stack sends through SMTP only, or the job is over \
-         300 KiB): its producer must send it again under a new message_id",
-    )?;
+    record.payload.as_deref().ok_or_else(|| {
+        "its record keeps no body (the stack sends through SMTP only): its producer must send \
+         it again under a new message_id"
+            .into()
+    })
+}
+
+/// The copy to put back for `record`, from `body`, the body it keeps.
+pub fn copy_of(record: &JobRecord, body: &str) -> Result<String, String> {
     // The kept body's own attempt history goes with it (the envelope's, not the record's).
-    let history = parse_body(payload.as_bytes())
+    let history = parse_body(body.as_bytes())
         .map(|kept| kept.history)
         .unwrap_or_default();
-    replay_body(payload, record.attempt, history, record.trace_id.as_deref())
+    replay_body(body, record.attempt, history, record.trace_id.as_deref())
+}
+
+/// The body a record keeps: as it is, or, over 300 KiB, read from the payload bucket its claim
+/// check names. `Ok(Err(why))` when that body is gone or altered.
+pub async fn kept_body(
+    payloads: Option<&dyn PayloadStore>,
+    kept: &str,
+) -> Result<Result<String, String>, DlqError> {
+    match claim_check::redeem(payloads, kept).await {
+        Ok(body) => Ok(Ok(body.into_owned())),
+        Err(RedeemError::Store(e)) if payloads.is_none() => {
+            Err(courier_core::ports::StoreError::msg(
+                "requeue",
+                format!(
+                    "{e}: its body is kept in the payload bucket; set COURIER_PAYLOAD_BUCKET (or \
+                 --stack)"
+                ),
+            )
+            .into())
+        }
+        Err(RedeemError::Store(e)) => Err(e.into()),
+        Err(e) => Ok(Err(format!(
+            "{e}: kept for PayloadRetentionDays; its producer must send it again under a new \
+             message_id"
+        ))),
+    }
 }
 
 /// The jobs the sweeper flagged as overdue by `now` (their copy never came back), oldest flag
@@ -88,6 +121,8 @@ pub async fn overdue(
 /// Where put-back copies go, and who puts them back and why.
 pub struct PutBack<'a> {
     pub scheduler: &'a dyn RetryScheduler,
+    /// Where a body over 300 KiB is kept (`None`: no payload bucket is named; such a job fails).
+    pub payloads: Option<&'a dyn PayloadStore>,
     pub operator: &'a str,
     pub reason: &'a str,
 }
@@ -124,17 +159,26 @@ async fn requeue_one(
     let Some(record) = status.get(id).await? else {
         return Ok(Err("no such job".into()));
     };
-    let body = match copy_of(&record) {
-        Ok(body) => body,
+    let kept = match waiting_copy(&record) {
+        Ok(kept) => kept,
         Err(why) => return Ok(Err(why)),
     };
     let Some(PutBack {
         scheduler,
+        payloads,
         operator,
         reason,
     }) = put_back
     else {
         return Ok(Ok(()));
+    };
+    let body = match kept_body(*payloads, kept).await? {
+        Ok(kept) => copy_of(&record, &kept),
+        Err(why) => Err(why),
+    };
+    let body = match body {
+        Ok(body) => body,
+        Err(why) => return Ok(Err(why)),
     };
     // The copy first: if the record's write then fails, the copy is one more the claim takes
     // once; the other way round, a timeline would say a copy went back that never did.
@@ -198,6 +242,7 @@ mod tests {
     fn put_back<'a>(scheduler: &'a MemoryScheduler, reason: &'a str) -> PutBack<'a> {
         PutBack {
             scheduler,
+            payloads: None,
             operator: "ann",
             reason,
         }
@@ -429,5 +474,62 @@ mod tests {
         let queued = scheduler.queued.lock().unwrap().clone();
         assert_eq!(queued.len(), 1);
         assert_eq!(queued[0].message_id, "second");
+    }
+
+    /// A body over 300 KiB is kept in the payload bucket, its record holding a claim check: the
+    /// copy is put back from the bucket. Without a bucket to read it from the job fails (named
+    /// in the error; trying again is safe); a body gone from it is skipped with why.
+    #[tokio::test]
+    async fn a_body_kept_in_the_payload_bucket_is_read_back_from_it() {
+        use courier_core::claim_check::{ClaimCheck, MAX_KEPT_BYTES, keep};
+        use courier_devkit::memory::MemoryPayloads;
+        let store = MemoryStatusStore::default();
+        let scheduler = MemoryScheduler::default();
+        let payloads = MemoryPayloads::default();
+        let large = format!(
+            r#"{{"version": 1, "message_id": "large", "campaign_id": "c", "from": "a@example.com",
+                "to": ["b@example.org"], "content": {{"subject": "Hi", "text": "{}"}}}}"#,
+            "x".repeat(MAX_KEPT_BYTES)
+        );
+        let kept = keep(&payloads, large.clone()).await.unwrap();
+        let check = ClaimCheck::parse(&kept).expect("kept apart");
+        for id in ["large", "gone"] {
+            flagged(&store, id).await;
+            store.records.lock().unwrap().get_mut(id).unwrap().payload = Some(kept.clone());
+        }
+        let ids = vec!["large".to_owned()];
+        // No payload bucket named: failed, nothing sent or written
+        let before = store.get("large").await.unwrap().unwrap();
+        let outcome = requeue(&ids, &store, Some(&put_back(&scheduler, "x")), t(4000)).await;
+        assert_eq!(outcome.failed.len(), 1, "{outcome:?}");
+        assert!(
+            outcome.failed[0].1.contains("COURIER_PAYLOAD_BUCKET"),
+            "{outcome:?}"
+        );
+        assert!(scheduler.queued.lock().unwrap().is_empty());
+        assert_eq!(store.get("large").await.unwrap().unwrap(), before);
+        // With the bucket: the copy is the stored job at its generation
+        let with_bucket = PutBack {
+            payloads: Some(&payloads),
+            ..put_back(&scheduler, "x")
+        };
+        let outcome = requeue(&ids, &store, Some(&with_bucket), t(4000)).await;
+        assert_eq!(outcome.done, ids, "{outcome:?}");
+        let queued = scheduler.queued.lock().unwrap().clone();
+        let copy = parse_body(queued[0].body.as_bytes()).unwrap();
+        assert_eq!((copy.job.message_id.as_str(), copy.attempt), ("large", 1));
+        assert_eq!(
+            copy.job.content,
+            parse_body(large.as_bytes()).unwrap().job.content
+        );
+        // The stored body gone (expired): skipped, saying so
+        payloads.objects.lock().unwrap().remove(&check.key);
+        let gone = requeue(&["gone".to_owned()], &store, Some(&with_bucket), t(4000)).await;
+        assert_eq!(gone.skipped.len(), 1, "{gone:?}");
+        assert!(
+            gone.skipped[0].1.contains("not in the payload store")
+                && gone.skipped[0].1.contains("new message_id"),
+            "{gone:?}"
+        );
     }
 }

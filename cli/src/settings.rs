@@ -21,6 +21,9 @@ pub(crate) enum Setting {
     /// The retry lane's queue, where `dlq replay` and `requeue` put copies when the stack has one
     /// ([`Settings::copies_queue`]).
     RetryQueueUrl,
+    /// The payload bucket: a kept body over 300 KiB that `requeue` puts back is read from it, and
+    /// a copy too large for SQS stored in it (a claim check).
+    PayloadBucket,
 }
 
 /// Where a setting comes from: the variable that sets it and the output of `infra/template.yaml`
@@ -33,7 +36,7 @@ pub(crate) struct Source {
 }
 
 /// Every setting courierctl reads, in the order of [`Setting`]'s variants.
-pub(crate) const SOURCES: [Source; 7] = [
+pub(crate) const SOURCES: [Source; 8] = [
     Source {
         setting: Setting::StatusTable,
         variable: "COURIER_STATUS_TABLE",
@@ -68,6 +71,11 @@ pub(crate) const SOURCES: [Source; 7] = [
         setting: Setting::RetryQueueUrl,
         variable: "COURIER_RETRY_QUEUE_URL",
         output: "RetryQueueUrl",
+    },
+    Source {
+        setting: Setting::PayloadBucket,
+        variable: "COURIER_PAYLOAD_BUCKET",
+        output: "PayloadBucketName",
     },
 ];
 

@@ -79,6 +79,7 @@ pub fn events_settings(
         delay_state_machine_arn: stack.delay_state_machine_arn.clone(),
         dead_letter_queue_url: stack.dead_letter_queue_url.clone(),
         letter_index_table: stack.letter_index_table.clone(),
+        payload_bucket: stack.payload_bucket.clone(),
         policy,
         guard: courier_core::reputation::GuardConfig::default(),
         soft_suppression: chrono::Duration::days(

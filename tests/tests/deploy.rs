@@ -486,9 +486,11 @@ fn disagreements(template: &Template, crates: &[Crate]) -> Vec<String> {
 /// `QueueRetentionSeconds` maximum) and on its redrive DLQ, or a letter's on the dead-letter
 /// queue (14 days each). Producers' attachments (`attachments/`) expire on the same horizon; the
 /// copies the archiver keeps of archived letters' files (`retained/attachments/`) on the
-/// archive's. Only the send and archiver roles reach it, and only its prefixes: the send function
-/// reads attachments, never writes them; the archiver copies them (CopyObject needs `GetObject`
-/// on the source and `PutObject` on the copy) and writes nowhere else.
+/// archive's. Only the send, events and archiver roles reach it, and only its prefixes: the send
+/// function reads attachments, never writes them; the events function reads and writes claim
+/// checks only (a kept body over 300 KiB, a resend too large for SQS); the archiver copies
+/// attachments (CopyObject needs `GetObject` on the source and `PutObject` on the copy) and
+/// writes nowhere else.
 #[test]
 fn the_payload_bucket_outlives_every_pointer_and_only_its_prefix_is_reachable() {
     let t = Template::load();
@@ -599,6 +601,9 @@ fn the_payload_bucket_outlives_every_pointer_and_only_its_prefix_is_reachable() 
         ("SendFunction", "s3:GetObject", "attachments/*"),
         ("SendFunction", "s3:GetObject", "retained/attachments/*"),
         ("SendFunction", "s3:ListBucket", "bucket"),
+        ("EventsFunction", "s3:PutObject", "claim-check/*"),
+        ("EventsFunction", "s3:GetObject", "claim-check/*"),
+        ("EventsFunction", "s3:ListBucket", "bucket"),
         ("ArchiverFunction", "s3:GetObject", "claim-check/*"),
         ("ArchiverFunction", "s3:GetObject", "attachments/*"),
         ("ArchiverFunction", "s3:PutObject", "retained/attachments/*"),

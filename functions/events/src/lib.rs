@@ -59,8 +59,8 @@ use courier_core::classify::{SesFailureEvent, classify_ses_event};
 use courier_core::mailbox::redact;
 use courier_core::policy::{DeadLetterCategory, RetryPolicy};
 use courier_core::ports::{
-    BreakerStore, Clock, DeadLetterSink, EventLedger, HistoryEntry, JobRecord, ReputationStore,
-    RetryScheduler, StatusStore, StatusUpdate, StoreError, SuppressionList,
+    BreakerStore, Clock, DeadLetterSink, EventLedger, HistoryEntry, JobRecord, PayloadStore,
+    ReputationStore, RetryScheduler, StatusStore, StatusUpdate, StoreError, SuppressionList,
 };
 use courier_core::random::SeededRandom;
 use courier_core::reputation::{GuardConfig, ReputationCounts, Trip, assess, bucket_of, pause_key};
@@ -147,6 +147,8 @@ pub struct Resender {
     pub live_policy: std::sync::RwLock<Option<Arc<RetryPolicy>>>,
     pub scheduler: Arc<dyn RetryScheduler>,
     pub dead_letters: Arc<dyn DeadLetterSink>,
+    /// Where a body over 300 KiB is kept for a resend (a claim check on the record).
+    pub payloads: Arc<dyn PayloadStore>,
     pub rng: std::sync::Mutex<SeededRandom>,
 }
 
@@ -250,13 +252,17 @@ impl Applier {
         {
             return Ok(Applied::NotYet);
         }
-        if to == Status::BouncedTransient && resend::resends_part(&record) {
-            return self.resend_part(event, record).await;
-        }
-        if to == Status::BouncedTransient
-            && let Some(applied) = self.transient_bounce(event, &record).await?
-        {
-            return Ok(applied);
+        if to == Status::BouncedTransient {
+            let kept = self.kept_body(&record).await?;
+            if resend::resends_part(&record, kept.as_deref()) {
+                return self.resend_part(event, record, kept.as_deref()).await;
+            }
+            if let Some(applied) = self
+                .transient_bounce(event, &record, kept.as_deref())
+                .await?
+            {
+                return Ok(applied);
+            }
         }
         self.settle(event, &record, to).await
     }

@@ -38,15 +38,19 @@ impl Applier {
         event: &SesEvent,
         record: JobRecord,
     ) -> Result<Option<JobRecord>, StoreError> {
-        let (Some(provider_id), Some(body)) = (&event.provider_message_id, &record.payload) else {
+        let Some(provider_id) = &event.provider_message_id else {
             return Ok(Some(record));
         };
-        if !record.recipients.is_empty()
+        if record.payload.is_none()
+            || !record.recipients.is_empty()
             || !recipients::FILLABLE.contains(&record.status)
             || record.provider_message_id.as_ref() != Some(provider_id)
         {
             return Ok(Some(record));
         }
+        let Some(body) = self.kept_body(&record).await? else {
+            return Ok(Some(record));
+        };
         let Some(list) = parse_body(body.as_bytes())
             .ok()
             .and_then(|kept| recipients::reached(&kept.job, &event.destination))

@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use courier_core::claim_check::{self, RedeemError};
 use courier_core::classify::{Verdict, classify_ses_event};
 use courier_core::envelope::{Incoming, current_body, parse_body};
 use courier_core::mailbox::address_key;
@@ -28,7 +29,7 @@ use crate::{Applied, Applier, EventKind, SesEvent, describe, update_of};
 /// recipients it sent to (a job of one is sent again whole). A send still without its
 /// recipients (SES's event named none to fill them from, [`Applier::fill`]) is counted from its
 /// kept body, so a job of several is never sent again whole for one recipient's bounce.
-pub(crate) fn resends_part(record: &JobRecord) -> bool {
+pub(crate) fn resends_part(record: &JobRecord, kept: Option<&str>) -> bool {
     if !record.recipients.is_empty() {
         return record
             .recipients
@@ -37,14 +38,29 @@ pub(crate) fn resends_part(record: &JobRecord) -> bool {
             .count()
             > 1;
     }
-    record
-        .payload
-        .as_deref()
-        .and_then(|body| parse_body(body.as_bytes()).ok())
+    kept.and_then(|body| parse_body(body.as_bytes()).ok())
         .is_some_and(|kept| recipients::roll(&kept.job, RecipientStatus::Sent, &[]).len() > 1)
 }
 
 impl Applier {
+    /// The body `record` keeps for a resend (see `StatusStore`'s `payload`): as the record holds
+    /// it, or, for one over 300 KiB, from the payload bucket its claim check names. `None` when
+    /// it keeps none, or when the stored body is gone or altered (warned: the bounce is then
+    /// recorded only); an error of the bucket itself is returned (the event is redelivered).
+    pub(crate) async fn kept_body(&self, record: &JobRecord) -> Result<Option<String>, StoreError> {
+        let Some(payload) = &record.payload else {
+            return Ok(None);
+        };
+        match claim_check::redeem(Some(&*self.resender.payloads), payload).await {
+            Ok(body) => Ok(Some(body.into_owned())),
+            Err(RedeemError::Store(e)) => Err(e),
+            Err(e) => {
+                warn!(message_id = %record.message_id, error = %e, "the body kept for a resend cannot be read; the transient bounce is recorded only");
+                Ok(None)
+            }
+        }
+    }
+
     /// Sends the recipients `event` bounced (those still `bounced_transient`) again as a job of
     /// their own, through the retry policy, or gives them up; then the job takes the status its
     /// recipients make once each is final.
@@ -52,6 +68,7 @@ impl Applier {
         &self,
         event: &SesEvent,
         record: JobRecord,
+        kept: Option<&str>,
     ) -> Result<Applied, StoreError> {
         let named: Vec<String> = event.recipients.iter().map(|a| address_key(a)).collect();
         let bounced: Vec<String> = record
@@ -92,7 +109,7 @@ impl Applier {
         } else {
             record
         };
-        let Some(payload) = &record.payload else {
+        let Some(payload) = kept else {
             // Nothing to send again from: the bounce is recorded on its recipients and stays.
             return Ok(Applied::Recipients);
         };
@@ -178,6 +195,7 @@ impl Applier {
         &self,
         event: &SesEvent,
         record: &JobRecord,
+        kept: Option<&str>,
     ) -> Result<Option<Applied>, StoreError> {
         let bounced = event.provider_message_id.clone().unwrap_or_default();
         // The bounce is of the send the record knows (or the record has no provider id yet).
@@ -204,7 +222,7 @@ impl Applier {
         if !bounced_send {
             return Ok(None);
         }
-        let Some(payload) = &record.payload else {
+        let Some(payload) = kept else {
             // Nothing to send again from (sent through a provider without events, or before
             // payloads were kept): the transient bounce is recorded and stays.
             return Ok(None);
@@ -309,13 +327,14 @@ impl Applier {
         whole: &str,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
+        let payload = claim_check::keep(&*self.resender.payloads, current_body(part)).await?;
         let expected = Expected {
             message_id: part.job.message_id.clone(),
             attempt: part.attempt + 1,
             detail: format!("resend of some recipients of {whole} after a transient bounce"),
             now,
             copy_due: wait.due(),
-            payload: Some(current_body(part)),
+            payload: Some(payload),
             trace_id: part.trace.clone(),
             facts: JobFacts::of(&part.job),
         };

@@ -32,6 +32,7 @@ struct World {
     breakers: Arc<MemoryBreakerStore>,
     reputation: Arc<MemoryReputationStore>,
     ledger: Arc<MemoryEventLedger>,
+    payloads: Arc<MemoryPayloads>,
 }
 
 /// A job as the send function keeps it with a sent record (generation 0, as an envelope).
@@ -75,6 +76,7 @@ fn world(status_now: Option<Status>) -> World {
     let breakers = Arc::new(MemoryBreakerStore::default());
     let reputation = Arc::new(MemoryReputationStore::default());
     let ledger = Arc::new(MemoryEventLedger::default());
+    let payloads = Arc::new(MemoryPayloads::default());
     let applier = Applier {
         status: status.clone(),
         suppression: suppression.clone(),
@@ -86,6 +88,7 @@ fn world(status_now: Option<Status>) -> World {
             policy: RetryPolicy::default(),
             scheduler: scheduler.clone(),
             dead_letters: dead.clone(),
+            payloads: payloads.clone(),
             rng: std::sync::Mutex::new(SeededRandom::new(3)),
         },
         guard: Guard {
@@ -109,6 +112,7 @@ fn world(status_now: Option<Status>) -> World {
         breakers,
         reputation,
         ledger,
+        payloads,
     }
 }
 
@@ -700,6 +704,80 @@ async fn a_transient_bounce_past_the_horizon_is_dead_lettered_with_its_record() 
     );
 }
 
+/// A body over 300 KiB is kept in the payload bucket, the record holding a claim check of it
+/// (the send function's claim): a transient bounce sends the job again from it. The bucket
+/// failing returns the event (nothing moved); the stored body gone or altered leaves the bounce
+/// recorded only, as a record with no body.
+#[tokio::test]
+async fn a_transient_bounce_of_a_body_kept_in_the_payload_bucket_sends_it_again() {
+    use courier_core::claim_check::{ClaimCheck, MAX_KEPT_BYTES};
+    let mut payload: Value = serde_json::from_str(&kept_payload(None)).unwrap();
+    payload["job"]["content"]["text"] = "x".repeat(MAX_KEPT_BYTES).into();
+    let body = payload.to_string();
+    let apart = |w: &World| {
+        let check = ClaimCheck::of(&body);
+        w.payloads
+            .objects
+            .lock()
+            .unwrap()
+            .insert(check.key.clone(), body.clone().into_bytes());
+        w.keep_payload(check.to_body());
+        check
+    };
+    let w = world(Some(Status::SentToProvider));
+    let check = apart(&w);
+    // The bucket failing: the event comes back, nothing moved
+    w.payloads.fail_gets.set(1);
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert_eq!(report.failures, vec!["sqs-0".to_owned()]);
+    assert_eq!(
+        (w.status(), w.scheduled().len()),
+        (Some(Status::SentToProvider), 0)
+    );
+    // Then the job is sent again from the stored body
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert_eq!(report.applied, vec![Applied::Resent]);
+    let rec = w.record();
+    assert_eq!((rec.status, rec.attempt), (Status::Deferred, 1));
+    assert_eq!(
+        rec.payload,
+        Some(check.to_body()),
+        "the record keeps its claim check"
+    );
+    let copy = courier_core::envelope::parse_body(w.scheduled()[0].body.as_bytes()).unwrap();
+    assert_eq!(
+        (copy.job.message_id.as_str(), copy.attempt),
+        ("order-4711", 1)
+    );
+    assert_eq!(copy.job.content, parse_body_content(&body));
+    // The stored body gone (expired), or another one under its key: recorded only
+    for object in [None, Some(b"{}".to_vec())] {
+        let w = world(Some(Status::SentToProvider));
+        let check = apart(&w);
+        {
+            let mut objects = w.payloads.objects.lock().unwrap();
+            match object {
+                Some(other) => objects.insert(check.key.clone(), other),
+                None => objects.remove(&check.key),
+            };
+        }
+        let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+        assert!(report.failures.is_empty(), "{:?}", report.failures);
+        assert_eq!(
+            report.applied,
+            vec![Applied::Changed(Status::BouncedTransient)]
+        );
+        assert!(w.scheduled().is_empty());
+    }
+}
+
+fn parse_body_content(body: &str) -> Option<courier_core::job::Content> {
+    courier_core::envelope::parse_body(body.as_bytes())
+        .unwrap()
+        .job
+        .content
+}
+
 #[tokio::test]
 async fn a_transient_bounce_without_a_kept_payload_is_recorded_only() {
     let w = world(Some(Status::SentToProvider));
@@ -816,10 +894,12 @@ fn settings_name_the_variable_that_is_wrong() {
             "COURIER_LETTER_INDEX_TABLE" => Some("letters".into()),
             "COURIER_SES_EVENTS_VIA" => Some("eventbridge".into()),
             "COURIER_ENVELOPE_KEY_SECRET" => Some("arn:seal".into()),
+            "COURIER_PAYLOAD_BUCKET" => Some("payloads".into()),
             _ => None,
         }
     };
     let ok = Settings::from_lookup(base).unwrap();
+    assert_eq!(ok.payload_bucket, "payloads");
     assert_eq!(ok.envelope_key_secret, "arn:seal");
     assert_eq!(ok.guard, GuardConfig::default());
     assert_eq!(ok.admission, Admission::EventBridge);
@@ -870,7 +950,11 @@ fn settings_name_the_variable_that_is_wrong() {
             other => panic!("{key}={value}: {other:?}"),
         }
     }
-    for required in ["COURIER_QUEUE_URL", "COURIER_ENVELOPE_KEY_SECRET"] {
+    for required in [
+        "COURIER_QUEUE_URL",
+        "COURIER_ENVELOPE_KEY_SECRET",
+        "COURIER_PAYLOAD_BUCKET",
+    ] {
         let missing = |k: &str| if k == required { None } else { base(k) };
         match Settings::from_lookup(missing) {
             Err(SettingsError::Missing(name)) => assert_eq!(name, required),

@@ -5,13 +5,13 @@ use std::sync::Arc;
 use courier_adapters::aws::{
     Clients, DynamoDbBreakerStore, DynamoDbEventLedger, DynamoDbLetterIndex,
     DynamoDbReputationStore, DynamoDbStatusStore, DynamoDbSuppressionList, IndexedDeadLetterSink,
-    SecretsManagerSecretStore, SqsDeadLetterSink, SqsRetryScheduler,
+    S3PayloadStore, SecretsManagerSecretStore, SqsDeadLetterSink, SqsRetryScheduler,
 };
 use courier_adapters::clock::SystemClock;
 use courier_adapters::https::HttpsSigningCertificates;
 use courier_adapters::seal_secret::{SealingScheduler, SecretSealKeys};
 use courier_core::policy::{RetryPolicy, parse_duration};
-use courier_core::ports::{SigningCertificates, StoreError};
+use courier_core::ports::{PayloadStore, SigningCertificates, StoreError};
 use courier_core::reputation::GuardConfig;
 
 use crate::sns::{Admission, Gate, NoCertificates, SnsTrust};
@@ -31,6 +31,9 @@ pub struct Settings {
     pub delay_state_machine_arn: String,
     pub dead_letter_queue_url: String,
     pub letter_index_table: String,
+    /// `COURIER_PAYLOAD_BUCKET`: the payload bucket, where a body over 300 KiB is kept for a
+    /// resend (and a resend or letter too large for its queue is stored, as by the send function).
+    pub payload_bucket: String,
     /// `COURIER_OUTCOME_BUS`: the event bus for outcome events; none: not published.
     pub outcome_bus: Option<String>,
     pub policy: RetryPolicy,
@@ -169,6 +172,7 @@ impl Settings {
             delay_state_machine_arn: required("COURIER_DELAY_STATE_MACHINE_ARN")?,
             dead_letter_queue_url: required("COURIER_DEAD_LETTER_QUEUE_URL")?,
             letter_index_table: required("COURIER_LETTER_INDEX_TABLE")?,
+            payload_bucket: required("COURIER_PAYLOAD_BUCKET")?,
             outcome_bus: lookup("COURIER_OUTCOME_BUS").filter(|v| !v.is_empty()),
             policy,
             live_settings_cache,
@@ -210,6 +214,10 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Result<Applier, StoreErro
         &settings.status_table,
         courier_core::status::RETENTION,
     ));
+    let payloads: Arc<dyn PayloadStore> = Arc::new(S3PayloadStore::new(
+        clients.s3.clone(),
+        &settings.payload_bucket,
+    ));
     let (status, outcomes) = match &settings.outcome_bus {
         Some(bus) => {
             let bus = Arc::new(courier_adapters::aws::EventBridgeOutcomeBus::new(
@@ -246,19 +254,24 @@ pub fn wire(clients: &Clients, settings: &Settings) -> Result<Applier, StoreErro
             )),
             live_policy: Default::default(),
             scheduler: Arc::new(SealingScheduler::new(
-                Arc::new(SqsRetryScheduler::new(
-                    clients.sqs.clone(),
-                    clients.sfn.clone(),
-                    settings.requeue_url(),
-                    &settings.delay_state_machine_arn,
-                )),
+                Arc::new(
+                    SqsRetryScheduler::new(
+                        clients.sqs.clone(),
+                        clients.sfn.clone(),
+                        settings.requeue_url(),
+                        &settings.delay_state_machine_arn,
+                    )
+                    .with_payloads(Arc::clone(&payloads)),
+                ),
                 Arc::new(seal_keys(clients, settings)),
             )),
             dead_letters: Arc::new(IndexedDeadLetterSink::new(
                 DynamoDbLetterIndex::new(dynamodb.clone(), &settings.letter_index_table)
                     .outliving(settings.archive_retention_days),
-                SqsDeadLetterSink::new(clients.sqs.clone(), &settings.dead_letter_queue_url),
+                SqsDeadLetterSink::new(clients.sqs.clone(), &settings.dead_letter_queue_url)
+                    .with_payloads(Arc::clone(&payloads)),
             )),
+            payloads,
             rng: std::sync::Mutex::new(courier_adapters::clock::seeded_from_entropy()),
         },
         guard: Guard {

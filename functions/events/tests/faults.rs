@@ -27,9 +27,10 @@ use std::sync::Arc;
 
 use aws_lambda_events::sqs::SqsEvent;
 use chrono::{DateTime, Utc};
+use courier_core::claim_check::{self, ClaimCheck, MAX_KEPT_BYTES};
 use courier_core::envelope::parse_body;
 use courier_core::policy::{DeadLetterCategory, RetryPolicy, RetryState};
-use courier_core::ports::{JobRecord, Requeue};
+use courier_core::ports::{JobRecord, PayloadStore, Requeue};
 use courier_core::random::SeededRandom;
 use courier_core::recipients::{Recipient, RecipientStatus, Role};
 use courier_core::reputation::GuardConfig;
@@ -84,10 +85,13 @@ struct Path {
     listed: bool,
     /// The job's other recipients (`cc`), whom the event does not name.
     others: &'static [&'static str],
+    /// Whether the kept body is over 300 KiB, kept in the payload bucket (the record holding
+    /// a claim check of it).
+    apart: bool,
     end: End,
 }
 
-const PATHS: [Path; 8] = [
+const PATHS: [Path; 10] = [
     Path {
         name: "delivery",
         fixture: "delivery",
@@ -95,6 +99,7 @@ const PATHS: [Path; 8] = [
         payload: None,
         listed: true,
         others: &[],
+        apart: false,
         end: End::Status(Status::Delivered, false),
     },
     Path {
@@ -104,6 +109,7 @@ const PATHS: [Path; 8] = [
         payload: None,
         listed: true,
         others: &[],
+        apart: false,
         end: End::Status(Status::BouncedPermanent, true),
     },
     Path {
@@ -113,6 +119,7 @@ const PATHS: [Path; 8] = [
         payload: None,
         listed: true,
         others: &[],
+        apart: false,
         end: End::Status(Status::Complained, true),
     },
     Path {
@@ -122,6 +129,7 @@ const PATHS: [Path; 8] = [
         payload: None,
         listed: true,
         others: &[],
+        apart: false,
         end: End::Status(Status::SentToProvider, false),
     },
     Path {
@@ -131,6 +139,7 @@ const PATHS: [Path; 8] = [
         payload: Some(None),
         listed: true,
         others: &[],
+        apart: false,
         end: End::Resent,
     },
     Path {
@@ -140,6 +149,7 @@ const PATHS: [Path; 8] = [
         payload: Some(Some("2026-01-01T00:00:00Z")),
         listed: true,
         others: &[],
+        apart: false,
         end: End::GaveUp,
     },
     Path {
@@ -149,6 +159,7 @@ const PATHS: [Path; 8] = [
         payload: Some(None),
         listed: false,
         others: &[],
+        apart: false,
         end: End::Resent,
     },
     Path {
@@ -158,6 +169,27 @@ const PATHS: [Path; 8] = [
         payload: Some(None),
         listed: true,
         others: &["bob@example.org", "cy@example.org"],
+        apart: false,
+        end: End::PartResent,
+    },
+    Path {
+        name: "transient bounce resent from a body kept in the payload bucket",
+        fixture: "bounce-transient",
+        before: Status::SentToProvider,
+        payload: Some(None),
+        listed: true,
+        others: &[],
+        apart: true,
+        end: End::Resent,
+    },
+    Path {
+        name: "transient bounce of one recipient of three, from a body kept in the payload bucket",
+        fixture: "bounce-transient",
+        before: Status::SentToProvider,
+        payload: Some(None),
+        listed: true,
+        others: &["bob@example.org", "cy@example.org"],
+        apart: true,
         end: End::PartResent,
     },
 ];
@@ -166,11 +198,17 @@ const PATHS: [Path; 8] = [
 const SES_ID: &str = "0100018c1a2b3c4d-5e6f7a8b-9c0d-4e1f-a2b3-c4d5e6f7a8b9-000000";
 
 /// The job as the send function keeps it with a sent record (generation 0, as an envelope).
-fn kept_payload(not_after: Option<&str>, others: &[&str]) -> String {
+/// `apart`: with a text long enough to be kept in the payload bucket.
+fn kept_payload(not_after: Option<&str>, others: &[&str], apart: bool) -> String {
+    let text = if apart {
+        "Thanks ".repeat(MAX_KEPT_BYTES / 6)
+    } else {
+        "Thanks".into()
+    };
     let mut job = serde_json::json!({
         "version": 1, "message_id": JOB_ID, "campaign_id": "receipts",
         "from": "shop@example.com", "to": [RECIPIENT],
-        "content": {"subject": "Your receipt", "text": "Thanks"}
+        "content": {"subject": "Your receipt", "text": text}
     });
     if !others.is_empty() {
         job["cc"] = others.into();
@@ -204,6 +242,21 @@ struct Run {
 async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
     let faults = Arc::new(Faults::default());
     let status = Arc::new(MemoryStatusStore::default());
+    let payloads = Arc::new(MemoryPayloads::default());
+    let kept = match path.payload {
+        Some(not_after) => {
+            let body = kept_payload(not_after, path.others, path.apart);
+            let kept = claim_check::keep(&*payloads, body).await.unwrap();
+            assert_eq!(
+                ClaimCheck::parse(&kept).is_some(),
+                path.apart,
+                "{}",
+                path.name
+            );
+            Some(kept)
+        }
+        None => None,
+    };
     status.records.lock().unwrap().insert(
         JOB_ID.into(),
         JobRecord {
@@ -215,9 +268,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             unknown_since: (path.before == Status::Unknown).then(t0),
             provider: Some("ses".into()),
             provider_message_id: (!path.listed).then(|| SES_ID.into()),
-            payload: path
-                .payload
-                .map(|not_after| kept_payload(not_after, path.others)),
+            payload: kept,
             // The recipients as the send records them: every path moves Ann's outcome too.
             recipients: if path.listed {
                 let each = RecipientStatus::of_status(path.before).unwrap();
@@ -252,6 +303,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             policy: RetryPolicy::default(),
             scheduler: Arc::new(Faulty::new(scheduler.clone(), faulty(&faults))),
             dead_letters: Arc::new(Faulty::new(letters.clone(), faulty(&faults))),
+            payloads: Arc::new(Faulty::new(payloads.clone(), faulty(&faults))),
             rng: std::sync::Mutex::new(SeededRandom::new(3)),
         },
         guard: Guard {
@@ -366,7 +418,14 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
                 Some(p)
                     if p.status == Status::Deferred && p.attempt == 1 && p.copy_due.is_some() =>
                 {
-                    let kept = p.payload.as_deref().map(|b| parse_body(b.as_bytes()));
+                    let store: &dyn PayloadStore = &*payloads;
+                    let kept = match p.payload.as_deref() {
+                        Some(b) => claim_check::redeem(Some(store), b)
+                            .await
+                            .ok()
+                            .map(|b| parse_body(b.as_bytes())),
+                        None => None,
+                    };
                     let alone = kept.and_then(Result::ok).is_some_and(|k| {
                         k.job.message_id == part_id
                             && k.job.to == [RECIPIENT]

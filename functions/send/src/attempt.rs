@@ -554,7 +554,10 @@ impl Pipeline {
             check_suppressed: Vec::new(),
             trace_id: incoming.trace.clone(),
             facts: JobFacts::of(job),
-            payload: self.resend_body(incoming),
+            payload: match self.resend_body(incoming).await {
+                Ok(body) => body,
+                Err(e) => return Fate::Redeliver(e.into()),
+            },
         };
         match self.status.claim(&claim).await {
             Ok(
@@ -684,12 +687,19 @@ impl Pipeline {
     /// the stack sends through SES (only SES reports those): written with the lease, so it is
     /// durable before SES can take the mail (SES's Send event may record the send before this
     /// function does, or instead of it if the function dies).
-    pub(crate) fn resend_body(&self, incoming: &Incoming) -> Option<String> {
-        self.mailers
-            .iter()
-            .any(|m| m.provider() == Provider::Ses)
-            .then(|| kept_payload(incoming))
-            .flatten()
+    /// Written with the claim, so it is durable before the provider can take the mail; an
+    /// error of the payload bucket (a body over 300 KiB is kept there) leaves the copy for a
+    /// redelivery, before anything is claimed.
+    pub(crate) async fn resend_body(
+        &self,
+        incoming: &Incoming,
+    ) -> Result<Option<String>, StoreError> {
+        if !self.mailers.iter().any(|m| m.provider() == Provider::Ses) {
+            return Ok(None);
+        }
+        claim_check::keep(&*self.payloads, current_body(incoming))
+            .await
+            .map(Some)
     }
 }
 
@@ -706,12 +716,6 @@ fn first_recipient_domain(email: &OutgoingEmail) -> Option<String> {
         .chain(&email.bcc)
         .next()
         .map(|m| m.email.domain().to_ascii_lowercase())
-}
-
-/// The body kept with a record for a resend after a transient bounce, unless it would crowd
-/// the 400 KB DynamoDB item (then the bounce is recorded only).
-fn kept_payload(incoming: &Incoming) -> Option<String> {
-    Some(current_body(incoming)).filter(|body| body.len() <= MAX_KEPT_PAYLOAD)
 }
 
 /// A copy that already waited (a failure or a wait was recorded): it books in the retry lane.

@@ -607,7 +607,10 @@ impl Pipeline {
             check_suppressed: recipients.clone(),
             trace_id: incoming.trace.clone(),
             facts: JobFacts::of(job),
-            payload: self.resend_body(&incoming),
+            payload: match self.resend_body(&incoming).await {
+                Ok(body) => body,
+                Err(e) => return unclaimed(Fate::Redeliver(e.into())),
+            },
         };
         let mut suppressed: Vec<String> = Vec::new();
         loop {
@@ -786,9 +789,10 @@ pub fn deadline_of(ctx: &lambda_runtime::Context) -> DateTime<Utc> {
         .unwrap_or_else(|| Utc::now() + chrono::Duration::seconds(60))
 }
 
-/// The largest payload the claim keeps with a job's record for a soft-bounce resend (DynamoDB
-/// items hold at most 400 KB, history included).
-pub const MAX_KEPT_PAYLOAD: usize = 300 * 1024;
+/// The largest payload the claim keeps as it is with a job's record for a soft-bounce resend
+/// (DynamoDB items hold at most 400 KB, history included); a larger one is kept in the payload
+/// bucket and the record holds a claim check of it.
+pub const MAX_KEPT_PAYLOAD: usize = claim_check::MAX_KEPT_BYTES;
 
 /// Default visibility-timeout-friendly lease when the deadline is far (or unknown).
 pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(120);

@@ -2056,7 +2056,8 @@ async fn hostile_and_broken_jobs_each_end_in_the_right_category() {
 ///   (the clients do, above their threshold). Sent through SES and through SMTP.
 /// - The payload the claim keeps beside an SES job's record for a soft-bounce resend,
 ///   `MAX_KEPT_PAYLOAD` (300 KiB, under DynamoDB's 400 KB item): one byte under and at it are
-///   kept, one byte over is not (and the job is sent all the same).
+///   kept on the record, one byte over in the payload bucket, the record holding a claim check
+///   of it (and the job is sent all the same).
 /// - A transient failure of the largest job: its retry copy is larger than a queue message may
 ///   be (`MAX_INLINE_BYTES`), so the retry scheduler stores it apart (`claim_check::stow`, as
 ///   `SqsRetryScheduler` does); the pointer comes back and the copy is sent.
@@ -2122,11 +2123,25 @@ async fn jobs_near_each_aws_size_limit_are_sent_and_their_neighbours_too() {
         let id = format!("largest-{tag}");
         let pointer = claim_checked(&w, &largest(&id)).await;
         sandwiched(&w, &id, pointer, &id).await;
-        let sent = w.mailer.sent.lock().unwrap();
-        let email = sent.iter().find(|e| e.message_id == id).unwrap();
-        assert_eq!(email.text.as_deref(), Some(escaped.as_str()), "{tag}");
-        // Too large to keep beside the record (SES), or nothing kept (SMTP).
-        assert_eq!(w.status.records.lock().unwrap()[&id].payload, None, "{tag}");
+        {
+            let sent = w.mailer.sent.lock().unwrap();
+            let email = sent.iter().find(|e| e.message_id == id).unwrap();
+            assert_eq!(email.text.as_deref(), Some(escaped.as_str()), "{tag}");
+        }
+        // Too large to keep beside the record: kept in the payload bucket (SES), or nothing kept
+        // (SMTP).
+        let payload = w.status.records.lock().unwrap()[&id].payload.clone();
+        match provider {
+            Provider::Ses => {
+                let kept = kept_apart(&w, payload.as_deref()).await;
+                assert_eq!(kept.job.message_id, id);
+                assert_eq!(
+                    kept.job.content,
+                    parse_body(largest(&id).as_bytes()).unwrap().job.content
+                );
+            }
+            _ => assert_eq!(payload, None, "{tag}"),
+        }
     }
 
     // The kept payload: one byte under the limit, at it, one byte over.
@@ -2145,7 +2160,12 @@ async fn jobs_near_each_aws_size_limit_are_sent_and_their_neighbours_too() {
     ] {
         sandwiched(&w, id, sized(id, kept), id).await;
         let payload = w.status.records.lock().unwrap()[id].payload.clone();
-        assert_eq!(payload.map(|p| p.len()), is_kept.then_some(kept), "{id}");
+        if is_kept {
+            assert_eq!(payload.map(|p| p.len()), Some(kept), "{id}");
+        } else {
+            let apart = kept_apart(&w, payload.as_deref()).await;
+            assert_eq!(current_body(&apart).len(), kept, "{id}");
+        }
     }
 
     // A transient failure of the largest job: its retry copy goes through the claim check.
@@ -2268,6 +2288,19 @@ async fn jobs_near_each_aws_size_limit_are_sent_and_their_neighbours_too() {
     assert_eq!(refusal(&over), "too_many_recipients");
 }
 
+/// The body a record keeps apart (over `MAX_KEPT_PAYLOAD`): the record holds a claim check of
+/// it, and the payload bucket the body.
+async fn kept_apart(w: &World, payload: Option<&str>) -> courier_core::envelope::Incoming {
+    let payload = payload.expect("a kept payload");
+    let check = courier_core::claim_check::ClaimCheck::parse(payload).expect("a claim check");
+    assert!(check.bytes > MAX_KEPT_PAYLOAD, "{} bytes", check.bytes);
+    let store: &dyn courier_core::ports::PayloadStore = &*w.payloads;
+    let body = courier_core::claim_check::redeem(Some(store), payload)
+        .await
+        .unwrap();
+    courier_core::envelope::parse_body(body.as_bytes()).unwrap()
+}
+
 #[tokio::test]
 async fn a_sent_job_keeps_its_history_and_for_ses_its_payload() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
@@ -2280,17 +2313,32 @@ async fn a_sent_job_keeps_its_history_and_for_ses_its_payload() {
     let kept = courier_core::envelope::parse_body(record.payload.unwrap().as_bytes()).unwrap();
     assert_eq!(kept.attempt, 0);
     assert_eq!(kept.job.message_id, "m1");
-    // Too big to keep beside the record: sent, recorded, not kept.
+    // Too big to keep beside the record: sent, recorded, kept in the payload bucket.
     let w2 = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     let big = serde_json::json!({
         "version": 1, "message_id": "big", "campaign_id": "c", "from": "shop@example.com",
         "to": ["ann@example.org"], "content": {"subject": "Hi", "text": "x".repeat(MAX_KEPT_PAYLOAD)}
     })
     .to_string();
-    let report = w2.run(vec![rec("a", big)]).await;
+    let report = w2.run(vec![rec("a", big.clone())]).await;
     assert!(report.failures.is_empty(), "{:?}", report.reasons);
     assert_eq!(w2.status_of("big"), Some(Status::SentToProvider));
-    assert_eq!(w2.status.records.lock().unwrap()["big"].payload, None);
+    let payload = w2.status.records.lock().unwrap()["big"].payload.clone();
+    let kept = kept_apart(&w2, payload.as_deref()).await;
+    assert_eq!((kept.job.message_id.as_str(), kept.attempt), ("big", 0));
+    // The payload bucket failing: nothing claimed or sent, the copy redelivered; the next
+    // delivery keeps it and sends.
+    let w3 = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    let big3 = big.replace("\"big\"", "\"big3\"");
+    w3.payloads.fail_puts.set(1);
+    let report = w3.run(vec![rec("a", big3.clone())]).await;
+    assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert_eq!(w3.status_of("big3"), None);
+    assert!(w3.mailer.sent.lock().unwrap().is_empty());
+    let report = w3.run(vec![rec("a", big3)]).await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w3.status_of("big3"), Some(Status::SentToProvider));
+    assert_eq!(w3.mailer.sent.lock().unwrap().len(), 1);
     // SMTP reports no outcomes, so nothing is kept for a resend.
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Smtp));
     w.run(vec![rec("a", job("m2", "ann@example.org"))]).await;

@@ -127,6 +127,23 @@ pub async fn stow<'a>(
     Ok(Cow::Owned(check.to_body()))
 }
 
+/// The largest body kept as it is beside a job's status record (the body a soft-bounce resend
+/// or `courierctl requeue` sends again from): 300 KiB, under DynamoDB's 400 KB item with room
+/// for the rest of the record. A larger one is kept apart, as a claim check ([`keep`]).
+pub const MAX_KEPT_BYTES: usize = 300 * 1024;
+
+/// The body to keep beside a job's status record: itself up to [`MAX_KEPT_BYTES`], else a
+/// pointer to it once it is stored (content-addressed: storing it again is harmless). Read it
+/// back with [`redeem`].
+pub async fn keep(store: &dyn PayloadStore, body: String) -> Result<String, StoreError> {
+    if body.len() <= MAX_KEPT_BYTES {
+        return Ok(body);
+    }
+    let check = ClaimCheck::of(&body);
+    store.put(&check.key, body.into_bytes()).await?;
+    Ok(check.to_body())
+}
+
 /// The body a queue message stands for: itself (borrowed, not copied), or the stored body its
 /// pointer names.
 pub async fn redeem<'a>(

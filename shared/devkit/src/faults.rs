@@ -12,8 +12,8 @@ use courier_core::claim::{ClaimOutcome, ClaimRequest};
 use courier_core::letters::DeadLetter;
 use courier_core::ports::{
     BreakerStore, DeadLetterSink, EventLedger, Expected, HistoryEntry, JobRecord, OpenState,
-    Outbox, PoisonList, ReputationStore, Requeue, Resend, RetryScheduler, StatusStore,
-    StatusUpdate, StoreError, SuppressionEntry, SuppressionList, SweepMark,
+    Outbox, PayloadStore, PoisonList, ReputationStore, Requeue, Resend, RetryScheduler,
+    StatusStore, StatusUpdate, StoreError, SuppressionEntry, SuppressionList, SweepMark,
 };
 use courier_core::reputation::ReputationCounts;
 
@@ -262,6 +262,19 @@ impl<T: RetryScheduler + ?Sized> RetryScheduler for Faulty<T> {
 impl<T: DeadLetterSink + ?Sized> DeadLetterSink for Faulty<T> {
     async fn put(&self, letter: &DeadLetter) -> Result<(), StoreError> {
         self.gated("dead letter", self.inner.put(letter)).await
+    }
+}
+
+#[async_trait::async_trait]
+impl<T: PayloadStore + ?Sized> PayloadStore for Faulty<T> {
+    async fn put(&self, key: &str, bytes: Vec<u8>) -> Result<(), StoreError> {
+        self.gated("payload put", self.inner.put(key, bytes)).await
+    }
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.gated("payload get", self.inner.get(key)).await
+    }
+    async fn copy(&self, from: &str, to: &str) -> Result<bool, StoreError> {
+        self.gated("payload copy", self.inner.copy(from, to)).await
     }
 }
 
