@@ -248,6 +248,13 @@ async fn sealing_scheduler(
     Ok(SealingScheduler::new(Arc::new(scheduler), keys))
 }
 
+/// The payload bucket, when the settings name one (`COURIER_PAYLOAD_BUCKET`, `PayloadBucketName`):
+/// where kept bodies over 300 KiB are read and copies too large for SQS stored.
+fn payload_store(clients: &Clients, settings: &Settings) -> Option<Arc<dyn PayloadStore>> {
+    let bucket = settings.get(Setting::PayloadBucket).ok()?;
+    Some(Arc::new(S3PayloadStore::new(clients.s3.clone(), bucket)))
+}
+
 /// The jobs `courierctl requeue` works on.
 pub(crate) enum Jobs {
     Ids(Vec<String>),
@@ -279,10 +286,7 @@ pub(crate) fn requeue(jobs: Jobs, act: &ActArgs, settings: &Settings, out: &mut 
             out,
         )?;
         // Optional: only a body kept over 300 KiB needs it (such a job fails without it).
-        let payloads: Option<Arc<dyn PayloadStore>> =
-            settings.get(Setting::PayloadBucket).ok().map(|bucket| {
-                Arc::new(S3PayloadStore::new(clients.s3.clone(), bucket)) as Arc<dyn PayloadStore>
-            });
+        let payloads = payload_store(&clients, settings);
         let scheduler = match who {
             Some(_) => Some(sealing_scheduler(&clients, settings, payloads.as_ref()).await?),
             None => None,
@@ -411,7 +415,8 @@ async fn run_async(
                 setting(settings, Setting::StatusTable)?,
                 courier_core::status::RETENTION,
             );
-            let scheduler = sealing_scheduler(&clients, settings, None).await?;
+            let payloads = payload_store(&clients, settings);
+            let scheduler = sealing_scheduler(&clients, settings, payloads.as_ref()).await?;
             let outcome = dlq::replay(
                 &letters,
                 &status,

@@ -59,8 +59,9 @@ pub fn waiting_copy(record: &JobRecord) -> Result<&str, String> {
         });
     }
     record.payload.as_deref().ok_or_else(|| {
-        "its record keeps no body (the stack sends through SMTP only): its producer must send \
-         it again under a new message_id"
+        "its record keeps no body (the stack sends through SMTP only, or the job was over \
+         300 KiB and claimed before such bodies were kept in the payload bucket): its producer \
+         must send it again under a new message_id"
             .into()
     })
 }

@@ -556,7 +556,13 @@ impl Pipeline {
             facts: JobFacts::of(job),
             payload: match self.resend_body(incoming).await {
                 Ok(body) => body,
-                Err(e) => return Fate::Redeliver(e.into()),
+                // The mail is out: its acceptance is not held back for the payload bucket. The
+                // generation's first claim stored the same body under the same key (the key is
+                // its digest), so its claim check stands without this put.
+                Err(e) => {
+                    warn!(error = %e, "the payload bucket failed; the carried acceptance keeps the claim check of its body");
+                    Some(claim_check::ClaimCheck::of(&current_body(incoming)).to_body())
+                }
             },
         };
         match self.status.claim(&claim).await {
@@ -686,10 +692,9 @@ impl Pipeline {
     /// The body the claim keeps with the record for a resend after a transient bounce, when
     /// the stack sends through SES (only SES reports those): written with the lease, so it is
     /// durable before SES can take the mail (SES's Send event may record the send before this
-    /// function does, or instead of it if the function dies).
-    /// Written with the claim, so it is durable before the provider can take the mail; an
-    /// error of the payload bucket (a body over 300 KiB is kept there) leaves the copy for a
-    /// redelivery, before anything is claimed.
+    /// function does, or instead of it if the function dies). A body over 300 KiB is stored in
+    /// the payload bucket first and the record keeps a claim check of it; an error of the bucket
+    /// is returned (the copy is left for a redelivery, before anything is claimed).
     pub(crate) async fn resend_body(
         &self,
         incoming: &Incoming,

@@ -1364,6 +1364,39 @@ async fn a_carried_acceptance_that_takes_the_record_keeps_the_body_to_resend_fro
         // AND its claim kept the body a transient bounce resends from, as every claim of a
         // stack that sends through SES does (SMTP reports no bounces to resend on)
         assert_eq!(record.payload.is_some(), kept, "{id}: {:?}", record.payload);
+        if mailer == courier_core::ports::Provider::Ses {
+            // A body over 300 KiB with the payload bucket failing: the acceptance is recorded
+            // all the same, with the claim check of its body (its first claim stored it)
+            let large_id = format!("{id}-large");
+            let large = job(&large_id, "a@example.org").replace(
+                "\"text\":",
+                &format!(
+                    "\"html\": \"<p>{}</p>\", \"text\":",
+                    "x".repeat(MAX_KEPT_PAYLOAD)
+                ),
+            );
+            let first = courier_core::envelope::parse_body(large.as_bytes()).unwrap();
+            let kept_body = courier_core::envelope::current_body(&first);
+            let carried = courier_core::seal::seal(
+                &courier_core::envelope::accepted_body(
+                    &first,
+                    courier_core::envelope::ProviderAcceptance {
+                        provider: "ses".into(),
+                        provider_message_id: "ses-large".into(),
+                        at: t0(),
+                    },
+                ),
+                &keys,
+            );
+            w.payloads.fail_puts.set(1);
+            let report = w.run(vec![rec("l", carried)]).await;
+            assert!(report.failures.is_empty(), "{:?}", report.reasons);
+            assert_eq!(w.status_of(&large_id), Some(Status::SentToProvider));
+            assert_eq!(
+                w.status.records.lock().unwrap()[&large_id].payload,
+                Some(courier_core::claim_check::ClaimCheck::of(&kept_body).to_body())
+            );
+        }
         if let Some(body) = &record.payload {
             let body = courier_core::envelope::parse_body(body.as_bytes()).unwrap();
             assert_eq!(body.job.message_id, id);

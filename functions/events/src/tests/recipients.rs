@@ -379,13 +379,7 @@ async fn a_recipients_write_failing_after_the_copy_reschedules_the_same_part() {
     // The first recipients' write (bounced) and the part's record land; the second
     // recipients' write (resent) fails.
     w.status.fail_finishes.set_after(2, 1);
-    let bounce = about("bounce-transient", &[BOB]);
-    let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
-    assert_eq!(r.failures, vec!["sqs-0".to_owned()]);
-    assert_eq!(
-        outcomes(&w),
-        of(&[(ANN, Sent), (BOB, BouncedTransient), (CY, Sent)])
-    );
+    let bounce = bobs_bounce_comes_back(&w).await;
     let r = w.applier.handle(sqs(&[bounce])).await;
     assert_eq!(r.applied, vec![Applied::Resent]);
     // Two copies of one part: one id, one generation, so its claim sends one.
@@ -395,6 +389,21 @@ async fn a_recipients_write_failing_after_the_copy_reschedules_the_same_part() {
         .collect();
     assert_eq!(copies[0], copies[1]);
     assert_eq!(outcomes(&w), of(&[(ANN, Sent), (BOB, Resent), (CY, Sent)]));
+}
+
+/// Bob's transient bounce handled while a write fails: the event comes back and Bob waits as
+/// bounced (never `resent` with no copy, or no record waiting for it, behind him). The event,
+/// for its redelivery.
+async fn bobs_bounce_comes_back(w: &World) -> String {
+    use RecipientStatus::*;
+    let bounce = about("bounce-transient", &[BOB]);
+    let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
+    assert_eq!(r.failures, vec!["sqs-0".to_owned()]);
+    assert_eq!(
+        outcomes(w),
+        of(&[(ANN, Sent), (BOB, BouncedTransient), (CY, Sent)])
+    );
+    bounce
 }
 
 /// A part's copy has no record of its own job until its claim: the record that waits for it is
@@ -408,13 +417,7 @@ async fn a_part_waits_for_its_copy_in_a_record_of_its_own_written_once() {
     w.edit(|rec| rec.trace_id = Some("1-5759e988-bd862e3fe1be46a994272793".into()));
     // The part's record fails to be written once: the event comes back, and Bob waits as bounced.
     w.status.fail_finishes.set_after(1, 1);
-    let bounce = about("bounce-transient", &[BOB]);
-    let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
-    assert_eq!(r.failures, vec!["sqs-0".to_owned()]);
-    assert_eq!(
-        outcomes(&w),
-        of(&[(ANN, Sent), (BOB, BouncedTransient), (CY, Sent)])
-    );
+    let bounce = bobs_bounce_comes_back(&w).await;
     let r = w.applier.handle(sqs(std::slice::from_ref(&bounce))).await;
     assert_eq!(r.applied, vec![Applied::Resent]);
     assert_eq!(outcomes(&w), of(&[(ANN, Sent), (BOB, Resent), (CY, Sent)]));
