@@ -101,6 +101,8 @@ pub(crate) struct StackInfo {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct Settings {
     values: [Option<String>; SOURCES.len()],
+    /// Which of them a variable set (the others came from the stack, or nowhere).
+    set: [bool; SOURCES.len()],
     /// The stack they were read from, for the message of a setting it lacks.
     stack: Option<String>,
 }
@@ -132,6 +134,9 @@ impl Settings {
         variable: impl Fn(&str) -> Option<String>,
         stack: Option<&StackInfo>,
     ) -> Settings {
+        let set = SOURCES
+            .each_ref()
+            .map(|s| variable(s.variable).is_some_and(|v| !v.is_empty()));
         let values = SOURCES.each_ref().map(|s| {
             variable(s.variable)
                 .filter(|v| !v.is_empty())
@@ -140,17 +145,21 @@ impl Settings {
         });
         Settings {
             values,
+            set,
             stack: stack.map(|s| s.name.clone()),
         }
     }
 
     /// Where replayed and put-back copies go: the retry lane (its own event source and
     /// concurrency, so a bulk replay does not hold up fresh mail), or the send queue when no
-    /// retry queue is named; the error names the send queue's setting.
+    /// retry queue is named. A variable wins over the stack: `COURIER_RETRY_QUEUE_URL`, then
+    /// `COURIER_QUEUE_URL`, then the stack's `RetryQueueUrl`, then its `SendQueueUrl`; the
+    /// error names the send queue's setting.
     pub(crate) fn copies_queue(&self) -> Result<&str, Missing> {
-        match &self.values[Setting::RetryQueueUrl as usize] {
-            Some(url) => Ok(url),
-            None => self.get(Setting::QueueUrl),
+        let (retry, send) = (Setting::RetryQueueUrl as usize, Setting::QueueUrl as usize);
+        match &self.values[retry] {
+            Some(url) if self.set[retry] || !self.set[send] => Ok(url),
+            _ => self.get(Setting::QueueUrl),
         }
     }
 

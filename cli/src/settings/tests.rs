@@ -201,7 +201,27 @@ fn replayed_and_put_back_copies_take_the_retry_lane_when_the_stack_has_one() {
         vars(&[("COURIER_QUEUE_URL", "https://sqs/send")]),
         Some(&stack(&[("RetryQueueUrl", "https://sqs/retry")])),
     );
-    assert_eq!(both.copies_queue(), Ok("https://sqs/retry"));
+    assert_eq!(
+        both.copies_queue(),
+        Ok("https://sqs/send"),
+        "a variable wins over the stack"
+    );
+    let stack_only = Settings::resolve(
+        vars(&[]),
+        Some(&stack(&[
+            ("SendQueueUrl", "https://sqs/send"),
+            ("RetryQueueUrl", "https://sqs/retry"),
+        ])),
+    );
+    assert_eq!(stack_only.copies_queue(), Ok("https://sqs/retry"));
+    let named = Settings::resolve(
+        vars(&[
+            ("COURIER_QUEUE_URL", "https://sqs/send"),
+            ("COURIER_RETRY_QUEUE_URL", "https://sqs/retry"),
+        ]),
+        None,
+    );
+    assert_eq!(named.copies_queue(), Ok("https://sqs/retry"));
     let send_only = Settings::resolve(vars(&[("COURIER_QUEUE_URL", "https://sqs/send")]), None);
     assert_eq!(send_only.copies_queue(), Ok("https://sqs/send"));
     // neither: the error names the send queue's setting
