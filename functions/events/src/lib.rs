@@ -252,17 +252,13 @@ impl Applier {
         {
             return Ok(Applied::NotYet);
         }
-        if to == Status::BouncedTransient {
-            let kept = self.kept_body(&record).await?;
-            if resend::resends_part(&record, kept.as_deref()) {
-                return self.resend_part(event, record, kept.as_deref()).await;
-            }
-            if let Some(applied) = self
-                .transient_bounce(event, &record, kept.as_deref())
-                .await?
-            {
-                return Ok(applied);
-            }
+        if to == Status::BouncedTransient && self.resends_part(&record).await? {
+            return self.resend_part(event, record).await;
+        }
+        if to == Status::BouncedTransient
+            && let Some(applied) = self.transient_bounce(event, &record).await?
+        {
+            return Ok(applied);
         }
         self.settle(event, &record, to).await
     }

@@ -25,24 +25,27 @@ use tracing::{info, warn};
 use crate::recipients::Moved;
 use crate::{Applied, Applier, EventKind, SesEvent, describe, update_of};
 
-/// Whether a transient bounce of `record`'s send resends a part of it: the job has several
-/// recipients it sent to (a job of one is sent again whole). A send still without its
-/// recipients (SES's event named none to fill them from, [`Applier::fill`]) is counted from its
-/// kept body, so a job of several is never sent again whole for one recipient's bounce.
-pub(crate) fn resends_part(record: &JobRecord, kept: Option<&str>) -> bool {
-    if !record.recipients.is_empty() {
-        return record
-            .recipients
-            .iter()
-            .filter(|r| r.status != RecipientStatus::Suppressed)
-            .count()
-            > 1;
-    }
-    kept.and_then(|body| parse_body(body.as_bytes()).ok())
-        .is_some_and(|kept| recipients::roll(&kept.job, RecipientStatus::Sent, &[]).len() > 1)
-}
-
 impl Applier {
+    /// Whether a transient bounce of `record`'s send resends a part of it: the job has several
+    /// recipients it sent to (a job of one is sent again whole). A send still without its
+    /// recipients (SES's event named none to fill them from, [`Applier::fill`]) is counted from
+    /// its kept body, so a job of several is never sent again whole for one recipient's bounce.
+    pub(crate) async fn resends_part(&self, record: &JobRecord) -> Result<bool, StoreError> {
+        if !record.recipients.is_empty() {
+            return Ok(record
+                .recipients
+                .iter()
+                .filter(|r| r.status != RecipientStatus::Suppressed)
+                .count()
+                > 1);
+        }
+        Ok(self
+            .kept_body(record)
+            .await?
+            .and_then(|body| parse_body(body.as_bytes()).ok())
+            .is_some_and(|kept| recipients::roll(&kept.job, RecipientStatus::Sent, &[]).len() > 1))
+    }
+
     /// The body `record` keeps for a resend (see `StatusStore`'s `payload`): as the record holds
     /// it, or, for one over 300 KiB, from the payload bucket its claim check names. `None` when
     /// it keeps none, or when the stored body is gone or altered (warned: the bounce is then
@@ -68,7 +71,6 @@ impl Applier {
         &self,
         event: &SesEvent,
         record: JobRecord,
-        kept: Option<&str>,
     ) -> Result<Applied, StoreError> {
         let named: Vec<String> = event.recipients.iter().map(|a| address_key(a)).collect();
         let bounced: Vec<String> = record
@@ -109,7 +111,7 @@ impl Applier {
         } else {
             record
         };
-        let Some(payload) = kept else {
+        let Some(payload) = self.kept_body(&record).await? else {
             // Nothing to send again from: the bounce is recorded on its recipients and stays.
             return Ok(Applied::Recipients);
         };
@@ -195,7 +197,6 @@ impl Applier {
         &self,
         event: &SesEvent,
         record: &JobRecord,
-        kept: Option<&str>,
     ) -> Result<Option<Applied>, StoreError> {
         let bounced = event.provider_message_id.clone().unwrap_or_default();
         // The bounce is of the send the record knows (or the record has no provider id yet).
@@ -222,7 +223,7 @@ impl Applier {
         if !bounced_send {
             return Ok(None);
         }
-        let Some(payload) = kept else {
+        let Some(payload) = self.kept_body(record).await? else {
             // Nothing to send again from (sent through a provider without events, or before
             // payloads were kept): the transient bounce is recorded and stays.
             return Ok(None);

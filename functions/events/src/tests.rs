@@ -750,6 +750,22 @@ async fn a_transient_bounce_of_a_body_kept_in_the_payload_bucket_sends_it_again(
         ("order-4711", 1)
     );
     assert_eq!(copy.job.content, parse_body_content(&body));
+    // A bounce of an earlier send needs no body: the bucket is not read (its failure does not
+    // return the event)
+    let w = world(Some(Status::SentToProvider));
+    apart(&w);
+    w.edit(|rec| {
+        rec.provider_message_id = Some("a-later-send".into());
+        rec.recipients = vec![courier_core::recipients::Recipient {
+            address: "ann@example.org".into(),
+            role: courier_core::recipients::Role::To,
+            status: courier_core::recipients::RecipientStatus::Sent,
+        }];
+    });
+    w.payloads.fail_gets.set(1);
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    assert!(w.scheduled().is_empty());
     // The stored body gone (expired), or another one under its key: recorded only
     for object in [None, Some(b"{}".to_vec())] {
         let w = world(Some(Status::SentToProvider));
