@@ -415,8 +415,8 @@ async fn run_async(
                 setting(settings, Setting::StatusTable)?,
                 courier_core::status::RETENTION,
             );
-            let payloads = payload_store(&clients, settings);
-            let scheduler = sealing_scheduler(&clients, settings, payloads.as_ref()).await?;
+            // A replayed job comes from its index entry (at most 300 KiB): it fits a message.
+            let scheduler = sealing_scheduler(&clients, settings, None).await?;
             let outcome = dlq::replay(
                 &letters,
                 &status,
