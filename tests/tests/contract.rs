@@ -2050,6 +2050,59 @@ async fn waiting_index_contract(store: &dyn StatusStore) {
     let rec = store.get(&part).await.unwrap().unwrap();
     assert_eq!((rec.status, rec.copy_due), (Status::Processing, None));
     assert!(!waiting(store, &part, far).await);
+
+    // A copy dead-lettered before its claim (a blocklisted payload, a sender the stack no
+    // longer allows): the record waiting for it says `dead_lettered`, once, off the waiting
+    // index, its outcome marked for publishing; a record that moved on, or none, is left.
+    let dead = unique("abandoned");
+    store.claim(&claim(&dead, 0, "a", t, 60)).await.unwrap();
+    let deferred = StatusUpdate {
+        copy_due: Some(due),
+        ..update(&dead, "a", Status::Deferred, 1, t)
+    };
+    store.finish(&deferred).await.unwrap();
+    let abandon = |id: &str, attempt| StatusUpdate {
+        provider: None,
+        ..update(id, "send", Status::DeadLettered, attempt, t)
+    };
+    assert!(
+        !store.abandon(&abandon(&dead, 0)).await.unwrap(),
+        "another generation's copy"
+    );
+    assert!(store.abandon(&abandon(&dead, 1)).await.unwrap());
+    let rec = store.get(&dead).await.unwrap().unwrap();
+    assert_eq!(
+        (rec.status, rec.attempt, rec.copy_due),
+        (Status::DeadLettered, 1, None)
+    );
+    assert_eq!(
+        rec.outbox.map(|o| (o.status, o.attempt)),
+        Some((Status::DeadLettered, 1))
+    );
+    let last = rec.history.last().unwrap();
+    assert_eq!(
+        (last.by.as_str(), last.detail.as_deref()),
+        ("send", Some("send wrote dead_lettered"))
+    );
+    assert!(!waiting(store, &dead, far).await);
+    assert!(!store.abandon(&abandon(&dead, 1)).await.unwrap(), "once");
+    // Replayed (`pending` at the next generation) and its copy dead-lettered again.
+    assert_eq!(store.reopen(&dead, t).await.unwrap(), Some(2));
+    assert!(store.abandon(&abandon(&dead, 2)).await.unwrap());
+    assert_eq!(
+        store.get(&dead).await.unwrap().unwrap().status,
+        Status::DeadLettered
+    );
+    // Claimed by its copy meanwhile (leased): left as it is.
+    assert!(!store.abandon(&abandon(&part, 2)).await.unwrap());
+    assert_eq!(
+        store.get(&part).await.unwrap().unwrap().status,
+        Status::Processing
+    );
+    // A first copy has no record: none is written.
+    let fresh = unique("fresh");
+    assert!(!store.abandon(&abandon(&fresh, 0)).await.unwrap());
+    assert!(store.get(&fresh).await.unwrap().is_none());
 }
 
 /// History, the kept payload, transient-bounce resends and the sweeper's open-job index.

@@ -934,6 +934,91 @@ async fn a_deferred_job_whose_copy_is_lost_is_found_by_the_sweeper() {
     assert_eq!(late.run(deadline).await.unwrap().copy_overdue, 0, "once");
 }
 
+/// A retry copy dead-lettered before its claim (the operator blocklisted the job while it
+/// waited) takes its record with it: `dead_lettered` at the copy's generation, off the waiting
+/// index, its outcome marked for publishing, so `courierctl dlq replay` can reopen it (before,
+/// the record stayed `deferred`: the sweeper flagged it and the replay refused the letter).
+#[tokio::test]
+async fn a_retry_copy_blocklisted_while_it_waits_is_dead_lettered_with_its_record() {
+    let mut stack = Stack::create(&["smtp"]).await;
+    stack.resources.retry_queue_url = Some(stack.retry_queue_url.clone());
+    let retry_queue = stack.retry_queue_url.clone();
+    // GIVEN a job the relay refuses for now (421 4.7.0), deferred with its copy on the retry queue
+    let body = job(&stack, "blocked-retry", "busy@courier.test").to_string();
+    enqueue(&stack, std::slice::from_ref(&body)).await;
+    let p = pipeline(&stack, config());
+    let fresh = driver(&stack);
+    let started = Instant::now();
+    while status_of(&stack, "blocked-retry").await != Some(Status::Deferred)
+        && started.elapsed() < Duration::from_secs(20)
+    {
+        fresh.poll_once(&p, "fresh").await.unwrap();
+    }
+    assert_eq!(
+        status_of(&stack, "blocked-retry").await,
+        Some(Status::Deferred)
+    );
+    // WHEN the operator blocklists the job (`courierctl dlq discard --blocklist` of another
+    // copy) and an instance that has not cached the list takes the retry copy
+    DynamoDbPoisonList::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.control_table,
+        Duration::from_secs(60),
+    )
+    .block_fingerprint(
+        &courier_core::envelope::job_fingerprint(&body),
+        "poison",
+        chrono::Utc::now(),
+    )
+    .await
+    .unwrap();
+    // (Without the outcome relay, so the outbox mark stays for this test to read: the sweeper
+    // relays what a function did not.)
+    stack.resources.outcome_bus = None;
+    let p = pipeline(&stack, config());
+    let retries = Driver {
+        queue_url: retry_queue.clone(),
+        queue_arn: courier_dev::sibling_queue_arn(&stack.queue_arn, &retry_queue),
+        ..driver(&stack)
+    };
+    let started = Instant::now();
+    while status_of(&stack, "blocked-retry").await != Some(Status::DeadLettered)
+        && started.elapsed() < Duration::from_secs(40)
+    {
+        retries.poll_once(&p, "retries").await.unwrap();
+    }
+    // THEN its letter is a poison one of generation 1, nothing more was sent
+    let letters = letters(&stack).await;
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(
+        (letters[0].category.as_str(), letters[0].attempts),
+        ("poison", 1)
+    );
+    assert_eq!(on_queue(&stack, &retry_queue).await, 0);
+    // AND the record says dead_lettered at that generation, off the waiting index, its
+    // outcome marked for publishing
+    let record = store(&stack).get("blocked-retry").await.unwrap().unwrap();
+    assert_eq!(
+        (record.status, record.attempt, record.copy_due),
+        (Status::DeadLettered, 1, None)
+    );
+    assert_eq!(record.outbox.map(|o| o.status), Some(Status::DeadLettered));
+    let far = chrono::Utc::now() + chrono::Duration::days(30);
+    let waiting = store(&stack)
+        .open_before(courier_core::ports::OpenState::Waiting, far, 10_000)
+        .await
+        .unwrap();
+    assert!(!waiting.iter().any(|r| r.message_id == "blocked-retry"));
+    // AND a replay can reopen it as the next generation (what `courierctl dlq replay` does)
+    assert_eq!(
+        store(&stack)
+            .reopen("blocked-retry", chrono::Utc::now())
+            .await
+            .unwrap(),
+        Some(2)
+    );
+}
+
 /// A receiving domain's throttle reply lowers its pace in the control table, shared by every
 /// instance (the rule's first decrease: ceiling × decrease); the throttled job waits without
 /// spending an attempt, and another domain's mail is sent at once.

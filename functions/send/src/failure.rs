@@ -68,7 +68,9 @@ impl Pipeline {
         }
     }
 
-    /// A job dead-lettered before it was claimed (its record, if any, is left as it is).
+    /// A job dead-lettered before it was claimed: a record still waiting for this copy (a
+    /// retry's, a replay's, a released lease's) becomes `dead_lettered` with it
+    /// ([`Lettered::Abandon`]); a first copy has none, and a record that moved on is left.
     pub(crate) fn unclaimed_letter(
         &self,
         incoming: &Incoming,
@@ -77,11 +79,26 @@ impl Pipeline {
         reason: String,
         now: DateTime<Utc>,
     ) -> Fate {
+        let update = StatusUpdate {
+            detail: Some(format!(
+                "{} ({}): {} (dead-lettered before its claim)",
+                category.as_str(),
+                verdict.class,
+                verdict.rule
+            )),
+            ..StatusUpdate::new(
+                incoming.job.message_id.clone(),
+                "send",
+                Status::DeadLettered,
+                incoming.attempt,
+                now,
+            )
+        };
         Fate::DeadLetter {
             letter: Box::new(dead_letter_of(
                 incoming, verdict, category, reason, None, now,
             )),
-            then: None,
+            then: Lettered::Abandon(update),
             outcome: Outcome::DeadLettered(category, verdict.class),
         }
     }
@@ -161,7 +178,7 @@ impl Pipeline {
         Fate::DeadLetter {
             outcome: Outcome::DeadLettered(letter.category, letter.class),
             letter: Box::new(letter),
-            then: None,
+            then: Lettered::Nothing,
         }
     }
 
@@ -179,7 +196,7 @@ impl Pipeline {
         Fate::DeadLetter {
             outcome: Outcome::DeadLettered(letter.category, letter.class),
             letter: Box::new(letter),
-            then: None,
+            then: Lettered::Nothing,
         }
     }
 

@@ -20,10 +20,10 @@ pub(crate) enum Fate {
         then: Option<StatusUpdate>,
         outcome: Outcome,
     },
-    /// The job's home is this letter; then the record says `then` (`dead_lettered`).
+    /// The job's home is this letter; then the record says so ([`Lettered`]).
     DeadLetter {
         letter: Box<DeadLetter>,
-        then: Option<StatusUpdate>,
+        then: Lettered,
         outcome: Outcome,
     },
     /// Suppress `suppress` (a dead recipient, for `reason`), then write the final status.
@@ -58,6 +58,18 @@ pub(crate) enum Fate {
         unknown: StatusUpdate,
         then: Box<Fate>,
     },
+}
+
+/// The status write that follows a durable dead letter.
+#[derive(Debug)]
+pub(crate) enum Lettered {
+    /// None: the body is not a job (nothing names its record).
+    Nothing,
+    /// The lease holder's `dead_lettered` ([`StatusStore::finish`]).
+    Finish(StatusUpdate),
+    /// A copy dead-lettered before its claim: `dead_lettered` on a record still waiting for
+    /// that generation ([`StatusStore::abandon`]; a first copy has none).
+    Abandon(StatusUpdate),
 }
 
 /// What this copy holds while its fate is carried out: what a failure does to the record.
@@ -190,13 +202,19 @@ impl Pipeline {
                 if let Err(e) = self.dead_letters.put(&letter).await {
                     return self.redeliver(e.into(), &holding).await;
                 }
-                if let Some(then) = then
-                    && let Err((tries, e)) = self.finish_durably(&then, self.write_deadline()).await
-                {
-                    // The letter is durable and is the job's home; its record still says
-                    // processing (the sweeper marks it unknown), which `courierctl status`
-                    // shows next to the letter.
-                    warn!(error = %e, tries, "status write after dead-lettering failed");
+                match then {
+                    Lettered::Nothing => {}
+                    Lettered::Finish(then) => {
+                        if let Err((tries, e)) =
+                            self.finish_durably(&then, self.write_deadline()).await
+                        {
+                            // The letter is durable and is the job's home; its record still
+                            // says processing (the sweeper marks it unknown), which
+                            // `courierctl status` shows next to the letter.
+                            warn!(error = %e, tries, "status write after dead-lettering failed");
+                        }
+                    }
+                    Lettered::Abandon(then) => self.abandon_durably(&then).await,
                 }
                 warn!(category = letter.category.as_str(), class = %letter.class, rule = %letter.rule, "dead-lettered");
                 Step::Done(outcome)
@@ -341,7 +359,7 @@ impl Pipeline {
             }
             Plan::DeadLetter { letter, detail } => Fate::DeadLetter {
                 outcome: Outcome::DeadLettered(letter.category, verdict.class),
-                then: Some(update(Status::DeadLettered, incoming.attempt, detail)),
+                then: Lettered::Finish(update(Status::DeadLettered, incoming.attempt, detail)),
                 letter,
             },
             Plan::Finish {
@@ -469,6 +487,38 @@ impl Pipeline {
                 Some(carrier)
             }
             None => Some(carrier),
+        }
+    }
+
+    /// Writes `update` (`dead_lettered`) on a record that waited for the copy just
+    /// dead-lettered before its claim, trying again like [`Pipeline::finish_durably`]. A record
+    /// that is absent (a first copy) or moved on is left as it is. When every try fails, the
+    /// letter is still the job's home: the record stays waiting, the sweeper flags it once its
+    /// copy is overdue, and `courierctl status` shows it next to the letter.
+    async fn abandon_durably(&self, update: &StatusUpdate) {
+        let until = self.write_deadline();
+        let mut backoff = Duration::from_millis(50);
+        let mut tries = 0;
+        loop {
+            tries += 1;
+            let error = match self.status.abandon(update).await {
+                Ok(true) => {
+                    info!(
+                        attempt = update.attempt,
+                        "the record waiting for this copy says dead_lettered"
+                    );
+                    return;
+                }
+                Ok(false) => return,
+                Err(e) => e,
+            };
+            let next = self.now() + chrono::Duration::from_std(backoff).unwrap_or_default();
+            if tries >= self.config.status_write_tries || next >= until {
+                warn!(error = %error, tries, "status write after dead-lettering an unclaimed copy failed");
+                return;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
         }
     }
 

@@ -27,7 +27,7 @@ pub mod config;
 mod failure;
 mod fate;
 pub use fate::Cause;
-use fate::{Fate, Holding, Step};
+use fate::{Fate, Holding, Lettered, Step};
 pub mod governor;
 pub mod live;
 pub mod metrics;

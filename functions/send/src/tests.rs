@@ -530,6 +530,63 @@ async fn a_blocklisted_job_is_stopped_in_every_copy_whichever_copy_was_blocked()
 }
 
 #[tokio::test]
+async fn a_retry_copy_dead_lettered_before_its_claim_leaves_its_record_dead_lettered() {
+    for failed_writes in [0, 1, 4] {
+        // GIVEN a job deferred after a throttle, its retry copy (generation 1) on its way
+        let w = world_with(smtp_failure("421 4.7.0 Too many connections, slow down"));
+        let first = job("m5c", "d@example.org");
+        w.run(vec![rec("a", first.clone())]).await;
+        assert_eq!(w.status_of("m5c"), Some(Status::Deferred));
+        let retry = w.scheduler.queued.lock().unwrap().pop().expect("a retry");
+        // WHEN the operator blocklists the job and its retry copy arrives (the status write
+        // failing `failed_writes` times)
+        w.blocklist(&first);
+        w.status.fail_finishes.set(failed_writes);
+        let report = w.run(vec![rec("b", retry.body.clone())]).await;
+        // THEN the copy is dead-lettered unsent, its letter its home whatever the write did
+        assert!(report.failures.is_empty(), "{:?}", report.reasons);
+        let letters = w.dead.letters.lock().unwrap().clone();
+        assert_eq!(letters.len(), 1);
+        assert_eq!(
+            (letters[0].category, letters[0].attempts),
+            (DeadLetterCategory::Poison, 1)
+        );
+        let record = w.status.records.lock().unwrap()["m5c"].clone();
+        if failed_writes >= 4 {
+            // Every try failed: the record still waits (the sweeper flags it when overdue).
+            assert_eq!((record.status, record.attempt), (Status::Deferred, 1));
+            continue;
+        }
+        // AND the record says so at the copy's generation (`dlq replay` can reopen it), off
+        // the waiting index, its outcome marked for publishing
+        assert_eq!(
+            (record.status, record.attempt, record.copy_due),
+            (Status::DeadLettered, 1, None)
+        );
+        assert_eq!(record.outbox.map(|o| o.status), Some(Status::DeadLettered));
+        let last = record.history.last().unwrap();
+        assert!(
+            last.detail
+                .as_deref()
+                .unwrap()
+                .contains("poison (poison): local.blocklisted (dead-lettered before its claim)"),
+            "{last:?}"
+        );
+        // AND a redelivered copy writes nothing more
+        w.run(vec![rec("b", retry.body.clone())]).await;
+        let again = w.status.records.lock().unwrap()["m5c"].clone();
+        assert_eq!(again.history.len(), record.history.len());
+    }
+    // A first copy dead-lettered before any claim has no record, and gets none.
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    let body = job("m5d", "d@example.org");
+    w.blocklist(&body);
+    w.run(vec![rec("p", body)]).await;
+    w.assert_stopped_as_poison();
+    assert_eq!(w.status_of("m5d"), None);
+}
+
+#[tokio::test]
 async fn suppressed_recipients_are_not_sent_to() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     w.suppression

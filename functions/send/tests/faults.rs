@@ -241,6 +241,10 @@ struct Path {
     copies: &'static [i64],
     suppressed: bool,
     invalid: bool,
+    /// The operator blocklists the job once its record is `deferred` (`courierctl dlq discard
+    /// --blocklist`): the copy it waits for is dead-lettered before its claim, and the record
+    /// must end `dead_lettered` with it (what `dlq replay` reopens).
+    block_when_deferred: bool,
     /// The final statuses the job may reach (empty: no status record, a dead letter only).
     end: &'static [Status],
 }
@@ -258,6 +262,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
+        block_when_deferred: false,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -267,6 +272,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
+        block_when_deferred: false,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -276,6 +282,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
+        block_when_deferred: false,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -285,6 +292,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
+        block_when_deferred: false,
         // A crash between the suppression and the status write: the redelivered copy finds
         // the recipient suppressed (one send, the recipient protected, the bounce in the
         // suppression's reason).
@@ -297,6 +305,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
+        block_when_deferred: false,
         end: &[Status::DeadLettered],
     },
     Path {
@@ -306,6 +315,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: true,
+        block_when_deferred: false,
         end: &[],
     },
     Path {
@@ -315,6 +325,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: true,
         invalid: false,
+        block_when_deferred: false,
         end: &[Status::Suppressed],
     },
     Path {
@@ -324,6 +335,7 @@ const PATHS: &[Path] = &[
         copies: &[0, 0],
         suppressed: false,
         invalid: false,
+        block_when_deferred: false,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -333,6 +345,7 @@ const PATHS: &[Path] = &[
         copies: &[0, 400],
         suppressed: false,
         invalid: false,
+        block_when_deferred: false,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -342,6 +355,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
+        block_when_deferred: false,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -351,6 +365,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
+        block_when_deferred: false,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -360,7 +375,20 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
+        block_when_deferred: false,
         end: &[Status::SentToProvider],
+    },
+    Path {
+        provider: Provider::Smtp,
+        name: "a retry copy blocklisted before its claim: dead letter, the record dead_lettered",
+        answers: &[Answer::Refuse(BUSY), Answer::Accept],
+        copies: &[0],
+        suppressed: false,
+        invalid: false,
+        block_when_deferred: true,
+        // Sent: a fault kept the record from ever waiting (a crash mid-send: `unknown`, then
+        // the copy after the grace window), so the job was never blocklisted.
+        end: &[Status::DeadLettered, Status::SentToProvider],
     },
 ];
 
@@ -393,6 +421,8 @@ struct Run {
     /// Port calls made (of a clean run: the points to inject at).
     calls: usize,
     fired: bool,
+    /// The job was blocklisted on the way ([`Path::block_when_deferred`]).
+    blocked: bool,
 }
 
 async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
@@ -413,6 +443,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         ..MemoryStatusStore::default()
     });
     let letters = Arc::new(MemoryDeadLetters::default());
+    let poison = Arc::new(MemoryPoisonList::default());
     let queue = Arc::new(Queue::default());
     let mailer = Arc::new(FaultyMailer {
         provider: path.provider,
@@ -438,10 +469,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         dead_letters: Arc::new(Faulty::new(letters.clone(), faults.clone())),
         payloads: Arc::new(courier_devkit::memory::MemoryPayloads::default()),
         suppression: Arc::new(Faulty::new(suppression.clone(), faults.clone())),
-        poison: Arc::new(Faulty::new(
-            Arc::new(MemoryPoisonList::default()),
-            faults.clone(),
-        )),
+        poison: Arc::new(Faulty::new(poison.clone(), faults.clone())),
         templates: Arc::new(MemoryTemplates::default()),
         // Breakers that never open: one failure must not change the path.
         breakers: courier_send::breakers::Breakers::new(
@@ -488,6 +516,12 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         if invocations > 200 {
             out.violations.push("the job never settled".into());
             break;
+        }
+        if path.block_when_deferred && !out.blocked && status_of(&status) == Some(Status::Deferred)
+        {
+            let print = courier_core::envelope::job_fingerprint(&body(path));
+            poison.fingerprints.lock().unwrap().insert(print);
+            out.blocked = true;
         }
         let now = clock.now();
         if next.visible_at > now {
@@ -539,7 +573,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         .iter()
         .filter(|l| l.payload.is_some() || l.payload_base64.is_some())
         .count();
-    let lettered = path.end.is_empty() || path.end.contains(&Status::DeadLettered);
+    let lettered = end.is_none_or(|s| s == Status::DeadLettered);
     if lettered && complete_letters == 0 {
         out.violations
             .push("dead-lettered without a complete letter".into());
@@ -555,6 +589,11 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
     if !status_ok {
         out.violations
             .push(format!("ended {end:?}, expected one of {:?}", path.end));
+    }
+    if out.blocked && end != Some(Status::DeadLettered) {
+        out.violations.push(format!(
+            "blocklisted while its record waited, yet it ended {end:?} (not what `dlq replay` reopens)"
+        ));
     }
     // An SES send keeps its payload with the record, for a resend after a transient bounce.
     let kept = status
@@ -615,6 +654,11 @@ async fn every_fault_at_every_port_call_of_every_path_keeps_both_promises() {
             "{}: the clean run fails: {:?}",
             path.name,
             clean.violations
+        );
+        assert_eq!(
+            clean.blocked, path.block_when_deferred,
+            "{}: the clean run's blocklisting",
+            path.name
         );
         for at in 0..clean.calls {
             points += 1;

@@ -417,6 +417,13 @@ impl StatusStore for OutcomeWrites {
         self.note(update.status, &update.message_id);
         Ok(())
     }
+    async fn abandon(&self, update: &crate::ports::StatusUpdate) -> Result<bool, StoreError> {
+        let written = self.inner.abandon(update).await?;
+        if written {
+            self.note(update.status, &update.message_id);
+        }
+        Ok(written)
+    }
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
         self.inner.get(message_id).await
     }

@@ -149,6 +149,9 @@ impl<T: StatusStore + ?Sized> StatusStore for Faulty<T> {
     async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError> {
         self.gated("record", self.inner.record(update)).await
     }
+    async fn abandon(&self, update: &StatusUpdate) -> Result<bool, StoreError> {
+        self.gated("abandon", self.inner.abandon(update)).await
+    }
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
         self.gated("get", self.inner.get(message_id)).await
     }

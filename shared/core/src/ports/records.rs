@@ -337,6 +337,13 @@ pub trait StatusStore: Send + Sync {
     /// where the status machine allows the transition (late or duplicate writes are absorbed).
     /// Ends the lease: the lease holder's own later write of that send no longer lands.
     async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError>;
+    /// The copy a job waited for was dead-lettered before any claim (a blocklisted payload, a
+    /// sender or template the stack no longer allows): writes `update` (`dead_lettered`, at the
+    /// copy's generation) while the job is still `deferred` or `pending` at that generation
+    /// with no lease, so the letter is its home and `courierctl dlq replay` can reopen it.
+    /// False (nothing written) when the job has no record (a first copy) or moved on (a claim,
+    /// another generation).
+    async fn abandon(&self, update: &StatusUpdate) -> Result<bool, StoreError>;
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError>;
     /// The records of these jobs that exist, read consistently, in no particular order (one
     /// `BatchGetItem` per 100 on DynamoDB).

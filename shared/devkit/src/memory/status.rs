@@ -165,6 +165,22 @@ impl StatusStore for MemoryStatusStore {
         Ok(())
     }
 
+    async fn abandon(&self, update: &StatusUpdate) -> Result<bool, StoreError> {
+        self.fail_finishes.take("abandon")?;
+        let mut records = lock(&self.records);
+        match records.get_mut(&update.message_id) {
+            Some(rec)
+                if matches!(rec.status, Status::Deferred | Status::Pending)
+                    && rec.attempt == update.attempt
+                    && rec.lease_owner.is_none() =>
+            {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                apply(rec, update);
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
     async fn get(&self, message_id: &str) -> Result<Option<JobRecord>, StoreError> {
         Ok(lock(&self.records).get(message_id).cloned())
     }

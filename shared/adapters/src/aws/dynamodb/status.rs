@@ -79,6 +79,81 @@ impl DynamoDbStatusStore {
 }
 
 impl DynamoDbStatusStore {
+    /// The UpdateItem of a status write (`update`'s status, generation, history entry, open
+    /// index, outbox and recipients), without its condition: [`StatusStore::finish`] and
+    /// [`StatusStore::abandon`] add theirs.
+    fn status_write(
+        &self,
+        update: &StatusUpdate,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        let marks = open_marks(update);
+        let mut set = vec![
+            "#s = :s",
+            "attempt = :a",
+            "updated_at = :now",
+            "expires_at = :exp",
+            APPEND_HISTORY,
+        ];
+        // A status write ends the sweeper's flag of the state it leaves (the history keeps it).
+        let mut remove = vec!["lease_owner", "lease_until", "swept_at"];
+        set.extend(marks.set);
+        remove.extend(marks.remove);
+        let outbox = outbox_marks(&update.message_id, update.status, ":a");
+        if let Some((clause, _)) = &outbox {
+            set.push(clause);
+        }
+        let mut req = self
+            .client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(&update.message_id))
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":s", s(update.status.as_str()))
+            .expression_attribute_values(":a", n(update.attempt))
+            .expression_attribute_values(":now", n(ms(update.now)))
+            .expression_attribute_values(":exp", self.expires_at(update.now))
+            .expression_attribute_values(":empty", empty_list())
+            .expression_attribute_values(
+                ":h",
+                history_entry(
+                    update.now,
+                    update.status,
+                    update.attempt,
+                    &update.owner,
+                    update.detail.as_deref(),
+                ),
+            );
+        for (name, value) in marks.values {
+            req = req.expression_attribute_values(name, value);
+        }
+        if let Some((_, shard)) = &outbox {
+            req = req.expression_attribute_values(":ob", shard.clone());
+        }
+        if let Some(p) = &update.provider {
+            set.push("provider = :p");
+            req = req.expression_attribute_values(":p", s(p));
+        }
+        if let Some(id) = &update.provider_message_id {
+            set.push("provider_message_id = :pid");
+            req = req.expression_attribute_values(":pid", s(id));
+        }
+        if update.status == Status::Unknown {
+            set.push("unknown_since = :now");
+        }
+        if let Some(list) = &update.recipients {
+            set.extend(super::recipients::SET_ROLL);
+            for (name, value) in super::recipients::roll_values(
+                list,
+                update.now,
+                update.detail.as_deref(),
+                &update.recipient_notes,
+            ) {
+                req = req.expression_attribute_values(name, value);
+            }
+        }
+        req.update_expression(expression(&set, &remove))
+    }
+
     /// An UpdateItem that appends `entry` to the history while the job is still in
     /// `entry.status` at generation `entry.attempt`, with `set` (clauses ending in `, `) and
     /// `remove` (` REMOVE ...`) besides.
@@ -379,75 +454,10 @@ impl StatusStore for DynamoDbStatusStore {
     }
 
     async fn finish(&self, update: &StatusUpdate) -> Result<(), StoreError> {
-        let marks = open_marks(update);
-        let mut set = vec![
-            "#s = :s",
-            "attempt = :a",
-            "updated_at = :now",
-            "expires_at = :exp",
-            APPEND_HISTORY,
-        ];
-        // A status write ends the sweeper's flag of the state it leaves (the history keeps it).
-        let mut remove = vec!["lease_owner", "lease_until", "swept_at"];
-        set.extend(marks.set);
-        remove.extend(marks.remove);
-        let outbox = outbox_marks(&update.message_id, update.status, ":a");
-        if let Some((clause, _)) = &outbox {
-            set.push(clause);
-        }
-        let mut req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("message_id", s(&update.message_id))
+        self.status_write(update)
             .condition_expression("lease_owner = :owner OR #s = :unknown")
-            .expression_attribute_names("#s", "status")
-            .expression_attribute_values(":s", s(update.status.as_str()))
-            .expression_attribute_values(":a", n(update.attempt))
-            .expression_attribute_values(":now", n(ms(update.now)))
-            .expression_attribute_values(":exp", self.expires_at(update.now))
             .expression_attribute_values(":owner", s(&update.owner))
             .expression_attribute_values(":unknown", s(Status::Unknown.as_str()))
-            .expression_attribute_values(":empty", empty_list())
-            .expression_attribute_values(
-                ":h",
-                history_entry(
-                    update.now,
-                    update.status,
-                    update.attempt,
-                    &update.owner,
-                    update.detail.as_deref(),
-                ),
-            );
-        for (name, value) in marks.values {
-            req = req.expression_attribute_values(name, value);
-        }
-        if let Some((_, shard)) = &outbox {
-            req = req.expression_attribute_values(":ob", shard.clone());
-        }
-        if let Some(p) = &update.provider {
-            set.push("provider = :p");
-            req = req.expression_attribute_values(":p", s(p));
-        }
-        if let Some(id) = &update.provider_message_id {
-            set.push("provider_message_id = :pid");
-            req = req.expression_attribute_values(":pid", s(id));
-        }
-        if update.status == Status::Unknown {
-            set.push("unknown_since = :now");
-        }
-        if let Some(list) = &update.recipients {
-            set.extend(super::recipients::SET_ROLL);
-            for (name, value) in super::recipients::roll_values(
-                list,
-                update.now,
-                update.detail.as_deref(),
-                &update.recipient_notes,
-            ) {
-                req = req.expression_attribute_values(name, value);
-            }
-        }
-        req.update_expression(expression(&set, &remove))
             .send()
             .await
             .map_err(|e| {
@@ -460,6 +470,19 @@ impl StatusStore for DynamoDbStatusStore {
                 }
             })?;
         Ok(())
+    }
+
+    async fn abandon(&self, update: &StatusUpdate) -> Result<bool, StoreError> {
+        let result = self
+            .status_write(update)
+            .condition_expression(
+                "#s IN (:deferred, :pending) AND attempt = :a AND attribute_not_exists(lease_owner)",
+            )
+            .expression_attribute_values(":deferred", s(Status::Deferred.as_str()))
+            .expression_attribute_values(":pending", s(Status::Pending.as_str()))
+            .send()
+            .await;
+        Ok(crate::aws::conditional(result, "status abandon")?.is_some())
     }
 
     async fn record(&self, update: &StatusUpdate) -> Result<(), StoreError> {
