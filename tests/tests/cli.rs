@@ -842,6 +842,102 @@ async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
     assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
 }
 
+/// A job whose kept body is too large for SQS (512 KiB of text, all quotes: twice that once
+/// escaped in JSON; sent through the producer's claim check) is read from the payload bucket and its put-back copy
+/// stowed there again (the claim check, as the functions' copies): the retry queue gets the
+/// pointer, and the pointer gives back the whole job at its generation, sealed.
+#[tokio::test]
+async fn requeue_puts_back_a_copy_too_large_for_sqs_through_the_claim_check() {
+    use courier_core::claim_check::{self, ClaimCheck, MAX_INLINE_BYTES};
+    let stack = Stack::create(&["smtp"]).await;
+    let mut env = settings(&stack);
+    env.push(("COURIER_RETRY_QUEUE_URL", stack.retry_queue_url.clone()));
+    let status = DynamoDbStatusStore::new(
+        aws_sdk_dynamodb::Client::new(&stack.sdk),
+        &stack.resources.status_table,
+        courier_core::status::RETENTION,
+    );
+    let payloads = courier_adapters::aws::S3PayloadStore::new(
+        aws_sdk_s3::Client::new(&stack.sdk),
+        stack.resources.payload_bucket.clone(),
+    );
+    // GIVEN a deferred job whose body (kept in the payload bucket) is near 1 MiB
+    let quotes = "\"".repeat(courier_core::job::MAX_BODY_BYTES - 1024);
+    let large = serde_json::json!({
+        "version": 1, "message_id": "cli-large", "campaign_id": "spring",
+        "from": "sender@courier.test", "to": ["ann@courier.test"],
+        "content": {"subject": "Hello", "text": quotes}
+    })
+    .to_string();
+    assert!(large.len() > MAX_INLINE_BYTES, "{} bytes", large.len());
+    let kept = claim_check::keep(&payloads, large.clone()).await.unwrap();
+    assert!(ClaimCheck::parse(&kept).is_some(), "kept apart: {kept}");
+    let t = Utc::now() - chrono::Duration::hours(3);
+    let claim = claim_of("cli-large", 0, t, Some(kept));
+    assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
+    let mut deferred = StatusUpdate::new("cli-large", "req-it/0", Status::Deferred, 1, t);
+    deferred.copy_due = Some(t + chrono::Duration::seconds(60));
+    status.finish(&deferred).await.unwrap();
+    // AND the sweeper flagged it: its copy never came back
+    let found = status.get("cli-large").await.unwrap().unwrap();
+    let swept_at = t + chrono::Duration::hours(2);
+    assert!(
+        status
+            .sweep(
+                &found,
+                courier_core::ports::SweepMark::CopyOverdue,
+                swept_at
+            )
+            .await
+            .unwrap()
+    );
+    // WHEN an operator puts it back
+    let done = courierctl_with(
+        &env,
+        &[
+            "requeue",
+            "cli-large",
+            "--confirm",
+            "--reason",
+            "retry queue purged",
+        ],
+    )
+    .expect(0, "requeue --confirm of a large job");
+    assert!(
+        done.stdout
+            .contains("put back the copies of 1 jobs; skipped 0"),
+        "{}",
+        done.stdout
+    );
+    // THEN the retry queue holds a claim check, and it gives back the whole job, sealed, at
+    // its generation
+    let queued = stack.drain(&stack.retry_queue_url).await;
+    assert_eq!(queued.len(), 1);
+    let pointer = queued[0].body().unwrap();
+    assert!(pointer.len() < 1024, "a pointer: {} bytes", pointer.len());
+    assert!(ClaimCheck::parse(pointer).is_some(), "{pointer}");
+    let body = claim_check::redeem(Some(&payloads), pointer).await.unwrap();
+    let copy: Value = serde_json::from_str(&body).unwrap();
+    assert!(copy["seal"].is_string(), "sealed: {}", &body[..200]);
+    let parsed = courier_core::envelope::parse_body(body.as_bytes()).unwrap();
+    assert_eq!(
+        (parsed.job.message_id.as_str(), parsed.attempt),
+        ("cli-large", 1)
+    );
+    assert_eq!(
+        parsed.job.content,
+        courier_core::envelope::parse_body(large.as_bytes())
+            .unwrap()
+            .job
+            .content
+    );
+    let rec = status.get("cli-large").await.unwrap().unwrap();
+    assert_eq!(
+        (rec.status, rec.attempt, rec.swept_at),
+        (Status::Deferred, 1, None)
+    );
+}
+
 #[tokio::test]
 async fn suppression_commands_add_list_and_remove() {
     let stack = Stack::create(&["smtp"]).await;
