@@ -162,20 +162,19 @@ impl Pipeline {
                     .await;
             }
         }
-        // The receiving domain's pace (a domain that throttled us has a rate of its own): a slot
-        // at most `BOOKING_HORIZON` ahead is waited for here, a later one in the queue.
-        let destination = first_recipient_domain(&email);
+        // The receiving domains' pace (a domain that throttled us has a rate of its own; one
+        // message goes to every recipient's domain, so each paced one books a slot): the latest
+        // slot, at most `BOOKING_HORIZON` ahead, is waited for here, a later one in the queue.
+        let destinations = recipient_domains(&email);
         let mut now = now;
-        if let Some(domain) = &destination {
+        let mut wait = Duration::ZERO;
+        for domain in &destinations {
             match self.governor.destination_permit(domain, now).await {
-                Ok(Permit::Go { wait }) if wait.is_zero() => {}
-                Ok(Permit::Go { wait }) if self.now() + wait < budget.send_by => {
-                    tokio::time::sleep(wait).await;
-                    // The provider's checks below are at the time the send goes.
-                    now = self.now();
+                Ok(Permit::Go { wait: slot }) if self.now() + slot < budget.send_by => {
+                    wait = wait.max(slot);
                 }
-                Ok(Permit::Go { wait }) => {
-                    let until = now + chrono::Duration::from_std(wait).unwrap_or_default();
+                Ok(Permit::Go { wait: slot }) => {
+                    let until = now + chrono::Duration::from_std(slot).unwrap_or_default();
                     return self
                         .destination_paced(incoming, domain, until, now, owner)
                         .await;
@@ -187,6 +186,11 @@ impl Pipeline {
                 }
                 Err(e) => return Fate::Redeliver(e.into()),
             }
+        }
+        if !wait.is_zero() {
+            tokio::time::sleep(wait).await;
+            // The provider's checks below are at the time the send goes.
+            now = self.now();
         }
         // 5. Breaker per provider, in failover order (the job's hint first).
         let order = self.provider_order(job);
@@ -306,10 +310,10 @@ impl Pipeline {
                             .map(|m| m.email.as_str()),
                     );
                     self.breakers.record(name, counts, done).await;
-                    if failure.verdict.throttles_receiver()
-                        && let Some(domain) = &destination
-                    {
-                        self.receiver_throttled(domain, done).await;
+                    if failure.verdict.throttles_receiver() {
+                        for domain in throttling_domains(&failure.verdict, &destinations) {
+                            self.receiver_throttled(domain, done).await;
+                        }
                     }
                     if failure.ambiguous {
                         warn!(provider = %name, class = %failure.verdict.class, "outcome ambiguous; the retry waits for provider evidence");
@@ -438,15 +442,16 @@ impl Pipeline {
         now: DateTime<Utc>,
     ) -> Option<Fate> {
         let job = &incoming.job;
-        if let Some(domain) = job
-            .to
-            .iter()
-            .chain(&job.cc)
-            .chain(&job.bcc)
-            .next()
-            .and_then(|r| courier_core::pacing::domain_of(r))
-            && let Some(until) = self.governor.destination_refused_until(&domain, now)
-        {
+        // The latest of its receiving domains' refusals (the message waits for every one).
+        let refused = job
+            .recipients()
+            .filter_map(courier_core::pacing::domain_of)
+            .filter_map(|domain| {
+                let until = self.governor.destination_refused_until(&domain, now)?;
+                Some((until, domain))
+            })
+            .max();
+        if let Some((until, domain)) = refused {
             let verdict = Verdict::local(
                 ErrorClass::RateLimited,
                 "destination-rate",
@@ -711,16 +716,38 @@ impl Pipeline {
 /// How an `unknown` that keeps a provider's acceptance begins its detail.
 pub const ACCEPTED_DETAIL: &str = "accepted by";
 
-/// The domain of the message's first recipient (`To`, else `Cc`, else `Bcc`): the receiving
-/// domain whose pace the send waits for, and which a throttle reply is taken to come from.
-fn first_recipient_domain(email: &OutgoingEmail) -> Option<String> {
-    email
-        .to
-        .iter()
-        .chain(&email.cc)
-        .chain(&email.bcc)
-        .next()
-        .map(|m| m.email.domain().to_ascii_lowercase())
+/// The receiving domains of the message's recipients (`To`, `Cc`, `Bcc`), lower-cased, each
+/// once, in the order first named: the domains whose pace the send waits for.
+fn recipient_domains(email: &OutgoingEmail) -> Vec<String> {
+    let mut domains: Vec<String> = Vec::new();
+    for m in email.to.iter().chain(&email.cc).chain(&email.bcc) {
+        let domain = m.email.domain().to_ascii_lowercase();
+        if !domains.contains(&domain) {
+            domains.push(domain);
+        }
+    }
+    domains
+}
+
+/// The receiving domains a throttle reply is taken to come from: those of the message's
+/// recipients the reply names (`<ann@big.example>`, as a relay's reply to `RCPT TO` does); when
+/// it names none, every domain of the message (one of them throttled us: slowing the others
+/// costs them some rate, which the additive increase gives back, while sparing the one that
+/// throttled would go on pressing it).
+fn throttling_domains<'d>(verdict: &Verdict, domains: &'d [String]) -> Vec<&'d String> {
+    let text = verdict.raw_text.as_deref().unwrap_or("");
+    let named: Vec<String> = text
+        .split('<')
+        .skip(1)
+        .filter_map(|rest| rest.split_once('>'))
+        .filter_map(|(address, _)| courier_core::pacing::domain_of(address))
+        .collect();
+    let hit: Vec<&String> = domains.iter().filter(|d| named.contains(d)).collect();
+    if hit.is_empty() {
+        domains.iter().collect()
+    } else {
+        hit
+    }
 }
 
 /// A copy that already waited (a failure or a wait was recorded): it books in the retry lane.

@@ -198,3 +198,101 @@ fn a_provider_quota_is_not_a_receivers_throttle() {
         .throttles_receiver()
     );
 }
+
+/// A job to every address in `to`.
+fn job_to(id: &str, to: &[&str]) -> String {
+    serde_json::json!({
+        "version": 1, "message_id": id, "campaign_id": "c", "from": "shop@example.com",
+        "to": to, "content": {"subject": "Hi", "text": "Hello"}
+    })
+    .to_string()
+}
+
+#[tokio::test]
+async fn a_message_to_several_domains_waits_for_the_pace_of_each() {
+    let w = world_with(big_throttles());
+    let rates = Arc::new(MemoryDestinationRates::default());
+    let p = with_governor(&w, pacing_on(rates.clone()));
+    // GIVEN big.example throttled a send: its pace is lowered (to 1/s)
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    p.handle_records(vec![rec("a", job("m0", "ann@big.example"))], deadline, "i")
+        .await;
+    assert_eq!(
+        rates
+            .rates
+            .lock()
+            .unwrap()
+            .get("big.example")
+            .map(|s| s.per_sec),
+        Some(1.0)
+    );
+    // WHEN messages to other.example first and big.example second arrive at once
+    let records: Vec<RecordIn> = (1..=5)
+        .map(|i| {
+            let id = format!("m{i}");
+            rec(
+                &id,
+                job_to(&id, &["o@other.example", "Bob <bob@Big.Example>"]),
+            )
+        })
+        .collect();
+    let calls = w.mailer.sent_count();
+    let report = p.handle_records(records, deadline, "i").await;
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    // THEN they go at big.example's pace, whichever recipient comes first: the rest wait as
+    // rate_limited (claimed, or unclaimed once the schedule was seen booked), no call made and
+    // no attempt spent
+    let sent = w.mailer.sent_count() - calls;
+    assert!((1..=2).contains(&sent), "{sent} sent");
+    let waited: Vec<String> = (1..=5)
+        .map(|i| format!("m{i}"))
+        .filter(|id| w.status_of(id) != Some(Status::SentToProvider))
+        .collect();
+    assert_eq!(waited.len(), 5 - sent, "{waited:?}");
+    for id in &waited {
+        assert_eq!(retry_of(&w, id).spent, 0, "{id} spent an attempt");
+        let queued = w.scheduler.queued.lock().unwrap();
+        let copy = queued.iter().rev().find(|r| &r.message_id == id).unwrap();
+        let history = courier_core::envelope::parse_body(copy.body.as_bytes())
+            .unwrap()
+            .history;
+        assert_eq!(
+            history.last().map(|h| h.class),
+            Some(ErrorClass::RateLimited),
+            "{id}"
+        );
+    }
+    // AND later ones wait unclaimed once the instance has seen big.example's schedule booked
+    let calls = w.mailer.sent_count();
+    let later = job_to("m9", &["o@other.example", "bob@big.example"]);
+    p.handle_records(vec![rec("l", later)], deadline, "i").await;
+    assert_eq!(w.mailer.sent_count(), calls);
+    assert_eq!(w.status_of("m9"), None, "claimed");
+}
+
+#[tokio::test]
+async fn a_throttle_reply_lowers_the_domain_it_names_or_every_domain_of_the_message() {
+    for (reply, lowered) in [
+        (
+            "421 4.7.0 <bob@big.example>: Recipient address rejected: too many connections from your host, slow down",
+            &["big.example"][..],
+        ),
+        (
+            "421 4.7.0 too many connections from your host, slow down",
+            &["big.example", "other.example"][..],
+        ),
+    ] {
+        // GIVEN a relay that throttles every message with `reply`
+        let w = world_with(smtp_failure(reply));
+        let rates = Arc::new(MemoryDestinationRates::default());
+        let p = with_governor(&w, pacing_on(rates.clone()));
+        // WHEN it throttles a message to other.example and big.example
+        let deadline = w.clock.now() + chrono::Duration::seconds(60);
+        let body = job_to("t1", &["o@other.example", "bob@big.example"]);
+        p.handle_records(vec![rec("t", body)], deadline, "i").await;
+        // THEN the domains the reply names (else all of the message's) are paced
+        let mut paced: Vec<String> = rates.rates.lock().unwrap().keys().cloned().collect();
+        paced.sort();
+        assert_eq!(paced, lowered, "{reply}");
+    }
+}
