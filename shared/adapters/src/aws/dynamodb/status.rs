@@ -79,6 +79,34 @@ impl DynamoDbStatusStore {
 }
 
 impl DynamoDbStatusStore {
+    /// The UpdateItem every status write starts from: the key, and the values of `update`'s
+    /// status (`#s`, `:s`), generation (`:a`), times (`:now`, `:exp`) and history entry (`:h`).
+    fn status_base(
+        &self,
+        update: &StatusUpdate,
+    ) -> aws_sdk_dynamodb::operation::update_item::builders::UpdateItemFluentBuilder {
+        self.client
+            .update_item()
+            .table_name(&self.table)
+            .key("message_id", s(&update.message_id))
+            .expression_attribute_names("#s", "status")
+            .expression_attribute_values(":s", s(update.status.as_str()))
+            .expression_attribute_values(":a", n(update.attempt))
+            .expression_attribute_values(":now", n(ms(update.now)))
+            .expression_attribute_values(":exp", self.expires_at(update.now))
+            .expression_attribute_values(":empty", empty_list())
+            .expression_attribute_values(
+                ":h",
+                history_entry(
+                    update.now,
+                    update.status,
+                    update.attempt,
+                    &update.owner,
+                    update.detail.as_deref(),
+                ),
+            )
+    }
+
     /// The UpdateItem of a status write (`update`'s status, generation, history entry, open
     /// index, outbox and recipients), without its condition: [`StatusStore::finish`] and
     /// [`StatusStore::abandon`] add theirs.
@@ -102,27 +130,7 @@ impl DynamoDbStatusStore {
         if let Some((clause, _)) = &outbox {
             set.push(clause);
         }
-        let mut req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("message_id", s(&update.message_id))
-            .expression_attribute_names("#s", "status")
-            .expression_attribute_values(":s", s(update.status.as_str()))
-            .expression_attribute_values(":a", n(update.attempt))
-            .expression_attribute_values(":now", n(ms(update.now)))
-            .expression_attribute_values(":exp", self.expires_at(update.now))
-            .expression_attribute_values(":empty", empty_list())
-            .expression_attribute_values(
-                ":h",
-                history_entry(
-                    update.now,
-                    update.status,
-                    update.attempt,
-                    &update.owner,
-                    update.detail.as_deref(),
-                ),
-            );
+        let mut req = self.status_base(update);
         for (name, value) in marks.values {
             req = req.expression_attribute_values(name, value);
         }
@@ -524,28 +532,7 @@ impl StatusStore for DynamoDbStatusStore {
             .map(|f| facts_marks(f, true))
             .unwrap_or_default();
         set.extend(facts_set);
-        let mut req = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .key("message_id", s(&update.message_id))
-            .condition_expression(condition)
-            .expression_attribute_names("#s", "status")
-            .expression_attribute_values(":s", s(update.status.as_str()))
-            .expression_attribute_values(":a", n(update.attempt))
-            .expression_attribute_values(":now", n(ms(update.now)))
-            .expression_attribute_values(":exp", self.expires_at(update.now))
-            .expression_attribute_values(":empty", empty_list())
-            .expression_attribute_values(
-                ":h",
-                history_entry(
-                    update.now,
-                    update.status,
-                    update.attempt,
-                    &update.owner,
-                    update.detail.as_deref(),
-                ),
-            );
+        let mut req = self.status_base(update).condition_expression(condition);
         for (name, value) in marks.values {
             req = req.expression_attribute_values(name, value);
         }
