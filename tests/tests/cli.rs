@@ -687,6 +687,26 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
 /// run without `--confirm`, a usage error without `--reason`, then one sealed copy of the job at
 /// its generation on the send queue and who and why in its timeline; a job whose copy may still
 /// come is refused.
+/// `id` claimed as generation 0 at `t` with `payload` kept, then deferred to 1, its copy due a
+/// minute later.
+async fn deferred_at(status: &DynamoDbStatusStore, id: &str, payload: String, t: DateTime<Utc>) {
+    let claim = claim_of(id, 0, t, Some(payload));
+    assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
+    let mut deferred = StatusUpdate::new(id, "req-it/0", Status::Deferred, 1, t);
+    deferred.copy_due = Some(t + chrono::Duration::seconds(60));
+    status.finish(&deferred).await.unwrap();
+}
+
+/// The sweeper flags `id` (deferred at `t`) as overdue two hours later: its copy never came
+/// back. When it flagged it.
+async fn flag_overdue(status: &DynamoDbStatusStore, id: &str, t: DateTime<Utc>) -> DateTime<Utc> {
+    let found = status.get(id).await.unwrap().unwrap();
+    let swept_at = t + chrono::Duration::hours(2);
+    let mark = courier_core::ports::SweepMark::CopyOverdue;
+    assert!(status.sweep(&found, mark, swept_at).await.unwrap());
+    swept_at
+}
+
 #[tokio::test]
 async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
     let stack = Stack::create(&["smtp"]).await;
@@ -709,25 +729,10 @@ async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
     let body = job("cli-lost", "spring", "ann@courier.test");
     // GIVEN jobs claimed as generation 0 and deferred to 1, their copies due a minute later
     for id in ["cli-lost", "cli-waiting"] {
-        let claim = claim_of(id, 0, t, Some(body.replace("cli-lost", id)));
-        assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
-        let mut deferred = StatusUpdate::new(id, "req-it/0", Status::Deferred, 1, t);
-        deferred.copy_due = Some(t + chrono::Duration::seconds(60));
-        status.finish(&deferred).await.unwrap();
+        deferred_at(&status, id, body.replace("cli-lost", id), t).await;
     }
     // AND the sweeper flagged one of them: its copy never came back
-    let found = status.get("cli-lost").await.unwrap().unwrap();
-    let swept_at = t + chrono::Duration::hours(2);
-    assert!(
-        status
-            .sweep(
-                &found,
-                courier_core::ports::SweepMark::CopyOverdue,
-                swept_at
-            )
-            .await
-            .unwrap()
-    );
+    let swept_at = flag_overdue(&status, "cli-lost", t).await;
     let flagged = status.get("cli-lost").await.unwrap().unwrap();
 
     // WHEN `requeue ID` without --confirm THEN a dry run: nothing enqueued or written
@@ -873,24 +878,9 @@ async fn requeue_puts_back_a_copy_too_large_for_sqs_through_the_claim_check() {
     let kept = claim_check::keep(&payloads, large.clone()).await.unwrap();
     assert!(ClaimCheck::parse(&kept).is_some(), "kept apart: {kept}");
     let t = Utc::now() - chrono::Duration::hours(3);
-    let claim = claim_of("cli-large", 0, t, Some(kept));
-    assert_eq!(status.claim(&claim).await.unwrap(), ClaimOutcome::Claimed);
-    let mut deferred = StatusUpdate::new("cli-large", "req-it/0", Status::Deferred, 1, t);
-    deferred.copy_due = Some(t + chrono::Duration::seconds(60));
-    status.finish(&deferred).await.unwrap();
+    deferred_at(&status, "cli-large", kept, t).await;
     // AND the sweeper flagged it: its copy never came back
-    let found = status.get("cli-large").await.unwrap().unwrap();
-    let swept_at = t + chrono::Duration::hours(2);
-    assert!(
-        status
-            .sweep(
-                &found,
-                courier_core::ports::SweepMark::CopyOverdue,
-                swept_at
-            )
-            .await
-            .unwrap()
-    );
+    flag_overdue(&status, "cli-large", t).await;
     // WHEN an operator puts it back
     let done = courierctl_with(
         &env,
