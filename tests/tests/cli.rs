@@ -683,10 +683,6 @@ async fn dlq_commands_search_show_replay_and_discard_through_the_index() {
     );
 }
 
-/// `requeue` puts back the lost copy of a job the sweeper flagged (`SweptCopyOverdue`): a dry
-/// run without `--confirm`, a usage error without `--reason`, then one sealed copy of the job at
-/// its generation on the send queue and who and why in its timeline; a job whose copy may still
-/// come is refused.
 /// `id` claimed as generation 0 at `t` with `payload` kept, then deferred to 1, its copy due a
 /// minute later.
 async fn deferred_at(status: &DynamoDbStatusStore, id: &str, payload: String, t: DateTime<Utc>) {
@@ -707,6 +703,10 @@ async fn flag_overdue(status: &DynamoDbStatusStore, id: &str, t: DateTime<Utc>) 
     swept_at
 }
 
+/// `requeue` puts back the lost copy of a job the sweeper flagged (`SweptCopyOverdue`): a dry
+/// run without `--confirm`, a usage error without `--reason`, then one sealed copy of the job at
+/// its generation on the send queue and who and why in its timeline; a job whose copy may still
+/// come is refused.
 #[tokio::test]
 async fn requeue_puts_back_the_copy_of_a_job_the_sweeper_flagged() {
     let stack = Stack::create(&["smtp"]).await;

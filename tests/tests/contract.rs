@@ -2093,7 +2093,8 @@ async fn waiting_index_contract(store: &dyn StatusStore) {
         store.get(&dead).await.unwrap().unwrap().status,
         Status::DeadLettered
     );
-    // Claimed by its copy meanwhile (leased): left as it is.
+    // Claimed by its copy meanwhile (processing, leased): left as it is. (No write leaves a
+    // lease on a `deferred` or `pending` record; the condition's lease clause is a guard.)
     assert!(!store.abandon(&abandon(&part, 2)).await.unwrap());
     assert_eq!(
         store.get(&part).await.unwrap().unwrap().status,

@@ -167,9 +167,21 @@ impl Pipeline {
         // slot, at most `BOOKING_HORIZON` ahead, is waited for here, a later one in the queue.
         let destinations = recipient_domains(&email);
         let mut now = now;
+        // A domain this instance saw booked past the horizon first, with no booking made: a
+        // slot booked on one domain is spent even when another then makes the message wait.
+        let refused = destinations
+            .iter()
+            .filter_map(|d| Some((self.governor.destination_refused_until(d, now)?, d)))
+            .max();
+        if let Some((until, domain)) = refused {
+            return self
+                .destination_paced(incoming, domain, until, now, owner)
+                .await;
+        }
         let mut wait = Duration::ZERO;
         for domain in &destinations {
             match self.governor.destination_permit(domain, now).await {
+                Ok(Permit::Go { wait: slot }) if slot.is_zero() => {}
                 Ok(Permit::Go { wait: slot }) if self.now() + slot < budget.send_by => {
                     wait = wait.max(slot);
                 }

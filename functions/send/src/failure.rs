@@ -69,8 +69,11 @@ impl Pipeline {
     }
 
     /// A job dead-lettered before it was claimed: a record still waiting for this copy (a
-    /// retry's, a replay's, a released lease's) becomes `dead_lettered` with it
-    /// ([`Lettered::Abandon`]); a first copy has none, and a record that moved on is left.
+    /// retry's, a replay's, a resent part's) becomes `dead_lettered` with it
+    /// ([`Lettered::Abandon`]); a record that moved on is left. Only a later generation, whose
+    /// seal proves Courier wrote it, speaks for the record: a generation-0 copy may be a
+    /// producer's duplicate with another payload, so it leaves the record as it is (one
+    /// waiting after a released lease is flagged by the sweeper when its copy is overdue).
     pub(crate) fn unclaimed_letter(
         &self,
         incoming: &Incoming,
@@ -98,7 +101,11 @@ impl Pipeline {
             letter: Box::new(dead_letter_of(
                 incoming, verdict, category, reason, None, now,
             )),
-            then: Lettered::Abandon(update),
+            then: if incoming.attempt > 0 {
+                Lettered::Abandon(update)
+            } else {
+                Lettered::Nothing
+            },
             outcome: Outcome::DeadLettered(category, verdict.class),
         }
     }

@@ -584,6 +584,17 @@ async fn a_retry_copy_dead_lettered_before_its_claim_leaves_its_record_dead_lett
     w.run(vec![rec("p", body)]).await;
     w.assert_stopped_as_poison();
     assert_eq!(w.status_of("m5d"), None);
+    // A generation-0 copy (it may be a producer's duplicate, with another payload) leaves a
+    // record waiting after a released lease as it is.
+    let w = world_with(smtp_failure("421 4.7.0 Too many connections, slow down"));
+    w.scheduler.fail_enqueues.set(1);
+    let body = job("m5e", "d@example.org");
+    w.run(vec![rec("a", body.clone())]).await;
+    w.blocklist(&body);
+    w.run(vec![rec("a", body)]).await;
+    assert_eq!(w.dead.letters.lock().unwrap().len(), 1);
+    let record = w.status.records.lock().unwrap()["m5e"].clone();
+    assert_eq!((record.status, record.attempt), (Status::Deferred, 0));
 }
 
 #[tokio::test]

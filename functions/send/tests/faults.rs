@@ -241,8 +241,8 @@ struct Path {
     copies: &'static [i64],
     suppressed: bool,
     invalid: bool,
-    /// The operator blocklists the job once its record is `deferred` (`courierctl dlq discard
-    /// --blocklist`): the copy it waits for is dead-lettered before its claim, and the record
+    /// The operator blocklists the job once its record is `deferred` for a later generation
+    /// (`courierctl dlq discard --blocklist`): the copy it waits for is dead-lettered before its claim, and the record
     /// must end `dead_lettered` with it (what `dlq replay` reopens).
     block_when_deferred: bool,
     /// The final statuses the job may reach (empty: no status record, a dead letter only).
@@ -517,8 +517,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             out.violations.push("the job never settled".into());
             break;
         }
-        if path.block_when_deferred && !out.blocked && status_of(&status) == Some(Status::Deferred)
-        {
+        if path.block_when_deferred && !out.blocked && waits_for_a_later_copy(&status) {
             let print = courier_core::envelope::job_fingerprint(&body(path));
             poison.fingerprints.lock().unwrap().insert(print);
             out.blocked = true;
@@ -611,6 +610,16 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
     out.calls = faults.calls();
     out.fired = faults.fired();
     out
+}
+
+/// The job is `deferred` for a later generation's copy (a retry's, sealed): the copies whose
+/// dead letter before the claim the record follows (a generation-0 copy may be a producer's
+/// duplicate, which leaves the record as it is).
+fn waits_for_a_later_copy(status: &MemoryStatusStore) -> bool {
+    let records = status.records.lock().unwrap();
+    records
+        .get(JOB_ID)
+        .is_some_and(|r| r.status == Status::Deferred && r.attempt > 0)
 }
 
 fn status_of(status: &MemoryStatusStore) -> Option<Status> {

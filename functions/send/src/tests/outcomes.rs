@@ -168,3 +168,24 @@ async fn nothing_is_published_for_a_status_write_that_failed() {
     assert_eq!(bus.events().len(), 1);
     assert_eq!(bus.events()[0].detail_type, "Email Suppressed");
 }
+
+#[tokio::test]
+async fn a_retry_copy_dead_lettered_before_its_claim_publishes_its_dead_letter_at_once() {
+    // GIVEN a job deferred after a throttle, its retry copy on its way
+    let w = world_with(smtp_failure("421 4.7.0 Too many connections, slow down"));
+    let (pipeline, bus) = publishing(&w);
+    let first = job_with_metadata("m-dl", "ann@example.org");
+    run(&pipeline, &w, vec![rec("a", first.clone())]).await;
+    let retry = w.scheduler.queued.lock().unwrap().pop().expect("a retry");
+    // WHEN the job is blocklisted and its retry copy arrives
+    w.blocklist(&first);
+    let report = run(&pipeline, &w, vec![rec("b", retry.body)]).await;
+    // THEN its dead letter's outcome is published after the batch, not left to the sweeper
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    let events = bus.events();
+    let last = events.last().expect("an outcome");
+    assert_eq!(last.detail_type, "Email Dead-Lettered");
+    assert_eq!(last.detail.event_id, "m-dl/1/dead_lettered");
+    assert_eq!(last.detail.metadata["order"], "o-42");
+    assert_eq!(w.status.records.lock().unwrap()["m-dl"].outbox, None);
+}

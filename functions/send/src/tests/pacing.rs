@@ -296,3 +296,29 @@ async fn a_throttle_reply_lowers_the_domain_it_names_or_every_domain_of_the_mess
         assert_eq!(paced, lowered, "{reply}");
     }
 }
+
+#[tokio::test]
+async fn an_unpaced_domain_never_makes_a_send_wait_even_at_the_end_of_its_budget() {
+    // GIVEN pacing on, no domain paced, and an invocation so near its deadline that the
+    // send's budget is over when its domains are checked
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    let p = with_governor(&w, pacing_on(Arc::new(MemoryDestinationRates::default())));
+    let deadline = w.clock.now() + chrono::Duration::seconds(1);
+    // WHEN a job to an unpaced domain comes
+    p.handle_records(
+        vec![rec("a", job("z1", "ann@other.example"))],
+        deadline,
+        "i",
+    )
+    .await;
+    // THEN it never waits for that domain's pace (it has none)
+    let queued = w.scheduler.queued.lock().unwrap();
+    let paced = queued.iter().any(|r| {
+        courier_core::envelope::parse_body(r.body.as_bytes())
+            .unwrap()
+            .history
+            .iter()
+            .any(|h| h.rule.contains("destination-rate"))
+    });
+    assert!(!paced, "{queued:?}");
+}

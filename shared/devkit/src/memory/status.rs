@@ -115,17 +115,7 @@ impl StatusStore for MemoryStatusStore {
             return Err(StoreError::msg("finish", "lease lost"));
         }
         apply(rec, update);
-        if let Some(list) = &update.recipients {
-            rec.recipient_log
-                .extend(courier_core::recipients::entries_of(
-                    list,
-                    update.now,
-                    update.detail.as_deref(),
-                    &update.recipient_notes,
-                ));
-            rec.recipients.clone_from(list);
-            rec.recipients_version += 1;
-        }
+        roll(rec, update);
         Ok(())
     }
 
@@ -176,6 +166,7 @@ impl StatusStore for MemoryStatusStore {
             {
                 self.writes.fetch_add(1, Ordering::Relaxed);
                 apply(rec, update);
+                roll(rec, update);
                 Ok(true)
             }
             _ => Ok(false),
@@ -499,6 +490,22 @@ fn in_index(r: &JobRecord, state: OpenState, before: DateTime<Utc>) -> bool {
             open == Some(state) && r.copy_due.is_some_and(|due| due < before)
         }
         (_, None) => open == Some(state) && r.updated_at < before,
+    }
+}
+
+/// A status write's recipients (as the send reached them) replace the record's list, their
+/// entries added to its timeline.
+fn roll(rec: &mut JobRecord, update: &StatusUpdate) {
+    if let Some(list) = &update.recipients {
+        rec.recipient_log
+            .extend(courier_core::recipients::entries_of(
+                list,
+                update.now,
+                update.detail.as_deref(),
+                &update.recipient_notes,
+            ));
+        rec.recipients.clone_from(list);
+        rec.recipients_version += 1;
     }
 }
 
