@@ -112,8 +112,9 @@ impl Pipeline {
 
     /// A record whose task panicked before any provider call: the job crashes the worker, so
     /// it is dead-lettered as poison now rather than crash every redelivery until SQS redrives
-    /// it without a record. The status record, if this copy claimed it, becomes
-    /// `dead_lettered`; a payload that does not even parse is an invalid job as usual.
+    /// it without a record. The status record becomes `dead_lettered` if this copy held its
+    /// lease, else as for any copy dead-lettered before its claim ([`Pipeline::unclaimed_letter`]);
+    /// a payload that does not even parse is an invalid job as usual.
     pub(crate) async fn poison_after_panic(&self, body: &str, owner: &str, what: &str) -> Step {
         let now = self.now();
         // A claim-checked copy is judged by the job it stands for.
@@ -144,18 +145,29 @@ impl Pipeline {
                 warn!(message_id = %incoming.job.message_id, panic = %redact(what), "the job crashed the worker; dead-lettered as poison");
                 let category = DeadLetterCategory::Poison;
                 let reason = format!("crashed the worker: {what}");
-                let plan = Plan::DeadLetter {
-                    detail: format!(
-                        "{} ({}): {}",
-                        category.as_str(),
-                        verdict.class,
-                        verdict.rule
-                    ),
-                    letter: Box::new(dead_letter_of(
-                        &incoming, &verdict, category, reason, None, now,
-                    )),
+                // Whether the crashed copy held the job's lease: a panic before its claim must
+                // not write over a record it never took (an `unknown` one above all, which a
+                // lease holder's write may resolve, but which may have been sent).
+                let held = match self.status.get(&incoming.job.message_id).await {
+                    Ok(record) => record.is_some_and(|r| r.lease_owner.as_deref() == Some(owner)),
+                    Err(e) => return Step::Redeliver(e.into()),
                 };
-                self.fate_of(plan, &incoming, &verdict, None, owner, now)
+                if held {
+                    let plan = Plan::DeadLetter {
+                        detail: format!(
+                            "{} ({}): {}",
+                            category.as_str(),
+                            verdict.class,
+                            verdict.rule
+                        ),
+                        letter: Box::new(dead_letter_of(
+                            &incoming, &verdict, category, reason, None, now,
+                        )),
+                    };
+                    self.fate_of(plan, &incoming, &verdict, None, owner, now)
+                } else {
+                    self.unclaimed_letter(&incoming, &verdict, category, reason, now)
+                }
             }
             Err(rejected) => Self::reject(body, &rejected, now),
         };

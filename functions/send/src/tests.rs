@@ -911,6 +911,57 @@ async fn a_job_that_crashes_the_worker_before_sending_is_poison() {
     assert_eq!(w.mailer.sent_count(), 1);
 }
 
+/// A poison list with a bug: it panics on every lookup (before any claim).
+struct PanickingPoisonList;
+
+#[async_trait::async_trait]
+impl courier_core::ports::PoisonList for PanickingPoisonList {
+    async fn is_blocked(&self, _: &str) -> Result<bool, courier_core::ports::StoreError> {
+        panic!("poison list bug");
+    }
+    async fn block(
+        &self,
+        _: &str,
+        _: &str,
+        _: DateTime<Utc>,
+    ) -> Result<(), courier_core::ports::StoreError> {
+        panic!("poison list bug");
+    }
+}
+
+#[tokio::test]
+async fn a_crash_before_the_claim_leaves_a_record_it_never_took() {
+    for status in [Status::Unknown, Status::Deferred] {
+        // GIVEN a job whose record is `unknown` (the provider may have it) or `deferred`, not
+        // leased, at generation 1
+        let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+        let mut record = courier_core::ports::JobRecord::new("pc", status, 1, t0());
+        record.copy_due = Some(t0());
+        w.status.records.lock().unwrap().insert("pc".into(), record);
+        let mut pipeline = rebuilt(
+            &w,
+            Arc::new(MemoryBreakerStore::default()),
+            1,
+            unlimited(),
+            None,
+            None,
+        );
+        Arc::get_mut(&mut pipeline).unwrap().poison = Arc::new(PanickingPoisonList);
+        // WHEN a generation-0 copy crashes the worker before its claim
+        let deadline = w.clock.now() + chrono::Duration::seconds(60);
+        let report = pipeline
+            .handle_records(vec![rec("a", job("pc", "r@example.org"))], deadline, "r")
+            .await;
+        // THEN it is dead-lettered as poison, and the record it never took is left as it was
+        assert!(report.failures.is_empty(), "{:?}", report.reasons);
+        let letters = w.dead.letters.lock().unwrap().clone();
+        assert_eq!(letters.len(), 1);
+        assert_eq!(letters[0].rule, "local.worker-panic");
+        assert_eq!(w.status_of("pc"), Some(status), "{status}");
+        assert_eq!(w.mailer.sent_count(), 0);
+    }
+}
+
 #[tokio::test]
 async fn a_panic_after_the_provider_call_is_left_for_redelivery_not_poisoned() {
     let w = world_with(MemoryMailer::with(
