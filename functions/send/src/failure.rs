@@ -145,12 +145,18 @@ impl Pipeline {
                 warn!(message_id = %incoming.job.message_id, panic = %redact(what), "the job crashed the worker; dead-lettered as poison");
                 let category = DeadLetterCategory::Poison;
                 let reason = format!("crashed the worker: {what}");
-                // Whether the crashed copy held the job's lease: a panic before its claim must
-                // not write over a record it never took (an `unknown` one above all, which a
-                // lease holder's write may resolve, but which may have been sent).
+                // Whether the crashed copy took the job (its lease, or the `unknown` its lease
+                // expired into: it called no provider): only then is its lease holder's write
+                // made. Otherwise the copy is dead-lettered as any unclaimed one, which never
+                // writes over another copy's lease or an `unknown` that may have been sent;
+                // a failed read is taken as not held (that write is conditional).
                 let held = match self.status.get(&incoming.job.message_id).await {
-                    Ok(record) => record.is_some_and(|r| r.lease_owner.as_deref() == Some(owner)),
-                    Err(e) => return Step::Redeliver(e.into()),
+                    Ok(Some(record)) => took(&record, incoming.attempt, owner),
+                    Ok(None) => false,
+                    Err(e) => {
+                        warn!(error = %e, "could not read the record of a job that crashed the worker");
+                        false
+                    }
                 };
                 if held {
                     let plan = Plan::DeadLetter {
@@ -303,4 +309,21 @@ impl Pipeline {
             Err(e) => warn!(code = %key, error = %e, "could not record the error code's sighting"),
         }
     }
+}
+
+/// Whether the copy of generation `attempt` claimed by `owner` took `record`: it holds the lease,
+/// or the lease expired into `unknown` (the sweeper's or another copy's mark) with no claim since.
+fn took(record: &courier_core::ports::JobRecord, attempt: u32, owner: &str) -> bool {
+    if record.lease_owner.as_deref() == Some(owner) {
+        return true;
+    }
+    let claimed = format!("claimed by {owner}");
+    let last_claim = record
+        .history
+        .iter()
+        .rev()
+        .find(|h| h.status == Status::Processing);
+    record.status == Status::Unknown
+        && record.attempt == attempt
+        && last_claim.is_some_and(|h| h.detail.as_deref() == Some(claimed.as_str()))
 }

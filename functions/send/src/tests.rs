@@ -931,13 +931,26 @@ impl courier_core::ports::PoisonList for PanickingPoisonList {
 
 #[tokio::test]
 async fn a_crash_before_the_claim_leaves_a_record_it_never_took() {
-    for status in [Status::Unknown, Status::Deferred] {
-        // GIVEN a job whose record is `unknown` (the provider may have it) or `deferred`, not
-        // leased, at generation 1
+    // (record's status at generation 1, the crashed copy's generation, the record after)
+    for (status, copy, after) in [
+        // A first copy, or a producer's duplicate: never speaks for the record.
+        (Status::Unknown, 0, Status::Unknown),
+        (Status::Deferred, 0, Status::Deferred),
+        // The copy the record waits for: as any copy dead-lettered before its claim.
+        (Status::Deferred, 1, Status::DeadLettered),
+        // `unknown` (the provider may have it) is never turned dead_lettered by it.
+        (Status::Unknown, 1, Status::Unknown),
+    ] {
+        // GIVEN a job whose record is `status`, not leased, at generation 1
         let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
         let mut record = courier_core::ports::JobRecord::new("pc", status, 1, t0());
         record.copy_due = Some(t0());
         w.status.records.lock().unwrap().insert("pc".into(), record);
+        let body = if copy == 0 {
+            job("pc", "r@example.org")
+        } else {
+            sealed_retry(&w, &job("pc", "r@example.org")).await
+        };
         let mut pipeline = rebuilt(
             &w,
             Arc::new(MemoryBreakerStore::default()),
@@ -947,19 +960,83 @@ async fn a_crash_before_the_claim_leaves_a_record_it_never_took() {
             None,
         );
         Arc::get_mut(&mut pipeline).unwrap().poison = Arc::new(PanickingPoisonList);
-        // WHEN a generation-0 copy crashes the worker before its claim
+        // WHEN a copy of generation `copy` crashes the worker before its claim
         let deadline = w.clock.now() + chrono::Duration::seconds(60);
         let report = pipeline
-            .handle_records(vec![rec("a", job("pc", "r@example.org"))], deadline, "r")
+            .handle_records(vec![rec("a", body)], deadline, "r")
             .await;
-        // THEN it is dead-lettered as poison, and the record it never took is left as it was
+        // THEN it is dead-lettered as poison, and the record is what an unclaimed copy leaves
         assert!(report.failures.is_empty(), "{:?}", report.reasons);
         let letters = w.dead.letters.lock().unwrap().clone();
         assert_eq!(letters.len(), 1);
         assert_eq!(letters[0].rule, "local.worker-panic");
-        assert_eq!(w.status_of("pc"), Some(status), "{status}");
+        assert_eq!(
+            w.status_of("pc"),
+            Some(after),
+            "{status} with a copy of {copy}"
+        );
         assert_eq!(w.mailer.sent_count(), 0);
     }
+}
+
+/// The sealed retry copy (generation 1) of `body`, as the send function queues it.
+async fn sealed_retry(w: &World, body: &str) -> String {
+    let first = courier_core::envelope::parse_body(body.as_bytes()).unwrap();
+    let next = courier_core::envelope::next_body(&first, Default::default(), Vec::new());
+    let requeue = courier_core::ports::Requeue {
+        message_id: first.job.message_id.clone(),
+        body: next,
+        delay_secs: 0,
+    };
+    let sent = w.pipeline.scheduler.enqueue(&[requeue]).await;
+    assert!(sent.iter().all(Result::is_ok));
+    w.scheduler.queued.lock().unwrap().pop().unwrap().body
+}
+
+/// A template store whose lookup outlives the lease: the record is marked `unknown` (as the
+/// sweeper does with an expired lease) while it runs, and then it panics.
+struct OutlivedTemplates(Arc<MemoryStatusStore>);
+
+#[async_trait::async_trait]
+impl courier_core::ports::TemplateStore for OutlivedTemplates {
+    async fn get(&self, _id: &str) -> Result<Template, courier_core::ports::TemplateError> {
+        if let Some(rec) = self.0.records.lock().unwrap().get_mut("outlived") {
+            rec.status = Status::Unknown;
+            rec.lease_owner = None;
+            rec.lease_until = None;
+        }
+        panic!("template store bug after the lease expired");
+    }
+}
+
+#[tokio::test]
+async fn a_crash_after_the_lease_expired_into_unknown_still_dead_letters_the_job_it_took() {
+    // GIVEN a worker whose rendering outlives its lease (marked unknown meanwhile), then panics
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    let mut pipeline = rebuilt(
+        &w,
+        Arc::new(MemoryBreakerStore::default()),
+        1,
+        unlimited(),
+        None,
+        None,
+    );
+    Arc::get_mut(&mut pipeline).unwrap().templates = Arc::new(OutlivedTemplates(w.status.clone()));
+    let templated = serde_json::json!({
+        "version": 1, "message_id": "outlived", "campaign_id": "c", "from": "shop@example.com",
+        "to": ["r@example.org"], "template": {"id": "welcome", "variables": {}}
+    })
+    .to_string();
+    // WHEN it crashes (no provider was called)
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    let report = pipeline
+        .handle_records(vec![rec("a", templated)], deadline, "r")
+        .await;
+    // THEN the job it took is dead-lettered with its letter (replayable), not left unknown
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.dead.letters.lock().unwrap().len(), 1);
+    assert_eq!(w.status_of("outlived"), Some(Status::DeadLettered));
+    assert_eq!(w.mailer.sent_count(), 0);
 }
 
 #[tokio::test]
