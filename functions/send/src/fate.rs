@@ -63,7 +63,7 @@ pub(crate) enum Fate {
 /// The status write that follows a durable dead letter.
 #[derive(Debug)]
 pub(crate) enum Lettered {
-    /// None: the body is not a job, or a first copy refused before its claim.
+    /// None: the body is not a job, or a generation-0 copy refused before its claim.
     Nothing,
     /// The lease holder's `dead_lettered` ([`StatusStore::finish`]).
     Finish(StatusUpdate),

@@ -386,8 +386,11 @@ const PATHS: &[Path] = &[
         suppressed: false,
         invalid: false,
         block_when_deferred: true,
-        // Sent: a fault kept the record from ever waiting (a crash mid-send: `unknown`, then
-        // the copy after the grace window), so the job was never blocklisted.
+        // Sent: a fault kept the record from ever waiting for a later generation (a crash
+        // mid-send: `unknown`, then the copy after the grace window; a lease released at
+        // generation 0, whose copy then claims), so the job was never blocklisted. (Blocklisted
+        // while `deferred` at generation 0, the record would stay `deferred` next to the letter:
+        // a generation-0 copy may be a producer's duplicate, so it never speaks for the record.)
         end: &[Status::DeadLettered, Status::SentToProvider],
     },
 ];
