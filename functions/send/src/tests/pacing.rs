@@ -30,6 +30,14 @@ fn big_throttles() -> MemoryMailer {
 
 /// A governor pacing receiving domains on `rates`: 1/s after a throttle (ceiling 10/s × 0.1).
 fn pacing_on(rates: Arc<MemoryDestinationRates>) -> crate::governor::Governor {
+    pacing_on_schedule(rates, Arc::new(MemorySendSchedule::default()))
+}
+
+/// [`pacing_on`], booking on `schedule`.
+fn pacing_on_schedule(
+    rates: Arc<MemoryDestinationRates>,
+    schedule: Arc<MemorySendSchedule>,
+) -> crate::governor::Governor {
     let rule = DestinationPacing {
         floor_per_sec: 0.5,
         ceiling_per_sec: 10.0,
@@ -37,16 +45,18 @@ fn pacing_on(rates: Arc<MemoryDestinationRates>) -> crate::governor::Governor {
         decrease: 0.1,
         hold: std::time::Duration::from_secs(5),
     };
-    unlimited().with_destinations(crate::governor::Destinations::new(
-        Some(rule),
-        rates,
-        courier_core::rate::RateLimit {
-            per_sec: 1.0,
-            max_ahead: std::time::Duration::from_secs(1),
-            chunk: 1,
-        },
-        chrono::Duration::seconds(2),
-    ))
+    crate::governor::Governor::new(schedule, std::collections::BTreeMap::new()).with_destinations(
+        crate::governor::Destinations::new(
+            Some(rule),
+            rates,
+            courier_core::rate::RateLimit {
+                per_sec: 1.0,
+                max_ahead: std::time::Duration::from_secs(1),
+                chunk: 1,
+            },
+            chrono::Duration::seconds(2),
+        ),
+    )
 }
 
 /// The last copy put back for `id`: its retry state.
@@ -325,4 +335,47 @@ async fn an_unpaced_domain_never_makes_a_send_wait_even_at_the_end_of_its_budget
     assert!(!paced, "{queued:?}");
     // AND it is sent (the provider's own checks let it go)
     assert_eq!(w.mailer.sent_count(), 1);
+}
+
+#[tokio::test]
+async fn a_message_waiting_for_one_domain_books_no_slot_of_another() {
+    // GIVEN a relay that throttles everything: a.example and b.example both paced (1/s)
+    let throttling = MemoryMailer::with(
+        courier_core::ports::Provider::Ses,
+        Box::new(|_| {
+            Err(SendFailure {
+                verdict: classify_smtp(GMAIL_THROTTLE),
+                ambiguous: false,
+                source: None,
+            })
+        }),
+    );
+    let w = world_with(throttling);
+    let schedule = Arc::new(MemorySendSchedule::default());
+    let p = with_governor(
+        &w,
+        pacing_on_schedule(
+            Arc::new(MemoryDestinationRates::default()),
+            schedule.clone(),
+        ),
+    );
+    let deadline = w.clock.now() + chrono::Duration::seconds(60);
+    for (id, to) in [("a0", "ann@a.example"), ("b0", "bob@b.example")] {
+        p.handle_records(vec![rec(id, job(id, to))], deadline, "i")
+            .await;
+    }
+    // AND b.example's schedule seen booked past its horizon by this instance
+    let burst: Vec<RecordIn> = (1..=6)
+        .map(|i| rec(&format!("b{i}"), job(&format!("b{i}"), "bob@b.example")))
+        .collect();
+    p.handle_records(burst, deadline, "i").await;
+    let a_slot = || schedule.tats.lock().unwrap().get("dest#a.example").copied();
+    let before = a_slot();
+    // WHEN a message to both comes
+    let both = job_to("ab", &["ann@a.example", "bob@b.example"]);
+    let report = p.handle_records(vec![rec("ab", both)], deadline, "i").await;
+    // THEN it waits for b.example without a claim, and books nothing on a.example
+    assert!(report.failures.is_empty(), "{:?}", report.reasons);
+    assert_eq!(w.status_of("ab"), None, "claimed");
+    assert_eq!(a_slot(), before);
 }
