@@ -840,6 +840,29 @@ async fn a_panicking_provider_fails_only_its_record() {
     assert_eq!(w.status_of("fine"), Some(Status::SentToProvider));
 }
 
+/// The world's pipeline with `change` made to it (a port swapped for a faulty one).
+fn altered(w: &World, change: impl FnOnce(&mut Pipeline)) -> Arc<Pipeline> {
+    let mut pipeline = rebuilt(
+        w,
+        Arc::new(MemoryBreakerStore::default()),
+        1,
+        unlimited(),
+        None,
+        None,
+    );
+    change(Arc::get_mut(&mut pipeline).unwrap());
+    pipeline
+}
+
+/// A job `id` rendered from the `welcome` template.
+fn templated_job(id: &str) -> String {
+    serde_json::json!({
+        "version": 1, "message_id": id, "campaign_id": "c", "from": "shop@example.com",
+        "to": ["r@example.org"], "template": {"id": "welcome", "variables": {}}
+    })
+    .to_string()
+}
+
 /// A template store with a bug: it panics on every lookup.
 struct PanickingTemplates;
 
@@ -854,20 +877,8 @@ impl courier_core::ports::TemplateStore for PanickingTemplates {
 async fn a_job_that_crashes_the_worker_before_sending_is_poison() {
     // GIVEN a worker that panics while rendering templated jobs
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
-    let mut pipeline = rebuilt(
-        &w,
-        Arc::new(MemoryBreakerStore::default()),
-        1,
-        unlimited(),
-        None,
-        None,
-    );
-    Arc::get_mut(&mut pipeline).unwrap().templates = Arc::new(PanickingTemplates);
-    let templated = serde_json::json!({
-        "version": 1, "message_id": "crash", "campaign_id": "c", "from": "shop@example.com",
-        "to": ["r@example.org"], "template": {"id": "welcome", "variables": {}}
-    })
-    .to_string();
+    let pipeline = altered(&w, |p| p.templates = Arc::new(PanickingTemplates));
+    let templated = templated_job("crash");
     // AND the same kind of job arriving as a claim check
     let pointer = claim_checked(&w, &templated.replace("\"crash\"", "\"crash2\"")).await;
     // WHEN a batch holds them and a plain job
@@ -951,15 +962,7 @@ async fn a_crash_before_the_claim_leaves_a_record_it_never_took() {
         } else {
             sealed_retry(&w, &job("pc", "r@example.org")).await
         };
-        let mut pipeline = rebuilt(
-            &w,
-            Arc::new(MemoryBreakerStore::default()),
-            1,
-            unlimited(),
-            None,
-            None,
-        );
-        Arc::get_mut(&mut pipeline).unwrap().poison = Arc::new(PanickingPoisonList);
+        let pipeline = altered(&w, |p| p.poison = Arc::new(PanickingPoisonList));
         // WHEN a copy of generation `copy` crashes the worker before its claim
         let deadline = w.clock.now() + chrono::Duration::seconds(60);
         let report = pipeline
@@ -1013,20 +1016,9 @@ impl courier_core::ports::TemplateStore for OutlivedTemplates {
 async fn a_crash_after_the_lease_expired_into_unknown_still_dead_letters_the_job_it_took() {
     // GIVEN a worker whose rendering outlives its lease (marked unknown meanwhile), then panics
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
-    let mut pipeline = rebuilt(
-        &w,
-        Arc::new(MemoryBreakerStore::default()),
-        1,
-        unlimited(),
-        None,
-        None,
-    );
-    Arc::get_mut(&mut pipeline).unwrap().templates = Arc::new(OutlivedTemplates(w.status.clone()));
-    let templated = serde_json::json!({
-        "version": 1, "message_id": "outlived", "campaign_id": "c", "from": "shop@example.com",
-        "to": ["r@example.org"], "template": {"id": "welcome", "variables": {}}
-    })
-    .to_string();
+    let outlived = OutlivedTemplates(w.status.clone());
+    let pipeline = altered(&w, |p| p.templates = Arc::new(outlived));
+    let templated = templated_job("outlived");
     // WHEN it crashes (no provider was called)
     let deadline = w.clock.now() + chrono::Duration::seconds(60);
     let report = pipeline
