@@ -112,9 +112,10 @@ impl Pipeline {
 
     /// A record whose task panicked before any provider call: the job crashes the worker, so
     /// it is dead-lettered as poison now rather than crash every redelivery until SQS redrives
-    /// it without a record. The status record becomes `dead_lettered` if this copy held its
-    /// lease, else as for any copy dead-lettered before its claim ([`Pipeline::unclaimed_letter`]);
-    /// a payload that does not even parse is an invalid job as usual.
+    /// it without a record. The status record becomes `dead_lettered` if this copy took the job
+    /// (its lease, or the `unknown` its lease expired into), else as for any copy dead-lettered
+    /// before its claim ([`Pipeline::unclaimed_letter`]); a payload that does not even parse is
+    /// an invalid job as usual. A copy carrying the provider's acceptance is never poison.
     pub(crate) async fn poison_after_panic(&self, body: &str, owner: &str, what: &str) -> Step {
         let now = self.now();
         // A claim-checked copy is judged by the job it stands for.
@@ -135,6 +136,14 @@ impl Pipeline {
             Err(rejected) => Err(rejected),
         };
         let fate = match parsed {
+            Ok(incoming) if incoming.accepted.is_some() => {
+                // A copy carrying the provider's acceptance: the mail is out. Never poison (its
+                // record `dead_lettered` over a sent job, which a replay would send again): left
+                // for redelivery, which records it (a copy crashing every time reaches the
+                // redrive DLQ, which alarms).
+                warn!(message_id = %incoming.job.message_id, panic = %redact(what), "a copy carrying the provider's acceptance crashed the worker; left for redelivery");
+                return Step::Redeliver(Cause::PanickedAfterCall(what.to_owned()));
+            }
             Ok(incoming) => {
                 let verdict = Verdict::local(
                     ErrorClass::Poison,

@@ -1473,6 +1473,48 @@ async fn an_acceptance_no_status_write_can_keep_outlives_its_instance_on_the_que
 }
 
 #[tokio::test]
+async fn a_copy_carrying_an_acceptance_that_crashes_the_worker_is_never_poison() {
+    // GIVEN a sealed copy carrying SES's acceptance, which took its job's lease
+    let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
+    let keys =
+        courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[]).unwrap();
+    let first =
+        courier_core::envelope::parse_body(job("acc-p", "a@example.org").as_bytes()).unwrap();
+    let carrier = courier_core::seal::seal(
+        &courier_core::envelope::accepted_body(
+            &first,
+            courier_core::envelope::ProviderAcceptance {
+                provider: "ses".into(),
+                provider_message_id: "ses-1".into(),
+                at: t0(),
+            },
+        ),
+        &keys,
+    );
+    let mut record = courier_core::ports::JobRecord::new("acc-p", Status::Processing, 0, t0());
+    record.lease_owner = Some("req/c".into());
+    record.lease_until = Some(t0() + chrono::Duration::seconds(60));
+    w.status
+        .records
+        .lock()
+        .unwrap()
+        .insert("acc-p".into(), record);
+    // WHEN it crashes the worker
+    let step = w
+        .pipeline
+        .poison_after_panic(&carrier, "req/c", "bug while recording")
+        .await;
+    // THEN it is left for redelivery (which records the send), with no dead letter and the
+    // record not dead_lettered: the mail is out, and a replay would send it again
+    assert!(
+        matches!(step, Step::Redeliver(Cause::PanickedAfterCall(_))),
+        "{step:?}"
+    );
+    assert!(w.dead.letters.lock().unwrap().is_empty());
+    assert_eq!(w.status_of("acc-p"), Some(Status::Processing));
+}
+
+#[tokio::test]
 async fn a_carried_acceptance_of_an_earlier_generation_records_nothing() {
     // GIVEN a copy carrying generation 0's acceptance, and the job meanwhile at generation 1
     // with an ambiguous send (a soft bounce's resend, say): `unknown`
