@@ -87,6 +87,17 @@ async fn status_store_contract(store: &dyn StatusStore) {
         (Status::SentToProvider, Some("pmid"))
     );
     assert_eq!(rec.lease_owner, None);
+    // The claim's history entry names its owner, as the send function reads it back (a copy
+    // whose lease expired into `unknown` with no claim since took the job).
+    let claimed = rec
+        .history
+        .iter()
+        .find(|h| h.status == Status::Processing)
+        .unwrap();
+    assert_eq!(
+        claimed.detail.as_deref(),
+        Some(courier_core::claim::claimed_by("a").as_str())
+    );
     assert_eq!(rec.trace_id, None, "a claim without a trace writes none");
     // A claim with the job's trace keeps it on the record.
     let traced = unique("traced");

@@ -323,7 +323,7 @@ impl Pipeline {
                     );
                     self.breakers.record(name, counts, done).await;
                     if failure.verdict.throttles_receiver() {
-                        for domain in throttling_domains(&failure.verdict, &destinations) {
+                        for domain in throttling_domains(&failure.verdict, &email, &destinations) {
                             self.receiver_throttled(domain, done).await;
                         }
                     }
@@ -742,17 +742,23 @@ fn recipient_domains(email: &OutgoingEmail) -> Vec<String> {
 }
 
 /// The receiving domains a throttle reply is taken to come from: those of the message's
-/// recipients the reply names (`<ann@big.example>`, as a relay's reply to `RCPT TO` does); when
-/// it names none, every domain of the message (one of them throttled us: slowing the others
-/// costs them some rate, which the additive increase gives back, while sparing the one that
-/// throttled would go on pressing it).
-fn throttling_domains<'d>(verdict: &Verdict, domains: &'d [String]) -> Vec<&'d String> {
+/// recipients the reply names ([`courier_core::mailbox::names_address`]: `<ann@big.example>`,
+/// as a relay's reply to `RCPT TO` does); when it names none, every domain of the message (one
+/// of them throttled us: slowing the others costs them some rate, which the additive increase
+/// gives back, while sparing the one that throttled would go on pressing it).
+fn throttling_domains<'d>(
+    verdict: &Verdict,
+    email: &OutgoingEmail,
+    domains: &'d [String],
+) -> Vec<&'d String> {
     let text = verdict.raw_text.as_deref().unwrap_or("");
-    let named: Vec<String> = text
-        .split('<')
-        .skip(1)
-        .filter_map(|rest| rest.split_once('>'))
-        .filter_map(|(address, _)| courier_core::pacing::domain_of(address))
+    let named: Vec<String> = email
+        .to
+        .iter()
+        .chain(&email.cc)
+        .chain(&email.bcc)
+        .filter(|m| courier_core::mailbox::names_address(text, m.email.as_str()))
+        .map(|m| m.email.domain().to_ascii_lowercase())
         .collect();
     let hit: Vec<&String> = domains.iter().filter(|d| named.contains(d)).collect();
     if hit.is_empty() {

@@ -326,7 +326,7 @@ fn took(record: &courier_core::ports::JobRecord, attempt: u32, owner: &str) -> b
     if record.lease_owner.as_deref() == Some(owner) {
         return true;
     }
-    let claimed = format!("claimed by {owner}");
+    let claimed = courier_core::claim::claimed_by(owner);
     let last_claim = record
         .history
         .iter()

@@ -31,6 +31,19 @@ pub struct ClaimRequest {
     pub payload: Option<String>,
 }
 
+impl ClaimRequest {
+    /// The detail of the history entry the claim writes (`processing`), naming its owner: how
+    /// a copy finds, after its lease expired into `unknown`, that no claim came since its own.
+    pub fn history_detail(&self) -> String {
+        claimed_by(&self.owner)
+    }
+}
+
+/// The history detail of a claim by `owner` ([`ClaimRequest::history_detail`]).
+pub fn claimed_by(owner: &str) -> String {
+    format!("claimed by {owner}")
+}
+
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {

@@ -71,7 +71,7 @@ impl StatusStore for MemoryStatusStore {
                     status: Status::Processing,
                     attempt: req.attempt,
                     by: "send".into(),
-                    detail: Some(format!("claimed by {}", req.owner)),
+                    detail: Some(req.history_detail()),
                 });
                 records.insert(req.message_id.clone(), rec);
                 Ok(ClaimOutcome::Claimed)

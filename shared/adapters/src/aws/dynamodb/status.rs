@@ -264,7 +264,7 @@ impl DynamoDbStatusStore {
                     Status::Processing,
                     req.attempt,
                     "send",
-                    Some(&format!("claimed by {}", req.owner)),
+                    Some(&req.history_detail()),
                 ),
             ),
             (":a".to_owned(), n(req.attempt)),
