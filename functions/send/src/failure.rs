@@ -82,32 +82,46 @@ impl Pipeline {
         reason: String,
         now: DateTime<Utc>,
     ) -> Fate {
-        let update = StatusUpdate {
-            detail: Some(format!(
-                "{} ({}): {} (dead-lettered before its claim)",
-                category.as_str(),
-                verdict.class,
-                verdict.rule
-            )),
-            ..StatusUpdate::new(
-                incoming.job.message_id.clone(),
-                "send",
-                Status::DeadLettered,
-                incoming.attempt,
-                now,
-            )
-        };
+        let detail = format!(
+            "{} ({}): {}",
+            category.as_str(),
+            verdict.class,
+            verdict.rule
+        );
         Fate::DeadLetter {
             letter: Box::new(dead_letter_of(
                 incoming, verdict, category, reason, None, now,
             )),
-            then: if incoming.attempt > 0 {
-                Lettered::Abandon(update)
-            } else {
-                Lettered::Nothing
-            },
+            then: abandoning(&incoming.job.message_id, incoming.attempt, &detail, now),
             outcome: Outcome::DeadLettered(category, verdict.class),
         }
+    }
+
+    /// A payload that fails parsing or validation: an invalid job ([`Pipeline::reject`]). A
+    /// later generation's copy whose seal verifies (Courier wrote it, and a deploy since
+    /// tightened validation or rolled back past one of its fields) speaks for its record as any
+    /// copy dead-lettered before its claim; unreadable seal keys bring the copy back later.
+    pub(crate) async fn rejected(
+        &self,
+        body: &str,
+        rejected: &Rejected,
+        now: DateTime<Utc>,
+    ) -> Fate {
+        let mut fate = Self::reject(body, rejected, now);
+        if let (Some(generation @ 1..), Some(id)) = (rejected.generation, &rejected.message_id) {
+            match self.sealing.verifies(body.as_bytes(), id, generation).await {
+                Ok(true) => {
+                    if let Fate::DeadLetter { then, .. } = &mut fate {
+                        let detail =
+                            format!("invalid_job (invalid_job): {}", rejected.error.code());
+                        *then = abandoning(id, generation, &detail, now);
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => return Fate::Redeliver(e.into()),
+            }
+        }
+        fate
     }
 
     /// A record whose task panicked before any provider call: the job crashes the worker, so
@@ -184,7 +198,7 @@ impl Pipeline {
                     self.unclaimed_letter(&incoming, &verdict, category, reason, now)
                 }
             }
-            Err(rejected) => Self::reject(body, &rejected, now),
+            Err(rejected) => self.rejected(body, &rejected, now).await,
         };
         // Whatever the panic left is kept: the lease, if taken, expires as usual.
         self.carry_out(fate, Holding::Nothing).await
@@ -335,4 +349,23 @@ fn took(record: &courier_core::ports::JobRecord, attempt: u32, owner: &str) -> b
     record.status == Status::Unknown
         && record.attempt == attempt
         && last_claim.is_some_and(|h| h.detail.as_deref() == Some(claimed.as_str()))
+}
+
+/// What a job's copy dead-lettered before its claim does to its record: a later generation's
+/// makes it `dead_lettered` if it still waits for that copy ([`Lettered::Abandon`]), a
+/// generation-0 copy nothing ([`Pipeline::unclaimed_letter`]).
+fn abandoning(message_id: &str, generation: u32, detail: &str, now: DateTime<Utc>) -> Lettered {
+    if generation == 0 {
+        return Lettered::Nothing;
+    }
+    Lettered::Abandon(StatusUpdate {
+        detail: Some(format!("{detail} (dead-lettered before its claim)")),
+        ..StatusUpdate::new(
+            message_id.to_owned(),
+            "send",
+            Status::DeadLettered,
+            generation,
+            now,
+        )
+    })
 }

@@ -128,25 +128,40 @@ impl Sealing {
     /// never a later generation ([`courier_core::seal::demote`]). Unreadable keys are an error
     /// (the copy comes back later).
     pub async fn admit(&self, incoming: Incoming, body: &[u8]) -> Result<Incoming, StoreError> {
-        if !incoming.enveloped {
+        if !incoming.enveloped
+            || self
+                .verifies(body, &incoming.job.message_id, incoming.attempt)
+                .await?
+        {
             return Ok(incoming);
         }
+        Ok(seal::demote(incoming))
+    }
+
+    /// Whether an envelope's seal verifies (after reading the keys again once, for a
+    /// rotation); one that does not is counted and logged with what it claims to be.
+    pub async fn verifies(
+        &self,
+        body: &[u8],
+        message_id: &str,
+        claimed: u32,
+    ) -> Result<bool, StoreError> {
         if seal::check(body, &*self.keys.keys().await?) == SealCheck::Verified {
-            return Ok(incoming);
+            return Ok(true);
         }
         if let Some(keys) = self.keys.reread().await?
             && seal::check(body, &keys) == SealCheck::Verified
         {
-            return Ok(incoming);
+            return Ok(true);
         }
         self.unverified
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         warn!(
-            message_id = %incoming.job.message_id,
-            claimed_attempt = incoming.attempt,
+            message_id = %message_id,
+            claimed_attempt = claimed,
             "a retry envelope's seal does not verify; taken as the first copy of its job"
         );
-        Ok(seal::demote(incoming))
+        Ok(false)
     }
 
     fn drain(&self) -> u64 {
@@ -474,7 +489,7 @@ impl Pipeline {
         };
         let incoming = match parse_body(body.as_bytes()) {
             Ok(incoming) => incoming,
-            Err(rejected) => return unclaimed(Self::reject(&body, &rejected, now)),
+            Err(rejected) => return unclaimed(self.rejected(&body, &rejected, now).await),
         };
         // The seal first (a forged envelope's trace is dropped), then the producer's header.
         let incoming = match self.sealing.admit(incoming, body.as_bytes()).await {

@@ -598,6 +598,88 @@ async fn a_retry_copy_dead_lettered_before_its_claim_leaves_its_record_dead_lett
 }
 
 #[tokio::test]
+async fn a_retry_copy_that_no_longer_validates_leaves_its_record_dead_lettered() {
+    // The unit tests' seal key (`courier_devkit::memory::test_seal_keys`).
+    let keys =
+        courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[]).unwrap();
+    // A retry copy as a later deploy reads it: its job no longer valid (a rolled-back version
+    // number), or the envelope carrying a field this version does not know; sealed by Courier,
+    // or forged.
+    type Change = fn(&str) -> String;
+    let cases: [(&str, Change, bool, Option<&str>); 3] = [
+        (
+            "job",
+            |body| body.replace(r#""version":1"#, r#""version":2"#),
+            true,
+            Some("invalid_job (invalid_job): unknown_version (dead-lettered before its claim)"),
+        ),
+        (
+            "envelope",
+            |body| body.replacen('{', r#"{"from_a_later_version":true,"#, 1),
+            true,
+            Some("invalid_job (invalid_job): schema (dead-lettered before its claim)"),
+        ),
+        (
+            "forged",
+            |body| body.replace(r#""version":1"#, r#""version":2"#),
+            false,
+            None,
+        ),
+    ];
+    for (case, change, sealed, abandoned) in cases {
+        // GIVEN a job deferred after a throttle, its retry copy (generation 1) on its way
+        let w = world_with(smtp_failure("421 4.7.0 Too many connections, slow down"));
+        let id = format!("inv-{case}");
+        w.run(vec![rec("a", job(&id, "d@example.org"))]).await;
+        assert_eq!(w.status_of(&id), Some(Status::Deferred));
+        let retry = w.scheduler.queued.lock().unwrap().pop().expect("a retry");
+        let changed = change(&retry.body);
+        assert_ne!(changed, retry.body, "{case}");
+        let copy = if sealed {
+            courier_core::seal::seal(&changed, &keys)
+        } else {
+            changed
+        };
+        // WHEN it arrives and fails validation
+        let report = w.run(vec![rec("b", copy)]).await;
+        // THEN it is dead-lettered unsent as an invalid job
+        assert!(report.failures.is_empty(), "{case}: {:?}", report.reasons);
+        assert_eq!(w.mailer.sent_count(), 1, "{case}");
+        let letters = w.dead.letters.lock().unwrap().clone();
+        assert_eq!(letters.len(), 1, "{case}");
+        assert_eq!(
+            letters[0].category,
+            DeadLetterCategory::InvalidJob,
+            "{case}"
+        );
+        assert_eq!(
+            letters[0].message_id.as_deref(),
+            Some(id.as_str()),
+            "{case}"
+        );
+        let record = w.status.records.lock().unwrap()[&id].clone();
+        let Some(detail) = abandoned else {
+            // A seal that does not verify proves nothing: the record is left waiting.
+            assert_eq!(
+                (record.status, record.attempt),
+                (Status::Deferred, 1),
+                "{case}"
+            );
+            continue;
+        };
+        // AND a sealed one takes its waiting record along, which `dlq replay` can reopen
+        assert_eq!(
+            (record.status, record.attempt, record.copy_due),
+            (Status::DeadLettered, 1, None),
+            "{case}"
+        );
+        assert_eq!(record.outbox.map(|o| o.status), Some(Status::DeadLettered));
+        let last = record.history.last().unwrap();
+        assert_eq!(last.detail.as_deref(), Some(detail), "{case}");
+    }
+}
+
+#[tokio::test]
 async fn suppressed_recipients_are_not_sent_to() {
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
     w.suppression

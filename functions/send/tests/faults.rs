@@ -241,12 +241,22 @@ struct Path {
     copies: &'static [i64],
     suppressed: bool,
     invalid: bool,
-    /// The operator blocklists the job once its record is `deferred` for a later generation
-    /// (`courierctl dlq discard --blocklist`): the copy it waits for is dead-lettered before its claim, and the record
-    /// must end `dead_lettered` with it (what `dlq replay` reopens).
-    block_when_deferred: bool,
+    /// What happens to the job once its record is `deferred` for a later generation: the copy
+    /// it waits for is dead-lettered before its claim, and the record must end `dead_lettered`
+    /// with it (what `dlq replay` reopens).
+    when_deferred: Option<Spoil>,
     /// The final statuses the job may reach (empty: no status record, a dead letter only).
     end: &'static [Status],
+}
+
+/// What makes a job's waiting copy a dead letter before its claim.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spoil {
+    /// The operator blocklists it (`courierctl dlq discard --blocklist`).
+    Blocklist,
+    /// A deploy makes its copies invalid (a job version it no longer reads); Courier's seal
+    /// still verifies.
+    Invalidate,
 }
 
 const GREYLISTED: &str = "450 4.2.0 <r@x>: Recipient address rejected: Greylisted";
@@ -262,7 +272,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
-        block_when_deferred: false,
+        when_deferred: None,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -272,7 +282,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
-        block_when_deferred: false,
+        when_deferred: None,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -282,7 +292,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
-        block_when_deferred: false,
+        when_deferred: None,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -292,7 +302,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
-        block_when_deferred: false,
+        when_deferred: None,
         // A crash between the suppression and the status write: the redelivered copy finds
         // the recipient suppressed (one send, the recipient protected, the bounce in the
         // suppression's reason).
@@ -305,7 +315,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
-        block_when_deferred: false,
+        when_deferred: None,
         end: &[Status::DeadLettered],
     },
     Path {
@@ -315,7 +325,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: true,
-        block_when_deferred: false,
+        when_deferred: None,
         end: &[],
     },
     Path {
@@ -325,7 +335,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: true,
         invalid: false,
-        block_when_deferred: false,
+        when_deferred: None,
         end: &[Status::Suppressed],
     },
     Path {
@@ -335,7 +345,7 @@ const PATHS: &[Path] = &[
         copies: &[0, 0],
         suppressed: false,
         invalid: false,
-        block_when_deferred: false,
+        when_deferred: None,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -345,7 +355,7 @@ const PATHS: &[Path] = &[
         copies: &[0, 400],
         suppressed: false,
         invalid: false,
-        block_when_deferred: false,
+        when_deferred: None,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -355,7 +365,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
-        block_when_deferred: false,
+        when_deferred: None,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -365,7 +375,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
-        block_when_deferred: false,
+        when_deferred: None,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -375,7 +385,7 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
-        block_when_deferred: false,
+        when_deferred: None,
         end: &[Status::SentToProvider],
     },
     Path {
@@ -385,12 +395,23 @@ const PATHS: &[Path] = &[
         copies: &[0],
         suppressed: false,
         invalid: false,
-        block_when_deferred: true,
+        when_deferred: Some(Spoil::Blocklist),
         // Sent: a fault kept the record from ever waiting for a later generation (a crash
         // mid-send: `unknown`, then the copy after the grace window; a lease released at
         // generation 0, whose copy then claims), so the job was never blocklisted. (Blocklisted
         // while `deferred` at generation 0, the record would stay `deferred` next to the letter:
         // a generation-0 copy may be a producer's duplicate, so it never speaks for the record.)
+        end: &[Status::DeadLettered, Status::SentToProvider],
+    },
+    Path {
+        provider: Provider::Smtp,
+        name: "a retry copy that no longer validates: dead letter, the record dead_lettered",
+        answers: &[Answer::Refuse(BUSY), Answer::Accept],
+        copies: &[0],
+        suppressed: false,
+        invalid: false,
+        when_deferred: Some(Spoil::Invalidate),
+        // Sent: as above, the record never waited for a later generation.
         end: &[Status::DeadLettered, Status::SentToProvider],
     },
 ];
@@ -424,8 +445,8 @@ struct Run {
     /// Port calls made (of a clean run: the points to inject at).
     calls: usize,
     fired: bool,
-    /// The job was blocklisted on the way ([`Path::block_when_deferred`]).
-    blocked: bool,
+    /// The job was spoiled on the way ([`Path::when_deferred`]).
+    spoiled: bool,
 }
 
 async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
@@ -520,16 +541,38 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             out.violations.push("the job never settled".into());
             break;
         }
-        if path.block_when_deferred && !out.blocked && waits_for_a_later_copy(&status) {
-            let print = courier_core::envelope::job_fingerprint(&body(path));
-            poison.fingerprints.lock().unwrap().insert(print);
-            out.blocked = true;
+        let mut copy = next;
+        if let Some(spoil) = path.when_deferred
+            && !out.spoiled
+            && waits_for_a_later_copy(&status)
+        {
+            match spoil {
+                Spoil::Blocklist => {
+                    let print = courier_core::envelope::job_fingerprint(&body(path));
+                    poison.fingerprints.lock().unwrap().insert(print);
+                }
+                Spoil::Invalidate => {
+                    let keys = courier_devkit::memory::test_seal_keys()
+                        .keys()
+                        .await
+                        .unwrap();
+                    let spoiled = |body: &str| {
+                        let changed = body.replace(r#""version":1"#, r#""version":2"#);
+                        assert_ne!(changed, body, "a copy without the job's version");
+                        courier_core::seal::seal(&changed, &keys)
+                    };
+                    copy.body = spoiled(&copy.body);
+                    for other in queue.copies.lock().unwrap().iter_mut() {
+                        other.body = spoiled(&other.body);
+                    }
+                }
+            }
+            out.spoiled = true;
         }
         let now = clock.now();
-        if next.visible_at > now {
-            clock.advance((next.visible_at - now).num_seconds().max(0) + 1);
+        if copy.visible_at > now {
+            clock.advance((copy.visible_at - now).num_seconds().max(0) + 1);
         }
-        let mut copy = next;
         copy.receives += 1;
         if copy.receives > MAX_RECEIVES {
             out.violations
@@ -592,9 +635,9 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         out.violations
             .push(format!("ended {end:?}, expected one of {:?}", path.end));
     }
-    if out.blocked && end != Some(Status::DeadLettered) {
+    if out.spoiled && end != Some(Status::DeadLettered) {
         out.violations.push(format!(
-            "blocklisted while its record waited, yet it ended {end:?} (not what `dlq replay` reopens)"
+            "spoiled while its record waited, yet it ended {end:?} (not what `dlq replay` reopens)"
         ));
     }
     // An SES send keeps its payload with the record, for a resend after a transient bounce.
@@ -668,8 +711,9 @@ async fn every_fault_at_every_port_call_of_every_path_keeps_both_promises() {
             clean.violations
         );
         assert_eq!(
-            clean.blocked, path.block_when_deferred,
-            "{}: the clean run's blocklisting",
+            clean.spoiled,
+            path.when_deferred.is_some(),
+            "{}: the clean run's spoiling",
             path.name
         );
         for at in 0..clean.calls {

@@ -126,20 +126,31 @@ impl Incoming {
 pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
     let (text, value) = parse_json(body)?;
     if value.get(ENVELOPE_KEY).is_some() {
+        // What a rejected envelope claims to be (its job's ids, its generation): the send
+        // function trusts it once the seal verifies, so that its record is not left waiting.
+        let generation = value
+            .get("attempt")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|a| u32::try_from(a).ok());
+        let claimed = |mut rejected: Box<Rejected>| {
+            rejected.generation = generation;
+            rejected
+        };
+        // The ids of an envelope that does not parse, read before it is consumed.
+        let mut unread = claimed(Rejected::salvaged(
+            JobError::MissingVersion,
+            value.get("job").unwrap_or(&serde_json::Value::Null),
+        ));
         let envelope: Envelope = serde_json::from_value(value).map_err(|e| {
-            Box::new(Rejected {
-                error: JobError::Schema {
-                    message: format!("bad retry envelope: {e}"),
-                },
-                message_id: None,
-                campaign_id: None,
-                trace_id: None,
-            })
+            unread.error = JobError::Schema {
+                message: format!("bad retry envelope: {e}"),
+            };
+            unread
         })?;
         // A `Value` prints its keys sorted: this is the canonical form `job_fingerprint` prints.
         let original = envelope.job.to_string();
         let print = fingerprint(original.as_bytes());
-        let job = EmailJob::from_value(envelope.job)?;
+        let job = EmailJob::from_value(envelope.job).map_err(claimed)?;
         let trace = job.trace_id.clone().or(envelope.trace);
         return Ok(Incoming {
             job,
@@ -377,6 +388,55 @@ mod tests {
         let next = parse_body(next_body(&part, RetryState::default(), Vec::new()).as_bytes());
         assert_eq!(next.unwrap().job, part.job);
         assert_eq!(whole.part("m~2", &["nobody@example.org".into()]), None);
+    }
+
+    #[test]
+    fn a_rejected_envelope_says_which_job_and_generation_it_claims_to_be() {
+        let raw = r#"{"version": 1, "message_id": "m", "campaign_id": "c", "trace_id": "t",
+            "from": "a@example.com", "to": ["a@example.org"], "content": {"subject": "s", "text": "t"}}"#;
+        let mut first = parse_body(raw.as_bytes()).unwrap();
+        first.attempt = 2;
+        let retry = next_body(&first, RetryState::default(), Vec::new());
+        let ids = |r: &Rejected| {
+            (
+                r.message_id.clone(),
+                r.campaign_id.clone(),
+                r.trace_id.clone(),
+                r.generation,
+            )
+        };
+        let whole = (
+            Some("m".into()),
+            Some("c".into()),
+            Some("t".into()),
+            Some(3),
+        );
+        // A job that no longer validates inside an envelope.
+        let invalid = retry.replace(r#""version":1"#, r#""version":2"#);
+        let rejected = parse_body(invalid.as_bytes()).unwrap_err();
+        assert_eq!(rejected.error.code(), "unknown_version");
+        assert_eq!(ids(&rejected), whole);
+        // An envelope with a field this version does not know.
+        let unknown = retry.replacen('{', r#"{"later":1,"#, 1);
+        let rejected = parse_body(unknown.as_bytes()).unwrap_err();
+        assert!(
+            rejected.error.to_string().contains("bad retry envelope"),
+            "{rejected:?}"
+        );
+        assert_eq!(ids(&rejected), whole);
+        // An envelope without a readable generation, and a bare job, claim none.
+        let unnumbered = retry.replace(r#""attempt":3"#, r#""attempt":"3""#);
+        assert_ne!(unnumbered, retry);
+        assert_eq!(
+            parse_body(unnumbered.as_bytes()).unwrap_err().generation,
+            None
+        );
+        let bare = raw.replace(r#""version": 1"#, r#""version": 2"#);
+        let rejected = parse_body(bare.as_bytes()).unwrap_err();
+        assert_eq!(
+            ids(&rejected),
+            (Some("m".into()), Some("c".into()), Some("t".into()), None)
+        );
     }
 
     #[test]

@@ -110,15 +110,23 @@ async fn unreadable_seal_keys_leave_an_envelope_for_redelivery_and_bare_jobs_una
     ));
     let first = courier_core::envelope::parse_body(job("m3", "a@example.org").as_bytes()).unwrap();
     let envelope = courier_core::envelope::next_body(&first, Default::default(), vec![]);
+    // An envelope whose job no longer validates is judged by its seal too (whether it speaks
+    // for its record), so it waits for the keys as well.
+    let invalid = envelope.replace(r#""version":1"#, r#""version":2"#);
     let deadline = w.clock.now() + chrono::Duration::seconds(60);
     let report = pipeline
         .handle_records(
-            vec![rec("a", envelope), rec("b", job("m4", "b@example.org"))],
+            vec![
+                rec("a", envelope),
+                rec("b", job("m4", "b@example.org")),
+                rec("c", invalid),
+            ],
             deadline,
             "req",
         )
         .await;
-    assert_eq!(report.failures, vec!["a".to_owned()]);
+    assert_eq!(report.failures, vec!["a".to_owned(), "c".to_owned()]);
     assert_eq!(w.mailer.sent_count(), 1, "the bare job is sent");
     assert_eq!(w.status_of("m3"), None);
+    assert!(w.dead.letters.lock().unwrap().is_empty());
 }

@@ -275,6 +275,22 @@ pub struct Rejected {
     pub message_id: Option<String>,
     pub campaign_id: Option<String>,
     pub trace_id: Option<String>,
+    /// The generation a retry envelope claims (`None` for a bare job or an envelope without a
+    /// readable one); trusted only once the body's seal verifies ([`crate::seal::check`]).
+    pub generation: Option<u32>,
+}
+
+impl Rejected {
+    /// A rejection of the job `value`, with the ids salvaged from it.
+    pub(crate) fn salvaged(error: JobError, value: &serde_json::Value) -> Box<Rejected> {
+        Box::new(Rejected {
+            error,
+            message_id: salvage(value, "message_id"),
+            campaign_id: salvage(value, "campaign_id"),
+            trace_id: salvage(value, "trace_id"),
+            generation: None,
+        })
+    }
 }
 
 /// Hex SHA-256 of a payload: the poison blocklist and duplicate detection key on it.
@@ -300,6 +316,7 @@ pub fn parse_json(bytes: &[u8]) -> Result<(&str, serde_json::Value), Box<Rejecte
             message_id: None,
             campaign_id: None,
             trace_id: None,
+            generation: None,
         })
     };
     let text = std::str::from_utf8(bytes).map_err(|e| {
@@ -344,14 +361,7 @@ impl EmailJob {
 
     /// Validates an already-parsed JSON value into a job.
     pub fn from_value(value: serde_json::Value) -> Result<EmailJob, Box<Rejected>> {
-        let reject = |error: JobError, value: &serde_json::Value| {
-            Box::new(Rejected {
-                error,
-                message_id: salvage(value, "message_id"),
-                campaign_id: salvage(value, "campaign_id"),
-                trace_id: salvage(value, "trace_id"),
-            })
-        };
+        let reject = Rejected::salvaged;
         if !value.is_object() {
             return Err(reject(
                 JobError::NotAnObject {
