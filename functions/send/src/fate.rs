@@ -496,11 +496,8 @@ impl Pipeline {
     /// letter is still the job's home: the record stays waiting, the sweeper flags it once its
     /// copy is overdue, and `courierctl status` shows it next to the letter.
     async fn abandon_durably(&self, update: &StatusUpdate) {
-        let until = self.write_deadline();
-        let mut backoff = Duration::from_millis(50);
-        let mut tries = 0;
+        let mut tries = Tries::new(self.config.status_write_tries, self.write_deadline());
         loop {
-            tries += 1;
             let error = match self.status.abandon(update).await {
                 Ok(true) => {
                     info!(
@@ -512,13 +509,11 @@ impl Pipeline {
                 Ok(false) => return,
                 Err(e) => e,
             };
-            let next = self.now() + chrono::Duration::from_std(backoff).unwrap_or_default();
-            if tries >= self.config.status_write_tries || next >= until {
-                warn!(error = %error, tries, "status write after dead-lettering an unclaimed copy failed");
+            let Some(wait) = tries.failed(self.now()) else {
+                warn!(error = %error, tries = tries.made, "status write after dead-lettering an unclaimed copy failed");
                 return;
-            }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
+            };
+            tokio::time::sleep(wait).await;
         }
     }
 
@@ -544,11 +539,9 @@ impl Pipeline {
         until: DateTime<Utc>,
         carrier: &mut Option<Requeue>,
     ) -> Result<(), (u32, StoreError)> {
-        let mut backoff = Duration::from_millis(50);
-        let mut tries = 0;
+        let mut tries = Tries::new(self.config.status_write_tries, until);
         loop {
-            tries += 1;
-            let written = if tries == 1 && carrier.is_some() {
+            let written = if tries.made == 0 && carrier.is_some() {
                 self.first_write_or_carrier(update, carrier).await
             } else {
                 self.status.finish(update).await
@@ -565,14 +558,44 @@ impl Pipeline {
             if let Some(pending) = carrier.take() {
                 *carrier = self.queue_carrier(pending).await;
             }
-            let next = self.now() + chrono::Duration::from_std(backoff).unwrap_or_default();
-            if tries >= self.config.status_write_tries || next >= until {
-                return Err((tries, error));
-            }
-            warn!(error = %error, tries, status = %update.status, "status write failed; trying again");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
+            let Some(wait) = tries.failed(self.now()) else {
+                return Err((tries.made, error));
+            };
+            warn!(error = %error, tries = tries.made, status = %update.status, "status write failed; trying again");
+            tokio::time::sleep(wait).await;
         }
+    }
+}
+
+/// The tries of a status write: at most `most`, the waits between them doubling from 50 ms to
+/// at most 1 s, none ending at or after `until`.
+struct Tries {
+    made: u32,
+    most: u32,
+    wait: Duration,
+    until: DateTime<Utc>,
+}
+
+impl Tries {
+    fn new(most: u32, until: DateTime<Utc>) -> Tries {
+        Tries {
+            made: 0,
+            most,
+            wait: Duration::from_millis(50),
+            until,
+        }
+    }
+
+    /// Counts a failed try at `now`: the wait before the next one, or `None` when none is left.
+    fn failed(&mut self, now: DateTime<Utc>) -> Option<Duration> {
+        self.made += 1;
+        let wait = self.wait;
+        let next = now + chrono::Duration::from_std(wait).unwrap_or_default();
+        if self.made >= self.most || next >= self.until {
+            return None;
+        }
+        self.wait = (wait * 2).min(Duration::from_secs(1));
+        Some(wait)
     }
 }
 
@@ -598,4 +621,33 @@ fn recorded_by_events(record: &JobRecord, update: &StatusUpdate) -> bool {
         && record.provider_message_id.as_deref() == Some(sent);
     let resent = record.attempt > update.attempt && record.resend_of.as_deref() == Some(sent);
     update.status == Status::SentToProvider && (this_send || resent)
+}
+
+#[cfg(test)]
+mod tries_tests {
+    use super::*;
+
+    #[test]
+    fn a_status_write_is_tried_the_configured_times_with_doubling_waits_before_its_deadline() {
+        let now = DateTime::from_timestamp(1_800_000_000, 0).unwrap();
+        // Bounded by the count: 50, 100, 200, 400, 800 ms, then 1 s each.
+        let mut tries = Tries::new(8, now + chrono::Duration::hours(1));
+        let waits: Vec<u128> = std::iter::from_fn(|| tries.failed(now))
+            .map(|w| w.as_millis())
+            .collect();
+        assert_eq!(waits, [50, 100, 200, 400, 800, 1000, 1000]);
+        assert_eq!(tries.made, 8);
+        // Bounded by the deadline: no wait that ends at or after it.
+        let mut tries = Tries::new(100, now + chrono::Duration::milliseconds(120));
+        assert_eq!(tries.failed(now), Some(Duration::from_millis(50)));
+        assert_eq!(tries.failed(now), Some(Duration::from_millis(100)));
+        assert_eq!(tries.failed(now), None, "200 ms from now is past it");
+        let mut tries = Tries::new(100, now + chrono::Duration::milliseconds(120));
+        assert_eq!(tries.failed(now + chrono::Duration::milliseconds(70)), None);
+        // One try configured: none again.
+        assert_eq!(
+            Tries::new(1, now + chrono::Duration::hours(1)).failed(now),
+            None
+        );
+    }
 }
