@@ -296,13 +296,17 @@ pub(crate) fn requeue(jobs: Jobs, act: &ActArgs, settings: &Settings, out: &mut 
                 .zip(scheduler.as_ref())
                 .map(|((operator, reason), scheduler)| PutBack {
                     scheduler,
-                    payloads: payloads.as_deref(),
                     operator,
                     reason,
                 });
-        let outcome =
-            courierctl::requeue::requeue(&message_ids, &status, put_back.as_ref(), Utc::now())
-                .await;
+        let outcome = courierctl::requeue::requeue(
+            &message_ids,
+            &status,
+            payloads.as_deref(),
+            put_back.as_ref(),
+            Utc::now(),
+        )
+        .await;
         let verb = match put_back {
             Some(_) => "put back the copies of",
             None => "would put back the copies of",

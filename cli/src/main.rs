@@ -91,9 +91,11 @@ enum Command {
     },
     /// Put back the copy of jobs the sweeper flagged because theirs never came back
     /// (SweptCopyOverdueAlarm): the job at its generation, from the body its record keeps, on the
-    /// retry queue (the send queue without one), sealed. Without --confirm: a dry run. Reads
-    /// COURIER_STATUS_TABLE, COURIER_RETRY_QUEUE_URL or else COURIER_QUEUE_URL, and
-    /// COURIER_ENVELOPE_KEY_SECRET, or the outputs of --stack.
+    /// retry queue (the send queue without one), sealed. Without --confirm: a dry run (each
+    /// job's body read and its copy built; nothing written or sent). Reads
+    /// COURIER_STATUS_TABLE, COURIER_RETRY_QUEUE_URL or else COURIER_QUEUE_URL,
+    /// COURIER_ENVELOPE_KEY_SECRET and, for a body over 300 KiB, COURIER_PAYLOAD_BUCKET, or the
+    /// outputs of --stack.
     ///
     /// Example: courierctl requeue --overdue --confirm --reason "retry queue purged"
     #[command(group(clap::ArgGroup::new("jobs").required(true).args(["message_ids", "overdue"])))]

@@ -122,8 +122,6 @@ pub async fn overdue(
 /// Where put-back copies go, and who puts them back and why.
 pub struct PutBack<'a> {
     pub scheduler: &'a dyn RetryScheduler,
-    /// Where a body over 300 KiB is kept (`None`: no payload bucket is named; such a job fails).
-    pub payloads: Option<&'a dyn PayloadStore>,
     pub operator: &'a str,
     pub reason: &'a str,
 }
@@ -131,17 +129,20 @@ pub struct PutBack<'a> {
 /// Puts back the copies of `message_ids` (see [`copy_of`]) as `put_back` says, with no delay;
 /// then the job waits again for that copy, with who and why in its timeline (written only while
 /// the job is still as it was read: a job a copy claimed meanwhile has its claim's entry
-/// instead). A job that fails is reported and the others are tried. `put_back` `None`: only
-/// checks each job.
+/// instead). A body over 300 KiB is read from `payloads` (`None`: no payload bucket is named;
+/// such a job fails). A job that fails is reported and the others are tried. `put_back` `None`:
+/// a dry run, which reads each job and its body and builds its copy, so it reports what a run
+/// would skip or fail, and writes and sends nothing.
 pub async fn requeue(
     message_ids: &[String],
     status: &dyn StatusStore,
+    payloads: Option<&dyn PayloadStore>,
     put_back: Option<&PutBack<'_>>,
     now: DateTime<Utc>,
 ) -> Outcome {
     let mut outcome = Outcome::default();
     for id in message_ids {
-        match requeue_one(id, status, put_back, now).await {
+        match requeue_one(id, status, payloads, put_back, now).await {
             Ok(Ok(())) => outcome.done.push(id.clone()),
             Ok(Err(why)) => outcome.skipped.push((id.clone(), why)),
             Err(e) => outcome.failed.push((id.clone(), e.to_string())),
@@ -154,6 +155,7 @@ pub async fn requeue(
 async fn requeue_one(
     id: &str,
     status: &dyn StatusStore,
+    payloads: Option<&dyn PayloadStore>,
     put_back: Option<&PutBack<'_>>,
     now: DateTime<Utc>,
 ) -> Result<Result<(), String>, DlqError> {
@@ -164,22 +166,21 @@ async fn requeue_one(
         Ok(kept) => kept,
         Err(why) => return Ok(Err(why)),
     };
-    let Some(PutBack {
-        scheduler,
-        payloads,
-        operator,
-        reason,
-    }) = put_back
-    else {
-        return Ok(Ok(()));
-    };
-    let body = match kept_body(*payloads, kept).await? {
+    let body = match kept_body(payloads, kept).await? {
         Ok(kept) => copy_of(&record, &kept),
         Err(why) => Err(why),
     };
     let body = match body {
         Ok(body) => body,
         Err(why) => return Ok(Err(why)),
+    };
+    let Some(PutBack {
+        scheduler,
+        operator,
+        reason,
+    }) = put_back
+    else {
+        return Ok(Ok(()));
     };
     // The copy first: if the record's write then fails, the copy is one more the claim takes
     // once; the other way round, a timeline would say a copy went back that never did.
@@ -243,7 +244,6 @@ mod tests {
     fn put_back<'a>(scheduler: &'a MemoryScheduler, reason: &'a str) -> PutBack<'a> {
         PutBack {
             scheduler,
-            payloads: None,
             operator: "ann",
             reason,
         }
@@ -293,7 +293,7 @@ mod tests {
         flagged(&store, "lost").await;
         let ids = vec!["lost".to_owned()];
         // A dry run changes nothing.
-        let dry = requeue(&ids, &store, None, t(4000)).await;
+        let dry = requeue(&ids, &store, None, None, t(4000)).await;
         assert_eq!(dry.done, ids);
         assert!(scheduler.queued.lock().unwrap().is_empty());
         let before = store.get("lost").await.unwrap().unwrap();
@@ -302,6 +302,7 @@ mod tests {
         let done = requeue(
             &ids,
             &store,
+            None,
             Some(&put_back(&scheduler, "queue purged")),
             t(4000),
         )
@@ -352,7 +353,14 @@ mod tests {
             ClaimOutcome::Duplicate(Status::SentToProvider)
         );
         // And a job that moved on is not put back again.
-        let again = requeue(&ids, &store, Some(&put_back(&scheduler, "again")), t(4004)).await;
+        let again = requeue(
+            &ids,
+            &store,
+            None,
+            Some(&put_back(&scheduler, "again")),
+            t(4004),
+        )
+        .await;
         assert!(again.done.is_empty());
         assert!(again.skipped[0].1.contains("sent_to_provider"), "{again:?}");
         assert_eq!(scheduler.queued.lock().unwrap().len(), 1);
@@ -384,7 +392,14 @@ mod tests {
             .map(str::to_owned)
             .to_vec();
         let before = store.records.lock().unwrap().clone();
-        let outcome = requeue(&ids, &store, Some(&put_back(&scheduler, "x")), t(4000)).await;
+        let outcome = requeue(
+            &ids,
+            &store,
+            None,
+            Some(&put_back(&scheduler, "x")),
+            t(4000),
+        )
+        .await;
         assert!(
             outcome.done.is_empty() && outcome.failed.is_empty(),
             "{outcome:?}"
@@ -437,6 +452,7 @@ mod tests {
         let done = requeue(
             &["a".to_owned()],
             &store,
+            None,
             Some(&put_back(&scheduler, "x")),
             t(4000),
         )
@@ -451,7 +467,14 @@ mod tests {
         let scheduler = MemoryScheduler::default();
         flagged_as(&store, "ambiguous", Status::Unknown, None).await;
         let ids = vec!["ambiguous".to_owned()];
-        let outcome = requeue(&ids, &store, Some(&put_back(&scheduler, "purged")), t(4000)).await;
+        let outcome = requeue(
+            &ids,
+            &store,
+            None,
+            Some(&put_back(&scheduler, "purged")),
+            t(4000),
+        )
+        .await;
         assert_eq!(outcome.done, ids);
         let rec = store.get("ambiguous").await.unwrap().unwrap();
         assert_eq!((rec.status, rec.copy_due), (Status::Unknown, Some(t(4000))));
@@ -466,7 +489,14 @@ mod tests {
         let first_before = store.get("first").await.unwrap().unwrap();
         scheduler.fail_enqueues.set(1);
         let ids = vec!["first".to_owned(), "second".to_owned()];
-        let outcome = requeue(&ids, &store, Some(&put_back(&scheduler, "purged")), t(4000)).await;
+        let outcome = requeue(
+            &ids,
+            &store,
+            None,
+            Some(&put_back(&scheduler, "purged")),
+            t(4000),
+        )
+        .await;
         assert_eq!(outcome.done, vec!["second".to_owned()]);
         assert_eq!(outcome.failed.len(), 1);
         assert_eq!(outcome.failed[0].0, "first");
@@ -501,7 +531,14 @@ mod tests {
         let ids = vec!["large".to_owned()];
         // No payload bucket named: failed, nothing sent or written
         let before = store.get("large").await.unwrap().unwrap();
-        let outcome = requeue(&ids, &store, Some(&put_back(&scheduler, "x")), t(4000)).await;
+        let outcome = requeue(
+            &ids,
+            &store,
+            None,
+            Some(&put_back(&scheduler, "x")),
+            t(4000),
+        )
+        .await;
         assert_eq!(outcome.failed.len(), 1, "{outcome:?}");
         assert!(
             outcome.failed[0].1.contains("COURIER_PAYLOAD_BUCKET"),
@@ -509,12 +546,18 @@ mod tests {
         );
         assert!(scheduler.queued.lock().unwrap().is_empty());
         assert_eq!(store.get("large").await.unwrap().unwrap(), before);
+        // ... and a dry run says so too
+        let dry = requeue(&ids, &store, None, None, t(4000)).await;
+        assert!(
+            dry.failed.len() == 1 && dry.failed[0].1.contains("COURIER_PAYLOAD_BUCKET"),
+            "{dry:?}"
+        );
         // With the bucket: the copy is the stored job at its generation
-        let with_bucket = PutBack {
-            payloads: Some(&payloads),
-            ..put_back(&scheduler, "x")
-        };
-        let outcome = requeue(&ids, &store, Some(&with_bucket), t(4000)).await;
+        let with_bucket = put_back(&scheduler, "x");
+        let dry = requeue(&ids, &store, Some(&payloads), None, t(4000)).await;
+        assert_eq!(dry.done, ids, "{dry:?}");
+        assert!(scheduler.queued.lock().unwrap().is_empty());
+        let outcome = requeue(&ids, &store, Some(&payloads), Some(&with_bucket), t(4000)).await;
         assert_eq!(outcome.done, ids, "{outcome:?}");
         let queued = scheduler.queued.lock().unwrap().clone();
         let copy = parse_body(queued[0].body.as_bytes()).unwrap();
@@ -525,12 +568,17 @@ mod tests {
         );
         // The stored body gone (expired): skipped, saying so
         payloads.objects.lock().unwrap().remove(&check.key);
-        let gone = requeue(&["gone".to_owned()], &store, Some(&with_bucket), t(4000)).await;
-        assert_eq!(gone.skipped.len(), 1, "{gone:?}");
-        assert!(
-            gone.skipped[0].1.contains("not in the payload store")
-                && gone.skipped[0].1.contains("new message_id"),
-            "{gone:?}"
-        );
+        let gone = ["gone".to_owned()];
+        let before = store.get("gone").await.unwrap().unwrap();
+        for put_back in [None, Some(&with_bucket)] {
+            let outcome = requeue(&gone, &store, Some(&payloads), put_back, t(4000)).await;
+            assert_eq!(outcome.skipped.len(), 1, "{outcome:?}");
+            assert!(
+                outcome.skipped[0].1.contains("not in the payload store")
+                    && outcome.skipped[0].1.contains("new message_id"),
+                "{outcome:?}"
+            );
+        }
+        assert_eq!(store.get("gone").await.unwrap().unwrap(), before);
     }
 }

@@ -881,6 +881,15 @@ async fn requeue_puts_back_a_copy_too_large_for_sqs_through_the_claim_check() {
     deferred_at(&status, "cli-large", kept, t).await;
     // AND the sweeper flagged it: its copy never came back
     flag_overdue(&status, "cli-large", t).await;
+    // AND a dry run reads its body from the bucket and builds the copy, sending nothing
+    let dry = courierctl_with(&env, &["requeue", "cli-large"]).expect(0, "requeue (dry run)");
+    assert!(
+        dry.stdout
+            .contains("would put back the copies of 1 jobs; skipped 0; failed 0"),
+        "{}",
+        dry.stdout
+    );
+    assert!(stack.drain(&stack.retry_queue_url).await.is_empty());
     // WHEN an operator puts it back
     let done = courierctl_with(
         &env,
