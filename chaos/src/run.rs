@@ -301,15 +301,16 @@ async fn collect(
             ev.redriven.push(print);
         }
     }
-    // Maildir: one file per accepted recipient.
-    for entry in std::fs::read_dir(capture_dir)?.flatten() {
-        let Ok(text) = std::fs::read_to_string(entry.path()) else {
-            continue;
-        };
-        if let Some(id) = courier_devkit::mime::header(&text, "X-Courier-Message-Id") {
-            *ev.deliveries.entry(id).or_default() += 1;
-        }
-    }
+    // Maildir: one file per accepted recipient, and more when Postfix itself delivers a
+    // message again (a restart between its delivery and its queue manager's record of it):
+    // counted once per acceptance, the Postfix queue id Courier's submission got.
+    let files = std::fs::read_dir(capture_dir)?
+        .flatten()
+        .filter_map(|entry| {
+            let text = std::fs::read_to_string(entry.path()).ok()?;
+            Some((entry.file_name().to_string_lossy().into_owned(), text))
+        });
+    (ev.deliveries, ev.maildir_files) = audit::deliveries(files);
     if let Ok(text) = std::fs::read_to_string(journal) {
         ev.journal_ambiguous = text
             .lines()
@@ -748,10 +749,11 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         );
     }
     println!(
-        "evidence: {} status records, {} dead letters, {} raw copies in the redrive DLQ, {} Maildir files, {} messages the SES emulator accepted, {} jobs journaled ambiguous",
+        "evidence: {} status records, {} dead letters, {} raw copies in the redrive DLQ, {} Maildir files ({} SMTP acceptances; the rest delivered again by Postfix itself after a restart), {} messages the SES emulator accepted, {} jobs journaled ambiguous",
         ev.statuses.len(),
         ev.letters.len(),
         ev.redriven.len(),
+        ev.maildir_files,
         ev.deliveries.values().sum::<usize>(),
         ev.ses_accepted.values().sum::<usize>(),
         ev.journal_ambiguous.len()

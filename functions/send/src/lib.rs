@@ -159,7 +159,7 @@ impl Sealing {
         warn!(
             message_id = %message_id,
             claimed_attempt = claimed,
-            "a retry envelope's seal does not verify; taken as the first copy of its job"
+            "a retry envelope's seal does not verify; not trusted as a later generation of its job"
         );
         Ok(false)
     }
