@@ -50,7 +50,7 @@ pub struct Evidence {
     /// SMTP acceptances per `X-Courier-Message-Id`: its Maildir files, those of one Postfix
     /// queue id counted once ([`acceptance_id`]).
     pub deliveries: HashMap<String, usize>,
-    /// Maildir files in all.
+    /// Maildir files of jobs (with `X-Courier-Message-Id`).
     pub maildir_files: usize,
     /// Messages moto's SES accepted, per `X-Courier-Message-Id`.
     pub ses_accepted: HashMap<String, usize>,
@@ -396,16 +396,16 @@ pub fn table(a: &Audit) -> String {
 }
 
 /// SMTP acceptances per `X-Courier-Message-Id` of the Maildir `files` (name, text), and how
-/// many files there are: files of one Postfix queue id ([`acceptance_id`]) count once; a file
-/// without one counts on its own.
+/// many files carry that field: files of one Postfix queue id ([`acceptance_id`]) count once; a
+/// file without one counts on its own.
 pub fn deliveries(
     files: impl Iterator<Item = (String, String)>,
 ) -> (HashMap<String, usize>, usize) {
     let mut acceptances: HashMap<String, HashSet<String>> = HashMap::new();
     let mut count = 0;
     for (name, text) in files {
-        count += 1;
         if let Some(id) = courier_devkit::mime::header(&text, "X-Courier-Message-Id") {
+            count += 1;
             let acceptance = acceptance_id(&text).unwrap_or(name);
             acceptances.entry(id).or_default().insert(acceptance);
         }
@@ -467,6 +467,8 @@ mod tests {
             // Without a Received field: each file on its own.
             ("f5", "X-Courier-Message-Id: bare\n\nx".to_owned()),
             ("f6", "X-Courier-Message-Id: bare\n\nx".to_owned()),
+            // Not a job's mail (a notice): not counted.
+            ("f7", "Subject: postmaster notice\n\nx".to_owned()),
         ];
         let (per_job, count) = deliveries(files.into_iter().map(|(n, t)| (n.to_owned(), t)));
         assert_eq!(count, 6);

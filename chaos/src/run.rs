@@ -749,7 +749,7 @@ pub async fn run(settings: Settings) -> Result<i32, RunError> {
         );
     }
     println!(
-        "evidence: {} status records, {} dead letters, {} raw copies in the redrive DLQ, {} Maildir files ({} SMTP acceptances; the rest delivered again by Postfix itself after a restart), {} messages the SES emulator accepted, {} jobs journaled ambiguous",
+        "evidence: {} status records, {} dead letters, {} raw copies in the redrive DLQ, {} Maildir files of jobs ({} SMTP acceptances: files of one Postfix queue id, delivered again by Postfix itself after a restart, count once), {} messages the SES emulator accepted, {} jobs journaled ambiguous",
         ev.statuses.len(),
         ev.letters.len(),
         ev.redriven.len(),

@@ -99,29 +99,34 @@ impl Pipeline {
 
     /// A payload that fails parsing or validation: an invalid job ([`Pipeline::reject`]). A
     /// later generation's copy whose seal verifies (Courier wrote it, and a deploy since
-    /// tightened validation or rolled back past one of its fields) speaks for its record as any
-    /// copy dead-lettered before its claim; unreadable seal keys bring the copy back later.
+    /// tightened validation or rolled back past one of its fields) is trusted for the job and
+    /// generation it names, and speaks for its record as any copy dead-lettered before its
+    /// claim; unreadable seal keys bring the copy back later.
     pub(crate) async fn rejected(
         &self,
         body: &str,
         rejected: &Rejected,
         now: DateTime<Utc>,
     ) -> Fate {
-        let mut fate = Self::reject(body, rejected, now);
-        if let (Some(generation @ 1..), Some(id)) = (rejected.generation, &rejected.message_id) {
-            match self.sealing.verifies(body.as_bytes(), id, generation).await {
-                Ok(true) => {
-                    if let Fate::DeadLetter { then, .. } = &mut fate {
-                        let detail =
-                            format!("invalid_job (invalid_job): {}", rejected.error.code());
-                        *then = abandoning(id, generation, &detail, now);
-                    }
-                }
-                Ok(false) => {}
+        let trusted = match &rejected.envelope {
+            Some(
+                claimed @ Claimed {
+                    generation: 1..,
+                    message_id: Some(id),
+                    ..
+                },
+            ) => match self
+                .sealing
+                .verifies(body.as_bytes(), id, claimed.generation)
+                .await
+            {
+                Ok(true) => Some(claimed),
+                Ok(false) => None,
                 Err(e) => return Fate::Redeliver(e.into()),
-            }
-        }
-        fate
+            },
+            _ => None,
+        };
+        Self::reject(body, rejected, trusted, now)
     }
 
     /// A record whose task panicked before any provider call: the job crashes the worker, so
@@ -204,29 +209,53 @@ impl Pipeline {
         self.carry_out(fate, Holding::Nothing).await
     }
 
-    /// An unparseable or invalid payload: dead letter with whatever ids could be salvaged.
-    pub(crate) fn reject(body: &str, rejected: &Rejected, now: DateTime<Utc>) -> Fate {
-        warn!(code = rejected.error.code(), error = %redact(&rejected.error.to_string()), "invalid job");
+    /// An unparseable or invalid payload: dead letter with whatever ids could be salvaged, or,
+    /// for a `trusted` retry envelope, with the job and generation it names (its letter one of
+    /// that generation), its waiting record taken along ([`abandoning`]).
+    pub(crate) fn reject(
+        body: &str,
+        rejected: &Rejected,
+        trusted: Option<&Claimed>,
+        now: DateTime<Utc>,
+    ) -> Fate {
+        let code = rejected.error.code();
+        warn!(code, error = %redact(&rejected.error.to_string()), "invalid job");
         let mut letter = Self::raw_letter(
             body,
             DeadLetterCategory::InvalidJob,
-            rejected.error.code(),
+            code,
             rejected.error.to_string(),
             now,
         );
+        let (generation, message_id, campaign_id, trace_id) = match trusted {
+            Some(c) => (c.generation, &c.message_id, &c.campaign_id, &c.trace_id),
+            None => (
+                0,
+                &rejected.message_id,
+                &rejected.campaign_id,
+                &rejected.trace_id,
+            ),
+        };
         letter.id = letter_id(
-            rejected.message_id.as_deref(),
+            message_id.as_deref(),
             &letter.fingerprint,
-            0,
+            generation,
             DeadLetterCategory::InvalidJob,
         );
-        letter.message_id = rejected.message_id.clone();
-        letter.campaign_id = rejected.campaign_id.clone();
-        letter.trace_id = rejected.trace_id.clone();
+        letter.message_id = message_id.clone();
+        letter.campaign_id = campaign_id.clone();
+        letter.trace_id = trace_id.clone();
+        let then = match (trusted, message_id) {
+            (Some(_), Some(id)) => {
+                let detail = format!("invalid_job (invalid_job): {code}");
+                abandoning(id, generation, &detail, now)
+            }
+            _ => Lettered::Nothing,
+        };
         Fate::DeadLetter {
             outcome: Outcome::DeadLettered(letter.category, letter.class),
             letter: Box::new(letter),
-            then: Lettered::Nothing,
+            then,
         }
     }
 

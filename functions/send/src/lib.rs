@@ -48,7 +48,7 @@ use courier_core::envelope::{
     Incoming, ProviderAcceptance, accepted_body, attempt_record, current_body, dead_letter_of,
     job_fingerprint, parse_body, same_generation_body,
 };
-use courier_core::job::{Rejected, parse_mailbox};
+use courier_core::job::{Claimed, Rejected, parse_mailbox};
 use courier_core::letters::letter_id;
 use courier_core::mailbox::{address_hash, address_key, redact};
 use courier_core::outcome::Relay;

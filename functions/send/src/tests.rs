@@ -599,34 +599,36 @@ async fn a_retry_copy_dead_lettered_before_its_claim_leaves_its_record_dead_lett
 
 #[tokio::test]
 async fn a_retry_copy_that_no_longer_validates_leaves_its_record_dead_lettered() {
-    // The unit tests' seal key (`courier_devkit::memory::test_seal_keys`).
-    let keys =
-        courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[]).unwrap();
+    let keys = unit_seal_keys();
+    let reversion = |body: &str| body.replace(r#""version":1"#, r#""version":2"#);
+    let later_field = |body: &str| body.replacen('{', r#"{"from_a_later_version":true,"#, 1);
     // A retry copy as a later deploy reads it: its job no longer valid (a rolled-back version
     // number), or the envelope carrying a field this version does not know; sealed by Courier,
-    // or forged.
+    // or forged. (case, change, sealed, the letter's message id, the record's last detail)
     type Change = fn(&str) -> String;
-    let cases: [(&str, Change, bool, Option<&str>); 3] = [
+    let abandoned =
+        |code: &str| format!("invalid_job (invalid_job): {code} (dead-lettered before its claim)");
+    let cases: [(&str, Change, bool, bool, Option<String>); 4] = [
         (
             "job",
-            |body| body.replace(r#""version":1"#, r#""version":2"#),
+            reversion,
             true,
-            Some("invalid_job (invalid_job): unknown_version (dead-lettered before its claim)"),
+            true,
+            Some(abandoned("unknown_version")),
         ),
         (
             "envelope",
-            |body| body.replacen('{', r#"{"from_a_later_version":true,"#, 1),
+            later_field,
             true,
-            Some("invalid_job (invalid_job): schema (dead-lettered before its claim)"),
+            true,
+            Some(abandoned("schema")),
         ),
-        (
-            "forged",
-            |body| body.replace(r#""version":1"#, r#""version":2"#),
-            false,
-            None,
-        ),
+        // A forged copy proves nothing: its job's own ids as for any invalid job, ...
+        ("forged", reversion, false, true, None),
+        // ... and none from an envelope this version cannot read.
+        ("forged-envelope", later_field, false, false, None),
     ];
-    for (case, change, sealed, abandoned) in cases {
+    for (case, change, sealed, named, detail) in cases {
         // GIVEN a job deferred after a throttle, its retry copy (generation 1) on its way
         let w = world_with(smtp_failure("421 4.7.0 Too many connections, slow down"));
         let id = format!("inv-{case}");
@@ -641,33 +643,30 @@ async fn a_retry_copy_that_no_longer_validates_leaves_its_record_dead_lettered()
             changed
         };
         // WHEN it arrives and fails validation
-        let report = w.run(vec![rec("b", copy)]).await;
+        let report = w.run(vec![rec("b", copy.clone())]).await;
         // THEN it is dead-lettered unsent as an invalid job
         assert!(report.failures.is_empty(), "{case}: {:?}", report.reasons);
         assert_eq!(w.mailer.sent_count(), 1, "{case}");
         let letters = w.dead.letters.lock().unwrap().clone();
         assert_eq!(letters.len(), 1, "{case}");
-        assert_eq!(
-            letters[0].category,
-            DeadLetterCategory::InvalidJob,
-            "{case}"
-        );
-        assert_eq!(
-            letters[0].message_id.as_deref(),
-            Some(id.as_str()),
-            "{case}"
-        );
+        let letter = &letters[0];
+        assert_eq!(letter.category, DeadLetterCategory::InvalidJob, "{case}");
+        let message_id = named.then_some(id.as_str());
+        assert_eq!(letter.message_id.as_deref(), message_id, "{case}");
         let record = w.status.records.lock().unwrap()[&id].clone();
-        let Some(detail) = abandoned else {
-            // A seal that does not verify proves nothing: the record is left waiting.
+        let Some(detail) = detail else {
+            // Not trusted: the record is left waiting, the letter one of a first copy.
             assert_eq!(
                 (record.status, record.attempt),
                 (Status::Deferred, 1),
                 "{case}"
             );
+            let first = letter_id(message_id, &letter.fingerprint, 0, letter.category);
+            assert_eq!(letter.id, first, "{case}");
             continue;
         };
-        // AND a sealed one takes its waiting record along, which `dlq replay` can reopen
+        // AND a sealed one takes its waiting record along, which `dlq replay` can reopen, its
+        // letter one of that generation
         assert_eq!(
             (record.status, record.attempt, record.copy_due),
             (Status::DeadLettered, 1, None),
@@ -675,8 +674,61 @@ async fn a_retry_copy_that_no_longer_validates_leaves_its_record_dead_lettered()
         );
         assert_eq!(record.outbox.map(|o| o.status), Some(Status::DeadLettered));
         let last = record.history.last().unwrap();
-        assert_eq!(last.detail.as_deref(), Some(detail), "{case}");
+        assert_eq!(last.detail.as_deref(), Some(detail.as_str()), "{case}");
+        assert_eq!(
+            letter.id,
+            letter_id(message_id, &letter.fingerprint, 1, letter.category),
+            "{case}"
+        );
+        // AND when it is replayed (generation 2) and refused again, that copy has a letter of
+        // its own (not one the index already holds as replayed), and the record follows again
+        assert_eq!(
+            w.pipeline.status.reopen(&id, w.clock.now()).await.unwrap(),
+            Some(2)
+        );
+        let again =
+            courier_core::seal::seal(&copy.replace(r#""attempt":1"#, r#""attempt":2"#), &keys);
+        w.run(vec![rec("c", again)]).await;
+        let letters = w.dead.letters.lock().unwrap().clone();
+        assert_eq!(letters.len(), 2, "{case}");
+        assert_ne!(letters[0].id, letters[1].id, "{case}");
+        let record = w.status.records.lock().unwrap()[&id].clone();
+        assert_eq!(
+            (record.status, record.attempt),
+            (Status::DeadLettered, 2),
+            "{case}"
+        );
     }
+    // A sealed copy naming another generation than the record's, or generation 0 (which may be
+    // a producer's duplicate), leaves the record as it is.
+    for (generation, waiting) in [(2, 1), (0, 0)] {
+        let w = world_with(smtp_failure("421 4.7.0 Too many connections, slow down"));
+        if waiting == 0 {
+            // The retry could not be queued: the lease released, the record waits at 0.
+            w.scheduler.fail_enqueues.set(1);
+        }
+        let body = job("inv-other", "d@example.org");
+        w.run(vec![rec("a", body.clone())]).await;
+        let record = w.status.records.lock().unwrap()["inv-other"].clone();
+        assert_eq!((record.status, record.attempt), (Status::Deferred, waiting));
+        let first = courier_core::envelope::parse_body(body.as_bytes()).unwrap();
+        let envelope = courier_core::envelope::next_body(&first, Default::default(), Vec::new())
+            .replace(r#""attempt":1"#, &format!(r#""attempt":{generation}"#));
+        let copy = courier_core::seal::seal(&reversion(&envelope), &keys);
+        w.run(vec![rec("b", copy)]).await;
+        assert_eq!(w.dead.letters.lock().unwrap().len(), 1, "{generation}");
+        let after = w.status.records.lock().unwrap()["inv-other"].clone();
+        assert_eq!(
+            (after.status, after.attempt),
+            (Status::Deferred, waiting),
+            "{generation}"
+        );
+    }
+}
+
+/// The unit tests' seal key (`courier_devkit::memory::test_seal_keys`).
+fn unit_seal_keys() -> courier_core::seal::SealKeys {
+    courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[]).unwrap()
 }
 
 #[tokio::test]

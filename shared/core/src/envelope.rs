@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use chrono::{DateTime, Utc};
 
 use crate::classify::Verdict;
-use crate::job::{EmailJob, JobError, Rejected, fingerprint, parse_json};
+use crate::job::{Claimed, EmailJob, JobError, Rejected, fingerprint, parse_json};
 use crate::letters::letter_id;
 use crate::mailbox::address_key;
 use crate::policy::{DeadLetterCategory, RetryState};
@@ -126,31 +126,28 @@ impl Incoming {
 pub fn parse_body(body: &[u8]) -> Result<Incoming, Box<Rejected>> {
     let (text, value) = parse_json(body)?;
     if value.get(ENVELOPE_KEY).is_some() {
-        // What a rejected envelope claims to be (its job's ids, its generation): the send
-        // function trusts it once the seal verifies, so that its record is not left waiting.
-        let generation = value
-            .get("attempt")
-            .and_then(serde_json::Value::as_u64)
-            .and_then(|a| u32::try_from(a).ok());
-        let claimed = |mut rejected: Box<Rejected>| {
-            rejected.generation = generation;
-            rejected
-        };
-        // The ids of an envelope that does not parse, read before it is consumed.
-        let mut unread = claimed(Rejected::salvaged(
-            JobError::MissingVersion,
-            value.get("job").unwrap_or(&serde_json::Value::Null),
-        ));
+        // What a rejected envelope says it is (its generation, its job's ids), read before the
+        // value is consumed: the send function trusts it once the seal verifies, so that the
+        // record waiting for this copy is not left waiting.
+        let claimed = Claimed::of(&value);
         let envelope: Envelope = serde_json::from_value(value).map_err(|e| {
-            unread.error = JobError::Schema {
-                message: format!("bad retry envelope: {e}"),
-            };
-            unread
+            Box::new(Rejected {
+                error: JobError::Schema {
+                    message: format!("bad retry envelope: {e}"),
+                },
+                message_id: None,
+                campaign_id: None,
+                trace_id: None,
+                envelope: claimed.clone(),
+            })
         })?;
         // A `Value` prints its keys sorted: this is the canonical form `job_fingerprint` prints.
         let original = envelope.job.to_string();
         let print = fingerprint(original.as_bytes());
-        let job = EmailJob::from_value(envelope.job).map_err(claimed)?;
+        let job = EmailJob::from_value(envelope.job).map_err(|mut rejected| {
+            rejected.envelope = claimed;
+            rejected
+        })?;
         let trace = job.trace_id.clone().or(envelope.trace);
         return Ok(Incoming {
             job,
@@ -402,41 +399,43 @@ mod tests {
                 r.message_id.clone(),
                 r.campaign_id.clone(),
                 r.trace_id.clone(),
-                r.generation,
             )
         };
-        let whole = (
-            Some("m".into()),
-            Some("c".into()),
-            Some("t".into()),
-            Some(3),
-        );
-        // A job that no longer validates inside an envelope.
+        let job_ids = (Some("m".into()), Some("c".into()), Some("t".into()));
+        let claimed = Some(Claimed {
+            generation: 3,
+            message_id: Some("m".into()),
+            campaign_id: Some("c".into()),
+            trace_id: Some("t".into()),
+        });
+        // A job that no longer validates inside an envelope: its ids (as before), and what the
+        // envelope claims.
         let invalid = retry.replace(r#""version":1"#, r#""version":2"#);
         let rejected = parse_body(invalid.as_bytes()).unwrap_err();
         assert_eq!(rejected.error.code(), "unknown_version");
-        assert_eq!(ids(&rejected), whole);
-        // An envelope with a field this version does not know.
+        assert_eq!(ids(&rejected), job_ids);
+        assert_eq!(rejected.envelope, claimed);
+        // An envelope with a field this version does not know: no ids of its own (the job's
+        // only if its seal verifies), what it claims kept apart.
         let unknown = retry.replacen('{', r#"{"later":1,"#, 1);
         let rejected = parse_body(unknown.as_bytes()).unwrap_err();
         assert!(
             rejected.error.to_string().contains("bad retry envelope"),
             "{rejected:?}"
         );
-        assert_eq!(ids(&rejected), whole);
-        // An envelope without a readable generation, and a bare job, claim none.
+        assert_eq!(ids(&rejected), (None, None, None));
+        assert_eq!(rejected.envelope, claimed);
+        // An envelope without a readable generation, and a bare job, claim nothing.
         let unnumbered = retry.replace(r#""attempt":3"#, r#""attempt":"3""#);
         assert_ne!(unnumbered, retry);
         assert_eq!(
-            parse_body(unnumbered.as_bytes()).unwrap_err().generation,
+            parse_body(unnumbered.as_bytes()).unwrap_err().envelope,
             None
         );
         let bare = raw.replace(r#""version": 1"#, r#""version": 2"#);
         let rejected = parse_body(bare.as_bytes()).unwrap_err();
-        assert_eq!(
-            ids(&rejected),
-            (Some("m".into()), Some("c".into()), Some("t".into()), None)
-        );
+        assert_eq!(ids(&rejected), job_ids);
+        assert_eq!(rejected.envelope, None);
     }
 
     #[test]

@@ -275,9 +275,38 @@ pub struct Rejected {
     pub message_id: Option<String>,
     pub campaign_id: Option<String>,
     pub trace_id: Option<String>,
-    /// The generation a retry envelope claims (`None` for a bare job or an envelope without a
-    /// readable one); trusted only once the body's seal verifies ([`crate::seal::check`]).
-    pub generation: Option<u32>,
+    /// What a rejected retry envelope says it is (`None` for a bare job, or an envelope without
+    /// a readable generation): trusted only once the body's seal verifies
+    /// ([`crate::seal::check`]).
+    pub envelope: Option<Claimed>,
+}
+
+/// The job and generation a rejected retry envelope names. An envelope this version cannot
+/// read has its job's ids here only, not in [`Rejected`]'s own fields: they are the job's only
+/// if Courier wrote the envelope.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Claimed {
+    pub generation: u32,
+    pub message_id: Option<String>,
+    pub campaign_id: Option<String>,
+    pub trace_id: Option<String>,
+}
+
+impl Claimed {
+    /// What the envelope `value` names: its `attempt` and its job's ids.
+    pub(crate) fn of(value: &serde_json::Value) -> Option<Claimed> {
+        let generation = value
+            .get("attempt")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|a| u32::try_from(a).ok())?;
+        let job = value.get("job").unwrap_or(&serde_json::Value::Null);
+        Some(Claimed {
+            generation,
+            message_id: salvage(job, "message_id"),
+            campaign_id: salvage(job, "campaign_id"),
+            trace_id: salvage(job, "trace_id"),
+        })
+    }
 }
 
 impl Rejected {
@@ -288,7 +317,7 @@ impl Rejected {
             message_id: salvage(value, "message_id"),
             campaign_id: salvage(value, "campaign_id"),
             trace_id: salvage(value, "trace_id"),
-            generation: None,
+            envelope: None,
         })
     }
 }
@@ -316,7 +345,7 @@ pub fn parse_json(bytes: &[u8]) -> Result<(&str, serde_json::Value), Box<Rejecte
             message_id: None,
             campaign_id: None,
             trace_id: None,
-            generation: None,
+            envelope: None,
         })
     };
     let text = std::str::from_utf8(bytes).map_err(|e| {
