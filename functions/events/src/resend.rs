@@ -231,13 +231,18 @@ impl Applier {
         let EventKind::Failure(failure) = &event.kind else {
             return Ok(None);
         };
-        let incoming = match parse_body(payload.as_bytes()) {
+        let mut incoming = match parse_body(payload.as_bytes()) {
             Ok(incoming) => incoming,
             Err(rejected) => {
                 warn!(message_id = ?event.message_id, error = %courier_core::mailbox::redact(&rejected.error.to_string()), "the kept payload does not parse; transient bounce recorded only");
                 return Ok(None);
             }
         };
+        // The copy is the record's next generation, which the resend write moves it to: the
+        // kept body can be of an earlier one (an ambiguous send moves the record on to its
+        // retry's generation, and SES's Send event then records the send there), and a copy of
+        // that generation would be dropped as stale, the job left `deferred` (chaos seed 23511).
+        incoming.attempt = record.attempt;
         let verdict = classify_ses_event(failure);
         if record.status == Status::SentToProvider || kept_acceptance {
             let mut update = update_of(record, Status::BouncedTransient, now);

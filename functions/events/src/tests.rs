@@ -591,6 +591,27 @@ async fn a_transient_bounce_of_an_acceptance_kept_as_unknown_sends_the_job_again
 }
 
 #[tokio::test]
+async fn a_resend_is_the_records_next_generation_when_the_kept_body_is_of_an_earlier_one() {
+    // GIVEN an ambiguous send of generation 0 (the record moved on to its retry's generation 1,
+    // the body kept still generation 0's), then SES's Send event recorded the send there
+    let w = world(Some(Status::SentToProvider));
+    w.keep_payload(kept_payload(None));
+    w.edit(|rec| rec.attempt = 1);
+    // WHEN SES reports a transient bounce of that send
+    let report = w.applier.handle(sqs(&[fixture("bounce-transient")])).await;
+    // THEN the record waits for generation 2, and the copy scheduled is generation 2 (a copy of
+    // generation 1 would be dropped as stale by its claim, the job left waiting for ever)
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(report.applied, vec![Applied::Resent]);
+    let rec = w.record();
+    assert_eq!((rec.status, rec.attempt), (Status::Deferred, 2));
+    let scheduled = w.scheduled();
+    assert_eq!(scheduled.len(), 1);
+    let copy = courier_core::envelope::parse_body(scheduled[0].body.as_bytes()).unwrap();
+    assert_eq!(copy.attempt, 2);
+}
+
+#[tokio::test]
 async fn a_transient_bounce_of_an_ambiguous_send_is_recorded_only() {
     // GIVEN an `unknown` without SES's id (the send's answer was lost): a late bounce of an
     // earlier generation cannot be told from one of this send

@@ -61,8 +61,8 @@ fn fixture(name: &str) -> String {
 enum End {
     /// This status, and the recipient suppressed (for good) or not.
     Status(Status, bool),
-    /// A resend: the record `deferred` at generation 1 pointing at the bounced send, and copies
-    /// of generation 1 (and only those) scheduled.
+    /// A resend: the record `deferred` at its next generation pointing at the bounced send, and
+    /// copies of that generation (and only those) scheduled.
     Resent,
     /// Given up: a complete dead letter, the record `dead_lettered`, the recipient suppressed
     /// softly.
@@ -88,10 +88,14 @@ struct Path {
     /// Whether the kept body is over 300 KiB, kept in the payload bucket (the record holding
     /// a claim check of it).
     apart: bool,
+    /// The record's generation when the event arrives (the kept body is generation 0's: an
+    /// ambiguous send moved the record on to its retry's generation, where SES's Send event then
+    /// recorded the send).
+    generation: u32,
     end: End,
 }
 
-const PATHS: [Path; 10] = [
+const PATHS: [Path; 11] = [
     Path {
         name: "delivery",
         fixture: "delivery",
@@ -100,6 +104,7 @@ const PATHS: [Path; 10] = [
         listed: true,
         others: &[],
         apart: false,
+        generation: 0,
         end: End::Status(Status::Delivered, false),
     },
     Path {
@@ -110,6 +115,7 @@ const PATHS: [Path; 10] = [
         listed: true,
         others: &[],
         apart: false,
+        generation: 0,
         end: End::Status(Status::BouncedPermanent, true),
     },
     Path {
@@ -120,6 +126,7 @@ const PATHS: [Path; 10] = [
         listed: true,
         others: &[],
         apart: false,
+        generation: 0,
         end: End::Status(Status::Complained, true),
     },
     Path {
@@ -130,6 +137,7 @@ const PATHS: [Path; 10] = [
         listed: true,
         others: &[],
         apart: false,
+        generation: 0,
         end: End::Status(Status::SentToProvider, false),
     },
     Path {
@@ -140,6 +148,7 @@ const PATHS: [Path; 10] = [
         listed: true,
         others: &[],
         apart: false,
+        generation: 0,
         end: End::Resent,
     },
     Path {
@@ -150,6 +159,7 @@ const PATHS: [Path; 10] = [
         listed: true,
         others: &[],
         apart: false,
+        generation: 0,
         end: End::GaveUp,
     },
     Path {
@@ -160,6 +170,7 @@ const PATHS: [Path; 10] = [
         listed: false,
         others: &[],
         apart: false,
+        generation: 0,
         end: End::Resent,
     },
     Path {
@@ -170,6 +181,7 @@ const PATHS: [Path; 10] = [
         listed: true,
         others: &["bob@example.org", "cy@example.org"],
         apart: false,
+        generation: 0,
         end: End::PartResent,
     },
     Path {
@@ -180,6 +192,7 @@ const PATHS: [Path; 10] = [
         listed: true,
         others: &[],
         apart: true,
+        generation: 0,
         end: End::Resent,
     },
     Path {
@@ -190,7 +203,19 @@ const PATHS: [Path; 10] = [
         listed: true,
         others: &["bob@example.org", "cy@example.org"],
         apart: true,
+        generation: 0,
         end: End::PartResent,
+    },
+    Path {
+        name: "transient bounce of a send recorded by SES's Send event after an ambiguous one moved the record on",
+        fixture: "bounce-transient",
+        before: Status::SentToProvider,
+        payload: Some(None),
+        listed: false,
+        others: &[],
+        apart: false,
+        generation: 1,
+        end: End::Resent,
     },
 ];
 
@@ -262,7 +287,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
         JobRecord {
             message_id: JOB_ID.into(),
             status: path.before,
-            attempt: 0,
+            attempt: path.generation,
             lease_owner: None,
             lease_until: None,
             unknown_since: (path.before == Status::Unknown).then(t0),
@@ -375,12 +400,13 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             }
         }
         End::Resent => {
+            let next = path.generation + 1;
             if record.status != Status::Deferred
-                || record.attempt != 1
+                || record.attempt != next
                 || record.resend_of.is_none()
             {
                 out.violations.push(format!(
-                    "ended {} at generation {} (resend_of {:?}), expected deferred at 1",
+                    "ended {} at generation {} (resend_of {:?}), expected deferred at {next}",
                     record.status, record.attempt, record.resend_of
                 ));
             }
@@ -396,7 +422,7 @@ async fn run(path: &Path, plan: Option<(usize, Fault)>) -> Run {
             }
             for copy in &scheduled {
                 let generation = parse_body(copy.body.as_bytes()).map(|i| i.attempt);
-                if generation.as_ref().ok() != Some(&1) {
+                if generation.as_ref().ok() != Some(&next) {
                     out.violations
                         .push(format!("a copy of generation {generation:?} scheduled"));
                 }
