@@ -644,7 +644,14 @@ async fn aws_api_calls_per_job() {
     let counter = courier_adapters::aws::CallCounter::default();
     let clients = courier_adapters::aws::Clients::counted(&stack.sdk, &counter);
     // Throttling every first attempt would open the circuit (correctly); keep it closed here.
-    let mut quiet = config();
+    // And patient with a slow status write, as above: a carrier copy is not this path's cost
+    // (a fresh-clone CI run on 2026-12-06 counted 8.35 calls a job with 11 SendMessageBatch
+    // for 20 retries, where the re-enqueues take one call a batch: carriers, the one copy
+    // queued on its own, while moto was slow to answer the status writes).
+    let mut quiet = SendConfig {
+        carrier_after: Duration::from_secs(30),
+        ..config()
+    };
     quiet.breaker.min_calls = 1_000;
     let mut pipeline = wiring::wire(&clients, quiet, &stack.resources, fast_policy()).unwrap();
     let seen = std::sync::Mutex::new(std::collections::HashSet::new());
