@@ -599,7 +599,7 @@ async fn a_retry_copy_dead_lettered_before_its_claim_leaves_its_record_dead_lett
 
 #[tokio::test]
 async fn a_retry_copy_that_no_longer_validates_leaves_its_record_dead_lettered() {
-    let keys = unit_seal_keys();
+    let keys = test_keys();
     let reversion = |body: &str| body.replace(r#""version":1"#, r#""version":2"#);
     let later_field = |body: &str| body.replacen('{', r#"{"from_a_later_version":true,"#, 1);
     // A retry copy as a later deploy reads it: its job no longer valid (a rolled-back version
@@ -724,11 +724,6 @@ async fn a_retry_copy_that_no_longer_validates_leaves_its_record_dead_lettered()
             "{generation}"
         );
     }
-}
-
-/// The unit tests' seal key (`courier_devkit::memory::test_seal_keys`).
-fn unit_seal_keys() -> courier_core::seal::SealKeys {
-    courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[]).unwrap()
 }
 
 #[tokio::test]
@@ -1610,8 +1605,7 @@ async fn an_acceptance_no_status_write_can_keep_outlives_its_instance_on_the_que
 async fn a_copy_carrying_an_acceptance_that_crashes_the_worker_is_never_poison() {
     // GIVEN a sealed copy carrying SES's acceptance, which took its job's lease
     let w = world_with(MemoryMailer::accepting(courier_core::ports::Provider::Ses));
-    let keys =
-        courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[]).unwrap();
+    let keys = test_keys();
     let first =
         courier_core::envelope::parse_body(job("acc-p", "a@example.org").as_bytes()).unwrap();
     let carrier = courier_core::seal::seal(
@@ -1653,9 +1647,7 @@ async fn a_carried_acceptance_of_an_earlier_generation_records_nothing() {
     // GIVEN a copy carrying generation 0's acceptance, and the job meanwhile at generation 1
     // with an ambiguous send (a soft bounce's resend, say): `unknown`
     let w = world_with(ambiguous_mailer());
-    // The unit tests' seal key (`courier_devkit::memory::test_seal_keys`).
-    let keys =
-        courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[]).unwrap();
+    let keys = test_keys();
     let seal_body = |body: &str| courier_core::seal::seal(body, &keys);
     let first =
         courier_core::envelope::parse_body(job("acc7", "a@example.org").as_bytes()).unwrap();
@@ -1691,8 +1683,7 @@ async fn a_carried_acceptance_that_takes_the_record_keeps_the_body_to_resend_fro
     // GIVEN copies carrying SES's acceptance of generation 0, and no record the claim must
     // wait for (none written: a table restored without it, or a record an earlier version
     // claimed without its body and whose lease lapsed)
-    let keys =
-        courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[]).unwrap();
+    let keys = test_keys();
     let carrier = |id: &str, provider: &str| {
         let first =
             courier_core::envelope::parse_body(job(id, "a@example.org").as_bytes()).unwrap();

@@ -88,11 +88,17 @@ impl Clock for ManualClock {
     }
 }
 
-/// The seal keys of unit tests and benchmarks: one fixed key (never a deployed stack's).
+/// The seal key of unit tests and benchmarks: one fixed key (never a deployed stack's).
+pub fn test_keys() -> courier_core::seal::SealKeys {
+    courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[])
+        .unwrap_or_else(|e| unreachable!("the test key is long enough: {e}"))
+}
+
+/// [`test_keys`], as the functions read their keys.
 pub fn test_seal_keys() -> std::sync::Arc<courier_adapters::seal_secret::SecretSealKeys> {
-    let keys = courier_core::seal::SealKeys::new("courier-unit-tests-seal-key-0123456789", &[])
-        .unwrap_or_else(|e| unreachable!("the test key is long enough: {e}"));
-    std::sync::Arc::new(courier_adapters::seal_secret::SecretSealKeys::fixed(keys))
+    std::sync::Arc::new(courier_adapters::seal_secret::SecretSealKeys::fixed(
+        test_keys(),
+    ))
 }
 
 /// `scheduler`, sealing what it is given with [`test_seal_keys`] (as the functions' wiring
